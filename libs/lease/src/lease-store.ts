@@ -1,0 +1,373 @@
+/**
+ * Every SQL statement of the library, in one place. Parameters are always bound; the only text spliced into SQL
+ * are the schema/table/sequence names, validated by `resolveLeaseOptions` and quoted here once.
+ *
+ * Expiry is always judged by PostgreSQL's clock (`clock_timestamp()`), against the timeout the holder (or waiter)
+ * wrote into its own row, so processes with different settings still agree on when a lease is free.
+ */
+import { createHash } from 'node:crypto';
+import type pg from 'pg';
+import type { EntityManager, QueryRunner } from 'typeorm';
+import type { ResolvedLeaseOptions } from './lease.options.js';
+
+/** The part of a `pg` pool (or client) the store needs. */
+export interface Queryable {
+  query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>>;
+}
+
+/** Quotes a validated identifier. */
+export function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+export interface LeaseNames {
+  schema: string;
+  tableName: string;
+  waiterTableName: string;
+}
+
+/** Quoted, qualified names of every database object, derived from the options. */
+export function leaseObjectNames(names: LeaseNames) {
+  const q = (name: string) => `${quoteIdentifier(names.schema)}.${quoteIdentifier(name)}`;
+  return {
+    schema: quoteIdentifier(names.schema),
+    lease: q(names.tableName),
+    waiter: q(names.waiterTableName),
+    fencingSequence: q(`${names.tableName}_fencing_seq`),
+    waiterSequence: q(`${names.waiterTableName}_seq`),
+    waiterOrderIndex: quoteIdentifier(`${names.waiterTableName}_order_idx`),
+    /** NOTIFY channel: a plain string argument of pg_notify, never spliced into SQL. */
+    channel: `${names.tableName}_wake`,
+    /** Unquoted qualified names, for to_regclass(). */
+    regLease: q(names.tableName),
+    regWaiter: q(names.waiterTableName),
+  };
+}
+
+/** The DDL of the lease tables; idempotent, so `createSchema` and the migration share it. */
+export function schemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [
+    ...(names.schema === 'public' ? [] : [`CREATE SCHEMA IF NOT EXISTS ${n.schema}`]),
+    `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint`,
+    // Only the primary key is indexed, and fillfactor leaves room on each page, so heartbeats are HOT updates.
+    `CREATE TABLE IF NOT EXISTS ${n.lease} (
+      target_id text PRIMARY KEY CHECK (octet_length(target_id) BETWEEN 1 AND 255),
+      lease_token uuid NOT NULL,
+      fencing_token bigint NOT NULL,
+      owner text NOT NULL,
+      priority integer NOT NULL DEFAULT 0,
+      lease_timeout_ms integer NOT NULL CHECK (lease_timeout_ms > 0),
+      acquired_at timestamptz NOT NULL,
+      updated_at timestamptz NOT NULL
+    ) WITH (fillfactor = 80)`,
+    `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint`,
+    `CREATE TABLE IF NOT EXISTS ${n.waiter} (
+      target_id text NOT NULL CHECK (octet_length(target_id) BETWEEN 1 AND 255),
+      waiter_id uuid NOT NULL,
+      owner text NOT NULL,
+      priority integer NOT NULL,
+      timeout_ms integer NOT NULL CHECK (timeout_ms > 0),
+      queued_at timestamptz NOT NULL,
+      seq bigint NOT NULL,
+      heartbeat_at timestamptz NOT NULL,
+      PRIMARY KEY (target_id, waiter_id)
+    ) WITH (fillfactor = 80)`,
+    `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (target_id, priority DESC, seq)`,
+  ];
+}
+
+export function dropSchemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [
+    `DROP TABLE IF EXISTS ${n.waiter}`,
+    `DROP SEQUENCE IF EXISTS ${n.waiterSequence}`,
+    `DROP TABLE IF EXISTS ${n.lease}`,
+    `DROP SEQUENCE IF EXISTS ${n.fencingSequence}`,
+  ];
+}
+
+export interface AcquireRequest {
+  targetKey: string;
+  leaseToken: string;
+  priority: number;
+  /** The caller's waiter row, when it is queued: it may pass only waiters queued behind it. */
+  waiterId?: string;
+  waiterSeq?: bigint;
+}
+
+export interface AcquiredRow {
+  fencingToken: bigint;
+  /** The row existed (expired) and was taken over, rather than inserted fresh. */
+  tookOver: boolean;
+  previousOwner: string | null;
+}
+
+export interface WaiterPlace {
+  seq: bigint;
+  queuedAt: Date;
+}
+
+export interface SnapshotRow {
+  state: 'held' | 'waiting';
+  target_id: string;
+  owner: string;
+  priority: number;
+  fencing_token: string | null;
+  seq: string | null;
+  age_ms: number;
+  since_heartbeat_ms: number;
+  timeout_ms: number;
+}
+
+const MS = `* interval '1 millisecond'`;
+
+/**
+ * The statements, bound to one set of table names. Hot statements are named, so `pg` prepares them once per
+ * connection; names carry a hash of the table names so two configurations never share a prepared plan.
+ */
+export class LeaseStore {
+  private readonly n: ReturnType<typeof leaseObjectNames>;
+  private readonly prefix: string;
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly options: ResolvedLeaseOptions,
+  ) {
+    this.n = leaseObjectNames(options);
+    this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
+  }
+
+  get channel(): string {
+    return this.n.channel;
+  }
+
+  /**
+   * One statement: a read-only pre-check (a live holder, or a live waiter ahead of the caller) short-cuts the insert,
+   * so a failed attempt on a held row takes no row lock and writes no WAL; otherwise an upsert that takes over only an
+   * expired row. A granted waiter's row is deleted in the same statement.
+   */
+  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
+    const { lease, waiter, fencingSequence } = this.n;
+    const result = await this.db.query<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>({
+      name: `${this.prefix}_acquire`,
+      text: `WITH held AS (
+          SELECT 1 FROM ${lease} l
+          WHERE l.target_id = $1 AND l.updated_at + l.lease_timeout_ms ${MS} > clock_timestamp()
+        ), ahead AS (
+          SELECT 1 FROM ${waiter} w
+          WHERE w.target_id = $1 AND w.waiter_id IS DISTINCT FROM $6::uuid
+            AND w.heartbeat_at + w.timeout_ms ${MS} > clock_timestamp()
+            AND (w.priority > $4 OR (w.priority = $4 AND w.seq < coalesce($7::bigint, 9223372036854775807)))
+          LIMIT 1
+        ), previous AS (
+          SELECT owner FROM ${lease} WHERE target_id = $1
+        ), won AS (
+          INSERT INTO ${lease} AS l
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at)
+          SELECT $1, $2::uuid, nextval('${fencingSequence.replace(/'/g, "''")}'), $3, $4, $5, clock_timestamp(), clock_timestamp()
+          WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
+          ON CONFLICT (target_id) DO UPDATE SET
+            lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token, owner = EXCLUDED.owner,
+            priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
+            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at
+          WHERE l.updated_at + l.lease_timeout_ms ${MS} <= clock_timestamp()
+          RETURNING l.fencing_token, (l.xmax <> 0) AS took_over
+        ), granted AS (
+          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $6::uuid AND EXISTS (SELECT 1 FROM won)
+        )
+        SELECT won.fencing_token::text AS fencing_token, won.took_over,
+          CASE WHEN won.took_over THEN (SELECT owner FROM previous) END AS previous_owner
+        FROM won`,
+      values: [
+        request.targetKey,
+        request.leaseToken,
+        this.options.owner,
+        request.priority,
+        this.options.leaseTimeoutMs,
+        request.waiterId ?? null,
+        request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+      ],
+    });
+    const row = result.rows[0];
+    return row
+      ? { fencingToken: BigInt(row.fencing_token), tookOver: row.took_over, previousOwner: row.previous_owner }
+      : null;
+  }
+
+  /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */
+  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<Set<string>> {
+    const result = await this.db.query<{ lease_token: string }>({
+      name: `${this.prefix}_renew`,
+      text: `UPDATE ${this.n.lease} AS l SET updated_at = clock_timestamp()
+        FROM unnest($1::text[], $2::uuid[]) AS h(target_id, lease_token)
+        WHERE l.target_id = h.target_id AND l.lease_token = h.lease_token
+        RETURNING l.lease_token::text AS lease_token`,
+      values: [targetKeys, leaseTokens],
+      query_timeout: timeoutMs,
+    });
+    return new Set(result.rows.map((row) => row.lease_token));
+  }
+
+  /**
+   * Token-guarded delete; wakes waiters of the target (NOTIFY with the target key only, never a token) when there
+   * are any. Returns whether our row was deleted.
+   */
+  async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+    const result = await this.db.query<{ released: boolean }>({
+      name: `${this.prefix}_release`,
+      text: `WITH gone AS (
+          DELETE FROM ${this.n.lease} WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
+        ), woke AS (
+          SELECT pg_notify($3, gone.target_id) FROM gone
+          WHERE $3::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${this.n.waiter} w WHERE w.target_id = gone.target_id)
+        )
+        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke`,
+      values: [targetKey, leaseToken, this.options.notify ? this.n.channel : null],
+      query_timeout: timeoutMs,
+    });
+    return result.rows[0]?.released === true;
+  }
+
+  /**
+   * First statement of a fenced transaction: locks the lease row and reads its token. It also bounds how long the
+   * transaction may sit idle, so a holder paused inside it cannot block a takeover for ever.
+   */
+  async lockForFence(manager: EntityManager | QueryRunner, targetKey: string): Promise<string | null> {
+    const rows: Array<{ lease_token: string }> = await manager.query(
+      `SELECT lease_token::text AS lease_token, set_config('idle_in_transaction_session_timeout', $2, true)
+       FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE`,
+      [targetKey, String(this.options.fencedIdleTimeoutMs)],
+    );
+    return rows[0]?.lease_token ?? null;
+  }
+
+  /**
+   * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
+   * Returns null when the target already has `maxWaitersPerTarget` live waiters.
+   */
+  async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
+    const { waiter, waiterSequence } = this.n;
+    const result = await this.db.query<{ seq: string; queued_at: Date }>({
+      name: `${this.prefix}_enqueue`,
+      text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+        SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
+          coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
+        WHERE (SELECT count(*) FROM ${waiter} c
+               WHERE c.target_id = $1 AND c.heartbeat_at + c.timeout_ms ${MS} > clock_timestamp()) < $8
+        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = clock_timestamp()
+        RETURNING w.seq::text AS seq, w.queued_at`,
+      values: [
+        targetKey,
+        waiterId,
+        this.options.owner,
+        priority,
+        this.options.waiterTimeoutMs,
+        place?.queuedAt ?? null,
+        place ? place.seq.toString() : null,
+        this.options.maxWaitersPerTarget,
+      ],
+    });
+    const row = result.rows[0];
+    return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
+  }
+
+  /**
+   * Renews this process's waiters in one statement and removes dead waiters (not ours) of the same targets, waking
+   * the targets whose line moved. Returns the waiter ids still queued.
+   */
+  async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
+    const { waiter } = this.n;
+    const result = await this.db.query<{ waiter_id: string }>({
+      name: `${this.prefix}_renew_waiters`,
+      text: `WITH mine AS (
+          SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
+        ), dead AS (
+          DELETE FROM ${waiter} w
+          WHERE w.target_id IN (SELECT target_id FROM mine)
+            AND w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp()
+            AND w.waiter_id NOT IN (SELECT waiter_id FROM mine)
+          RETURNING w.target_id
+        ), woke AS (
+          SELECT pg_notify($3, t.target_id) FROM (SELECT DISTINCT target_id FROM dead) t WHERE $3::text IS NOT NULL
+        ), renewed AS (
+          UPDATE ${waiter} AS w SET heartbeat_at = clock_timestamp()
+          FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
+          RETURNING w.waiter_id::text AS waiter_id
+        )
+        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
+        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
+      values: [targetKeys, waiterIds, this.options.notify ? this.n.channel : null],
+      query_timeout: timeoutMs,
+    });
+    return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
+  }
+
+  /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
+  async dequeue(targetKey: string, waiterId: string): Promise<void> {
+    const { lease, waiter } = this.n;
+    await this.db.query({
+      name: `${this.prefix}_dequeue`,
+      text: `WITH gone AS (
+          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
+        )
+        SELECT pg_notify($3, gone.target_id) FROM gone
+        WHERE $3::text IS NOT NULL AND NOT EXISTS (
+          SELECT 1 FROM ${lease} l
+          WHERE l.target_id = gone.target_id AND l.updated_at + l.lease_timeout_ms ${MS} > clock_timestamp())`,
+      values: [targetKey, waiterId, this.options.notify ? this.n.channel : null],
+    });
+  }
+
+  /** Removes all the given waiter rows (shutdown). */
+  async dequeueAll(waiterIds: string[]): Promise<void> {
+    if (waiterIds.length === 0) return;
+    await this.db.query({
+      text: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
+      values: [waiterIds],
+    });
+  }
+
+  /** Holders and waiters, each target's waiters in grant order; ages by the database clock. */
+  async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
+    const { lease, waiter } = this.n;
+    const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
+    const result = await this.db.query<SnapshotRow>({
+      text: `SELECT * FROM (
+          SELECT 'held' AS state, target_id, owner, priority, fencing_token::text AS fencing_token, NULL::text AS seq,
+            ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
+          FROM ${lease} WHERE $1::text IS NULL OR target_id = $1
+          UNION ALL
+          SELECT 'waiting', target_id, owner, priority, NULL, seq::text,
+            ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
+          FROM ${waiter} WHERE $1::text IS NULL OR target_id = $1
+        ) s
+        ORDER BY target_id, state, priority DESC, seq::bigint`,
+      values: [targetKey ?? null],
+    });
+    return result.rows;
+  }
+
+  /** Which lease objects are missing (bootstrap check). */
+  async missingObjects(): Promise<string[]> {
+    const result = await this.db.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
+      text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
+        to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
+      values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
+    });
+    const row = result.rows[0];
+    const missing: string[] = [];
+    if (!row.lease) missing.push(this.n.lease);
+    if (!row.waiter) missing.push(this.n.waiter);
+    if (!row.seq) missing.push(this.n.fencingSequence);
+    if (!row.wseq) missing.push(this.n.waiterSequence);
+    return missing;
+  }
+
+  /** Creates the objects (idempotent). */
+  async createSchema(): Promise<void> {
+    for (const statement of schemaStatements(this.options)) {
+      await this.db.query({ text: statement });
+    }
+  }
+}

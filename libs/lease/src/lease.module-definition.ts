@@ -1,0 +1,12 @@
+import { ConfigurableModuleBuilder } from '@nestjs/common';
+import type { LeaseModuleOptions } from './lease.options.js';
+
+export const {
+  ConfigurableModuleClass: ConfigurableLeaseModule,
+  MODULE_OPTIONS_TOKEN,
+  OPTIONS_TYPE,
+  ASYNC_OPTIONS_TYPE,
+} = new ConfigurableModuleBuilder<LeaseModuleOptions>({ moduleName: 'Lease' })
+  .setClassMethodName('forRoot')
+  .setFactoryMethodName('createLeaseOptions')
+  .build();

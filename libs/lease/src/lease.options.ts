@@ -1,0 +1,214 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { DataSourceOptions } from 'typeorm';
+import { LeaseConfigError } from './errors.js';
+
+/** Options of `LeaseModule.forRoot()` / `forRootAsync()` and of a hand-made `LeaseService`. */
+export interface LeaseModuleOptions {
+  /**
+   * How often the holder renews its leases (one batched statement per tick for all of them).
+   * @default 30_000
+   */
+  heartbeatIntervalMs?: number;
+  /**
+   * How long after its last renewal (database clock) a lease may be taken over. At least 3 × heartbeatIntervalMs.
+   * @default 120_000
+   */
+  leaseTimeoutMs?: number;
+  /**
+   * The holder treats its lease as lost once `leaseTimeoutMs − safetyMarginMs` has passed since its last confirmed
+   * renewal was sent (monotonic clock), i.e. before anyone else may take it over. Must leave room for at least one
+   * heartbeat: `heartbeatIntervalMs ≤ leaseTimeoutMs − safetyMarginMs`.
+   * @default heartbeatIntervalMs
+   */
+  safetyMarginMs?: number;
+  /**
+   * A waiter whose own heartbeat is older than this is skipped and removed. Waiters renew every third of it.
+   * @default 15_000
+   */
+  waiterTimeoutMs?: number;
+  /**
+   * How long `acquire()` / `run()` / `@Exclusive` with a priority wait when no waitTimeoutMs is given.
+   * @default 60_000
+   */
+  defaultWaitTimeoutMs?: number;
+  /**
+   * Fallback poll of a waiting call, jittered between half and all of it. NOTIFY wakes waiters sooner; the poll covers
+   * expired holders (which send no NOTIFY) and missed notifications.
+   * @default heartbeatIntervalMs
+   */
+  waitPollIntervalMs?: number;
+  /**
+   * Wake waiters with LISTEN/NOTIFY (one listening connection per process). Turn off behind poolers that do not
+   * support LISTEN; waiters then rely on polling.
+   * @default true
+   */
+  notify?: boolean;
+  /**
+   * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`.
+   * @default 1_000
+   */
+  maxWaitersPerTarget?: number;
+  /**
+   * At most this many waiting calls in this process at once.
+   * @default 10_000
+   */
+  maxWaitersPerProcess?: number;
+  /**
+   * Schema of the lease tables.
+   * @default 'public'
+   */
+  schema?: string;
+  /**
+   * Lease table.
+   * @default 'job_lease'
+   */
+  tableName?: string;
+  /**
+   * Waiter table.
+   * @default 'job_lease_waiter'
+   */
+  waiterTableName?: string;
+  /**
+   * Create the tables at bootstrap if they are missing (the same statements as `leaseMigrations`). Off by default:
+   * add `leaseMigrations` to your DataSource's migrations instead.
+   * @default false
+   */
+  createSchema?: boolean;
+  /**
+   * Holder identity stored in `owner` (informational: ownership is proven by the lease token).
+   * @default `${hostname}:${pid}:${random}`
+   */
+  owner?: string;
+  /**
+   * Name of the `@nestjs/typeorm` DataSource to reuse.
+   * @default the default DataSource
+   */
+  dataSourceName?: string;
+  /**
+   * TypeORM options for a DataSource the module creates, owns and destroys on shutdown (instead of reusing one).
+   */
+  dataSource?: DataSourceOptions;
+  /**
+   * Idle time allowed inside a fenced transaction before PostgreSQL ends the session
+   * (`idle_in_transaction_session_timeout`), so a paused holder cannot block a takeover for longer.
+   * @default leaseTimeoutMs
+   */
+  fencedIdleTimeoutMs?: number;
+}
+
+/** Options with every default applied and checked. */
+export interface ResolvedLeaseOptions {
+  readonly heartbeatIntervalMs: number;
+  readonly leaseTimeoutMs: number;
+  readonly safetyMarginMs: number;
+  readonly waiterTimeoutMs: number;
+  readonly waiterHeartbeatIntervalMs: number;
+  readonly defaultWaitTimeoutMs: number;
+  readonly waitPollIntervalMs: number;
+  readonly notify: boolean;
+  readonly maxWaitersPerTarget: number;
+  readonly maxWaitersPerProcess: number;
+  readonly schema: string;
+  readonly tableName: string;
+  readonly waiterTableName: string;
+  readonly createSchema: boolean;
+  readonly owner: string;
+  readonly fencedIdleTimeoutMs: number;
+}
+
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
+export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
+
+const IDENTIFIER_MAX_BYTES = 63;
+/** Suffixes appended to the table names for derived objects; the longest decides the room left for the name. */
+const DERIVED_SUFFIXES = ['_fencing_seq', '_seq', '_wake', '_order_idx'];
+const LONGEST_SUFFIX = Math.max(...DERIVED_SUFFIXES.map((suffix) => suffix.length));
+
+function positiveInteger(name: string, value: unknown, max = 2_147_483_647): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
+    throw new LeaseConfigError(`${name} must be a positive integer (at most ${max}), got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Checks a schema or table name: PostgreSQL identifiers are at most 63 bytes and cannot contain NUL. */
+export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_MAX_BYTES): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new LeaseConfigError(`${name} must be a non-empty string, got ${JSON.stringify(value)}`);
+  }
+  if (value.includes('\0')) {
+    throw new LeaseConfigError(`${name} must not contain NUL characters`);
+  }
+  const bytes = Buffer.byteLength(value, 'utf8');
+  if (bytes > room) {
+    throw new LeaseConfigError(
+      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
+    );
+  }
+  return value;
+}
+
+function defaultOwner(): string {
+  return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+}
+
+/** Applies defaults and validates, throwing `LeaseConfigError` with advice. The only place that knows defaults. */
+export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw new LeaseConfigError('LeaseModule options must be an object');
+  }
+  const heartbeatIntervalMs = positiveInteger(
+    'heartbeatIntervalMs',
+    options.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS,
+  );
+  const leaseTimeoutMs = positiveInteger('leaseTimeoutMs', options.leaseTimeoutMs ?? DEFAULT_LEASE_TIMEOUT_MS);
+  if (leaseTimeoutMs < 3 * heartbeatIntervalMs) {
+    throw new LeaseConfigError(
+      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not taken for a dead holder`,
+    );
+  }
+  const safetyMarginMs = positiveInteger('safetyMarginMs', options.safetyMarginMs ?? heartbeatIntervalMs);
+  if (leaseTimeoutMs - safetyMarginMs < heartbeatIntervalMs) {
+    throw new LeaseConfigError(
+      `safetyMarginMs (${safetyMarginMs}) leaves less than one heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - heartbeatIntervalMs}`,
+    );
+  }
+  const waiterTimeoutMs = positiveInteger('waiterTimeoutMs', options.waiterTimeoutMs ?? 15_000);
+  if (waiterTimeoutMs < 30) {
+    throw new LeaseConfigError(`waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`);
+  }
+  const table = checkIdentifier('tableName', options.tableName ?? 'job_lease', IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX);
+  const waiterTable = checkIdentifier(
+    'waiterTableName',
+    options.waiterTableName ?? 'job_lease_waiter',
+    IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX,
+  );
+  if (table === waiterTable) {
+    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${table}")`);
+  }
+  if (options.owner !== undefined && (typeof options.owner !== 'string' || options.owner.length === 0)) {
+    throw new LeaseConfigError('owner must be a non-empty string when given');
+  }
+  if (options.notify !== undefined && typeof options.notify !== 'boolean') {
+    throw new LeaseConfigError('notify must be a boolean');
+  }
+  return {
+    heartbeatIntervalMs,
+    leaseTimeoutMs,
+    safetyMarginMs,
+    waiterTimeoutMs,
+    waiterHeartbeatIntervalMs: Math.max(10, Math.floor(waiterTimeoutMs / 3)),
+    defaultWaitTimeoutMs: positiveInteger('defaultWaitTimeoutMs', options.defaultWaitTimeoutMs ?? 60_000),
+    waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? heartbeatIntervalMs),
+    notify: options.notify ?? true,
+    maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
+    maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
+    schema: checkIdentifier('schema', options.schema ?? 'public'),
+    tableName: table,
+    waiterTableName: waiterTable,
+    createSchema: options.createSchema ?? false,
+    owner: options.owner ?? defaultOwner(),
+    fencedIdleTimeoutMs: positiveInteger('fencedIdleTimeoutMs', options.fencedIdleTimeoutMs ?? leaseTimeoutMs),
+  };
+}

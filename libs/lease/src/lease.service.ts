@@ -1,0 +1,381 @@
+import { randomUUID } from 'node:crypto';
+import {
+  type BeforeApplicationShutdown,
+  Inject,
+  Injectable,
+  Logger,
+  type OnModuleInit,
+} from '@nestjs/common';
+import type pg from 'pg';
+import { type Observable, Subject, type Subscription } from 'rxjs';
+import type { DataSource, EntityManager } from 'typeorm';
+import { LeaseBusyError, LeaseConfigError, LeaseError, LeaseLostError } from './errors.js';
+import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
+import { BorrowedLease, HeldLease, type Lease, type LeaseEngine } from './lease.js';
+import { LEASE_DATA_SOURCE } from './lease.constants.js';
+import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js';
+import { LeaseContext } from './lease-context.js';
+import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
+import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
+import { LeaseStore } from './lease-store.js';
+import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
+import { assertPriority, assertTargetKey } from './target-key.js';
+import { type Waiter, WaitQueue } from './waiting.js';
+
+/** A lease entered by `run` or `@Exclusive`, and how to leave it. */
+export interface LeaseEntry {
+  readonly lease: Lease;
+  readonly exit: () => Promise<void>;
+}
+
+/**
+ * The one engine behind every entry point (`run`, `tryAcquire`, `acquire`, `@Exclusive` on controllers and on
+ * providers): acquires leases with one statement, renews all of this process's leases with one batched heartbeat,
+ * aborts a lease's signal when it is lost, fences writes, and releases.
+ *
+ * Outside Nest: `const leases = new LeaseService(dataSource, options); await leases.init(); … await leases.close();`
+ */
+@Injectable()
+export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicationShutdown {
+  /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended. */
+  readonly events$: Observable<LeaseEvent>;
+  /** The resolved options (defaults applied). */
+  readonly options: ResolvedLeaseOptions;
+
+  private readonly logger = new Logger(LeaseService.name);
+  private readonly events = new Subject<LeaseEvent>();
+  private readonly store: LeaseStore;
+  private readonly context = new LeaseContext();
+  private readonly held = new Map<string, HeldLease>();
+  private readonly acquiredAt = new WeakMap<HeldLease, number>();
+  private readonly queue: WaitQueue;
+  private heartbeat?: Subscription;
+  private closing?: Promise<void>;
+  private dataSource?: DataSource;
+  private readonly dataSourceRef?: LeaseDataSourceRef;
+
+  constructor(
+    @Inject(LEASE_DATA_SOURCE) dataSource: DataSource | LeaseDataSourceRef,
+    @Inject(MODULE_OPTIONS_TOKEN) options: LeaseModuleOptions = {},
+  ) {
+    this.options = resolveLeaseOptions(options);
+    if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
+    else this.dataSource = dataSource;
+    this.events$ = this.events.asObservable();
+    this.store = new LeaseStore({ query: (config) => this.pool().query(config) }, this.options);
+    this.queue = new WaitQueue(
+      this.store,
+      this.options,
+      () => ({ ...(this.pool() as unknown as { options: pg.ClientConfig }).options }),
+      (targetKey, priority, waiter) => this.attempt(targetKey, priority, waiter),
+      this.logger,
+    );
+  }
+
+  /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
+  async init(): Promise<void> {
+    const dataSource = (this.dataSource ??= await this.dataSourceRef!.resolve());
+    if (dataSource.options.type !== 'postgres') {
+      throw new LeaseConfigError(
+        `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${String(dataSource.options.type)}"`,
+      );
+    }
+    if (!dataSource.isInitialized) await dataSource.initialize();
+    if (this.options.createSchema) await this.store.createSchema();
+    const missing = await this.store.missingObjects();
+    if (missing.length > 0) {
+      throw new LeaseConfigError(
+        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
+      );
+    }
+  }
+
+  async onModuleInit(): Promise<void> {
+    await this.init();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+
+  /** Aborts and releases every held lease, cancels every wait and removes its row. Idempotent. */
+  close(): Promise<void> {
+    this.closing ??= (async () => {
+      await this.queue.close();
+      await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
+      this.stopHeartbeat();
+      this.events.complete();
+      await this.dataSourceRef?.close();
+    })();
+    return this.closing;
+  }
+
+  /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
+  current(): Lease | undefined {
+    return this.context.current();
+  }
+
+  /**
+   * One attempt: the lease, or null when the target is held (and not expired) or a live waiter is ahead of a newcomer
+   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant).
+   */
+  async tryAcquire(targetKey: string, options: { priority?: number } = {}): Promise<Lease | null> {
+    const priority = this.checkRequest(targetKey, options.priority);
+    const reentrant = this.context.find(targetKey);
+    if (reentrant) return new BorrowedLease(reentrant);
+    const lease = await this.attempt(targetKey, priority);
+    if (!lease) this.emit({ type: 'busy', targetKey, at: new Date() });
+    return lease;
+  }
+
+  /**
+   * Acquires, waiting in the priority line when the target is busy: highest priority first, first come first served
+   * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
+   */
+  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
+    const priority = this.checkRequest(targetKey, options.priority);
+    const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
+    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0) {
+      throw new LeaseConfigError(`waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
+    }
+    options.signal?.throwIfAborted();
+    const reentrant = this.context.find(targetKey);
+    if (reentrant) return new BorrowedLease(reentrant);
+    const lease = await this.attempt(targetKey, priority);
+    if (lease) return lease;
+    this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
+    const started = performance.now();
+    try {
+      const granted = await this.queue.wait(targetKey, priority, waitTimeoutMs, options.signal);
+      this.emitWaitEnded(targetKey, priority, 'granted', started);
+      return granted;
+    } catch (error) {
+      const outcome = options.signal?.aborted ? 'aborted' : error instanceof LeaseError ? 'timeout' : 'error';
+      this.emitWaitEnded(targetKey, priority, outcome, started);
+      throw error;
+    }
+  }
+
+  /**
+   * Runs `work` under the lease: acquire (waiting only when a priority or waitTimeoutMs is given, else
+   * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain.
+   */
+  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: AcquireOptions = {}): Promise<T> {
+    const { lease, exit } = await this.enter(targetKey, options);
+    try {
+      return await this.within(lease, () => work(lease));
+    } finally {
+      await exit();
+    }
+  }
+
+  /**
+   * @internal The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: a borrowed lease
+   * when the call chain already holds the key; else waits (priority or waitTimeoutMs given) or tries once.
+   */
+  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
+    this.checkRequest(targetKey, options.priority);
+    const reentrant = this.context.find(targetKey);
+    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: async () => undefined };
+    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
+    const lease = waits ? await this.acquire(targetKey, options) : await this.tryAcquire(targetKey, options);
+    if (!lease) throw new LeaseBusyError(targetKey, this.options.heartbeatIntervalMs);
+    return { lease, exit: () => lease.release() };
+  }
+
+  /** @internal Runs `work` with `lease` as the current lease of its call chain. */
+  within<T>(lease: Lease, work: () => T): T {
+    return this.context.run(lease, work);
+  }
+
+  /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
+  async list(targetKey?: string): Promise<LeaseSnapshot[]> {
+    const rows = await this.store.snapshot(targetKey);
+    const positions = new Map<string, number>();
+    return rows.map((row) => {
+      const live = row.since_heartbeat_ms < row.timeout_ms;
+      const snapshot: LeaseSnapshot = {
+        targetKey: row.target_id,
+        state: row.state,
+        owner: row.owner,
+        mine: row.owner === this.options.owner,
+        priority: row.priority,
+        ageMs: Math.round(row.age_ms),
+        sinceHeartbeatMs: Math.round(row.since_heartbeat_ms),
+        timeoutMs: row.timeout_ms,
+        live,
+      };
+      if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
+      if (row.state === 'waiting' && live) {
+        const position = (positions.get(row.target_id) ?? 0) + 1;
+        positions.set(row.target_id, position);
+        snapshot.position = position;
+      }
+      return snapshot;
+    });
+  }
+
+  /** Leases this process holds now (local view; no database call). */
+  heldLeases(): Lease[] {
+    return [...this.held.values()];
+  }
+
+  /** Number of waiting calls in this process. */
+  waitingCount(): number {
+    return this.queue.size;
+  }
+
+  /** @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. */
+  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
+    return this.requireDataSource().transaction(async (manager) => {
+      const token = await this.store.lockForFence(manager, lease.targetKey);
+      if (token !== lease.token) {
+        this.lose(lease, 'taken-over');
+        throw new LeaseLostError(lease.targetKey, 'taken-over');
+      }
+      const result = await work(manager);
+      // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
+      // it may commit.
+      if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
+      return result;
+    });
+  }
+
+  /** @internal The lease's `release()`: token-guarded delete; idempotent; quiet when the lease was lost. */
+  async release(lease: HeldLease): Promise<void> {
+    if (!lease.markReleased()) return;
+    this.forget(lease);
+    try {
+      const deleted = await this.store.release(lease.targetKey, lease.token, this.options.heartbeatIntervalMs);
+      if (deleted) {
+        const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
+        this.emit({ type: 'released', targetKey: lease.targetKey, fencingToken: lease.fencingToken, heldMs, at: new Date() });
+      }
+    } catch (error) {
+      // The lease is already gone locally; its row expires by itself. Failing the caller's finally would only mask
+      // the outcome of its work.
+      this.logger.warn(`Release of "${lease.targetKey}" failed (${String(error)}); the lease expires by itself`);
+    }
+  }
+
+  private async attempt(targetKey: string, priority: number, waiter?: Waiter): Promise<HeldLease | null> {
+    if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
+    const leaseToken = randomUUID();
+    const sentAt = performance.now();
+    const row = await this.store.tryAcquire({
+      targetKey,
+      leaseToken,
+      priority,
+      waiterId: waiter?.id,
+      waiterSeq: waiter?.place?.seq,
+    });
+    if (!row) return null;
+    const lease = new HeldLease(
+      targetKey,
+      leaseToken,
+      row.fencingToken,
+      priority,
+      sentAt,
+      this.options.leaseTimeoutMs - this.options.safetyMarginMs,
+      this,
+      (expired) => this.lose(expired, 'renewal-deadline'),
+    );
+    this.held.set(leaseToken, lease);
+    this.acquiredAt.set(lease, sentAt);
+    this.startHeartbeat();
+    const at = new Date();
+    if (row.tookOver) {
+      this.logger.log(`Took over expired lease on "${targetKey}" from ${row.previousOwner ?? 'unknown'} (fencing token ${row.fencingToken})`);
+      this.emit({ type: 'taken-over', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, previousOwner: row.previousOwner, at });
+    } else {
+      this.emit({ type: 'acquired', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, at });
+    }
+    if (this.closing) {
+      await this.release(lease);
+      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
+    }
+    return lease;
+  }
+
+  private lose(lease: HeldLease, reason: 'taken-over' | 'renewal-deadline'): void {
+    if (!lease.markLost(reason)) return;
+    this.forget(lease);
+    this.logger.warn(
+      reason === 'taken-over'
+        ? `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): another holder took it over`
+        : `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): no renewal confirmed before the safety deadline`,
+    );
+    this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
+  }
+
+  private forget(lease: HeldLease): void {
+    this.held.delete(lease.token);
+    if (this.held.size === 0) this.stopHeartbeat();
+  }
+
+  private startHeartbeat(): void {
+    this.heartbeat ??= batchedHeartbeat(
+      this.options.heartbeatIntervalMs,
+      () => [...this.held.values()],
+      (batch) =>
+        this.store.renew(
+          batch.map((lease) => lease.targetKey),
+          batch.map((lease) => lease.token),
+          this.options.heartbeatIntervalMs,
+        ),
+    ).subscribe((tick) => this.onHeartbeat(tick));
+  }
+
+  private stopHeartbeat(): void {
+    this.heartbeat?.unsubscribe();
+    this.heartbeat = undefined;
+  }
+
+  private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
+    const at = new Date();
+    if (tick.error !== undefined) {
+      this.logger.warn(`Heartbeat of ${tick.batch.length} lease(s) failed (${String(tick.error)}); retrying next tick`);
+      this.emit({ type: 'renew-failed', leases: tick.batch.length, error: String(tick.error), latencyMs: tick.latencyMs, at });
+      return;
+    }
+    for (const lease of tick.batch) {
+      if (!lease.active) continue;
+      if (tick.kept?.has(lease.token)) {
+        lease.confirm(tick.sentAt);
+        this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
+      } else {
+        this.lose(lease, 'taken-over');
+      }
+    }
+  }
+
+  private checkRequest(targetKey: unknown, priority: unknown): number {
+    assertTargetKey(targetKey);
+    if (priority !== undefined) assertPriority(priority);
+    return (priority as number | undefined) ?? 0;
+  }
+
+  private emitWaitEnded(targetKey: string, priority: number, outcome: 'granted' | 'timeout' | 'aborted' | 'error', started: number): void {
+    this.emit({ type: 'wait-ended', targetKey, priority, outcome, waitedMs: performance.now() - started, at: new Date() });
+  }
+
+  private emit(event: LeaseEvent): void {
+    if (!this.events.closed) this.events.next(event);
+  }
+
+  private requireDataSource(): DataSource {
+    if (!this.dataSource) {
+      throw new LeaseConfigError('LeaseService is not initialized: call init() (Nest does it at bootstrap) first');
+    }
+    return this.dataSource;
+  }
+
+  private pool(): pg.Pool {
+    const pool = (this.requireDataSource().driver as unknown as { master?: pg.Pool }).master;
+    if (!pool) {
+      throw new LeaseConfigError('The DataSource is not initialized: initialize it (or let Nest do it) before using leases');
+    }
+    return pool;
+  }
+}

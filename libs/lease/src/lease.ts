@@ -1,0 +1,147 @@
+import type { EntityManager } from 'typeorm';
+import { LeaseLostError, type LeaseLossReason } from './errors.js';
+
+/** A held lease: the exclusive right over one target key until released, lost or expired. */
+export interface Lease {
+  readonly targetKey: string;
+  /** Lease token (UUID v4), fresh for each acquisition; proves ownership. Never log it. */
+  readonly token: string;
+  /** From a database sequence: a newer acquisition of any target always has a larger one. Use it to fence
+   * writes outside this database (idempotency keys, version columns of downstream systems). */
+  readonly fencingToken: bigint;
+  /** Aborted when the lease is lost (reason: `LeaseLostError`) or released. Pass it to `fetch` of the slow call. */
+  readonly signal: AbortSignal;
+  /** True while the lease is ours by the local clock: not released, not lost, within the local safety deadline. */
+  isHeld(): boolean;
+  /**
+   * Runs `work` in one transaction that first locks the lease row (`FOR UPDATE`) and checks the token. If the lease
+   * is no longer ours, rejects with `LeaseLostError` and writes nothing. `work` must write through `manager`.
+   */
+  fenced<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  /** Releases the lease (token-guarded; idempotent; never touches a newer holder's row). */
+  release(): Promise<void>;
+}
+
+/** What a lease handle needs from the engine that made it. */
+export interface LeaseEngine {
+  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  release(lease: HeldLease): Promise<void>;
+}
+
+type LeaseState = 'held' | 'lost' | 'released';
+
+/** The engine's lease handle. Internal bookkeeping (confirmation time, deadline) lives here. */
+export class HeldLease implements Lease {
+  readonly signal: AbortSignal;
+  private readonly controller = new AbortController();
+  private state: LeaseState = 'held';
+  private lostReason?: LeaseLossReason;
+  /** Monotonic time when the last confirmed renewal (or the acquisition) was sent. */
+  private confirmedAt: number;
+  private deadlineTimer?: NodeJS.Timeout;
+
+  constructor(
+    readonly targetKey: string,
+    readonly token: string,
+    readonly fencingToken: bigint,
+    readonly priority: number,
+    sentAt: number,
+    /** leaseTimeoutMs − safetyMarginMs */
+    private readonly localLimitMs: number,
+    private readonly engine: LeaseEngine,
+    private readonly onDeadline: (lease: HeldLease) => void,
+  ) {
+    this.signal = this.controller.signal;
+    this.confirmedAt = sentAt;
+    this.armDeadline();
+  }
+
+  isHeld(): boolean {
+    return this.state === 'held' && performance.now() < this.deadline;
+  }
+
+  /** Monotonic time after which the holder must consider the lease lost. */
+  get deadline(): number {
+    return this.confirmedAt + this.localLimitMs;
+  }
+
+  /** Why `isHeld()` is false (meaningful only then). */
+  get lossReason(): LeaseLossReason {
+    if (this.state === 'lost') return this.lostReason ?? 'taken-over';
+    if (this.state === 'released') return 'released';
+    return 'renewal-deadline';
+  }
+
+  get active(): boolean {
+    return this.state === 'held';
+  }
+
+  fenced<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.engine.fenced(this, work);
+  }
+
+  release(): Promise<void> {
+    return this.engine.release(this);
+  }
+
+  /** A renewal sent at `sentAt` was confirmed by the database. Ignored once the lease is no longer held. */
+  confirm(sentAt: number): void {
+    if (this.state !== 'held' || sentAt <= this.confirmedAt) return;
+    // A confirmation arriving after the deadline cannot resurrect the lease: the deadline already fired (or is
+    // about to, in this same turn of the event loop), and the work was told to stop.
+    if (performance.now() >= this.deadline) return;
+    this.confirmedAt = sentAt;
+    this.armDeadline();
+  }
+
+  /** Marks the lease lost and aborts its signal. Returns false when it was not held any more. */
+  markLost(reason: LeaseLossReason, detail?: string): boolean {
+    if (this.state !== 'held') return false;
+    this.state = 'lost';
+    this.lostReason = reason;
+    this.disarm();
+    this.controller.abort(new LeaseLostError(this.targetKey, reason, detail));
+    return true;
+  }
+
+  /** Marks the lease released and aborts its signal. Returns false when it was already released. */
+  markReleased(): boolean {
+    if (this.state === 'released') return false;
+    const wasHeld = this.state === 'held';
+    this.state = 'released';
+    this.disarm();
+    if (wasHeld) {
+      this.controller.abort(new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError'));
+    }
+    return true;
+  }
+
+  private armDeadline(): void {
+    this.disarm();
+    const delay = Math.max(0, this.deadline - performance.now());
+    this.deadlineTimer = setTimeout(() => {
+      if (this.state === 'held' && performance.now() >= this.deadline) this.onDeadline(this);
+      else if (this.state === 'held') this.armDeadline();
+    }, delay);
+    this.deadlineTimer.unref();
+  }
+
+  private disarm(): void {
+    if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+  }
+}
+
+/** A reentrant view of a lease held further up the same call chain: releasing it is left to its owner. */
+export class BorrowedLease implements Lease {
+  constructor(private readonly held: Lease) {}
+  get targetKey() { return this.held.targetKey; }
+  get token() { return this.held.token; }
+  get fencingToken() { return this.held.fencingToken; }
+  get signal() { return this.held.signal; }
+  isHeld() { return this.held.isHeld(); }
+  fenced<T>(work: (manager: EntityManager) => Promise<T>) { return this.held.fenced(work); }
+  async release(): Promise<void> {
+    // The outer call that acquired the lease releases it when it ends.
+  }
+}

@@ -1,0 +1,34 @@
+import { createHash } from 'node:crypto';
+import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { dropSchemaStatements, type LeaseNames, schemaStatements } from '../lease-store.js';
+import { resolveLeaseOptions } from '../lease.options.js';
+
+/** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
+const CREATED_AT = 1764374400000;
+
+/**
+ * TypeORM migrations creating the lease table, the waiter table and their sequences for the given names (validated
+ * like the module's options). Use the same names as in `LeaseModule.forRoot()`.
+ */
+export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
+  const resolved = resolveLeaseOptions(names);
+  const fixed: LeaseNames = { schema: resolved.schema, tableName: resolved.tableName, waiterTableName: resolved.waiterTableName };
+  const isDefault = fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
+  const suffix = isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
+  const name = `CreateLeaseTables${suffix}${CREATED_AT}`;
+  class CreateLeaseTables implements MigrationInterface {
+    readonly name = name;
+
+    async up(queryRunner: QueryRunner): Promise<void> {
+      for (const statement of schemaStatements(fixed)) await queryRunner.query(statement);
+    }
+
+    async down(queryRunner: QueryRunner): Promise<void> {
+      for (const statement of dropSchemaStatements(fixed)) await queryRunner.query(statement);
+    }
+  }
+  return [CreateLeaseTables];
+}
+
+/** Migrations for the default names (`public.job_lease`, `public.job_lease_waiter`). */
+export const leaseMigrations = createLeaseMigrations();

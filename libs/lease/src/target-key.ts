@@ -1,0 +1,55 @@
+import { LeaseKeyError } from './errors.js';
+
+export const MAX_TARGET_KEY_BYTES = 255;
+
+/** Checks a target key before any SQL runs: a string of 1–255 bytes of UTF-8 without NUL. */
+export function assertTargetKey(targetKey: unknown): asserts targetKey is string {
+  if (typeof targetKey !== 'string') {
+    throw new LeaseKeyError(`A target key must be a string, got ${targetKey === null ? 'null' : typeof targetKey}`);
+  }
+  if (targetKey.length === 0) {
+    throw new LeaseKeyError('A target key must not be empty: name the work, e.g. "report:user:42"');
+  }
+  if (targetKey.includes('\0')) {
+    throw new LeaseKeyError('A target key must not contain NUL characters', targetKey.replace(/\0/g, '\\0'));
+  }
+  const bytes = Buffer.byteLength(targetKey, 'utf8');
+  if (bytes > MAX_TARGET_KEY_BYTES) {
+    throw new LeaseKeyError(
+      `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: hash long identifiers into the key`,
+      `${targetKey.slice(0, 40)}…`,
+    );
+  }
+}
+
+/** Checks a priority: an integer in PostgreSQL's `integer` range. */
+export function assertPriority(priority: unknown): asserts priority is number {
+  if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
+    throw new LeaseKeyError(`priority must be an integer between -2147483648 and 2147483647, got ${String(priority)}`);
+  }
+}
+
+const PLACEHOLDER = /\{([^{}]+)\}/g;
+
+/**
+ * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
+ * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
+ * "report:undefined".
+ */
+export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
+  const key = template.replace(PLACEHOLDER, (_, rawName: string) => {
+    const name = rawName.trim();
+    const value = lookup(name);
+    if (value === undefined || value === null || value === '' || (typeof value === 'object' && !(value instanceof Date))) {
+      throw new LeaseKeyError(`Key template "${template}": placeholder {${name}} resolved to nothing`);
+    }
+    return value instanceof Date ? value.toISOString() : String(value);
+  });
+  assertTargetKey(key);
+  return key;
+}
+
+/** Placeholder names of a template (checked at decoration time). */
+export function templatePlaceholders(template: string): string[] {
+  return [...template.matchAll(PLACEHOLDER)].map((match) => match[1].trim());
+}

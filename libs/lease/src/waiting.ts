@@ -1,0 +1,290 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from '@nestjs/common';
+import pg from 'pg';
+import type { Subscription } from 'rxjs';
+import { LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError } from './errors.js';
+import { batchedHeartbeat } from './heartbeat.js';
+import type { HeldLease } from './lease.js';
+import type { ResolvedLeaseOptions } from './lease.options.js';
+import { quoteIdentifier, type LeaseStore, type WaiterPlace } from './lease-store.js';
+
+/** One waiting call of this process. */
+export interface Waiter {
+  readonly id: string;
+  readonly targetKey: string;
+  readonly priority: number;
+  place?: WaiterPlace;
+  /** Set when a heartbeat found the row gone (evicted as dead while this process was slow): re-queue at `place`. */
+  evicted: boolean;
+  /** A wake-up arrived (NOTIFY, eviction, reconnect) since the last attempt. */
+  pending: boolean;
+  /** Ends the current sleep, if any. */
+  wake?: () => void;
+}
+
+export type AttemptAsWaiter = (targetKey: string, priority: number, waiter: Waiter) => Promise<HeldLease | null>;
+
+/**
+ * One LISTEN connection per process. A notification carries only a target key; it is a hint to try again, never a
+ * grant. After a (re)connect every waiter is woken, since notifications sent meanwhile are lost.
+ */
+class Notifier {
+  private client?: pg.Client;
+  private connecting?: Promise<void>;
+  private retryTimer?: NodeJS.Timeout;
+  private backoffMs = 100;
+  private closed = false;
+
+  constructor(
+    private readonly connectionOptions: () => pg.ClientConfig,
+    private readonly channel: string,
+    private readonly onWake: (targetKey: string) => void,
+    private readonly onReconnect: () => void,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Connects once; resolves when listening or when the attempt failed (a retry is then scheduled). */
+  start(): Promise<void> {
+    if (this.client || this.closed) return Promise.resolve();
+    this.connecting ??= this.connect().finally(() => (this.connecting = undefined));
+    return this.connecting;
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client(this.connectionOptions());
+    client.on('notification', (message) => {
+      if (message.channel === this.channel && message.payload) this.onWake(message.payload);
+    });
+    client.on('error', (error) => this.lostConnection(client, error));
+    client.on('end', () => this.lostConnection(client));
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+      if (this.closed) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.client = client;
+      this.backoffMs = 100;
+      this.onReconnect();
+    } catch (error) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => undefined);
+      this.logger.warn(`LISTEN connection failed (${String(error)}); waiters poll until it is back`);
+      this.scheduleRetry();
+    }
+  }
+
+  private lostConnection(client: pg.Client, error?: unknown): void {
+    if (this.client !== client) return;
+    this.client = undefined;
+    client.removeAllListeners('end');
+    client.end().catch(() => undefined);
+    if (this.closed) return;
+    this.logger.warn(`LISTEN connection lost${error ? ` (${String(error)})` : ''}; reconnecting`);
+    this.scheduleRetry();
+  }
+
+  private scheduleRetry(): void {
+    if (this.closed || this.retryTimer) return;
+    const delay = this.backoffMs;
+    this.backoffMs = Math.min(this.backoffMs * 2, 5_000);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      void this.start();
+    }, delay);
+    this.retryTimer.unref();
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    await this.connecting?.catch(() => undefined);
+    const client = this.client;
+    this.client = undefined;
+    if (client) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => undefined);
+    }
+  }
+}
+
+/**
+ * The priority line of this process: enqueues waiting calls once, keeps their rows alive with one batched heartbeat,
+ * wakes them on NOTIFY or a jittered poll, and removes their rows when they give up. Who is granted next is decided
+ * by the acquire statement itself (see `LeaseStore.tryAcquire`), never here.
+ */
+export class WaitQueue {
+  private readonly waiters = new Map<string, Waiter>();
+  private readonly byTarget = new Map<string, Set<Waiter>>();
+  private notifier?: Notifier;
+  private heartbeat?: Subscription;
+  private closed = false;
+
+  constructor(
+    private readonly store: LeaseStore,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly connectionOptions: () => pg.ClientConfig,
+    private readonly attempt: AttemptAsWaiter,
+    private readonly logger: Logger,
+  ) {}
+
+  get size(): number {
+    return this.waiters.size;
+  }
+
+  /** Waits in line for `targetKey`; resolves with the lease, or rejects (row removed first). */
+  async wait(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+    if (this.closed) throw new LeaseError('LeaseService is shut down: no new waits', targetKey);
+    if (this.waiters.size >= this.options.maxWaitersPerProcess) {
+      throw new LeaseQueueFullError(
+        targetKey,
+        this.options.heartbeatIntervalMs,
+        `this process already has ${this.waiters.size} waiting calls (maxWaitersPerProcess)`,
+      );
+    }
+    signal?.throwIfAborted();
+    const until = performance.now() + waitTimeoutMs;
+    const waiter: Waiter = { id: randomUUID(), targetKey, priority, evicted: false, pending: false };
+    if (this.options.notify) {
+      this.notifier ??= new Notifier(
+        this.connectionOptions,
+        this.store.channel,
+        (key) => this.wakeTarget(key),
+        () => this.wakeAll(),
+        this.logger,
+      );
+      await this.notifier.start();
+    }
+    this.register(waiter);
+    let lastError: unknown;
+    try {
+      while (true) {
+        signal?.throwIfAborted();
+        if (this.closed) throw new LeaseError('LeaseService is shutting down: the wait was cancelled', targetKey);
+        const remaining = until - performance.now();
+        if (remaining <= 0) throw new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
+        waiter.pending = false;
+        try {
+          if (!waiter.place || waiter.evicted) {
+            const place = await this.store.enqueue(targetKey, waiter.id, priority, waiter.place);
+            if (!place) {
+              throw new LeaseQueueFullError(
+                targetKey,
+                this.options.heartbeatIntervalMs,
+                `it already has ${this.options.maxWaitersPerTarget} live waiters (maxWaitersPerTarget)`,
+              );
+            }
+            waiter.place = place;
+            waiter.evicted = false;
+          }
+          const lease = await this.attempt(targetKey, priority, waiter);
+          if (lease) {
+            this.unregister(waiter);
+            return lease;
+          }
+        } catch (error) {
+          if (error instanceof LeaseError) throw error;
+          // A database error is transient for a waiter: the wait deadline bounds the retries.
+          lastError = error;
+          this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
+        }
+        const jitter = 0.5 + Math.random() * 0.5;
+        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter), signal);
+      }
+    } catch (error) {
+      this.unregister(waiter);
+      if (waiter.place) {
+        // The row is gone before the promise rejects; if even that fails, the row dies with its heartbeat.
+        await this.store.dequeue(targetKey, waiter.id).catch((dequeueError: unknown) => {
+          this.logger.warn(`Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`);
+        });
+      }
+      if (error instanceof LeaseWaitTimeoutError && lastError) {
+        throw Object.assign(error, { cause: lastError });
+      }
+      throw error;
+    }
+  }
+
+  /** A NOTIFY (or anything else) says the line for `targetKey` may have moved. */
+  wakeTarget(targetKey: string): void {
+    for (const waiter of this.byTarget.get(targetKey) ?? []) this.wakeOne(waiter);
+  }
+
+  wakeAll(): void {
+    for (const waiter of this.waiters.values()) this.wakeOne(waiter);
+  }
+
+  /** Cancels every wait of this process and removes its rows (shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const ids = [...this.waiters.values()].filter((waiter) => waiter.place).map((waiter) => waiter.id);
+    this.wakeAll();
+    this.heartbeat?.unsubscribe();
+    this.heartbeat = undefined;
+    await this.store.dequeueAll(ids).catch((error: unknown) => {
+      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)})`);
+    });
+    await this.notifier?.close();
+  }
+
+  private wakeOne(waiter: Waiter): void {
+    waiter.pending = true;
+    waiter.wake?.();
+  }
+
+  private register(waiter: Waiter): void {
+    this.waiters.set(waiter.id, waiter);
+    let line = this.byTarget.get(waiter.targetKey);
+    if (!line) this.byTarget.set(waiter.targetKey, (line = new Set()));
+    line.add(waiter);
+    this.heartbeat ??= batchedHeartbeat(
+      this.options.waiterHeartbeatIntervalMs,
+      () => [...this.waiters.values()].filter((candidate) => candidate.place && !candidate.evicted),
+      (batch) =>
+        this.store.renewWaiters(
+          batch.map((candidate) => candidate.targetKey),
+          batch.map((candidate) => candidate.id),
+          this.options.waiterHeartbeatIntervalMs,
+        ),
+    ).subscribe((tick) => {
+      if (tick.error) {
+        this.logger.warn(`Waiter heartbeat failed (${String(tick.error)}); retrying next tick`);
+        return;
+      }
+      for (const candidate of tick.batch) {
+        if (!tick.kept?.has(candidate.id) && this.waiters.has(candidate.id)) {
+          candidate.evicted = true;
+          this.wakeOne(candidate);
+        }
+      }
+    });
+  }
+
+  private unregister(waiter: Waiter): void {
+    this.waiters.delete(waiter.id);
+    const line = this.byTarget.get(waiter.targetKey);
+    line?.delete(waiter);
+    if (line?.size === 0) this.byTarget.delete(waiter.targetKey);
+    if (this.waiters.size === 0) {
+      this.heartbeat?.unsubscribe();
+      this.heartbeat = undefined;
+    }
+  }
+
+  private sleep(waiter: Waiter, ms: number, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      if (waiter.pending || signal?.aborted || this.closed) return resolve();
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        waiter.wake = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, ms));
+      signal?.addEventListener('abort', done, { once: true });
+      waiter.wake = done;
+    });
+  }
+}

@@ -1,0 +1,28 @@
+export interface PostgresServer {
+    /** Connection URL of the maintenance database (`postgres`). */
+    readonly url: string;
+    /** True when this process started the server (and may stop or restart it). */
+    readonly embedded: boolean;
+    /** Stops the server (embedded only; a `DATABASE_URL` server is left alone). */
+    stop(): Promise<void>;
+    /** Starts a stopped embedded server again on the same port and data directory. */
+    start(): Promise<void>;
+    /** Stops an embedded server for good and deletes its data directory. */
+    destroy(): Promise<void>;
+}
+export interface StartPostgresOptions {
+    /** Extra `postgres -c name=value` settings for an embedded server. */
+    settings?: Record<string, string | number>;
+    /** Messages of the embedded server; silent by default. */
+    onLog?: (message: string) => void;
+}
+/** Finds a free TCP port on the loopback interface. */
+export declare function freePort(): Promise<number>;
+/** Uses `DATABASE_URL` when set, else starts an embedded PostgreSQL on a free port. */
+export declare function startPostgres(options?: StartPostgresOptions): Promise<PostgresServer>;
+/** Replaces the database name of a connection URL. */
+export declare function withDatabase(url: string, database: string): string;
+/** Creates a fresh database on the server (for one test file, one demo run, one benchmark) and returns its URL. */
+export declare function createDatabase(serverUrl: string, prefix?: string): Promise<string>;
+/** Drops a database made by `createDatabase`, ending its remaining sessions first. */
+export declare function dropDatabase(serverUrl: string, databaseUrl: string): Promise<void>;

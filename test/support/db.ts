@@ -1,0 +1,64 @@
+import { createDatabase, dropDatabase } from '@app/pg-harness';
+import { LeaseService, leaseEntities, type LeaseModuleOptions } from '@app/lease';
+import pg from 'pg';
+import { DataSource } from 'typeorm';
+
+/** The server started by the Jest global setup (or DATABASE_URL). */
+export function serverUrl(): string {
+  const url = process.env.LEASE_TEST_SERVER_URL ?? process.env.DATABASE_URL;
+  if (!url) throw new Error('No PostgreSQL: run the tests through `npm test` (global setup starts one)');
+  return url;
+}
+
+/** A database of its own for one test file, so files can run in parallel. */
+export async function createTestDatabase(prefix = 'test'): Promise<{ url: string; drop: () => Promise<void> }> {
+  const server = serverUrl();
+  const url = await createDatabase(server, prefix);
+  return { url, drop: () => dropDatabase(server, url) };
+}
+
+export function makeDataSource(url: string, extra: Partial<{ poolSize: number; entities: unknown[] }> = {}): DataSource {
+  return new DataSource({
+    type: 'postgres',
+    url,
+    entities: (extra.entities as never) ?? [...leaseEntities],
+    extra: { max: extra.poolSize ?? 10 },
+  });
+}
+
+/** Test options: short intervals, generous ratios. */
+export const FAST: LeaseModuleOptions = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 };
+
+/** A LeaseService on its own DataSource (a "process" of its own as far as the database can tell). */
+export async function startService(url: string, options: LeaseModuleOptions = {}): Promise<{ service: LeaseService; dataSource: DataSource; close: () => Promise<void> }> {
+  const dataSource = makeDataSource(url);
+  await dataSource.initialize();
+  const service = new LeaseService(dataSource, { createSchema: true, ...FAST, ...options });
+  await service.init();
+  return {
+    service,
+    dataSource,
+    close: async () => {
+      await service.close();
+      if (dataSource.isInitialized) await dataSource.destroy();
+    },
+  };
+}
+
+/** A plain client for inspecting and poking the database from the test. */
+export async function adminClient(url: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  return client;
+}
+
+/** Resolves when `predicate` holds, polling every `everyMs`; rejects after `timeoutMs` with `what`. */
+export async function eventually<T>(probe: () => Promise<T> | T, predicate: (value: T) => boolean, what: string, timeoutMs = 10_000, everyMs = 20): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (predicate(value)) return value;
+    if (Date.now() > until) throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what} (last: ${String(value)})`);
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
