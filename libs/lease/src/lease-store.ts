@@ -15,6 +15,11 @@ export interface Queryable {
   query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>>;
 }
 
+/** A pool: queries, and a connection of its own when the moment a statement is sent matters. */
+export interface PoolLike extends Queryable {
+  connect(): Promise<pg.PoolClient>;
+}
+
 /** Quotes a validated identifier. */
 export function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
@@ -98,6 +103,8 @@ export interface AcquireRequest {
 
 export interface AcquiredRow {
   fencingToken: bigint;
+  /** Monotonic time the statement was sent (after waiting for a pooled connection): the lease counts from here. */
+  sentAt: number;
   /** The row existed (expired) and was taken over, rather than inserted fresh. */
   tookOver: boolean;
   previousOwner: string | null;
@@ -130,8 +137,13 @@ export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
   private readonly prefix: string;
 
+  /**
+   * @param db the application's pool: acquisitions, releases, waiter changes, reads
+   * @param heartbeatDb a connection of the heartbeats' own, so renewals never queue behind the application's queries
+   */
   constructor(
-    private readonly db: Queryable,
+    private readonly db: PoolLike,
+    private readonly heartbeatDb: Queryable,
     private readonly options: ResolvedLeaseOptions,
   ) {
     this.n = leaseObjectNames(options);
@@ -149,7 +161,13 @@ export class LeaseStore {
    */
   async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
     const { lease, waiter, fencingSequence } = this.n;
-    const result = await this.db.query<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>({
+    // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
+    // could have written updated_at at the earliest.
+    const client = await this.db.connect();
+    const sentAt = performance.now();
+    let result: pg.QueryResult<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>;
+    try {
+      result = await client.query({
       name: `${this.prefix}_acquire`,
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l
@@ -188,16 +206,21 @@ export class LeaseStore {
         request.waiterId ?? null,
         request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
       ],
-    });
+      });
+    } catch (error) {
+      client.release(error as Error);
+      throw error;
+    }
+    client.release();
     const row = result.rows[0];
     return row
-      ? { fencingToken: BigInt(row.fencing_token), tookOver: row.took_over, previousOwner: row.previous_owner }
+      ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over, previousOwner: row.previous_owner }
       : null;
   }
 
   /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */
   async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<Set<string>> {
-    const result = await this.db.query<{ lease_token: string }>({
+    const result = await this.heartbeatDb.query<{ lease_token: string }>({
       name: `${this.prefix}_renew`,
       text: `UPDATE ${this.n.lease} AS l SET updated_at = clock_timestamp()
         FROM unnest($1::text[], $2::uuid[]) AS h(target_id, lease_token)
@@ -278,7 +301,7 @@ export class LeaseStore {
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
-    const result = await this.db.query<{ waiter_id: string }>({
+    const result = await this.heartbeatDb.query<{ waiter_id: string }>({
       name: `${this.prefix}_renew_waiters`,
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)

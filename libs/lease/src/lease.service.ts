@@ -18,6 +18,7 @@ import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
 import { LeaseStore } from './lease-store.js';
+import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
 import { assertPriority, assertTargetKey } from './target-key.js';
 import { type Waiter, WaitQueue } from './waiting.js';
@@ -49,6 +50,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
+  private readonly heartbeatConnection: DedicatedConnection;
   private heartbeat?: Subscription;
   private closing?: Promise<void>;
   private dataSource?: DataSource;
@@ -62,11 +64,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.store = new LeaseStore({ query: (config) => this.pool().query(config) }, this.options);
+    this.heartbeatConnection = new DedicatedConnection(() => this.connectionConfig(), this.options.heartbeatIntervalMs);
+    const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
+    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
     this.queue = new WaitQueue(
       this.store,
       this.options,
-      () => ({ ...(this.pool() as unknown as { options: pg.ClientConfig }).options }),
+      () => this.connectionConfig(),
       (targetKey, priority, waiter) => this.attempt(targetKey, priority, waiter),
       this.logger,
     );
@@ -104,6 +108,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       await this.queue.close();
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
+      await this.heartbeatConnection.close();
       this.events.complete();
       await this.dataSourceRef?.close();
     })();
@@ -262,7 +267,6 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private async attempt(targetKey: string, priority: number, waiter?: Waiter): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
-    const sentAt = performance.now();
     const row = await this.store.tryAcquire({
       targetKey,
       leaseToken,
@@ -276,13 +280,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       leaseToken,
       row.fencingToken,
       priority,
-      sentAt,
+      row.sentAt,
       this.options.leaseTimeoutMs - this.options.safetyMarginMs,
       this,
       (expired) => this.lose(expired, 'renewal-deadline'),
     );
     this.held.set(leaseToken, lease);
-    this.acquiredAt.set(lease, sentAt);
+    this.acquiredAt.set(lease, row.sentAt);
     this.startHeartbeat();
     const at = new Date();
     if (row.tookOver) {
@@ -369,6 +373,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       throw new LeaseConfigError('LeaseService is not initialized: call init() (Nest does it at bootstrap) first');
     }
     return this.dataSource;
+  }
+
+  /** Connection settings of the application's pool, for the heartbeat and LISTEN connections. */
+  private connectionConfig(): pg.ClientConfig {
+    const { options } = this.pool() as unknown as { options: pg.PoolConfig };
+    const { max, min, idleTimeoutMillis, ...config } = options;
+    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:heartbeat` };
   }
 
   private pool(): pg.Pool {

@@ -1,0 +1,164 @@
+import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseService } from '@app/lease';
+import type pg from 'pg';
+import { adminClient, createTestDatabase, makeDataSource, startService } from '../support/db.js';
+
+/** Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL. */
+describe('acquire and release', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let a: Awaited<ReturnType<typeof startService>>;
+  let b: Awaited<ReturnType<typeof startService>>;
+  let admin: pg.Client;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('acquire');
+    a = await startService(db.url, { owner: 'process-a' });
+    b = await startService(db.url, { owner: 'process-b' });
+    admin = await adminClient(db.url);
+  });
+
+  afterAll(async () => {
+    await admin.end();
+    await a.close();
+    await b.close();
+    await db.drop();
+  });
+
+  const rowCount = async (table = 'job_lease') => Number((await admin.query(`SELECT count(*) FROM ${table}`)).rows[0].count);
+
+  test('two tryAcquire on one key: one lease, one null; after release acquirable again with a larger fencing token', async () => {
+    const first = await a.service.tryAcquire('report:user:1');
+    const second = await b.service.tryAcquire('report:user:1');
+    expect(first).not.toBeNull();
+    expect(second).toBeNull();
+    expect(first!.isHeld()).toBe(true);
+    const row = (await admin.query('SELECT lease_token::text, fencing_token::text, owner FROM job_lease WHERE target_id = $1', ['report:user:1'])).rows[0];
+    expect(row).toEqual({ lease_token: first!.token, fencing_token: first!.fencingToken.toString(), owner: 'process-a' });
+
+    await first!.release();
+    expect(first!.isHeld()).toBe(false);
+    expect(first!.signal.aborted).toBe(true);
+    await first!.release(); // idempotent
+
+    const third = await b.service.tryAcquire('report:user:1');
+    expect(third).not.toBeNull();
+    expect(third!.token).not.toBe(first!.token);
+    expect(third!.fencingToken).toBeGreaterThan(first!.fencingToken);
+    await third!.release();
+    expect(await rowCount()).toBe(0);
+  });
+
+  test('16 concurrent first acquires on each of 200 fresh keys: exactly one winner per key, no errors', async () => {
+    const keys = Array.from({ length: 200 }, (_, i) => `fresh:${i}`);
+    const contenders = [a.service, b.service];
+    const attempts = keys.flatMap((key) =>
+      Array.from({ length: 16 }, (_, i) => contenders[i % 2].tryAcquire(key).then((lease) => ({ key, lease }))),
+    );
+    const results = await Promise.all(attempts); // any unique violation would reject here
+    const winners = new Map<string, number>();
+    for (const { key, lease } of results) if (lease) winners.set(key, (winners.get(key) ?? 0) + 1);
+    expect(winners.size).toBe(200);
+    expect([...winners.values()].every((count) => count === 1)).toBe(true);
+    const tokens = new Set(results.flatMap(({ lease }) => (lease ? [lease.fencingToken] : [])));
+    expect(tokens.size).toBe(200);
+    expect(await rowCount()).toBe(200);
+    await Promise.all(results.flatMap(({ lease }) => (lease ? [lease.release()] : [])));
+    expect(await rowCount()).toBe(0);
+  });
+
+  test('run: acquires, exposes the lease as current(), releases in finally, refuses a busy target', async () => {
+    let seen: unknown;
+    const result = await a.service.run('job:run', async (lease) => {
+      seen = a.service.current();
+      await expect(b.service.run('job:run', async () => 'never')).rejects.toBeInstanceOf(LeaseBusyError);
+      expect(await rowCount()).toBe(1);
+      return lease.fencingToken;
+    });
+    expect(typeof result).toBe('bigint');
+    expect((seen as { fencingToken: bigint }).fencingToken).toBe(result);
+    expect(a.service.current()).toBeUndefined();
+    expect(await rowCount()).toBe(0);
+
+    await expect(a.service.run('job:run', async () => { throw new Error('work failed'); })).rejects.toThrow('work failed');
+    expect(await rowCount()).toBe(0);
+  });
+
+  test('run is reentrant in one call chain: the nested call reuses the held lease and does not release it', async () => {
+    await a.service.run('job:nested', async (outer) => {
+      const inner = await a.service.run('job:nested', async (lease) => {
+        expect(lease.token).toBe(outer.token);
+        await lease.release(); // a borrowed lease: leaves the outer one alone
+        return lease.fencingToken;
+      });
+      expect(inner).toBe(outer.fencingToken);
+      expect(outer.isHeld()).toBe(true);
+      const borrowed = await a.service.tryAcquire('job:nested');
+      expect(borrowed?.token).toBe(outer.token);
+      expect(await rowCount()).toBe(1);
+    });
+    expect(await rowCount()).toBe(0);
+  });
+
+  test('another call chain in the same process does not share the lease: it asks the database and is refused', async () => {
+    const held = await a.service.tryAcquire('job:chain');
+    expect(await a.service.tryAcquire('job:chain')).toBeNull();
+    await held!.release();
+  });
+
+  test.each([
+    ['empty', ''],
+    ['too long', 'k'.repeat(256)],
+    ['too long in bytes', 'é'.repeat(128)],
+    ['NUL', 'a\0b'],
+    ['not a string', 42],
+    ['undefined', undefined],
+  ])('bad key (%s) → LeaseKeyError, nothing written', async (_, key) => {
+    await expect(a.service.tryAcquire(key as string)).rejects.toBeInstanceOf(LeaseKeyError);
+    await expect(a.service.acquire(key as string, { priority: 1 })).rejects.toBeInstanceOf(LeaseKeyError);
+    await expect(a.service.run(key as string, async () => 1)).rejects.toBeInstanceOf(LeaseKeyError);
+    expect(await rowCount()).toBe(0);
+    expect(await rowCount('job_lease_waiter')).toBe(0);
+  });
+
+  test('a key of exactly 255 bytes is accepted', async () => {
+    const lease = await a.service.tryAcquire('é'.repeat(127) + 'k');
+    expect(lease).not.toBeNull();
+    await lease!.release();
+  });
+
+  test('bad priority → LeaseKeyError, nothing written', async () => {
+    await expect(a.service.tryAcquire('p', { priority: 1.5 })).rejects.toBeInstanceOf(LeaseKeyError);
+    await expect(a.service.tryAcquire('p', { priority: 2 ** 31 })).rejects.toBeInstanceOf(LeaseKeyError);
+    expect(await rowCount()).toBe(0);
+  });
+
+  test.each([
+    [{ heartbeatIntervalMs: 500, leaseTimeoutMs: 1000 }, /at least 3 × heartbeatIntervalMs/],
+    [{ heartbeatIntervalMs: 0 }, /heartbeatIntervalMs must be a positive integer/],
+    [{ leaseTimeoutMs: 1.5 }, /leaseTimeoutMs must be a positive integer/],
+    [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 300, safetyMarginMs: 250 }, /safetyMarginMs/],
+    [{ tableName: 'x'.repeat(60) }, /tableName .* bytes/],
+    [{ schema: '' }, /schema must be a non-empty string/],
+    [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
+  ])('bad options %p → LeaseConfigError with advice', (options, message) => {
+    const dataSource = makeDataSource(db.url);
+    expect(() => new LeaseService(dataSource, options)).toThrow(LeaseConfigError);
+    expect(() => new LeaseService(dataSource, options)).toThrow(message);
+  });
+
+  test('missing tables → LeaseConfigError naming leaseMigrations; createSchema creates them in a custom schema', async () => {
+    const dataSource = makeDataSource(db.url);
+    await dataSource.initialize();
+    try {
+      const names = { schema: 'leases_x', tableName: 'my_lease', waiterTableName: 'my_waiter' };
+      await expect(new LeaseService(dataSource, names).init()).rejects.toThrow(/leaseMigrations/);
+      const service = new LeaseService(dataSource, { ...names, createSchema: true });
+      await service.init();
+      const lease = await service.tryAcquire('custom');
+      expect((await admin.query('SELECT count(*) FROM leases_x.my_lease')).rows[0].count).toBe('1');
+      await lease!.release();
+      await service.close();
+    } finally {
+      await dataSource.destroy();
+    }
+  });
+});
