@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { acquireOptionsOf, type ExclusiveMetadata, providerTargetKey } from './exclusive.metadata.js';
 import { EXCLUSIVE_METADATA, EXCLUSIVE_WRAPPED } from './lease.constants.js';
@@ -17,11 +17,12 @@ type AnyMethod = (...args: unknown[]) => unknown;
 export class ExclusiveExplorer implements OnModuleInit {
   private readonly logger = new Logger(ExclusiveExplorer.name);
 
+  // Explicit tokens: toolchains without decorator metadata (esbuild, tsx, vitest) could not inject by type.
   constructor(
-    private readonly discovery: DiscoveryService,
-    private readonly scanner: MetadataScanner,
-    private readonly reflector: Reflector,
-    private readonly leases: LeaseService,
+    @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
+    @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
+    @Inject(Reflector) private readonly reflector: Reflector,
+    @Inject(LeaseService) private readonly leases: LeaseService,
   ) {}
 
   onModuleInit(): void {

@@ -1,4 +1,4 @@
-import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
+import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { catchError, defer, Observable, switchMap, throwError } from 'rxjs';
 import { LeaseLostError } from '../errors.js';
@@ -15,9 +15,10 @@ import { leaseErrorToHttp } from '../lease-http.js';
  */
 @Injectable()
 export class ExclusiveInterceptor implements NestInterceptor {
+  // Explicit tokens: toolchains without decorator metadata (esbuild, tsx, vitest) could not inject by type.
   constructor(
-    private readonly leases: LeaseService,
-    private readonly reflector: Reflector,
+    @Inject(LeaseService) private readonly leases: LeaseService,
+    @Inject(Reflector) private readonly reflector: Reflector,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
