@@ -17,12 +17,12 @@ export async function createTestDatabase(prefix = 'test'): Promise<{ url: string
   return { url, drop: () => dropDatabase(server, url) };
 }
 
-export function makeDataSource(url: string, extra: Partial<{ poolSize: number; entities: unknown[] }> = {}): DataSource {
+export function makeDataSource(url: string, extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {}): DataSource {
   return new DataSource({
     type: 'postgres',
     url,
     entities: (extra.entities as never) ?? [...leaseEntities],
-    extra: { max: extra.poolSize ?? 10 },
+    extra: { max: extra.poolSize ?? 10, application_name: extra.applicationName ?? 'lease-test' },
   });
 }
 
@@ -30,8 +30,12 @@ export function makeDataSource(url: string, extra: Partial<{ poolSize: number; e
 export const FAST: LeaseModuleOptions = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 };
 
 /** A LeaseService on its own DataSource (a "process" of its own as far as the database can tell). */
-export async function startService(url: string, options: LeaseModuleOptions = {}): Promise<{ service: LeaseService; dataSource: DataSource; close: () => Promise<void> }> {
-  const dataSource = makeDataSource(url);
+export async function startService(
+  url: string,
+  options: LeaseModuleOptions = {},
+  applicationName = 'lease-test',
+): Promise<{ service: LeaseService; dataSource: DataSource; close: () => Promise<void> }> {
+  const dataSource = makeDataSource(url, { applicationName });
   await dataSource.initialize();
   const service = new LeaseService(dataSource, { createSchema: true, ...FAST, ...options });
   await service.init();

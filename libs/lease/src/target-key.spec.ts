@@ -1,0 +1,29 @@
+import { LeaseKeyError } from './errors.js';
+import { assertTargetKey, fillKeyTemplate, templatePlaceholders } from './target-key.js';
+
+describe('target keys', () => {
+  test('fills placeholders from the lookup', () => {
+    const values: Record<string, unknown> = { id: 42, kind: 'pdf', at: new Date('2026-01-02T03:04:05Z') };
+    expect(fillKeyTemplate('report:{kind}:{ id }', (name) => values[name])).toBe('report:pdf:42');
+    expect(fillKeyTemplate('day:{at}', (name) => values[name])).toBe('day:2026-01-02T03:04:05.000Z');
+    expect(templatePlaceholders('a:{x}:{ y.z }')).toEqual(['x', 'y.z']);
+  });
+
+  test.each([undefined, null, '', { nested: true }])('a placeholder resolving to %p is a LeaseKeyError', (value) => {
+    expect(() => fillKeyTemplate('report:{id}', () => value)).toThrow(LeaseKeyError);
+    expect(() => fillKeyTemplate('report:{id}', () => value)).toThrow(/placeholder \{id\} resolved to nothing/);
+  });
+
+  test('the filled key is checked like any key', () => {
+    expect(() => fillKeyTemplate('{id}', () => 'x'.repeat(300))).toThrow(/at most 255 bytes/);
+    expect(() => fillKeyTemplate('{id}', () => 'a\0b')).toThrow(/NUL/);
+  });
+
+  test('keys: 1–255 bytes of UTF-8, no NUL, strings only', () => {
+    expect(() => assertTargetKey('k'.repeat(255))).not.toThrow();
+    expect(() => assertTargetKey('€'.repeat(85))).not.toThrow(); // 255 bytes
+    expect(() => assertTargetKey('€'.repeat(86))).toThrow(LeaseKeyError); // 258 bytes
+    expect(() => assertTargetKey('')).toThrow(LeaseKeyError);
+    expect(() => assertTargetKey(Symbol('k'))).toThrow(LeaseKeyError);
+  });
+});

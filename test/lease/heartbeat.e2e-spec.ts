@@ -1,0 +1,183 @@
+import { LeaseLostError, type LeaseEvent } from '@app/lease';
+import pg from 'pg';
+import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+
+/**
+ * Heartbeats keep a lease; a takeover is noticed by the next heartbeat; a stale holder can neither save, renew nor
+ * release. The holder "SLOW" heartbeats every 2 s, so right after acquiring there is a 2 s window in which the test
+ * can age its row and take it over without racing a renewal.
+ */
+const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
+
+describe('heartbeats and takeover', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let admin: pg.Client;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('heartbeat');
+    admin = await adminClient(db.url);
+    await admin.query('CREATE TABLE job_result (target_id text PRIMARY KEY, fencing_token bigint NOT NULL, data text)');
+  });
+  afterAll(async () => {
+    await admin.end();
+    await db.drop();
+  });
+
+  const age = (key: string) => admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [key]);
+  const results = async () => (await admin.query('SELECT target_id, fencing_token::text FROM job_result ORDER BY 1')).rows;
+
+  test('heartbeats keep a lease alive well past leaseTimeoutMs', async () => {
+    const a = await startService(db.url); // heartbeat 100 ms, timeout 1000 ms
+    const b = await startService(db.url);
+    try {
+      const lease = await a.service.tryAcquire('alive');
+      const renewed: number[] = [];
+      const sub = a.service.events$.subscribe((event) => event.type === 'renewed' && renewed.push(Date.now()));
+      await new Promise((resolve) => setTimeout(resolve, 3_500)); // 3.5 × leaseTimeoutMs
+      sub.unsubscribe();
+      expect(renewed.length).toBeGreaterThanOrEqual(10);
+      expect(lease!.isHeld()).toBe(true);
+      expect(lease!.signal.aborted).toBe(false);
+      expect(await b.service.tryAcquire('alive')).toBeNull();
+      const { rows } = await admin.query(`SELECT extract(epoch FROM clock_timestamp() - updated_at) * 1000 AS since FROM job_lease WHERE target_id = 'alive'`);
+      expect(Number(rows[0].since)).toBeLessThan(1_000);
+      await lease!.release();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  test('a lease without heartbeats is taken over with a larger fencing token; the stale holder loses it within one interval and can neither save nor release', async () => {
+    const a = await startService(db.url, SLOW);
+    const b = await startService(db.url);
+    try {
+      const events: LeaseEvent[] = [];
+      a.service.events$.subscribe((event) => events.push(event));
+      const old = (await a.service.tryAcquire('report:7'))!;
+      await age('report:7');
+      const taker = (await b.service.tryAcquire('report:7'))!;
+      const takenAt = performance.now();
+      expect(taker).not.toBeNull();
+      expect(taker.fencingToken).toBeGreaterThan(old.fencingToken);
+
+      // The stale holder's save is refused under the row lock, and nothing is written.
+      await expect(
+        old.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'stale')`, [old.fencingToken.toString()])),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+      expect(await results()).toEqual([]);
+      expect(old.signal.aborted).toBe(true);
+      expect(old.signal.reason).toBeInstanceOf(LeaseLostError);
+      expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
+
+      // The new holder saves.
+      await taker.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'fresh')`, [taker.fencingToken.toString()]));
+      expect(await results()).toEqual([{ target_id: 'report:7', fencing_token: taker.fencingToken.toString() }]);
+
+      // The stale release touches nobody else's row.
+      await old.release();
+      const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:7'`);
+      expect(rows).toEqual([{ lease_token: taker.token }]);
+      expect(taker.isHeld()).toBe(true);
+      expect(events.some((event) => event.type === 'lost' && event.targetKey === 'report:7')).toBe(true);
+      expect(performance.now() - takenAt).toBeLessThan(SLOW.heartbeatIntervalMs * 2);
+      await taker.release();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  test("the stale holder's next heartbeat reports the loss and aborts its signal within one interval", async () => {
+    const a = await startService(db.url, SLOW);
+    const b = await startService(db.url);
+    try {
+      const old = (await a.service.tryAcquire('report:8'))!;
+      await age('report:8');
+      const taker = (await b.service.tryAcquire('report:8'))!;
+      const takenAt = performance.now();
+      const abortedAt = await new Promise<number>((resolve) => old.signal.addEventListener('abort', () => resolve(performance.now())));
+      expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.heartbeatIntervalMs + 500);
+      expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
+      expect(old.isHeld()).toBe(false);
+      // Its later heartbeats leave the new lease alone: the new holder still has its row.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect((await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:8'`)).rows[0].lease_token).toBe(taker.token);
+      await taker.release();
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  test('200 leases held by one process: one heartbeat statement per tick renews all of them', async () => {
+    const a = await startService(db.url, { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 });
+    const statements: string[] = [];
+    const original = pg.Client.prototype.query;
+    // A query logger on every pg client of this process: counts what is sent, whatever the pool.
+    pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+      const text = typeof config === 'string' ? config : (config as { text?: string })?.text;
+      if (text) statements.push(text);
+      return (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    } as typeof original;
+    try {
+      const leases = await Promise.all(Array.from({ length: 200 }, (_, i) => a.service.tryAcquire(`many:${i}`)));
+      expect(leases.every(Boolean)).toBe(true);
+      const before = await admin.query(`SELECT pg_stat_force_next_flush()`).then(() =>
+        admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`));
+      statements.length = 0;
+      let ticks = 0;
+      const sub = a.service.events$.subscribe((event) => event.type === 'renewed' && event.targetKey === 'many:0' && ticks++);
+      await eventually(() => ticks, (n) => n >= 5, '5 heartbeat ticks');
+      sub.unsubscribe();
+      const renewals = statements.filter((text) => /UPDATE .*job_lease.* SET updated_at/s.test(text));
+      const others = statements.filter((text) => !/UPDATE .*job_lease.* SET updated_at/s.test(text));
+      // Every tick is a single statement for all 200 leases (the count may be one ahead of the observed ticks).
+      expect(renewals.length).toBeGreaterThanOrEqual(5);
+      expect(renewals.length).toBeLessThanOrEqual(ticks + 1);
+      expect(others).toEqual([]);
+      // Other backends' statistics reach the shared view within a few seconds (PostgreSQL batches their flushes).
+      const after = await eventually(
+        () => admin.query(`SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE relname = 'job_lease'`),
+        (result) => result.rows[0].upd - before.rows[0].upd >= 200 * 5,
+        'the renewals to show in pg_stat_user_tables',
+        20_000,
+        200,
+      );
+      const updated = after.rows[0].upd - before.rows[0].upd;
+      console.log(`200 leases: ${renewals.length} heartbeat statements for ${ticks} observed ticks; ${updated} rows renewed; HOT updates so far ${after.rows[0].hot}/${after.rows[0].upd}`);
+      await Promise.all(leases.map((lease) => lease!.release()));
+    } finally {
+      pg.Client.prototype.query = original;
+      await a.close();
+    }
+  });
+
+  test('a failed heartbeat tick is transient: the heartbeat connection is killed, the next tick reconnects, the lease stays', async () => {
+    const a = await startService(db.url, { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, 'transient');
+    try {
+      const lease = (await a.service.tryAcquire('transient'))!;
+      const failures: LeaseEvent[] = [];
+      const renewedAfterKill: LeaseEvent[] = [];
+      let killed = false;
+      const sub = a.service.events$.subscribe((event) => {
+        if (event.type === 'renew-failed') failures.push(event);
+        if (event.type === 'renewed' && killed) renewedAfterKill.push(event);
+      });
+      await eventually(
+        () => admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`),
+        (result) => result.rows.length === 1,
+        'heartbeat connection to appear',
+      );
+      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`);
+      killed = true;
+      await eventually(() => renewedAfterKill.length, (n) => n >= 3, 'renewals after the kill');
+      sub.unsubscribe();
+      expect(lease.isHeld()).toBe(true);
+      expect(lease.signal.aborted).toBe(false);
+      await lease.release();
+    } finally {
+      await a.close();
+    }
+  });
+});

@@ -1,0 +1,111 @@
+import { LeaseLostError, type LeaseEvent } from '@app/lease';
+import type pg from 'pg';
+import { adminClient, createTestDatabase, startService } from '../support/db.js';
+
+/**
+ * SPEC §3.4: a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
+ * since its last confirmed renewal was sent — before the database would let anyone take it over.
+ */
+const OPTIONS = { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, safetyMarginMs: 500 };
+
+describe('local safety', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let admin: pg.Client;
+  let blocker: pg.Client;
+
+  beforeAll(async () => {
+    db = await createTestDatabase('safety');
+    admin = await adminClient(db.url);
+    blocker = await adminClient(db.url);
+  });
+  afterAll(async () => {
+    await blocker.end();
+    await admin.end();
+    await db.drop();
+  });
+
+  const remainingDbMs = async (key: string) =>
+    Number(
+      (
+        await admin.query(
+          `SELECT extract(epoch FROM (updated_at + lease_timeout_ms * interval '1 millisecond') - clock_timestamp()) * 1000 AS remaining
+           FROM job_lease WHERE target_id = $1`,
+          [key],
+        )
+      ).rows[0].remaining,
+    );
+
+  test('renewals blocked (row locked by another session): the signal aborts before the database lease expires', async () => {
+    const a = await startService(db.url, OPTIONS);
+    try {
+      const lease = (await a.service.tryAcquire('blocked'))!;
+      let lastRenewal = performance.now();
+      const events: LeaseEvent[] = [];
+      a.service.events$.subscribe((event) => {
+        events.push(event);
+        if (event.type === 'renewed') lastRenewal = performance.now();
+      });
+      await new Promise((resolve) => setTimeout(resolve, 500)); // a couple of good renewals first
+      // Every renewal now blocks behind this row lock and times out after one interval.
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM job_lease WHERE target_id = 'blocked' FOR UPDATE`);
+      const lockedAt = performance.now();
+      await new Promise<void>((resolve) => lease.signal.addEventListener('abort', () => resolve()));
+      const abortedAt = performance.now();
+      const remaining = await remainingDbMs('blocked');
+      await blocker.query('ROLLBACK');
+
+      expect(lease.signal.reason).toBeInstanceOf(LeaseLostError);
+      expect((lease.signal.reason as LeaseLostError).reason).toBe('renewal-deadline');
+      // Aborted before the lease timeout counted from the last confirmed renewal, and while the database still
+      // considered the lease alive (nobody could have taken it over yet).
+      expect(abortedAt - lastRenewal).toBeLessThan(OPTIONS.leaseTimeoutMs);
+      expect(abortedAt - lockedAt).toBeLessThan(OPTIONS.leaseTimeoutMs);
+      expect(remaining).toBeGreaterThan(0);
+      expect(events.some((event) => event.type === 'renew-failed')).toBe(true);
+      console.log(`blocked renewals: aborted ${Math.round(abortedAt - lockedAt)} ms after the lock, ${Math.round(remaining)} ms before the database lease expired`);
+      await expect(lease.fenced(async () => 'never')).rejects.toBeInstanceOf(LeaseLostError);
+      await lease.release();
+      expect((await admin.query(`SELECT count(*)::int AS n FROM job_lease`)).rows[0].n).toBe(0);
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('event loop blocked past the deadline: the lease counts as lost at once, and nothing can be saved with it', async () => {
+    const a = await startService(db.url, OPTIONS);
+    try {
+      const lease = (await a.service.tryAcquire('frozen'))!;
+      const until = performance.now() + OPTIONS.leaseTimeoutMs; // a synchronous stall: no timers, no renewals
+      while (performance.now() < until) {
+        // busy
+      }
+      expect(lease.isHeld()).toBe(false);
+      await expect(lease.fenced(async (manager) => manager.query('SELECT 1'))).rejects.toBeInstanceOf(LeaseLostError);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(lease.signal.aborted).toBe(true);
+      await lease.release();
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('a fenced write whose work outlives the local deadline is rolled back', async () => {
+    await admin.query('CREATE TABLE IF NOT EXISTS slow_result (id int)');
+    const a = await startService(db.url, OPTIONS);
+    try {
+      const lease = (await a.service.tryAcquire('slow-fence'))!;
+      await expect(
+        lease.fenced(async (manager) => {
+          await manager.query('INSERT INTO slow_result VALUES (1)');
+          // The fenced transaction holds the row lock, so the heartbeat cannot renew meanwhile.
+          await new Promise((resolve) => setTimeout(resolve, OPTIONS.leaseTimeoutMs));
+        }),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+      expect((await admin.query('SELECT count(*)::int AS n FROM slow_result')).rows[0].n).toBe(0);
+      await lease.release();
+    } finally {
+      await a.close();
+    }
+  });
+});
