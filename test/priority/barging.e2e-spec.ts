@@ -1,0 +1,110 @@
+import type pg from 'pg';
+import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued } from './helpers.js';
+
+let db: Awaited<ReturnType<typeof createTestDatabase>>;
+let admin: pg.Client;
+const procs: Proc[] = [];
+
+async function proc(name: string, ...rest: Parameters<typeof startProc> extends [unknown, unknown, ...infer R] ? R : never): Promise<Proc> {
+  const started = await startProc(db.url, name, ...rest);
+  procs.push(started);
+  return started;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase('prio_barging');
+  admin = await adminClient(db.url);
+});
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.close()));
+  await admin.end();
+  await db.drop();
+});
+
+/**
+ * A priority-5 waiter is queued behind a holder; newcomers of `newcomerPriority` call tryAcquire in a tight loop
+ * from before the release until the waiter holds the lease. Returns how often a newcomer won first.
+ */
+async function raceNewcomers(key: string, newcomerPriority: number) {
+  const holder = await proc('holder');
+  const held = (await holder.service.tryAcquire(key))!;
+  const waiter = await proc('waiter-p5');
+  const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
+  await untilQueued(admin, key, waiter.owner);
+
+  const newcomers = await Promise.all([1, 2, 3].map((n) => proc(`newcomer${n}-p${newcomerPriority}`)));
+  let stop = false;
+  let attempts = 0;
+  const wins: string[] = [];
+  const loops = newcomers.map(async (newcomer) => {
+    while (!stop) {
+      attempts++;
+      const lease = await newcomer.service.tryAcquire(key, { priority: newcomerPriority });
+      if (lease) {
+        wins.push(newcomer.name);
+        await lease.release();
+      }
+    }
+  });
+  await eventually(() => attempts, (n) => n >= 30, 'newcomers looping');
+  const before = attempts;
+  await held.release();
+  const lease = await waiting.promise;
+  stop = true;
+  await Promise.all(loops);
+  console.log(
+    `newcomers at priority ${newcomerPriority}: ${attempts - before} tryAcquire calls between release and grant, ${attempts} in all; wins: ${wins.length}`,
+  );
+  expect(await holderOf(admin, key)).toBe(waiter.owner);
+  await lease.release();
+  return wins;
+}
+
+test('a newcomer of lower priority never wins before a queued waiter, even in a tight loop', async () => {
+  expect(await raceNewcomers('barge:lower', 1)).toEqual([]);
+});
+
+test('a newcomer of equal priority never wins before a waiter that queued earlier', async () => {
+  expect(await raceNewcomers('barge:equal', 5)).toEqual([]);
+});
+
+test('the acquire statement itself refuses lower and equal newcomers on a free target, and admits a higher one', async () => {
+  const key = 'barge:precheck';
+  const holder = await proc('holder');
+  const held = (await holder.service.tryAcquire(key))!;
+  // No NOTIFY and a long poll: after the release the waiter sleeps for seconds, so only the statement's own
+  // check stands between a newcomer and the free target.
+  const waiter = await proc('sleepy-p5', { notify: false, waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
+  const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
+  await untilAsleep(admin, key, waiter);
+  await held.release();
+  expect(await holderOf(admin, key)).toBeNull();
+
+  const newcomer = await proc('newcomer');
+  expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
+  expect(await newcomer.service.tryAcquire(key, { priority: 5 })).toBeNull();
+  expect(await newcomer.service.tryAcquire(key)).toBeNull();
+  // SPEC §3.7 forbids passing a waiter of higher or equal priority only: a strictly higher newcomer may go first.
+  const higher = await newcomer.service.tryAcquire(key, { priority: 6 });
+  expect(higher).not.toBeNull();
+  expect(waiting.settled()).toBe(false);
+  await higher!.release();
+});
+
+test('a dead waiter (stale heartbeat) does not hold newcomers back', async () => {
+  const key = 'barge:ghost';
+  const newcomer = await proc('newcomer');
+  await admin.query(
+    `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+     VALUES ($1, gen_random_uuid(), 'ghost', 9, 600, now(), nextval('job_lease_waiter_seq'), now() - interval '1 second')`,
+    [key],
+  );
+  const lease = await newcomer.service.tryAcquire(key, { priority: 1 });
+  expect(lease).not.toBeNull();
+  await lease!.release();
+  // The same row with a fresh heartbeat does hold them back: the check above was about liveness.
+  await admin.query(`UPDATE job_lease_waiter SET heartbeat_at = now() + interval '1 hour' WHERE target_id = $1`, [key]);
+  expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
+});
