@@ -1,0 +1,81 @@
+/**
+ * Contention: 4 processes × 8 loops on 1 key and on 100 keys, every lease ending in fenced writes; the checker must
+ * find nothing. Negative control: the same workers with holders paused (SIGSTOP right after they acquire, for
+ * 2 × the lease timeout) — fenced, the checker still finds nothing; with the fence switched off in the worker, it
+ * must find violations, which proves it can.
+ */
+import type pg from 'pg';
+import { createTestDatabase } from '../support/db.js';
+import { check, type CheckResult } from './support/checker.js';
+import { connect, LEASE, pause, prepareTables, type Received, runFleet, sleep, type Worker } from './support/harness.js';
+import type { LoopPlan } from './support/protocol.js';
+import { recordScenario } from './support/report.js';
+
+const keys = (n: number) => Array.from({ length: n }, (_, i) => `contention:${i}`);
+
+let db: Awaited<ReturnType<typeof createTestDatabase>>;
+let admin: pg.Client;
+
+async function scenario(name: string, plan: LoopPlan, options: { unfenced?: boolean; pauses?: number } = {}): Promise<CheckResult & { pauses: number }> {
+  db = await createTestDatabase('faults');
+  await prepareTables(db.url, plan.keys);
+  admin = await connect(db.url);
+  let pauses = 0;
+  const run = await runFleet({ url: db.url, processes: 4, plan, lease: LEASE, unfenced: options.unfenced, prefix: name }, async (workers, log) => {
+    for (let i = 0; i < (options.pauses ?? 0); i++) {
+      // Pause a process right after one of its loops acquired: it holds a lease and has not written yet.
+      const victim: Worker = workers[i % workers.length]!;
+      await victim.waitFor((m) => m.t === 'acquired', 'an acquisition', 20_000, performance.now());
+      await pause(victim, 2 * LEASE.leaseTimeoutMs!);
+      pauses++;
+      await sleep(300);
+    }
+    void log;
+  });
+  const result = await check(admin, run.log);
+  recordScenario({
+    scenario: name,
+    faults: pauses ? `${pauses} × SIGSTOP ${2 * LEASE.leaseTimeoutMs!} ms after an acquisition${options.unfenced ? '; fence switched off' : ''}` : 'none (contention only)',
+    writes: `${result.writes} / ${result.refused}`,
+    violations: result.violations.length,
+    wallMs: run.wallMs,
+  });
+  if (result.violations.length) console.log(`[faults] ${name} violations (first 5):\n${result.violations.slice(0, 5).join('\n')}`);
+  return { ...result, pauses };
+}
+
+afterEach(async () => {
+  await admin?.end();
+  await db?.drop();
+});
+
+const contention = (keyCount: number): LoopPlan => ({ loops: 8, keys: keys(keyCount), iterations: 400, durationMs: 40_000, workMs: 2, writesPerLease: 2, waitTimeoutMs: keyCount === 1 ? 10_000 : 0 });
+
+test('contention on 1 key: 4 processes × 8 loops, ≥ 2,000 fenced writes, no violation', async () => {
+  const result = await scenario('contention 1 key', { ...contention(1), iterations: 40 });
+  expect(result.violations).toEqual([]);
+  expect(result.writes).toBeGreaterThanOrEqual(2_000);
+  expect(result.acked).toBe(result.writes);
+});
+
+test('contention on 100 keys: 4 processes × 8 loops, ≥ 2,000 fenced writes, no violation', async () => {
+  const result = await scenario('contention 100 keys', { ...contention(100), iterations: 40 });
+  expect(result.violations).toEqual([]);
+  expect(result.writes).toBeGreaterThanOrEqual(2_000);
+  expect(result.acked).toBe(result.writes);
+});
+
+const paused: LoopPlan = { loops: 8, keys: keys(4), iterations: 10_000, durationMs: 20_000, workMs: 40, writesPerLease: 2, waitTimeoutMs: 0 };
+
+test('holders paused past their lease timeout, fenced: stale writes are refused, no violation', async () => {
+  const result = await scenario('pauses, fenced', paused, { pauses: 4 });
+  expect(result.violations).toEqual([]);
+  // The pauses really cost leases, and the stale writers really tried: the fence refused them.
+  expect(result.lostEvents).toBeGreaterThan(0);
+  expect(result.refused).toBeGreaterThan(0);
+});
+
+test('negative control: the same pauses with the fence switched off, and the checker finds violations', async () => {
+  const result = await scenario('negative control (unfenced)', paused, { unfenced: true, pauses: 4 });
+  expect(result.violations.length).toBeGreaterThan(0);
+});

@@ -1,0 +1,62 @@
+/** Messages between the fault harness (parent) and its worker processes (IPC). Plain JSON: bigints travel as strings. */
+import type { LeaseModuleOptions } from '@app/lease';
+
+export interface LoopPlan {
+  /** Concurrent loops in this process, all sharing one LeaseService. */
+  loops: number;
+  keys: string[];
+  /** Leases per loop at most; the loop also stops at `durationMs`. */
+  iterations: number;
+  durationMs: number;
+  /** Simulated external work between acquisition and the fenced writes (the lease signal cuts it short). */
+  workMs: number;
+  writesPerLease: number;
+  /** Wait in the priority line for this long; 0 = tryAcquire and back off when busy. */
+  waitTimeoutMs: number;
+}
+
+export interface WorkerConfig {
+  /** Also the PostgreSQL application_name, so the harness can find this worker's backends. */
+  name: string;
+  url: string;
+  lease: LeaseModuleOptions;
+  poolSize: number;
+  /**
+   * Negative control only: the "fenced" write runs in a plain transaction, without the lease row lock and token check.
+   * The rows it writes have the same shape, so the same checker judges both.
+   */
+  unfenced: boolean;
+  /** Absent: scripted mode (the parent sends commands). */
+  loop?: LoopPlan;
+  /** The process exits by itself after this long whatever happens. */
+  maxLifetimeMs: number;
+}
+
+export type WriteOutcome = 'ack' | 'refused' | 'unknown';
+
+export type WorkerMessage =
+  | { t: 'ready' }
+  | { t: 'acquired'; key: string; fencingToken: string }
+  | { t: 'lost'; key: string; fencingToken: string; reason: string }
+  | { t: 'aborted'; key: string; fencingToken: string }
+  | {
+      t: 'write';
+      opId: string;
+      key: string;
+      fencingToken: string;
+      outcome: WriteOutcome;
+      /** The worker had already seen its lease's signal abort when it attempted this write. */
+      afterLoss: boolean;
+      error?: string;
+    }
+  | { t: 'inside'; opId: string }
+  | { t: 'reply'; id: number; ok: boolean; value?: unknown; error?: string }
+  | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number };
+
+export type Command =
+  | { op: 'acquire'; key: string; waitTimeoutMs?: number }
+  | { op: 'write'; key: string; opId: string; holdInside?: boolean }
+  | { op: 'release'; key: string }
+  | { op: 'exit' };
+
+export type ParentMessage = { t: 'cmd'; id: number; cmd: Command } | { t: 'proceed'; opId: string } | { t: 'stop' };

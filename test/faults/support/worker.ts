@@ -1,0 +1,190 @@
+/**
+ * A fault-suite worker: one real process with its own LeaseService and pool, started by the harness with
+ * `node --import tsx` and driven over IPC. Either loops by itself (bounded in count and time) or obeys commands.
+ *
+ * Every fenced write appends (op id, target, fencing token, worker, nextval of a commit sequence, clock_timestamp())
+ * to fault_history and does a read-modify-write of fault_counter, all in the fenced transaction. It reports every
+ * outcome (ack / refused / unknown) to the parent; the checker compares those reports with the tables.
+ */
+import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import { DataSource, type EntityManager } from 'typeorm';
+import { LeaseLostError, LeaseService, LeaseWaitTimeoutError, leaseEntities, type Lease } from '../../../libs/lease/src/index.js';
+import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
+
+const config = JSON.parse(process.argv[2]!) as WorkerConfig;
+
+// The parent is gone, or this process ran too long: leave without cleanup (the leases expire by themselves).
+process.on('disconnect', () => process.exit(0));
+setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
+// Nest's logger would print every lost lease and failed heartbeat; the harness keeps stdout in a log file anyway.
+Logger.overrideLogger(['error', 'warn']);
+
+function send(message: WorkerMessage): void {
+  if (process.connected) process.send!(message);
+}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+
+const proceedWaiters = new Map<string, () => void>();
+
+async function historyWrite(manager: EntityManager, lease: Lease, opId: string, holdInside: boolean): Promise<void> {
+  if (holdInside) {
+    // The row lock is held from here on (fenced mode): the parent pauses this process now, then lets it go on.
+    const proceed = new Promise<void>((resolve) => proceedWaiters.set(opId, resolve));
+    send({ t: 'inside', opId });
+    await proceed;
+  }
+  const [counter] = await manager.query('SELECT n FROM fault_counter WHERE target = $1', [lease.targetKey]);
+  await manager.query(
+    `INSERT INTO fault_history (op_id, target, fencing_token, worker, commit_seq, at)
+     VALUES ($1, $2, $3, $4, nextval('fault_commit_seq'), clock_timestamp())`,
+    [opId, lease.targetKey, lease.fencingToken.toString(), config.name],
+  );
+  await manager.query('UPDATE fault_counter SET n = $2 WHERE target = $1', [lease.targetKey, Number(counter.n) + 1]);
+}
+
+async function fencedWrite(dataSource: DataSource, lease: Lease, opId: string, holdInside = false): Promise<WriteOutcome> {
+  const afterLoss = lease.signal.aborted;
+  let outcome: WriteOutcome;
+  let error: string | undefined;
+  try {
+    if (config.unfenced) await dataSource.transaction((manager) => historyWrite(manager, lease, opId, holdInside));
+    else await lease.fenced((manager) => historyWrite(manager, lease, opId, holdInside));
+    outcome = 'ack';
+  } catch (caught) {
+    // A refusal is certain to have written nothing; any other failure (connection killed around COMMIT) may have
+    // committed or not: the checker resolves it from the history table.
+    outcome = caught instanceof LeaseLostError ? 'refused' : 'unknown';
+    error = String(caught);
+  }
+  send({ t: 'write', opId, key: lease.targetKey, fencingToken: lease.fencingToken.toString(), outcome, afterLoss, error });
+  return outcome;
+}
+
+function watch(lease: Lease): void {
+  send({ t: 'acquired', key: lease.targetKey, fencingToken: lease.fencingToken.toString() });
+  lease.signal.addEventListener('abort', () => {
+    if (lease.signal.reason instanceof LeaseLostError) {
+      send({ t: 'aborted', key: lease.targetKey, fencingToken: lease.fencingToken.toString() });
+    }
+  }, { once: true });
+}
+
+async function loop(leases: LeaseService, dataSource: DataSource, plan: NonNullable<WorkerConfig['loop']>, stats: Record<'leases' | 'busy' | 'waitTimeouts' | 'errors', number>, index: number): Promise<void> {
+  const until = performance.now() + plan.durationMs;
+  // `iterations` counts leases obtained, not attempts: busy and failed attempts only cost time.
+  for (let leased = 0; leased < plan.iterations && performance.now() < until && !stopping; ) {
+    const key = plan.keys[(index + Math.floor(Math.random() * plan.keys.length)) % plan.keys.length]!;
+    try {
+      const lease = plan.waitTimeoutMs > 0
+        ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs })
+        : await leases.tryAcquire(key);
+      if (!lease) {
+        stats.busy++;
+        await sleep(5 + Math.random() * 20);
+        continue;
+      }
+      stats.leases++;
+      leased++;
+      watch(lease);
+      try {
+        await sleep(plan.workMs * (0.5 + Math.random()), lease.signal);
+        // Written even when the signal aborted: the fence (not the caller's diligence) must refuse it.
+        for (let w = 0; w < plan.writesPerLease; w++) await fencedWrite(dataSource, lease, randomUUID());
+      } finally {
+        await lease.release();
+      }
+    } catch (error) {
+      if (error instanceof LeaseWaitTimeoutError) stats.waitTimeouts++;
+      else {
+        // Database errors (killed backends, restarts) are expected under faults: back off and go on.
+        stats.errors++;
+        await sleep(20 + Math.random() * 50);
+      }
+    }
+  }
+}
+
+let stopping = false;
+
+async function main(): Promise<void> {
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: config.url,
+    entities: [...leaseEntities],
+    extra: { max: config.poolSize, application_name: config.name },
+  });
+  await dataSource.initialize();
+  const leases = new LeaseService(dataSource, config.lease);
+  await leases.init();
+  leases.events$.subscribe((event) => {
+    if (event.type === 'lost') {
+      send({ t: 'lost', key: event.targetKey, fencingToken: event.fencingToken.toString(), reason: event.reason });
+    }
+  });
+  const held = new Map<string, Lease>();
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => (finish = resolve));
+
+  const run = async (id: number, command: Command): Promise<unknown> => {
+    switch (command.op) {
+      case 'acquire': {
+        const lease = command.waitTimeoutMs
+          ? await leases.acquire(command.key, { waitTimeoutMs: command.waitTimeoutMs })
+          : await leases.tryAcquire(command.key);
+        if (!lease) return null;
+        held.set(command.key, lease);
+        watch(lease);
+        return lease.fencingToken.toString();
+      }
+      case 'write':
+        return fencedWrite(dataSource, held.get(command.key)!, command.opId, command.holdInside);
+      case 'release':
+        await held.get(command.key)?.release();
+        held.delete(command.key);
+        return true;
+      case 'exit':
+        finish();
+        return true;
+    }
+    throw new Error(`unknown command ${id}`);
+  };
+
+  process.on('message', (message: ParentMessage) => {
+    if (message.t === 'stop') stopping = true;
+    else if (message.t === 'proceed') proceedWaiters.get(message.opId)?.();
+    else {
+      run(message.id, message.cmd).then(
+        (value) => send({ t: 'reply', id: message.id, ok: true, value }),
+        (error: unknown) => send({ t: 'reply', id: message.id, ok: false, error: `${(error as Error)?.name}: ${String(error)}` }),
+      );
+    }
+  });
+  send({ t: 'ready' });
+
+  const stats = { leases: 0, busy: 0, waitTimeouts: 0, errors: 0 };
+  if (config.loop) {
+    const plan = config.loop;
+    await Promise.all(Array.from({ length: plan.loops }, (_, index) => loop(leases, dataSource, plan, stats, index)));
+  } else {
+    await finished;
+  }
+  await leases.close();
+  await dataSource.destroy().catch(() => undefined);
+  // Leave only once the last report is on its way.
+  process.send!({ t: 'done', ...stats } satisfies WorkerMessage, () => process.disconnect());
+}
+
+main().catch((error: unknown) => {
+  console.error('worker failed', error);
+  process.exit(1);
+});
