@@ -136,13 +136,6 @@ export class WaitQueue {
   /** Waits in line for `targetKey`; resolves with the lease, or rejects (row removed first). */
   async wait(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
     if (this.closed) throw new LeaseError('LeaseService is shut down: no new waits', targetKey);
-    if (this.waiters.size >= this.options.maxWaitersPerProcess) {
-      throw new LeaseQueueFullError(
-        targetKey,
-        this.options.heartbeatIntervalMs,
-        `this process already has ${this.waiters.size} waiting calls (maxWaitersPerProcess)`,
-      );
-    }
     signal?.throwIfAborted();
     const until = performance.now() + waitTimeoutMs;
     const waiter: Waiter = { id: randomUUID(), targetKey, priority, evicted: false, pending: false };
@@ -155,6 +148,14 @@ export class WaitQueue {
         this.logger,
       );
       await this.notifier.start();
+    }
+    // Checked with no await before register(): calls arriving while the LISTEN connection opens must count too.
+    if (this.waiters.size >= this.options.maxWaitersPerProcess) {
+      throw new LeaseQueueFullError(
+        targetKey,
+        this.options.heartbeatIntervalMs,
+        `this process already has ${this.waiters.size} waiting calls (maxWaitersPerProcess)`,
+      );
     }
     this.register(waiter);
     let lastError: unknown;
