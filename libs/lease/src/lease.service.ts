@@ -232,7 +232,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
 
   /** @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. */
   async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
+    if (!lease.isHeld()) throw this.refuse(lease);
     return this.requireDataSource().transaction(async (manager) => {
       const token = await this.store.lockForFence(manager, lease.targetKey);
       if (token !== lease.token) {
@@ -242,9 +242,19 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       const result = await work(manager);
       // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
       // it may commit.
-      if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
+      if (!lease.isHeld()) throw this.refuse(lease);
       return result;
     });
+  }
+
+  /**
+   * A fenced write refused because the lease is not held. Past its deadline, the deadline timer may not have fired
+   * yet (a process resumed from a pause runs its due timers in order): lose the lease now, so the signal, the 'lost'
+   * event and the refusal agree.
+   */
+  private refuse(lease: HeldLease): LeaseLostError {
+    if (lease.active) this.lose(lease, 'renewal-deadline');
+    return new LeaseLostError(lease.targetKey, lease.lossReason);
   }
 
   /** @internal The lease's `release()`: token-guarded delete; idempotent; quiet when the lease was lost. */
