@@ -120,6 +120,8 @@ export class WaitQueue {
   private notifier?: Notifier;
   private heartbeat?: Subscription;
   private closed = false;
+  /** Settles when each waiting call has settled (its row removed or granted). */
+  private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
     private readonly store: LeaseStore,
@@ -134,7 +136,18 @@ export class WaitQueue {
   }
 
   /** Waits in line for `targetKey`; resolves with the lease, or rejects (row removed first). */
-  async wait(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+  wait(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+    const waiting = this.waitInLine(targetKey, priority, waitTimeoutMs, signal);
+    const settled = waiting.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight.add(settled);
+    void settled.then(() => this.inFlight.delete(settled));
+    return waiting;
+  }
+
+  private async waitInLine(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
     if (this.closed) throw new LeaseError('LeaseService is shut down: no new waits', targetKey);
     signal?.throwIfAborted();
     const until = performance.now() + waitTimeoutMs;
@@ -227,6 +240,9 @@ export class WaitQueue {
     await this.store.dequeueAll(ids).catch((error: unknown) => {
       this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)})`);
     });
+    // A call caught mid-statement (say, inserting its row) was not in `ids`: it removes its own row, and must do so
+    // before the caller destroys the pool.
+    await Promise.all(this.inFlight);
     await this.notifier?.close();
   }
 
