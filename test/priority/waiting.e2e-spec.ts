@@ -1,0 +1,246 @@
+import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from '@app/lease';
+import type pg from 'pg';
+import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { holderOf, type Proc, rowsOf, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
+
+let db: Awaited<ReturnType<typeof createTestDatabase>>;
+let admin: pg.Client;
+const procs: Proc[] = [];
+
+async function proc(name: string, ...rest: Parameters<typeof startProc> extends [unknown, unknown, ...infer R] ? R : never): Promise<Proc> {
+  const started = await startProc(db.url, name, ...rest);
+  procs.push(started);
+  return started;
+}
+
+/** A target held by a process of its own. */
+async function heldTarget(key: string) {
+  const holder = await proc('holder');
+  const lease = await holder.service.tryAcquire(key);
+  expect(lease).not.toBeNull();
+  return lease!;
+}
+
+/** Where the wait ended, with the waiter's rows counted the moment the promise settled. */
+async function outcome(admin: pg.Client, key: string, owner: string, call: Promise<unknown>) {
+  try {
+    await call;
+    return { error: undefined, rowsLeft: (await rowsOf(admin, key, owner)).length };
+  } catch (error) {
+    return { error, rowsLeft: (await rowsOf(admin, key, owner)).length };
+  }
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase('prio_waiting');
+  admin = await adminClient(db.url);
+});
+
+afterAll(async () => {
+  await Promise.all(procs.map((p) => p.close()));
+  await admin.end();
+  await db.drop();
+});
+
+describe('place in line', () => {
+  test('seq and queued_at stay the same across retries, heartbeats and a re-queue after eviction', async () => {
+    const key = 'place:kept';
+    const held = await heldTarget(key);
+    // Retries every 25–50 ms, heartbeats every 200 ms.
+    const early = await proc('early', { waitPollIntervalMs: 50 });
+    const earlyCall = track(early.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
+    const first = await untilQueued(admin, key, early.owner);
+
+    const seen = new Set<number>([first.heartbeat_at.getTime()]);
+    await eventually(
+      async () => {
+        const [row] = await rowsOf(admin, key, early.owner);
+        expect([row.seq, row.queued_at]).toEqual([first.seq, first.queued_at]);
+        seen.add(row.heartbeat_at.getTime());
+        return seen.size;
+      },
+      (n) => n >= 4,
+      'three heartbeats of the waiter',
+    );
+
+    const late = await proc('late');
+    const lateCall = track(late.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
+    await untilQueued(admin, key, late.owner);
+
+    // Someone judged the early waiter dead and removed its row; its next heartbeat notices and re-queues it at its
+    // old place, ahead of the later waiter of the same priority.
+    await admin.query('DELETE FROM job_lease_waiter WHERE target_id = $1 AND owner = $2', [key, early.owner]);
+    const back = await untilQueued(admin, key, early.owner);
+    expect([back.seq, back.queued_at]).toEqual([first.seq, first.queued_at]);
+    expect((await waiterRows(admin, key)).map((row) => row.owner)).toEqual([early.owner, late.owner]);
+
+    await held.release();
+    const lease = await earlyCall.promise;
+    expect(lateCall.settled()).toBe(false);
+    await lease.release();
+    await (await lateCall.promise).release();
+  });
+});
+
+describe('giving up removes the row before the promise settles', () => {
+  test('waitTimeoutMs → LeaseWaitTimeoutError', async () => {
+    const key = 'giveup:timeout';
+    await heldTarget(key);
+    const waiter = await proc('timeout');
+    const events: LeaseEvent[] = [];
+    waiter.service.events$.subscribe((event) => events.push(event));
+    const started = performance.now();
+    const call = waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 1_500 });
+    const result = outcome(admin, key, waiter.owner, call);
+    await untilQueued(admin, key, waiter.owner);
+    const { error, rowsLeft } = await result;
+    expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
+    expect(error).toMatchObject({ targetKey: key, waitTimeoutMs: 1_500 });
+    expect((error as Error).message).toMatch(/after 1500 ms/);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(1_400);
+    expect(rowsLeft).toBe(0);
+    expect(events.find((event) => event.type === 'wait-ended')).toMatchObject({ outcome: 'timeout' });
+  });
+
+  test('abort via signal → rejects with the signal reason', async () => {
+    const key = 'giveup:abort';
+    await heldTarget(key);
+    const waiter = await proc('abort');
+    const controller = new AbortController();
+    const reason = new Error('the user went away');
+    const result = outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }));
+    await untilQueued(admin, key, waiter.owner);
+    controller.abort(reason);
+    const { error, rowsLeft } = await result;
+    expect(error).toBe(reason);
+    expect(rowsLeft).toBe(0);
+    // An already aborted signal never queues.
+    const again = await outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, signal: controller.signal }));
+    expect(again).toEqual({ error: reason, rowsLeft: 0 });
+  });
+
+  test('close() of the service cancels its waiting call and leaves no row', async () => {
+    const key = 'giveup:close';
+    await heldTarget(key);
+    const waiter = await proc('closing');
+    const call = track(waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+    const result = outcome(admin, key, waiter.owner, call.promise);
+    await untilQueued(admin, key, waiter.owner);
+    await waiter.close();
+    expect(await rowsOf(admin, key, waiter.owner)).toEqual([]);
+    const { error, rowsLeft } = await result;
+    expect(error).toBeInstanceOf(LeaseError);
+    expect(rowsLeft).toBe(0);
+  });
+
+  test('close() while the waiter row is being inserted still leaves no row', async () => {
+    const key = 'giveup:close-mid-enqueue';
+    await heldTarget(key);
+    // Test instrumentation in the database: this process's enqueue takes a second, so close() lands in the middle.
+    await admin.query(`
+      CREATE FUNCTION slow_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.owner LIKE 'slowq-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
+    await admin.query('CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()');
+    try {
+      const waiter = await proc('slowq', {}, 1);
+      const result = outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+      await eventually(
+        async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [waiter.owner])).rowCount,
+        (n) => n === 1,
+        'enqueue in progress',
+      );
+      await waiter.close();
+      const { error } = await result;
+      expect(error).toBeInstanceOf(LeaseError);
+      expect(await rowsOf(admin, key, waiter.owner)).toEqual([]);
+    } finally {
+      await admin.query('DROP TRIGGER slow_enqueue ON job_lease_waiter; DROP FUNCTION slow_enqueue()');
+    }
+  });
+});
+
+describe('bounds', () => {
+  test('maxWaitersPerTarget → LeaseQueueFullError, a LeaseBusyError naming the bound', async () => {
+    const key = 'bounds:target';
+    await heldTarget(key);
+    for (const name of ['first', 'second']) {
+      const p = await proc(name);
+      void track(p.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+      await untilQueued(admin, key, p.owner);
+    }
+    const third = await proc('third', { maxWaitersPerTarget: 2 });
+    const { error, rowsLeft } = await outcome(admin, key, third.owner, third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }));
+    expect(error).toBeInstanceOf(LeaseQueueFullError);
+    expect(error).toBeInstanceOf(LeaseBusyError);
+    expect((error as LeaseQueueFullError).message).toBe(
+      `Cannot wait for "${key}": it already has 2 live waiters (maxWaitersPerTarget)`,
+    );
+    expect((error as LeaseQueueFullError).retryAfterMs).toBeGreaterThan(0);
+    expect(rowsLeft).toBe(0);
+    expect(third.service.waitingCount()).toBe(0);
+  });
+
+  test('maxWaitersPerProcess → LeaseQueueFullError naming the bound', async () => {
+    const keys = ['bounds:p1', 'bounds:p2', 'bounds:p3'];
+    for (const key of keys) await heldTarget(key);
+    const p = await proc('busy-process', { maxWaitersPerProcess: 2 });
+    for (const key of keys.slice(0, 2)) {
+      void track(p.service.acquire(key, { waitTimeoutMs: 30_000 }));
+      await untilQueued(admin, key, p.owner);
+    }
+    const { error, rowsLeft } = await outcome(admin, keys[2], p.owner, p.service.acquire(keys[2], { waitTimeoutMs: 30_000 }));
+    expect(error).toBeInstanceOf(LeaseQueueFullError);
+    expect((error as Error).message).toBe(
+      `Cannot wait for "${keys[2]}": this process already has 2 waiting calls (maxWaitersPerProcess)`,
+    );
+    expect(rowsLeft).toBe(0);
+    expect(p.service.waitingCount()).toBe(2);
+  });
+
+  test('maxWaitersPerProcess holds for calls that start waiting at the same moment', async () => {
+    const key = 'bounds:burst';
+    await heldTarget(key);
+    const p = await proc('burst', { maxWaitersPerProcess: 2 });
+    const calls = [1, 2, 3, 4].map(() => track(p.service.acquire(key, { waitTimeoutMs: 30_000 })));
+    await eventually(() => calls.filter((call) => call.settled()).length, (n) => n === 2, 'two calls refused');
+    expect(calls.filter((call) => call.error instanceof LeaseQueueFullError)).toHaveLength(2);
+    await eventually(() => rowsOf(admin, key, p.owner), (rows) => rows.length === 2, 'two rows');
+    expect(p.service.waitingCount()).toBe(2);
+  });
+});
+
+describe('wake-up', () => {
+  test('with NOTIFY a release is granted long before the poll would fire', async () => {
+    const key = 'wake:notify';
+    const held = await heldTarget(key);
+    const waiter = await proc('listener', { waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 }, 1);
+    const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+    await untilAsleep(admin, key, waiter);
+    const released = performance.now();
+    await held.release();
+    const lease = await call.promise;
+    const handoffMs = performance.now() - released;
+    console.log(`NOTIFY handoff: ${handoffMs.toFixed(1)} ms (poll interval 10 s)`);
+    expect(handoffMs).toBeLessThan(2_000);
+    await lease.release();
+  });
+
+  test('with notify: false the waiter is granted by its poll (and not sooner)', async () => {
+    const key = 'wake:poll';
+    const held = await heldTarget(key);
+    // The poll sleeps 3–6 s (jittered); nothing else may wake the waiter.
+    const waiter = await proc('poller', { notify: false, waitPollIntervalMs: 6_000, waiterTimeoutMs: 30_000 }, 1);
+    const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+    await untilAsleep(admin, key, waiter);
+    const released = performance.now();
+    await held.release();
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect(call.settled()).toBe(false);
+    expect(await holderOf(admin, key)).toBeNull();
+    const lease = await call.promise;
+    const handoffMs = performance.now() - released;
+    console.log(`polling handoff: ${handoffMs.toFixed(0)} ms (poll interval 6 s, jittered 3–6 s)`);
+    expect(handoffMs).toBeLessThan(15_000);
+    await lease.release();
+  });
+});
