@@ -215,3 +215,11 @@ export async function pause(worker: Worker, ms: number): Promise<void> {
     worker.signal('SIGCONT');
   }
 }
+
+/** A worker that obeys commands (acquire, write, release) instead of looping. */
+export function startScripted(name: string, url: string, log: Received[], lease: LeaseModuleOptions = LEASE): Promise<Worker> {
+  return Worker.start({ name, url, lease, poolSize: 4, unfenced: false, maxLifetimeMs: 120_000 }, log);
+}
+
+/** Milliseconds, rounded, for the summary. */
+export const ms = (value: number) => String(Math.round(value));
