@@ -1,0 +1,58 @@
+import { hostname } from 'node:os';
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { TerminusModule } from '@nestjs/terminus';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { LeaseExceptionFilter, leaseEntities, leaseMigrations, LeaseModule } from '@app/lease';
+import { LeaseMetricsModule } from '@app/lease/prometheus';
+import { LeaseHealthIndicator } from '@app/lease/terminus';
+import { collectDefaultMetrics, Registry } from 'prom-client';
+import { ActivityLog } from './activity.log.js';
+import { DashboardController } from './dashboard/dashboard.controller.js';
+import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { JobResult } from './job-result.entity.js';
+import { CreateJobResult1764460800000 } from './job-result.migration.js';
+import { LeasesController } from './leases.controller.js';
+import { OpsController } from './ops.controller.js';
+import { ReportsController } from './reports.controller.js';
+import { ReportsService } from './reports.service.js';
+import { ScoringClient } from './scoring.client.js';
+
+@Module({})
+export class AppModule {
+  static forRoot(config: DemoConfig): DynamicModule {
+    const registry = new Registry();
+    collectDefaultMetrics({ register: registry });
+    return {
+      module: AppModule,
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: config.databaseUrl,
+          entities: [JobResult, ...leaseEntities],
+          migrations: [...leaseMigrations, CreateJobResult1764460800000],
+          migrationsRun: true,
+        }),
+        TypeOrmModule.forFeature([JobResult]),
+        // Demo timeouts are seconds so the tour is quick; production defaults are 30 s / 120 s.
+        LeaseModule.forRoot({
+          heartbeatIntervalMs: config.heartbeatIntervalMs,
+          leaseTimeoutMs: config.leaseTimeoutMs,
+          owner: `${config.instance}/${hostname()}/${process.pid}`,
+        }),
+        LeaseMetricsModule.forRoot({ registry }),
+        TerminusModule,
+      ],
+      controllers: [ReportsController, LeasesController, OpsController, DashboardController],
+      providers: [
+        { provide: DEMO_CONFIG, useValue: config },
+        // Maps LeaseBusyError from the background start (a provider method) to 409 + Retry-After.
+        { provide: APP_FILTER, useClass: LeaseExceptionFilter },
+        LeaseHealthIndicator,
+        ActivityLog,
+        ScoringClient,
+        ReportsService,
+      ],
+    };
+  }
+}

@@ -1,0 +1,158 @@
+import { type DynamicModule, Module, type OnModuleDestroy } from '@nestjs/common';
+import { Counter, Gauge, Histogram, register as defaultRegistry, type Registry } from 'prom-client';
+import type { Subscription } from 'rxjs';
+import { LeaseService } from '../lease.service.js';
+
+/** Options of `LeaseMetrics` / `LeaseMetricsModule.forRoot()`. */
+export interface LeaseMetricsOptions {
+  /**
+   * Where the metrics are registered.
+   * @default prom-client's global registry
+   */
+  registry?: Registry;
+  /**
+   * Prefix of every metric name.
+   * @default 'lease_'
+   */
+  prefix?: string;
+  /**
+   * Buckets of the heartbeat latency histogram, in seconds.
+   * @default [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
+   */
+  latencyBuckets?: number[];
+}
+
+/**
+ * Prometheus metrics of one `LeaseService`, fed by its `events$`: acquisitions, takeovers, busy refusals, losses,
+ * renewal failures, heartbeat latency, wait outcomes, and gauges of held leases and waiting calls. No metric is
+ * labelled by target key, so cardinality stays fixed however many targets there are.
+ *
+ * Optional integration (needs `prom-client`): import it from `@app/lease/prometheus`, never from the main entry.
+ */
+export class LeaseMetrics implements OnModuleDestroy {
+  readonly registry: Registry;
+  private readonly names: string[];
+  private readonly subscription: Subscription;
+
+  constructor(leases: LeaseService, options: LeaseMetricsOptions = {}) {
+    const registry = (this.registry = options.registry ?? defaultRegistry);
+    const prefix = options.prefix ?? 'lease_';
+    const registers = [registry];
+    const acquisitions = new Counter({
+      name: `${prefix}acquisitions_total`,
+      help: 'Leases acquired by this process, takeovers of expired leases included',
+      registers,
+    });
+    const takeovers = new Counter({
+      name: `${prefix}takeovers_total`,
+      help: 'Expired leases of other holders taken over by this process',
+      registers,
+    });
+    const busy = new Counter({
+      name: `${prefix}busy_total`,
+      help: 'Acquisition attempts refused because the target was held (or a waiter was ahead)',
+      registers,
+    });
+    const lost = new Counter({
+      name: `${prefix}lost_total`,
+      help: 'Leases lost before release, by reason (taken-over, renewal-deadline)',
+      labelNames: ['reason'],
+      registers,
+    });
+    const renewFailures = new Counter({
+      name: `${prefix}renew_failures_total`,
+      help: 'Heartbeat ticks whose batched renewal failed (transient until the local safety deadline)',
+      registers,
+    });
+    const waits = new Counter({
+      name: `${prefix}waits_total`,
+      help: 'Waits in the priority line that ended, by outcome (granted, timeout, aborted, error)',
+      labelNames: ['outcome'],
+      registers,
+    });
+    const heartbeatLatency = new Histogram({
+      name: `${prefix}heartbeat_latency_seconds`,
+      help: 'Round trip of the successful renewal statement, one observation per renewed lease',
+      buckets: options.latencyBuckets ?? [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    });
+    const held = new Gauge({
+      name: `${prefix}held`,
+      help: 'Leases this process holds now',
+      registers,
+      collect() {
+        this.set(leases.heldLeases().length);
+      },
+    });
+    const waiting = new Gauge({
+      name: `${prefix}waiters`,
+      help: 'Calls of this process waiting in a priority line now',
+      registers,
+      collect() {
+        this.set(leases.waitingCount());
+      },
+    });
+    this.names = [acquisitions, takeovers, busy, lost, renewFailures, waits, heartbeatLatency, held, waiting].map(
+      (metric) => (metric as unknown as { name: string }).name,
+    );
+    // Labelled series start at zero, so a dashboard sees them before the first loss or wait.
+    for (const reason of ['taken-over', 'renewal-deadline']) lost.inc({ reason }, 0);
+    for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome }, 0);
+
+    this.subscription = leases.events$.subscribe((event) => {
+      switch (event.type) {
+        case 'acquired':
+          acquisitions.inc();
+          break;
+        case 'taken-over':
+          acquisitions.inc();
+          takeovers.inc();
+          break;
+        case 'busy':
+          busy.inc();
+          break;
+        case 'lost':
+          lost.inc({ reason: event.reason });
+          break;
+        case 'renewed':
+          heartbeatLatency.observe(event.latencyMs / 1000);
+          break;
+        case 'renew-failed':
+          renewFailures.inc();
+          break;
+        case 'wait-ended':
+          waits.inc({ outcome: event.outcome });
+          break;
+      }
+    });
+  }
+
+  /** Stops counting and unregisters the metrics, so another `LeaseMetrics` may use the same registry. */
+  close(): void {
+    this.subscription.unsubscribe();
+    for (const name of this.names) this.registry.removeSingleMetric(name);
+  }
+
+  onModuleDestroy(): void {
+    this.close();
+  }
+}
+
+/**
+ * Registers `LeaseMetrics` for the application's `LeaseService` (import `LeaseModule` too). Expose the registry
+ * yourself, e.g. a controller answering `GET /metrics` with `await metrics.registry.metrics()`.
+ *
+ * @example LeaseMetricsModule.forRoot({ registry: new Registry() })
+ */
+@Module({})
+export class LeaseMetricsModule {
+  static forRoot(options: LeaseMetricsOptions = {}): DynamicModule {
+    return {
+      module: LeaseMetricsModule,
+      providers: [
+        { provide: LeaseMetrics, inject: [LeaseService], useFactory: (leases: LeaseService) => new LeaseMetrics(leases, options) },
+      ],
+      exports: [LeaseMetrics],
+    };
+  }
+}

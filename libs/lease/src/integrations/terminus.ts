@@ -1,0 +1,53 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { LeaseService } from '../lease.service.js';
+
+/** Options of `LeaseHealthIndicator.isHealthy()`. */
+export interface LeaseHealthOptions {
+  /**
+   * A lease of this process whose last heartbeat (database clock) is older than this is reported late, and the
+   * indicator down: its holder is close to treating it as lost.
+   * @default leaseTimeoutMs / 2
+   */
+  maxHeartbeatAgeMs?: number;
+  /**
+   * The database must answer within this time.
+   * @default 3_000
+   */
+  timeoutMs?: number;
+}
+
+/**
+ * `@nestjs/terminus` indicator: up when the lease tables answer and every lease this process holds has a recent
+ * heartbeat; the details give the number of held leases and waiting calls. Add it to a module that imports
+ * `TerminusModule`, and call it from a `@HealthCheck()` handler.
+ *
+ * Optional integration (needs `@nestjs/terminus`): import it from `@app/lease/terminus`, never from the main entry.
+ *
+ * @example this.health.check([() => this.leaseHealth.isHealthy('leases')])
+ */
+@Injectable()
+export class LeaseHealthIndicator {
+  constructor(
+    @Inject(LeaseService) private readonly leases: LeaseService,
+    @Inject(HealthIndicatorService) private readonly indicators: HealthIndicatorService,
+  ) {}
+
+  isHealthy<const Key extends string>(key: Key, options: LeaseHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
+    const maxAgeMs = options.maxHeartbeatAgeMs ?? this.leases.options.leaseTimeoutMs / 2;
+    return Promise.resolve(
+      this.indicators
+        .check(key)
+        .attempt(async () => {
+          const mine = (await this.leases.list()).filter((row) => row.mine && row.state === 'held');
+          const late = mine.filter((row) => row.sinceHeartbeatMs > maxAgeMs);
+          if (late.length > 0) {
+            const list = late.map((row) => `"${row.targetKey}" (${row.sinceHeartbeatMs} ms)`).join(', ');
+            throw new Error(`heartbeats late (over ${maxAgeMs} ms): ${list}`);
+          }
+          return { held: mine.length, waiting: this.leases.waitingCount() };
+        })
+        .withTimeout(options.timeoutMs ?? 3_000),
+    );
+  }
+}
