@@ -157,7 +157,7 @@ export class LeaseStore {
   /**
    * One statement: a read-only pre-check (a live holder, or a live waiter ahead of the caller) short-cuts the insert,
    * so a failed attempt on a held row takes no row lock and writes no WAL; otherwise an upsert that takes over only an
-   * expired row. A granted waiter's row is deleted in the same statement.
+   * expired row. A granted waiter's row, and the target's dead waiters, are deleted in the same statement.
    */
   async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
     const { lease, waiter, fencingSequence } = this.n;
@@ -192,7 +192,9 @@ export class LeaseStore {
           WHERE l.updated_at + l.lease_timeout_ms ${MS} <= clock_timestamp()
           RETURNING l.fencing_token, (l.xmax <> 0) AS took_over
         ), granted AS (
-          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $6::uuid AND EXISTS (SELECT 1 FROM won)
+          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them.
+          DELETE FROM ${waiter} w WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM won)
+            AND (w.waiter_id = $6::uuid OR w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp())
         )
         SELECT won.fencing_token::text AS fencing_token, won.took_over,
           CASE WHEN won.took_over THEN (SELECT owner FROM previous) END AS previous_owner
