@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued } from './helpers.js';
+import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -103,8 +103,14 @@ test('a dead waiter (stale heartbeat) does not hold newcomers back', async () =>
   );
   const lease = await newcomer.service.tryAcquire(key, { priority: 1 });
   expect(lease).not.toBeNull();
+  // Whoever looks next removes it: here the winner, in its acquire statement.
+  expect(await waiterRows(admin, key)).toEqual([]);
   await lease!.release();
   // The same row with a fresh heartbeat does hold them back: the check above was about liveness.
-  await admin.query(`UPDATE job_lease_waiter SET heartbeat_at = now() + interval '1 hour' WHERE target_id = $1`, [key]);
+  await admin.query(
+    `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+     VALUES ($1, gen_random_uuid(), 'alive', 9, 600, now(), nextval('job_lease_waiter_seq'), now() + interval '1 hour')`,
+    [key],
+  );
   expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
 });
