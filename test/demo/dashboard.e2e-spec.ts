@@ -1,0 +1,102 @@
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type pg from 'pg';
+import { type BrowserContext, chromium, type Page } from 'playwright-core';
+import { type DemoStack, startStack } from '../../apps/demo/scripts/stack.js';
+import { adminClient, createTestDatabase } from '../support/db.js';
+import { ensureDemoBuilt } from './support.js';
+
+// The dashboard in headless Chromium (Debian's package, never a downloaded browser): start a report, see the lease
+// and its heartbeat bar, see the refusal of a second click, queue a high-priority report on the other instance,
+// kill the holder, watch the bar fill toward the timeout and the other instance take over.
+
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-dashboard.png');
+const skip = process.env.SKIP_BROWSER_TESTS === '1';
+
+(skip ? describe.skip : describe)('dashboard in headless Chromium', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
+  let stack: DemoStack | undefined;
+  let client: pg.Client | undefined;
+  let context: BrowserContext | undefined;
+  let profile: string | undefined;
+  let page: Page;
+
+  beforeAll(async () => {
+    if (!existsSync(CHROMIUM)) {
+      throw new Error(`No Chromium at ${CHROMIUM}: install Debian's package (apt-get install -y chromium), set CHROMIUM_PATH, or set SKIP_BROWSER_TESTS=1`);
+    }
+    await ensureDemoBuilt();
+    db = await createTestDatabase('demo_ui');
+    // A longer timeout than the tour's leaves the page several refreshes to show the bar filling after the kill.
+    stack = await startStack({ databaseUrl: db.url, heartbeatIntervalMs: 500, leaseTimeoutMs: 4_000 });
+    client = await adminClient(db.url);
+    profile = mkdtempSync(join(tmpdir(), 'demo-chromium-'));
+    context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      viewport: { width: 1280, height: 900 },
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    page = context.pages()[0] ?? (await context.newPage());
+  }, 240_000);
+
+  afterAll(async () => {
+    await context?.close();
+    if (profile) rmSync(profile, { recursive: true, force: true });
+    await client?.end();
+    await stack?.stop();
+    await db?.drop();
+  });
+
+  const leaseRow = (holder: string) => page.locator(`#leases tr[data-target="report:user:7"][data-holder="${holder}"]`);
+  const fillOf = async (holder: string) => Number(await leaseRow(holder).locator('[data-fill]').getAttribute('data-fill'));
+
+  test('start, refusal, growing heartbeat bar, kill and takeover', async () => {
+    await page.goto(`${stack!.urls.B}/`);
+    await page.locator('#instances [data-instance="A"][data-status="up"]').waitFor();
+    await page.fill('#user', '7');
+    await page.fill('#latency', '60000');
+    await page.selectOption('#via', 'A');
+
+    await page.click('#start');
+    await page.locator('#answer[data-status="202"]').waitFor();
+    await leaseRow('A').waitFor();
+    const firstToken = BigInt((await leaseRow('A').getAttribute('data-token'))!);
+    expect(await fillOf('A')).toBeLessThan(50);
+
+    await page.click('#start');
+    await page.locator('#answer[data-status="409"]').waitFor();
+    expect(await page.textContent('#answer')).toContain('leased by another holder');
+
+    // B waits its turn with priority 10; it is granted once A's lease expires.
+    await page.selectOption('#via', 'B');
+    await page.click('#start-priority');
+    await page.locator('#answer[data-status="202"]').waitFor();
+    await page.locator('#waiters tr[data-target="report:user:7"][data-priority="10"][data-position="1"]').waitFor();
+
+    await page.click('#kill-A');
+    await page.locator('#instances [data-instance="A"][data-status="down"]').waitFor({ timeout: 10_000 });
+    // No heartbeats any more: A's bar fills toward the timeout.
+    await page.waitForFunction(
+      () => Number(document.querySelector('#leases tr[data-holder="A"] [data-fill]')?.getAttribute('data-fill')) >= 50,
+      undefined,
+      { timeout: 15_000, polling: 100 },
+    );
+    await leaseRow('B').waitFor({ timeout: 20_000 });
+    const takeoverToken = BigInt((await leaseRow('B').getAttribute('data-token'))!);
+    expect(takeoverToken).toBeGreaterThan(firstToken);
+    await page.locator(`#events tr[data-type="taken-over"][data-instance="B"][data-token="${takeoverToken}"]`).waitFor();
+
+    // The page shows what the database holds.
+    const { rows } = await client!.query('SELECT owner, fencing_token FROM job_lease WHERE target_id = $1', ['report:user:7']);
+    expect(rows).toHaveLength(1);
+    expect(rows[0].owner).toMatch(/^B\//);
+    expect(BigInt(rows[0].fencing_token)).toBe(takeoverToken);
+
+    mkdirSync(join(process.cwd(), 'artifacts'), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    expect(existsSync(SCREENSHOT)).toBe(true);
+  }, 90_000);
+});
