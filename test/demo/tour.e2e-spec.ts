@@ -116,3 +116,36 @@ describe('the tour', () => {
     }
   });
 });
+
+describe('the other doors into the same lease', () => {
+  const post = async (url: string, body: unknown) => {
+    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    return { status: response.status, body: (await response.json()) as Record<string, any> };
+  };
+
+  test('the @Exclusive controller handler (synchronous) is refused while the background run holds the user, then saves', async () => {
+    const { A, B } = stack!.urls;
+    const background = await post(`${A}/api/users/4/report`, { latencyMs: 1_500 });
+    expect(background.status).toBe(202);
+    const refused = await post(`${B}/api/users/4/report/sync`, { latencyMs: 0 });
+    expect(refused).toMatchObject({ status: 409, body: { code: 'LeaseBusyError', targetKey: 'report:user:4' } });
+    // Once the background run has saved and released, the synchronous variant runs and answers with its save.
+    let answer = refused;
+    for (const until = Date.now() + 20_000; answer.status !== 201 && Date.now() < until; ) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      answer = await post(`${B}/api/users/4/report/sync`, { latencyMs: 0 });
+    }
+    expect(answer).toMatchObject({ status: 201, body: { userId: 4, instance: 'B' } });
+    expect(BigInt(answer.body.fencingToken)).toBeGreaterThan(BigInt(background.body.fencingToken));
+    expect(await rows('SELECT fencing_token, instance FROM job_result WHERE user_id = 4 ORDER BY fencing_token')).toEqual([
+      { fencing_token: String(background.body.fencingToken), instance: 'A' },
+      { fencing_token: String(answer.body.fencingToken), instance: 'B' },
+    ]);
+  });
+
+  test('bad input is a 400, not a lease', async () => {
+    const answer = await post(`${stack!.urls.A}/api/users/5/report`, { latencyMs: -1 });
+    expect(answer.status).toBe(400);
+    expect(await rows("SELECT 1 FROM job_lease WHERE target_id = 'report:user:5'")).toEqual([]);
+  });
+});

