@@ -1,0 +1,46 @@
+/**
+ * The HTTP scenario's server, run as a child process of bench/run.ts so the load generator does not share its
+ * event loop: the same handler undecorated and under `@Exclusive`, on 127.0.0.1. Prints `listening <port>`.
+ */
+import 'reflect-metadata';
+import { Controller, Get, Module, Query } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Exclusive, LeaseModule } from '@app/lease';
+import { countStatements, statementsSoFar } from './support/db.js';
+import { BENCH_LEASE_OPTIONS } from './support/contenders.js';
+
+const url = process.env.BENCH_DATABASE_URL;
+if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started by bench/run.ts');
+
+countStatements();
+
+@Controller()
+class BenchController {
+  @Get('plain')
+  plain(@Query('k') k: string) {
+    return { k };
+  }
+
+  @Get('exclusive')
+  @Exclusive('bench:{k}')
+  exclusive(@Query('k') k: string) {
+    return { k };
+  }
+
+  /** Statements this process has sent so far: the parent turns differences into round trips per request. */
+  @Get('statements')
+  statements() {
+    return { statements: statementsSoFar() };
+  }
+}
+
+@Module({
+  imports: [LeaseModule.forRoot({ ...BENCH_LEASE_OPTIONS, dataSource: { type: 'postgres', url, extra: { max: 16 } } })],
+  controllers: [BenchController],
+})
+class BenchAppModule {}
+
+const app = await NestFactory.create(BenchAppModule, { logger: ['error', 'warn'] });
+app.enableShutdownHooks();
+await app.listen(0, '127.0.0.1');
+console.log(`listening ${(app.getHttpServer().address() as { port: number }).port}`);

@@ -1,0 +1,137 @@
+/**
+ * The implementations under test, each opened on connections of its own: nest-pg-lease (as shipped, and two
+ * prototypes of cheaper durability), PostgreSQL advisory locks, the seed's plain upsert, and @verrou/core with its
+ * knex (PostgreSQL) store.
+ */
+import { LeaseService, type LeaseModuleOptions } from '@app/lease';
+import { Verrou } from '@verrou/core';
+import { knexStore } from '@verrou/core/drivers/knex';
+import knex, { type Knex } from 'knex';
+import pg from 'pg';
+import { DataSource } from 'typeorm';
+
+/** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
+export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
+
+/**
+ * - `shipped`: the library as it is.
+ * - `async-release`: prototype; the release statement commits with `synchronous_commit = off` (sent on connections
+ *   opened with that setting, the same commit behaviour as `set_config('synchronous_commit', 'off', true)` inside the
+ *   statement); acquire and fenced writes stay durable.
+ * - `unlogged`: prototype; the lease table is UNLOGGED (no WAL, emptied by crash recovery), the fencing sequence
+ *   stays logged.
+ * - `fillfactor-50`: prototype; the lease table with fillfactor 50 instead of 80.
+ */
+export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-50';
+
+export const UNLOGGED_TABLES = { tableName: 'bench_unlogged_lease', waiterTableName: 'bench_unlogged_lease_waiter' };
+export const FILLFACTOR_50_TABLES = { tableName: 'bench_ff50_lease', waiterTableName: 'bench_ff50_lease_waiter' };
+
+export interface OpenLeases {
+  service: LeaseService;
+  dataSource: DataSource;
+  close(): Promise<void>;
+}
+
+export async function openLeases(url: string, poolSize: number, options: LeaseModuleOptions = {}, variant: LeaseVariant = 'shipped'): Promise<OpenLeases> {
+  const dataSource = new DataSource({ type: 'postgres', url, extra: { max: poolSize } });
+  await dataSource.initialize();
+  const tables = variant === 'unlogged' ? UNLOGGED_TABLES : variant === 'fillfactor-50' ? FILLFACTOR_50_TABLES : {};
+  const service = new LeaseService(dataSource, { ...BENCH_LEASE_OPTIONS, ...tables, ...options });
+  await service.init();
+  const routed = variant === 'async-release' ? routeReleases(dataSource, url, poolSize) : undefined;
+  return {
+    service,
+    dataSource,
+    close: async () => {
+      await service.close();
+      await routed?.pool.end();
+      // A renamed statement would silently measure the shipped library instead of the prototype.
+      if (routed && routed.count() === 0) throw new Error('the async-release prototype routed no release statement');
+      if (dataSource.isInitialized) await dataSource.destroy();
+    },
+  };
+}
+
+/** Sends the library's release statement to connections whose commits do not wait for the WAL flush. */
+function routeReleases(dataSource: DataSource, url: string, poolSize: number): { pool: pg.Pool; count: () => number } {
+  const master = (dataSource.driver as unknown as { master: pg.Pool }).master;
+  const pool = new pg.Pool({ connectionString: url, max: poolSize, options: '-c synchronous_commit=off' });
+  const query = master.query.bind(master) as (...args: unknown[]) => unknown;
+  let routed = 0;
+  (master as unknown as { query: (...args: unknown[]) => unknown }).query = (config: unknown, ...rest: unknown[]) => {
+    if (!(config as { name?: string } | undefined)?.name?.endsWith('_release')) return query(config, ...rest);
+    routed++;
+    return pool.query(config as pg.QueryConfig);
+  };
+  return { pool, count: () => routed };
+}
+
+/** A pg pool for the raw-SQL baselines. */
+export function openPool(url: string, max: number): pg.Pool {
+  return new pg.Pool({ connectionString: url, max });
+}
+
+/** Session-level advisory locks need the same connection for lock and unlock: each client keeps one. */
+export async function openAdvisory(url: string, clients: number): Promise<{ sessions: pg.PoolClient[]; close(): Promise<void> }> {
+  const pool = openPool(url, clients);
+  const sessions = await Promise.all(Array.from({ length: clients }, () => pool.connect()));
+  return {
+    sessions,
+    close: async () => {
+      for (const session of sessions) session.release();
+      await pool.end();
+    },
+  };
+}
+
+export const advisory = {
+  tryLock: (session: pg.PoolClient, key: number) =>
+    session.query<{ ok: boolean }>({ name: 'adv_try', text: 'SELECT pg_try_advisory_lock($1::bigint) AS ok', values: [key] }),
+  lock: (session: pg.PoolClient, key: number) =>
+    session.query({ name: 'adv_lock', text: 'SELECT pg_advisory_lock($1::bigint)', values: [key] }),
+  unlock: (session: pg.PoolClient, key: number) =>
+    session.query({ name: 'adv_unlock', text: 'SELECT pg_advisory_unlock($1::bigint)', values: [key] }),
+};
+
+/** The seed document's statements, verbatim in shape: upsert that takes over an expired row, token-guarded delete. */
+export const seed = {
+  table: `CREATE TABLE IF NOT EXISTS seed_lease (target_id text PRIMARY KEY, lease_token uuid NOT NULL, updated_at timestamptz NOT NULL)`,
+  acquire: (pool: pg.Pool, key: string, token: string) =>
+    pool.query<{ lease_token: string }>({
+      name: 'seed_acquire',
+      text: `INSERT INTO seed_lease (target_id, lease_token, updated_at) VALUES ($1, $2, now())
+        ON CONFLICT (target_id) DO UPDATE SET lease_token = EXCLUDED.lease_token, updated_at = now()
+        WHERE seed_lease.updated_at < now() - interval '120 seconds'
+        RETURNING lease_token`,
+      values: [key, token],
+    }),
+  release: (pool: pg.Pool, key: string, token: string) =>
+    pool.query({ name: 'seed_release', text: 'DELETE FROM seed_lease WHERE target_id = $1 AND lease_token = $2', values: [key, token] }),
+};
+
+export interface OpenVerrou {
+  verrou: Verrou<{ pg: ReturnType<typeof verrouStores>['pg'] }>;
+  close(): Promise<void>;
+}
+
+function verrouStores(connection: Knex) {
+  return { pg: { driver: knexStore({ connection, tableName: 'verrou' }) } };
+}
+
+/** @verrou/core with its database store over knex (`pg` driver), on a pool of `poolSize`. */
+export function openVerrou(url: string, poolSize: number): OpenVerrou {
+  const connection = knex({ client: 'pg', connection: url, pool: { min: 0, max: poolSize } });
+  const verrou = new Verrou({ default: 'pg', stores: verrouStores(connection) });
+  return { verrou, close: () => connection.destroy() };
+}
+
+/** Runs `op` for 0 … total−1 with at most `concurrency` in flight. */
+export async function forEachConcurrently(total: number, concurrency: number, op: (i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, total) }, async () => {
+      while (next < total) await op(next++);
+    }),
+  );
+}
