@@ -120,6 +120,7 @@ export interface SnapshotRow {
   target_id: string;
   owner: string;
   priority: number;
+  effective_priority: string;
   fencing_token: string | null;
   seq: string | null;
   age_ms: number;
@@ -128,6 +129,16 @@ export interface SnapshotRow {
 }
 
 const MS = `* interval '1 millisecond'`;
+
+/**
+ * Effective priority of a waiter: its priority, plus one per `agingIntervalMs` waited since it first queued when
+ * aging is on (the parameter is NULL when it is off). Computed with the database clock, like everything else.
+ */
+function aged(queuedAt: string, agingParameter: string): string {
+  const alias = queuedAt.split('.')[0];
+  return `(${alias}.priority::bigint + CASE WHEN ${agingParameter}::bigint IS NULL THEN 0
+    ELSE floor(extract(epoch FROM clock_timestamp() - ${queuedAt}) * 1000 / ${agingParameter}::bigint)::bigint END)`;
+}
 
 /**
  * The statements, bound to one set of table names. Hot statements are named, so `pg` prepares them once per
@@ -161,6 +172,9 @@ export class LeaseStore {
    */
   async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
     const { lease, waiter, fencingSequence } = this.n;
+    // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
+    const mine = `coalesce((SELECT ${aged('me.queued_at', '$8')} FROM ${waiter} me
+      WHERE me.target_id = $1 AND me.waiter_id = $6::uuid), $4::bigint)`;
     // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
     // could have written updated_at at the earliest.
     const client = await this.db.connect();
@@ -176,7 +190,8 @@ export class LeaseStore {
           SELECT 1 FROM ${waiter} w
           WHERE w.target_id = $1 AND w.waiter_id IS DISTINCT FROM $6::uuid
             AND w.heartbeat_at + w.timeout_ms ${MS} > clock_timestamp()
-            AND (w.priority > $4 OR (w.priority = $4 AND w.seq < coalesce($7::bigint, 9223372036854775807)))
+            AND (${aged('w.queued_at', '$8')} > ${mine} OR (${aged('w.queued_at', '$8')} = ${mine}
+              AND w.seq < coalesce($7::bigint, 9223372036854775807)))
           LIMIT 1
         ), previous AS (
           SELECT owner FROM ${lease} WHERE target_id = $1
@@ -207,6 +222,7 @@ export class LeaseStore {
         this.options.leaseTimeoutMs,
         request.waiterId ?? null,
         request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+        this.options.agingIntervalMs,
       ],
       });
     } catch (error) {
@@ -359,16 +375,17 @@ export class LeaseStore {
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
     const result = await this.db.query<SnapshotRow>({
       text: `SELECT * FROM (
-          SELECT 'held' AS state, target_id, owner, priority, fencing_token::text AS fencing_token, NULL::text AS seq,
+          SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
+            fencing_token::text AS fencing_token, NULL::text AS seq,
             ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
           FROM ${lease} WHERE $1::text IS NULL OR target_id = $1
           UNION ALL
-          SELECT 'waiting', target_id, owner, priority, NULL, seq::text,
+          SELECT 'waiting', target_id, owner, priority, ${aged('w.queued_at', '$2')}, NULL, seq::text,
             ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
-          FROM ${waiter} WHERE $1::text IS NULL OR target_id = $1
+          FROM ${waiter} w WHERE $1::text IS NULL OR target_id = $1
         ) s
-        ORDER BY target_id, state, priority DESC, seq::bigint`,
-      values: [targetKey ?? null],
+        ORDER BY target_id, state, effective_priority DESC, seq::bigint`,
+      values: [targetKey ?? null, this.options.agingIntervalMs],
     });
     return result.rows;
   }

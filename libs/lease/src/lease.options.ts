@@ -55,6 +55,12 @@ export interface LeaseModuleOptions {
    */
   maxWaitersPerProcess?: number;
   /**
+   * Opt-in aging against starvation: a waiter's effective priority grows by one for every `agingIntervalMs` it has
+   * waited since it first queued. Off by default (strict priority).
+   * @default undefined (off)
+   */
+  agingIntervalMs?: number;
+  /**
    * Schema of the lease tables.
    * @default 'public'
    */
@@ -109,6 +115,8 @@ export interface ResolvedLeaseOptions {
   readonly notify: boolean;
   readonly maxWaitersPerTarget: number;
   readonly maxWaitersPerProcess: number;
+  /** null when aging is off. */
+  readonly agingIntervalMs: number | null;
   readonly schema: string;
   readonly tableName: string;
   readonly waiterTableName: string;
@@ -204,6 +212,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     notify: options.notify ?? true,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
+    agingIntervalMs: options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
     schema: checkIdentifier('schema', options.schema ?? 'public'),
     tableName: table,
     waiterTableName: waiterTable,

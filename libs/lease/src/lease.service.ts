@@ -205,6 +205,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
         owner: row.owner,
         mine: row.owner === this.options.owner,
         priority: row.priority,
+        effectivePriority: Number(row.effective_priority),
         ageMs: Math.round(row.age_ms),
         sinceHeartbeatMs: Math.round(row.since_heartbeat_ms),
         timeoutMs: row.timeout_ms,

@@ -28,6 +28,8 @@ export interface LeaseSnapshot {
   /** True when the row belongs to this process's LeaseService. */
   mine: boolean;
   priority: number;
+  /** Waiters: priority plus aging (equal to priority when `agingIntervalMs` is off); grant order follows it. */
+  effectivePriority: number;
   /** Holders only. */
   fencingToken?: bigint;
   /** Waiters only: 1 = granted next (among live waiters of the target). Dead waiters have no position. */
