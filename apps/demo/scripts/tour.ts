@@ -71,6 +71,8 @@ export async function runTour(
   const print = options.print ?? console.log;
   const line = timeline(print, options.startedAt);
   const db = new pg.Client({ connectionString: databaseUrl });
+  // A dropped connection (the server stopping on Ctrl-C) fails the next query; it must not crash the process.
+  db.on('error', () => undefined);
   await db.connect();
   const url = (name: InstanceName, path: string) => `${stack.urls[name]}${path}`;
   const start = (name: InstanceName, userId: number, latencyMs: number) => call('POST', url(name, `/api/users/${userId}/report`), { latencyMs });
@@ -234,7 +236,10 @@ async function main(): Promise<void> {
     if (databaseUrl) await dropDatabase(server.url, databaseUrl).catch(() => undefined);
     await server.destroy();
   };
-  process.once('SIGINT', () => void cleanUp().finally(() => process.exit(130)));
+  process.once('SIGINT', () => {
+    console.error('\nInterrupted: stopping everything the tour started');
+    void cleanUp().finally(() => process.exit(130));
+  });
   try {
     databaseUrl = await createDatabase(server.url, 'demo_tour');
     line('tour', `PostgreSQL ready (${server.embedded ? 'embedded, throwaway' : 'DATABASE_URL'}), fresh database`);
