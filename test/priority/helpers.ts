@@ -130,12 +130,11 @@ export class FreezingProxy {
       for (const socket of [client, upstream]) {
         this.sockets.add(socket);
         socket.on('error', () => undefined);
-        socket.on('close', () => {
-          client.destroy();
-          upstream.destroy();
-          this.sockets.delete(socket);
-        });
+        socket.on('close', () => this.sockets.delete(socket));
       }
+      client.on('close', () => upstream.destroy());
+      // A session the server ends while frozen is news that cannot get through either.
+      upstream.on('close', () => (this.frozen ? this.held.push(() => client.destroy()) : client.destroy()));
       client.on('data', (chunk) => this.forward(upstream, chunk));
       upstream.on('data', (chunk) => this.forward(client, chunk));
       upstream.connect(Number(this.target.port || 5432), this.target.hostname);
