@@ -5,7 +5,7 @@ describe('aging', () => {
   test.each([
     [200, 'old low-priority waiter first'],
     [undefined, 'strict priority: the higher priority first'],
-  ])('agingIntervalMs %p → %s', async (agingIntervalMs) => {
+  ])('agingIntervalMs %p → %s', async (agingIntervalMs, _expectation) => {
     const db = await createTestDatabase('aging');
     const admin = await adminClient(db.url);
     const options = { agingIntervalMs, waitPollIntervalMs: 5_000 };

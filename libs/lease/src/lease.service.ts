@@ -9,7 +9,7 @@ import {
 import type pg from 'pg';
 import { type Observable, Subject, type Subscription } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { LeaseBusyError, LeaseConfigError, LeaseError, LeaseLostError } from './errors.js';
+import { LeaseBusyError, LeaseConfigError, LeaseError, LeaseLostError, LeaseWaitTimeoutError } from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseEngine } from './lease.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
@@ -155,7 +155,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       this.emitWaitEnded(targetKey, priority, 'granted', started);
       return granted;
     } catch (error) {
-      const outcome = options.signal?.aborted ? 'aborted' : error instanceof LeaseError ? 'timeout' : 'error';
+      const outcome = options.signal?.aborted ? 'aborted' : error instanceof LeaseWaitTimeoutError ? 'timeout' : 'error';
       this.emitWaitEnded(targetKey, priority, outcome, started);
       throw error;
     }
