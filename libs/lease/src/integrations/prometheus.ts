@@ -31,70 +31,71 @@ export interface LeaseMetricsOptions {
  */
 export class LeaseMetrics implements OnModuleDestroy {
   readonly registry: Registry;
-  private readonly names: string[];
+  private readonly names: string[] = [];
   private readonly subscription: Subscription;
 
   constructor(leases: LeaseService, options: LeaseMetricsOptions = {}) {
     const registry = (this.registry = options.registry ?? defaultRegistry);
     const prefix = options.prefix ?? 'lease_';
     const registers = [registry];
+    const metricName = (suffix: string) => {
+      this.names.push(prefix + suffix);
+      return prefix + suffix;
+    };
     const acquisitions = new Counter({
-      name: `${prefix}acquisitions_total`,
+      name: metricName('acquisitions_total'),
       help: 'Leases acquired by this process, takeovers of expired leases included',
       registers,
     });
     const takeovers = new Counter({
-      name: `${prefix}takeovers_total`,
+      name: metricName('takeovers_total'),
       help: 'Expired leases of other holders taken over by this process',
       registers,
     });
     const busy = new Counter({
-      name: `${prefix}busy_total`,
+      name: metricName('busy_total'),
       help: 'Acquisition attempts refused because the target was held (or a waiter was ahead)',
       registers,
     });
     const lost = new Counter({
-      name: `${prefix}lost_total`,
+      name: metricName('lost_total'),
       help: 'Leases lost before release, by reason (taken-over, renewal-deadline)',
       labelNames: ['reason'],
       registers,
     });
     const renewFailures = new Counter({
-      name: `${prefix}renew_failures_total`,
+      name: metricName('renew_failures_total'),
       help: 'Heartbeat ticks whose batched renewal failed (transient until the local safety deadline)',
       registers,
     });
     const waits = new Counter({
-      name: `${prefix}waits_total`,
+      name: metricName('waits_total'),
       help: 'Waits in the priority line that ended, by outcome (granted, timeout, aborted, error)',
       labelNames: ['outcome'],
       registers,
     });
     const heartbeatLatency = new Histogram({
-      name: `${prefix}heartbeat_latency_seconds`,
+      name: metricName('heartbeat_latency_seconds'),
       help: 'Round trip of the successful renewal statement, one observation per renewed lease',
       buckets: options.latencyBuckets ?? [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers,
     });
-    const held = new Gauge({
-      name: `${prefix}held`,
+    new Gauge({
+      name: metricName('held'),
       help: 'Leases this process holds now',
       registers,
       collect() {
         this.set(leases.heldLeases().length);
       },
     });
-    const waiting = new Gauge({
-      name: `${prefix}waiters`,
+    new Gauge({
+      name: metricName('waiters'),
       help: 'Calls of this process waiting in a priority line now',
       registers,
       collect() {
         this.set(leases.waitingCount());
       },
     });
-    this.names = [acquisitions, takeovers, busy, lost, renewFailures, waits, heartbeatLatency, held, waiting].map(
-      (metric) => (metric as unknown as { name: string }).name,
-    );
     // Labelled series start at zero, so a dashboard sees them before the first loss or wait.
     for (const reason of ['taken-over', 'renewal-deadline']) lost.inc({ reason }, 0);
     for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome }, 0);
