@@ -24,7 +24,7 @@ class TourError extends Error {
   override readonly name = 'TourError';
 }
 
-function expect(condition: unknown, what: string): asserts condition {
+function check(condition: unknown, what: string): asserts condition {
   if (!condition) throw new TourError(what);
 }
 
@@ -42,7 +42,11 @@ async function call(method: 'GET' | 'POST', url: string, body?: unknown): Promis
 async function until<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 20_000, everyMs = 100): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const value = await probe().catch(() => undefined);
+    // Network errors are retried (a process may be restarting); a broken promise of the story is not.
+    const value = await probe().catch((error: unknown) => {
+      if (error instanceof TourError) throw error;
+      return undefined;
+    });
     if (value !== undefined) return value;
     if (Date.now() > deadline) throw new TourError(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, everyMs));
@@ -113,14 +117,14 @@ export async function runTour(
     // 1. Double clicks and a second instance are refused while a run holds the user.
     line('', '1. Duplicate clicks and the other instance are refused');
     const first = await start('A', 1, 60_000);
-    expect(first.status === 202, `first start should be accepted, got ${first.status}`);
+    check(first.status === 202, `first start should be accepted, got ${first.status}`);
     const victimToken = BigInt(first.body.fencingToken);
     line('A', 'user 1: report started in the background (202); the scoring call takes a minute', victimToken);
     const again = await start('A', 1, 60_000);
-    expect(again.status === 409, `a duplicate click should be refused, got ${again.status}`);
+    check(again.status === 409, `a duplicate click should be refused, got ${again.status}`);
     line('A', `user 1: duplicate click refused (409, Retry-After ${again.body.retryAfterSeconds} s)`);
     const otherInstance = await start('B', 1, 60_000);
-    expect(otherInstance.status === 409, `the other instance should refuse, got ${otherInstance.status}`);
+    check(otherInstance.status === 409, `the other instance should refuse, got ${otherInstance.status}`);
     line('B', 'user 1: same user on the other instance refused (409)');
 
     // 2. The holder dies; its lease expires by the database clock and the other instance takes over.
@@ -128,7 +132,7 @@ export async function runTour(
     stack.signal('A', 'SIGKILL');
     line('A', 'SIGKILL while holding user 1: no release, the row stays until it expires');
     const kill = await retryUntilAccepted('B', 1, 1_500);
-    expect(kill.token > victimToken, `the takeover's fencing token ${kill.token} should exceed ${victimToken}`);
+    check(kill.token > victimToken, `the takeover's fencing token ${kill.token} should exceed ${victimToken}`);
     line('B', `user 1: retried every 0.2 s, refused ${kill.refused}× while the lease was live`);
     line('B', `user 1: took over ${(kill.afterMs / 1000).toFixed(1)} s after the kill, larger fencing token`, `${kill.token} > ${victimToken}`);
     const restarting = stack.restart('A');
@@ -140,14 +144,14 @@ export async function runTour(
     // 3. A paused holder wakes up after a takeover: its lease is lost, its call cancelled, its save discarded.
     line('', '3. A stale instance wakes up: its save is discarded');
     const paused = await start('A', 2, 60_000);
-    expect(paused.status === 202, `start for user 2 should be accepted, got ${paused.status}`);
+    check(paused.status === 202, `start for user 2 should be accepted, got ${paused.status}`);
     const staleToken = BigInt(paused.body.fencingToken);
     line('A', 'user 2: report started', staleToken);
     await scoringCall(2, 'A', 'pending');
     stack.signal('A', 'SIGSTOP');
     line('A', 'SIGSTOP: frozen while its scoring call is in flight; no heartbeats, still believes it holds user 2');
     const stale = await retryUntilAccepted('B', 2, 1_500);
-    expect(stale.token > staleToken, `the takeover's fencing token ${stale.token} should exceed ${staleToken}`);
+    check(stale.token > staleToken, `the takeover's fencing token ${stale.token} should exceed ${staleToken}`);
     line('B', `user 2: took over A's expired lease (refused ${stale.refused}× before)`, `${stale.token} > ${staleToken}`);
     stack.signal('A', 'SIGCONT');
     line('A', 'SIGCONT: resumes exactly where it stopped');
@@ -163,7 +167,7 @@ export async function runTour(
     await savedToken('B', 2, stale.token);
     line('B', 'user 2: report saved with a fenced write', stale.token);
     const user2 = await tokensOf(2);
-    expect(
+    check(
       user2.length === 1 && BigInt(user2[0].fencing_token) === stale.token,
       `job_result for user 2 should hold only token ${stale.token}, holds ${JSON.stringify(user2)}`,
     );
@@ -172,7 +176,7 @@ export async function runTour(
     // 4. Waiters are served by priority, then first come first served.
     line('', '4. Priority: admin requests wait their turn and are granted highest first');
     const holder = await start('A', 3, 3_000);
-    expect(holder.status === 202, `start for user 3 should be accepted, got ${holder.status}`);
+    check(holder.status === 202, `start for user 3 should be accepted, got ${holder.status}`);
     const holderToken = BigInt(holder.body.fencingToken);
     line('A', 'user 3: report started (3 s of scoring)', holderToken);
     const queued: Array<{ instance: InstanceName; priority: number }> = [
@@ -182,7 +186,7 @@ export async function runTour(
     ];
     for (const request of queued) {
       const answer = await call('POST', url(request.instance, '/api/admin/users/3/report'), { priority: request.priority, latencyMs: 300 });
-      expect(answer.status === 202, `admin request should be queued, got ${answer.status}`);
+      check(answer.status === 202, `admin request should be queued, got ${answer.status}`);
       line(request.instance, `user 3: admin report queued with priority ${request.priority} (202)`);
     }
     const line3 = await until(async () => {
@@ -199,7 +203,7 @@ export async function runTour(
       return rows.length === queued.length + 1 ? rows : undefined;
     }, 'four saved reports of user 3', 30_000, 50);
     const grantOrder = results3.map((row) => row.priority);
-    expect(JSON.stringify(grantOrder) === '[0,10,5,1]', `grants should go 0, 10, 5, 1 by fencing token, went ${grantOrder}`);
+    check(JSON.stringify(grantOrder) === '[0,10,5,1]', `grants should go 0, 10, 5, 1 by fencing token, went ${grantOrder}`);
     line('db', 'job_result for user 3 in fencing-token order: priorities 0, 10, 5, 1');
 
     // Nothing left behind: every lease released, every waiter row gone.
