@@ -109,3 +109,35 @@ describe('local safety', () => {
     }
   });
 });
+
+describe('asyncRenewalCommits', () => {
+  test('leases work as usual with asynchronously committed renewals and releases; the margin must cover lost renewals', async () => {
+    const { LeaseService } = await import('@app/lease');
+    const { makeDataSource } = await import('../support/db.js');
+    expect(() => new LeaseService(makeDataSource('postgres://unused'), { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, asyncRenewalCommits: true }))
+      .toThrow(/safetyMarginMs ≥ 1000/);
+    const db = await createTestDatabase('async');
+    const admin = await adminClient(db.url);
+    const a = await startService(db.url, { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncRenewalCommits: true }, 'async-commits');
+    try {
+      const lease = (await a.service.tryAcquire('async'))!;
+      const renewed = await new Promise<number>((resolve) => {
+        let count = 0;
+        const sub = a.service.events$.subscribe((event) => {
+          if (event.type === 'renewed' && ++count === 3) {
+            sub.unsubscribe();
+            resolve(count);
+          }
+        });
+      });
+      expect(renewed).toBe(3);
+      expect(lease.isHeld()).toBe(true);
+      await lease.release();
+      expect((await admin.query('SELECT count(*)::int AS n FROM job_lease')).rows[0].n).toBe(0);
+    } finally {
+      await a.close();
+      await admin.end();
+      await db.drop();
+    }
+  });
+});

