@@ -17,8 +17,8 @@ export interface LeaseModuleOptions {
   leaseTimeoutMs?: number;
   /**
    * The holder treats its lease as lost once `leaseTimeoutMs − safetyMarginMs` has passed since its last confirmed
-   * renewal was sent (monotonic clock), i.e. before anyone else may take it over. Must leave room for at least one
-   * heartbeat: `heartbeatIntervalMs ≤ leaseTimeoutMs − safetyMarginMs`.
+   * renewal was sent (monotonic clock), i.e. before anyone else may take it over. Must leave room for two
+   * heartbeats: `2 × heartbeatIntervalMs ≤ leaseTimeoutMs − safetyMarginMs`.
    * @default heartbeatIntervalMs
    */
   safetyMarginMs?: number;
@@ -187,9 +187,11 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     );
   }
   const safetyMarginMs = positiveInteger('safetyMarginMs', options.safetyMarginMs ?? heartbeatIntervalMs);
-  if (leaseTimeoutMs - safetyMarginMs < heartbeatIntervalMs) {
+  // A lease acquired just after a tick is first renewed one interval later; a second interval leaves that renewal
+  // (or its retry) time to be confirmed before the local deadline.
+  if (leaseTimeoutMs - safetyMarginMs < 2 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `safetyMarginMs (${safetyMarginMs}) leaves less than one heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - heartbeatIntervalMs}`,
+      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
     );
   }
   if (options.asyncRenewalCommits !== undefined && typeof options.asyncRenewalCommits !== 'boolean') {
