@@ -91,7 +91,11 @@ class Notifier {
     this.backoffMs = Math.min(this.backoffMs * 2, 5_000);
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
-      void this.start();
+      // Connection errors are handled in connect(); this catches the rest (the DataSource is gone, say): a timer
+      // must never end the process with an unhandled rejection. A later wait() tries again.
+      this.start().catch((error: unknown) => {
+        this.logger.warn(`LISTEN connection cannot be reopened (${String(error)}); waiters poll`);
+      });
     }, delay);
     this.retryTimer.unref();
   }
