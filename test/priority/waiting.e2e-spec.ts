@@ -1,3 +1,6 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from '@app/lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
@@ -242,5 +245,17 @@ describe('wake-up', () => {
     console.log(`polling handoff: ${handoffMs.toFixed(0)} ms (poll interval 6 s, jittered 3–6 s)`);
     expect(handoffMs).toBeLessThan(15_000);
     await lease.release();
+  });
+});
+
+describe('background work', () => {
+  test('a LISTEN reconnect after the DataSource was destroyed under a waiting service never crashes the process', async () => {
+    // In a child process: an unhandled rejection ends the process, which the parent sees as the exit code.
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', join(process.cwd(), 'test/priority/orphaned-listener-child.ts')],
+      { env: { ...process.env, PRIORITY_DB_URL: db.url }, timeout: 60_000 },
+    );
+    expect(stdout).toContain('survived');
   });
 });
