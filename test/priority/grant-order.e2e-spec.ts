@@ -1,7 +1,7 @@
 import type { Lease } from '@app/lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { holderOf, type Proc, startProc, track, untilQueued, waiterRows } from './helpers.js';
+import { holderOf, type Proc, rowsOf, startProc, track, untilQueued, waiterRows } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -111,4 +111,24 @@ test('list() flags a dead waiter (stale heartbeat) and gives it no position', as
     ['alive', true, 1],
   ]);
   expect(waiting[0].ageMs).toBeGreaterThanOrEqual(3_600_000 - 1_000);
+});
+
+test('strict priority (aging off): a low waiter starves while higher ones keep arriving, then is served', async () => {
+  const key = 'order:starvation';
+  const holder = await proc('holder');
+  let current: Lease = (await holder.service.tryAcquire(key))!;
+  const low = await proc('low-p0');
+  const lowCall = track(low.service.acquire(key, { priority: 0, waitTimeoutMs: 60_000 }));
+  await untilQueued(admin, key, low.owner);
+  const stream = await proc('stream-p1');
+  for (let round = 0; round < 5; round++) {
+    // Each newcomer queues after the low waiter, yet is served first.
+    const high = track(stream.service.acquire(key, { priority: 1, waitTimeoutMs: 60_000 }));
+    await eventually(() => rowsOf(admin, key, stream.owner), (rows) => rows.length === 1, `high #${round} queued`);
+    await current.release();
+    current = await high.promise;
+    expect(lowCall.settled()).toBe(false);
+  }
+  await current.release();
+  await (await lowCall.promise).release();
 });
