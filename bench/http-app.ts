@@ -1,11 +1,13 @@
 /**
  * The HTTP scenario's server, run as a child process of bench/run.ts so the load generator does not share its
- * event loop: the same handler undecorated and under `@Exclusive`, on 127.0.0.1. Prints `listening <port>`.
+ * event loop: the same handlers undecorated and under `@Exclusive` (one returns at once, one writes a row first), on
+ * 127.0.0.1. Prints `listening <port>`.
  */
 import 'reflect-metadata';
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Exclusive, LeaseModule } from '@app/lease';
+import pg from 'pg';
 import { countStatements, statementsSoFar } from './support/db.js';
 import { BENCH_LEASE_OPTIONS } from './support/contenders.js';
 
@@ -13,6 +15,9 @@ const url = process.env.BENCH_DATABASE_URL;
 if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started by bench/run.ts');
 
 countStatements();
+/** The handlers' own database work, on a pool of its own (the lease module owns its DataSource). */
+const appPool = new pg.Pool({ connectionString: url, max: 16 });
+const write = (k: string) => appPool.query({ name: 'bench_write', text: 'UPDATE bench_counter SET n = n + 1 WHERE id = $1', values: [Number(k) % 64] });
 
 @Controller()
 class BenchController {
@@ -24,6 +29,19 @@ class BenchController {
   @Get('exclusive')
   @Exclusive('bench:{k}')
   exclusive(@Query('k') k: string) {
+    return { k };
+  }
+
+  @Get('plain-write')
+  async plainWrite(@Query('k') k: string) {
+    await write(k);
+    return { k };
+  }
+
+  @Get('exclusive-write')
+  @Exclusive('bench:{k}')
+  async exclusiveWrite(@Query('k') k: string) {
+    await write(k);
     return { k };
   }
 
@@ -42,5 +60,6 @@ class BenchAppModule {}
 
 const app = await NestFactory.create(BenchAppModule, { logger: ['error', 'warn'] });
 app.enableShutdownHooks();
+process.once('SIGTERM', () => void appPool.end());
 await app.listen(0, '127.0.0.1');
 console.log(`listening ${(app.getHttpServer().address() as { port: number }).port}`);

@@ -5,7 +5,7 @@
  * implementations interleaved round by round. Prints the table and the goals of issue 7, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
- * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,http (a subset, for development).
+ * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http (a subset, for development).
  */
 import 'reflect-metadata';
 import { writeFile, mkdir } from 'node:fs/promises';
@@ -20,6 +20,7 @@ import { fencedWrite } from './scenarios/fenced-write.js';
 import { handoff } from './scenarios/handoff.js';
 import { heartbeats } from './scenarios/heartbeat.js';
 import { httpEndpoint } from './scenarios/http.js';
+import { priorityWakeUp } from './scenarios/priority.js';
 import { chart } from './support/chart.js';
 import { FILLFACTOR_50_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
@@ -32,6 +33,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   heartbeat: heartbeats,
   fenced: fencedWrite,
   handoff,
+  priority: priorityWakeUp,
   http: httpEndpoint,
 };
 

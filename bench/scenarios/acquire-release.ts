@@ -18,7 +18,7 @@ export const LEASE_IMPLEMENTATIONS: Record<LeaseVariant, string> = {
 export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {
   const rows: Row[] = [];
   for (const clients of [1, 16]) {
-    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_500) : ctx.quick ? 40 : 200;
+    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_000) : ctx.quick ? 40 : 150;
     const rounds = ctx.quick ? 2 : 4;
     const scenario = `acquire + release, ${clients} client${clients > 1 ? 's' : ''}`;
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} ops`);

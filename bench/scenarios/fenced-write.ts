@@ -20,7 +20,7 @@ const NAMES: Record<Mode, string> = {
 export async function fencedWrite(ctx: BenchContext): Promise<Row[]> {
   const rows: Row[] = [];
   for (const clients of [1, 16]) {
-    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_500) : ctx.quick ? 40 : 200;
+    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_000) : ctx.quick ? 40 : 150;
     const rounds = ctx.quick ? 2 : 3;
     const scenario = `fenced write, ${clients} client${clients > 1 ? 's' : ''}`;
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} writes`);

@@ -1,7 +1,8 @@
 /**
- * The same tiny handler undecorated and under `@Exclusive('bench:{k}')`, each request with a fresh key so the lease
- * is never busy: the cost of acquire + release on an HTTP request. The server is a child process (bench/http-app.ts);
- * autocannon drives it from here, 16 connections, the two endpoints alternating round by round.
+ * The same handler undecorated and under `@Exclusive('bench:{k}')`, each request with a fresh key so the lease is
+ * never busy: the cost of acquire + release on an HTTP request, for a handler that returns at once (the goal) and for
+ * one that writes a row. The server is a child process (bench/http-app.ts); autocannon drives it from here, 16
+ * connections, the endpoints alternating round by round (order flipped every round).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -13,9 +14,13 @@ import { summarize, type BenchContext, type Measurement, type Row } from '../sup
 
 export const HTTP_SCENARIO = '@Exclusive HTTP endpoint';
 const CONNECTIONS = 16;
+export const HTTP_WRITE_SCENARIO = '@Exclusive HTTP endpoint that writes a row';
+/** The goal's pair (a handler that does nothing), and a pair whose handler does one UPDATE, like a real endpoint. */
 const VARIANTS = [
-  { name: 'undecorated', path: 'plain' },
-  { name: '@Exclusive', path: 'exclusive' },
+  { scenario: HTTP_SCENARIO, name: 'undecorated', path: 'plain' },
+  { scenario: HTTP_SCENARIO, name: '@Exclusive', path: 'exclusive' },
+  { scenario: HTTP_WRITE_SCENARIO, name: 'undecorated', path: 'plain-write' },
+  { scenario: HTTP_WRITE_SCENARIO, name: '@Exclusive', path: 'exclusive-write' },
 ] as const;
 
 const benchDir = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -46,9 +51,9 @@ async function statementsOf(base: string): Promise<number> {
 }
 
 export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
-  const seconds = ctx.quick ? 3 : 5;
+  const seconds = ctx.quick ? 2 : 4;
   const rounds = ctx.quick ? 2 : 3;
-  ctx.log(`  ${HTTP_SCENARIO}: ${rounds} rounds × ${seconds} s per endpoint, ${CONNECTIONS} connections`);
+  ctx.log(`  ${HTTP_SCENARIO}s: ${rounds} rounds × ${seconds} s per endpoint, ${CONNECTIONS} connections`);
   const { base, child } = await startServer(ctx.db.url);
   let counter = 0;
   const load = (path: string, duration: number) =>
@@ -58,7 +63,7 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
       duration,
       requests: [{ method: 'GET', setupRequest: (request) => ({ ...request, path: `/${path}?k=${counter++}` }) }],
     });
-  const results = new Map<string, Measurement[]>(VARIANTS.map((variant) => [variant.name, []]));
+  const results = new Map<string, Measurement[]>(VARIANTS.map((variant) => [variant.path, []]));
   try {
     for (const variant of VARIANTS) await load(variant.path, 1);
     for (let round = 0; round < rounds; round++) {
@@ -74,7 +79,7 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           throw new Error(`${variant.name}: ${result.errors} errors and ${result.non2xx} non-2xx answers`);
         }
         const ops = result.requests.total;
-        results.get(variant.name)!.push({
+        results.get(variant.path)!.push({
           ops,
           elapsedMs: result.duration * 1000,
           latenciesMs: [],
@@ -87,12 +92,12 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           hotUpdates: 0,
           tableOps: ops,
         });
-        ctx.log(`    round ${round + 1}/${rounds} ${variant.name}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`);
+        ctx.log(`    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`);
       }
     }
   } finally {
     child.kill('SIGTERM');
     if (child.exitCode === null) await once(child, 'exit');
   }
-  return VARIANTS.map((variant) => summarize(HTTP_SCENARIO, variant.name, 'request', results.get(variant.name)!, { noDeadTuples: true }));
+  return VARIANTS.map((variant) => summarize(variant.scenario, variant.name, 'request', results.get(variant.path)!, { noDeadTuples: true }));
 }

@@ -1,7 +1,8 @@
 /** The headline ratios as a plain SVG: one panel per goal, bars per implementation, the goal as a dashed line. */
 import { LEASE_IMPLEMENTATIONS } from '../scenarios/acquire-release.js';
 import { HANDOFF_SCENARIO } from '../scenarios/handoff.js';
-import { HTTP_SCENARIO } from '../scenarios/http.js';
+import { HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
+import { PRIORITY_SCENARIO } from '../scenarios/priority.js';
 import type { Row } from './measure.js';
 import { find, type Goal } from './report.js';
 
@@ -63,33 +64,32 @@ function panels(rows: Row[]): Panel[] {
       goal: { value: 90, label: 'goal ≥ 90 %' },
     });
   }
-  const handoffs = rows.filter((row) => row.scenario === HANDOFF_SCENARIO);
+  const handoffs = rows.filter((row) => row.scenario === HANDOFF_SCENARIO || row.scenario === PRIORITY_SCENARIO);
   if (handoffs.length) {
     out.push({
-      title: `${HANDOFF_SCENARIO}: release → grant p50, ms (log scale)`,
+      title: 'handoff: release → grant p50, ms (log scale)',
       bars: handoffs.map((row) => ({
-        label: row.implementation,
+        label: row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : `${row.implementation}, 8 clients`,
         value: row.p50Ms,
-        text: `${row.p50Ms < 10 ? row.p50Ms.toFixed(2) : row.p50Ms.toFixed(0)} ms, ${Math.round(row.opsPerSec ?? 0)}/s`,
+        text: `${row.p50Ms < 10 ? row.p50Ms.toFixed(2) : row.p50Ms.toFixed(0)} ms${row.opsPerSec ? `, ${Math.round(row.opsPerSec)}/s` : ''}`,
         ours: isOurs(row.implementation),
       })),
       goal: { value: 5, label: 'goal ≤ 5 ms' },
       log: true,
     });
   }
-  const plain = find(rows, HTTP_SCENARIO, 'undecorated');
-  const exclusive = find(rows, HTTP_SCENARIO, '@Exclusive');
-  if (plain?.opsPerSec && exclusive?.opsPerSec) {
-    out.push({
-      title: `${HTTP_SCENARIO}: throughput, % of the undecorated endpoint`,
-      bars: [plain, exclusive].map((row) => ({
-        label: row.implementation,
-        value: (row.opsPerSec! / plain.opsPerSec!) * 100,
-        text: `${((row.opsPerSec! / plain.opsPerSec!) * 100).toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`,
-        ours: row === exclusive,
-      })),
-      goal: { value: 50, label: 'goal ≥ 50 %' },
-    });
+  const http: Bar[] = [];
+  for (const [scenario, handler] of [[HTTP_SCENARIO, 'handler returns at once'], [HTTP_WRITE_SCENARIO, 'handler writes a row']]) {
+    const plain = find(rows, scenario, 'undecorated');
+    const exclusive = find(rows, scenario, '@Exclusive');
+    if (!plain?.opsPerSec || !exclusive?.opsPerSec) continue;
+    for (const row of [plain, exclusive]) {
+      const share = (row.opsPerSec! / plain.opsPerSec) * 100;
+      http.push({ label: `${handler}: ${row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row === exclusive });
+    }
+  }
+  if (http.length) {
+    out.push({ title: 'HTTP endpoint throughput, % of the same endpoint undecorated', bars: http, goal: { value: 50, label: 'goal ≥ 50 %' } });
   }
   return out;
 }
@@ -117,11 +117,11 @@ function drawPanel(panel: Panel, top: number): { svg: string; height: number } {
   if (panel.goal) {
     const gx = LABEL_WIDTH + x(panel.goal.value);
     parts.push(
-      `<line x1="${gx.toFixed(1)}" y1="${barsTop - 4}" x2="${gx.toFixed(1)}" y2="${barsTop + plotHeight}" class="goal"/>`,
-      `<text x="${(gx + 4).toFixed(1)}" y="${barsTop - 6}" class="goal-label">${escape(panel.goal.label)}</text>`,
+      `<line x1="${gx.toFixed(1)}" y1="${barsTop - 4}" x2="${gx.toFixed(1)}" y2="${barsTop + plotHeight + 2}" class="goal"/>`,
+      `<text x="${(gx + 4).toFixed(1)}" y="${barsTop + plotHeight + 10}" class="goal-label">${escape(panel.goal.label)}</text>`,
     );
   }
-  return { svg: parts.join('\n'), height: 28 + plotHeight + 18 };
+  return { svg: parts.join('\n'), height: 28 + plotHeight + 24 };
 }
 
 export function chart(rows: Row[], goals: Goal[], meta: { generatedAt: string; mode: string; server: { version: string; source: string } }): string {
