@@ -178,6 +178,12 @@ export class LeaseStore {
     // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
     // could have written updated_at at the earliest.
     const client = await this.db.connect();
+    // A checked-out client has no error listener of the pool's. If the server ends the session right after our reply
+    // (both in one TCP read), the error event would come before our release and crash the process: note it instead,
+    // and release the client as broken.
+    let broken: Error | undefined;
+    const onError = (error: Error) => (broken = error);
+    client.on('error', onError);
     const sentAt = performance.now();
     let result: pg.QueryResult<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>;
     try {
@@ -226,10 +232,12 @@ export class LeaseStore {
       ],
       });
     } catch (error) {
-      client.release(error as Error);
+      broken ??= error as Error;
       throw error;
+    } finally {
+      client.off('error', onError);
+      client.release(broken);
     }
-    client.release();
     const row = result.rows[0];
     return row
       ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over, previousOwner: row.previous_owner }
