@@ -50,7 +50,7 @@ test('delay and dropped replies are ridden out; a blackhole longer than the time
 
     // Each way. Kept well under the heartbeat interval: the heartbeat's statement and connect timeouts equal the
     // interval, and a reconnect costs several round trips.
-    proxy.set('delay', 20);
+    proxy.set('delay', 10);
     await sleep(TIMEOUT);
     expect(await a.command({ op: 'write', key: KEY, opId: randomUUID() })).toBe('ack');
     proxy.set('pass');
@@ -83,7 +83,7 @@ test('delay and dropped replies are ridden out; a blackhole longer than the time
     const result = await check(admin, log);
     recordScenario({
       scenario: 'TCP proxy: delay, drop, blackhole',
-      faults: `delay 20 ms each way for ${TIMEOUT} ms; replies dropped 300 ms; blackhole until the takeover (holder aborted ${ms(bAcquiredAt - aborted.at)} ms before it)`,
+      faults: `delay 10 ms each way for ${TIMEOUT} ms; replies dropped 300 ms; blackhole until the takeover (holder aborted ${ms(bAcquiredAt - aborted.at)} ms before it)`,
       writes: `${result.writes} / ${result.refused}`,
       violations: result.violations.length,
       takeoverMs: ms(bAcquiredAt - blackholedAt),

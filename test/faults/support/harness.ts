@@ -50,14 +50,16 @@ export class Worker {
   private readonly listeners = new Set<() => void>();
   private nextId = 1;
   private alive = true;
+  private exit = '';
 
   private constructor(
     readonly name: string,
     private readonly child: ChildProcess,
     private readonly log: Received[],
   ) {
-    this.exited = new Promise((resolve) => child.once('exit', (code) => {
+    this.exited = new Promise((resolve) => child.once('exit', (code, signal) => {
       this.alive = false;
+      this.exit = signal ?? `code ${code}`;
       resolve(code);
       this.notify();
     }));
@@ -102,7 +104,7 @@ export class Worker {
       const check = () => {
         const found = this.log.find((r) => r.worker === this.name && r.at >= since && predicate(r.msg));
         if (found) return finish(() => resolve(found));
-        if (!this.alive) return finish(() => reject(new Error(`${this.name} exited while waiting for ${what}`)));
+        if (!this.alive) return finish(() => reject(new Error(`${this.name} exited (${this.exit}) while waiting for ${what}; its output is in artifacts/faults/${this.name}.log`)));
       };
       const timer = setTimeout(() => finish(() => reject(new Error(`${this.name}: timed out after ${timeoutMs} ms waiting for ${what}`))), timeoutMs);
       const finish = (settle: () => void) => {
