@@ -1,3 +1,4 @@
+import type { LeaseModuleOptions } from '@app/lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
@@ -6,8 +7,8 @@ let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
 const procs: Proc[] = [];
 
-async function proc(name: string, ...rest: Parameters<typeof startProc> extends [unknown, unknown, ...infer R] ? R : never): Promise<Proc> {
-  const started = await startProc(db.url, name, ...rest);
+async function proc(name: string, options?: LeaseModuleOptions, poolSize?: number): Promise<Proc> {
+  const started = await startProc(db.url, name, options, poolSize);
   procs.push(started);
   return started;
 }

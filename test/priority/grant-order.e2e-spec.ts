@@ -91,7 +91,6 @@ test('list() shows the holder, then live waiters in grant order with priorities,
       .map((s) => `${s.state.padEnd(7)} ${s.owner.padEnd(16)} priority ${s.priority} position ${s.position ?? '-'} age ${s.ageMs} ms`)
       .join('\n'),
   );
-
 });
 
 test('list() flags a dead waiter (stale heartbeat) and gives it no position', async () => {

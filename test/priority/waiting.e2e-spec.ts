@@ -1,7 +1,14 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from '@app/lease';
+import {
+  LeaseBusyError,
+  LeaseError,
+  LeaseQueueFullError,
+  LeaseWaitTimeoutError,
+  type LeaseEvent,
+  type LeaseModuleOptions,
+} from '@app/lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { holderOf, type Proc, rowsOf, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
@@ -10,8 +17,8 @@ let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
 const procs: Proc[] = [];
 
-async function proc(name: string, ...rest: Parameters<typeof startProc> extends [unknown, unknown, ...infer R] ? R : never): Promise<Proc> {
-  const started = await startProc(db.url, name, ...rest);
+async function proc(name: string, options?: LeaseModuleOptions, poolSize?: number): Promise<Proc> {
+  const started = await startProc(db.url, name, options, poolSize);
   procs.push(started);
   return started;
 }
@@ -25,7 +32,7 @@ async function heldTarget(key: string) {
 }
 
 /** Where the wait ended, with the waiter's rows counted the moment the promise settled. */
-async function outcome(admin: pg.Client, key: string, owner: string, call: Promise<unknown>) {
+async function outcome(key: string, owner: string, call: Promise<unknown>) {
   try {
     await call;
     return { error: undefined, rowsLeft: (await rowsOf(admin, key, owner)).length };
@@ -94,7 +101,7 @@ describe('giving up removes the row before the promise settles', () => {
     waiter.service.events$.subscribe((event) => events.push(event));
     const started = performance.now();
     const call = waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 1_500 });
-    const result = outcome(admin, key, waiter.owner, call);
+    const result = outcome(key, waiter.owner, call);
     await untilQueued(admin, key, waiter.owner);
     const { error, rowsLeft } = await result;
     expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
@@ -111,14 +118,14 @@ describe('giving up removes the row before the promise settles', () => {
     const waiter = await proc('abort');
     const controller = new AbortController();
     const reason = new Error('the user went away');
-    const result = outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }));
+    const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }));
     await untilQueued(admin, key, waiter.owner);
     controller.abort(reason);
     const { error, rowsLeft } = await result;
     expect(error).toBe(reason);
     expect(rowsLeft).toBe(0);
     // An already aborted signal never queues.
-    const again = await outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, signal: controller.signal }));
+    const again = await outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, signal: controller.signal }));
     expect(again).toEqual({ error: reason, rowsLeft: 0 });
   });
 
@@ -127,7 +134,7 @@ describe('giving up removes the row before the promise settles', () => {
     await heldTarget(key);
     const waiter = await proc('closing');
     const call = track(waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
-    const result = outcome(admin, key, waiter.owner, call.promise);
+    const result = outcome(key, waiter.owner, call.promise);
     await untilQueued(admin, key, waiter.owner);
     await waiter.close();
     expect(await rowsOf(admin, key, waiter.owner)).toEqual([]);
@@ -146,7 +153,7 @@ describe('giving up removes the row before the promise settles', () => {
     await admin.query('CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()');
     try {
       const waiter = await proc('slowq', {}, 1);
-      const result = outcome(admin, key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+      const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
       await eventually(
         async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [waiter.owner])).rowCount,
         (n) => n === 1,
@@ -172,7 +179,7 @@ describe('bounds', () => {
       await untilQueued(admin, key, p.owner);
     }
     const third = await proc('third', { maxWaitersPerTarget: 2 });
-    const { error, rowsLeft } = await outcome(admin, key, third.owner, third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }));
+    const { error, rowsLeft } = await outcome(key, third.owner, third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }));
     expect(error).toBeInstanceOf(LeaseQueueFullError);
     expect(error).toBeInstanceOf(LeaseBusyError);
     expect((error as LeaseQueueFullError).message).toBe(
@@ -191,7 +198,7 @@ describe('bounds', () => {
       void track(p.service.acquire(key, { waitTimeoutMs: 30_000 }));
       await untilQueued(admin, key, p.owner);
     }
-    const { error, rowsLeft } = await outcome(admin, keys[2], p.owner, p.service.acquire(keys[2], { waitTimeoutMs: 30_000 }));
+    const { error, rowsLeft } = await outcome(keys[2], p.owner, p.service.acquire(keys[2], { waitTimeoutMs: 30_000 }));
     expect(error).toBeInstanceOf(LeaseQueueFullError);
     expect((error as Error).message).toBe(
       `Cannot wait for "${keys[2]}": this process already has 2 waiting calls (maxWaitersPerProcess)`,
