@@ -72,8 +72,11 @@ async function main(): Promise<void> {
   log(`Server: ${db.serverVersion} — ${server}`);
   log(`Node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? 'unknown'}), mode ${quick ? 'quick' : 'full'}`);
   const rows: Row[] = [];
+  const durableCommitP50Ms = { start: Number.NaN, end: Number.NaN };
   try {
     await createTables(db);
+    durableCommitP50Ms.start = await db.durableCommitP50();
+    log(`One durable commit (single-row INSERT) p50: ${durableCommitP50Ms.start.toFixed(3)} ms`);
     const ctx: BenchContext = { db, quick, log };
     for (const [name, scenario] of Object.entries(SCENARIOS)) {
       if (only && !only.includes(name)) continue;
@@ -82,6 +85,7 @@ async function main(): Promise<void> {
       rows.push(...(await scenario(ctx)));
       log(`  (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
     }
+    durableCommitP50Ms.end = await db.durableCommitP50();
   } finally {
     await db.close();
   }
@@ -91,6 +95,7 @@ async function main(): Promise<void> {
   log(table(rows));
   log('');
   log(goalLines(judged));
+  log(`\nOne durable commit p50: ${durableCommitP50Ms.start.toFixed(3)} ms at the start, ${durableCommitP50Ms.end.toFixed(3)} ms at the end.`);
   const seconds = (performance.now() - started) / 1000;
   log(`\nTotal ${seconds.toFixed(0)} s.`);
 
@@ -106,6 +111,7 @@ async function main(): Promise<void> {
     cpus: cpus().length,
     cpuModel: cpus()[0]?.model,
     durationSeconds: Math.round(seconds),
+    durableCommitP50Ms,
     goals: judged,
     rows,
   };

@@ -124,7 +124,11 @@ function drawPanel(panel: Panel, top: number): { svg: string; height: number } {
   return { svg: parts.join('\n'), height: 28 + plotHeight + 24 };
 }
 
-export function chart(rows: Row[], goals: Goal[], meta: { generatedAt: string; mode: string; server: { version: string; source: string } }): string {
+export function chart(
+  rows: Row[],
+  goals: Goal[],
+  meta: { generatedAt: string; mode: string; server: { version: string; source: string }; durableCommitP50Ms: { start: number; end: number } },
+): string {
   let top = 48;
   const body: string[] = [];
   for (const panel of panels(rows)) {
@@ -134,7 +138,7 @@ export function chart(rows: Row[], goals: Goal[], meta: { generatedAt: string; m
   }
   const met = goals.filter((goal) => goal.met).length;
   const footer = [
-    `${met} of ${goals.length} goals met. ${meta.mode} run, ${meta.generatedAt.slice(0, 16).replace('T', ' ')} UTC; medians of interleaved rounds.`,
+    `${met} of ${goals.length} goals met. ${meta.mode} run, ${meta.generatedAt.slice(0, 16).replace('T', ' ')} UTC; medians of interleaved rounds; one durable commit p50 ${meta.durableCommitP50Ms.start.toFixed(2)} → ${meta.durableCommitP50Ms.end.toFixed(2)} ms.`,
     `${meta.server.version.split(' on ')[0]} (${meta.server.source}); blue: nest-pg-lease (${LEASE_IMPLEMENTATIONS.shipped} and prototypes), grey: baselines.`,
   ];
   const height = top + 44;

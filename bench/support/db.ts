@@ -84,6 +84,24 @@ export class BenchDatabase {
     return BigInt(rows[0].xid);
   }
 
+  /**
+   * p50 of one durable single-row INSERT (a commit with its WAL flush) on the probe's own table: the yardstick for
+   * everything that commits. On a shared disk it moves during a run, so the run takes it at its start and its end.
+   */
+  async durableCommitP50(): Promise<number> {
+    await this.probe.query('DROP TABLE IF EXISTS bench_commit_probe');
+    await this.probe.query('CREATE TABLE bench_commit_probe (id int)');
+    const samples: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      const started = performance.now();
+      await this.probe.query('INSERT INTO bench_commit_probe VALUES ($1)', [i]);
+      samples.push(performance.now() - started);
+    }
+    await this.probe.query('DROP TABLE bench_commit_probe');
+    samples.sort((a, b) => a - b);
+    return samples[samples.length >> 1];
+  }
+
   /** Resets dead tuples and bloat between phases, so every round starts from the same table state. */
   async vacuum(): Promise<void> {
     const { rows } = await this.probe.query<{ name: string }>(
