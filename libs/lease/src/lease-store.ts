@@ -132,12 +132,13 @@ const MS = `* interval '1 millisecond'`;
 
 /**
  * Effective priority of a waiter: its priority, plus one per `agingIntervalMs` waited since it first queued when
- * aging is on (the parameter is NULL when it is off). Computed with the database clock, like everything else.
+ * aging is on (the parameter is NULL when it is off). Database clock, one instant per statement, so every row of a
+ * statement ages consistently.
  */
 function aged(queuedAt: string, agingParameter: string): string {
   const alias = queuedAt.split('.')[0];
   return `(${alias}.priority::bigint + CASE WHEN ${agingParameter}::bigint IS NULL THEN 0
-    ELSE floor(extract(epoch FROM clock_timestamp() - ${queuedAt}) * 1000 / ${agingParameter}::bigint)::bigint END)`;
+    ELSE floor(extract(epoch FROM statement_timestamp() - ${queuedAt}) * 1000 / ${agingParameter}::bigint)::bigint END)`;
 }
 
 /**

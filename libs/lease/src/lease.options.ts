@@ -45,7 +45,8 @@ export interface LeaseModuleOptions {
    */
   notify?: boolean;
   /**
-   * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`.
+   * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`. A soft
+   * bound: waiters enqueuing at the same instant may overshoot it by a few.
    * @default 1_000
    */
   maxWaitersPerTarget?: number;

@@ -21,7 +21,7 @@ import { LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
 import { assertPriority, assertTargetKey } from './target-key.js';
-import { type Waiter, WaitQueue } from './waiting.js';
+import { settleBy, type Waiter, WaitQueue } from './waiting.js';
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
 export interface LeaseEntry {
@@ -152,12 +152,19 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    const lease = await this.attempt(targetKey, priority);
+    const until = performance.now() + waitTimeoutMs;
+    const lease = await settleBy(
+      this.attempt(targetKey, priority),
+      until + this.queue.graceMs,
+      options.signal,
+      () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
+      (late) => void late?.release(),
+    );
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
     const started = performance.now();
     try {
-      const granted = await this.queue.wait(targetKey, priority, waitTimeoutMs, options.signal);
+      const granted = await this.queue.wait(targetKey, priority, until, waitTimeoutMs, options.signal);
       this.emitWaitEnded(targetKey, priority, 'granted', started);
       return granted;
     } catch (error) {

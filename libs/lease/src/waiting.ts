@@ -25,6 +25,40 @@ export interface Waiter {
 export type AttemptAsWaiter = (targetKey: string, priority: number, waiter: Waiter) => Promise<HeldLease | null>;
 
 /**
+ * Settles with `work`, unless `until` (monotonic) passes or `signal` aborts first: then rejects with `onTimeout()` or
+ * the signal's reason, and hands a value that arrives later to `discard` (a late lease must be released). A wait
+ * must settle on time even when the database stops answering in the middle of a statement.
+ */
+export async function settleBy<T>(
+  work: Promise<T>,
+  until: number,
+  signal: AbortSignal | undefined,
+  onTimeout: () => Error,
+  discard: (late: T) => void = () => undefined,
+): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let onAbort: (() => void) | undefined;
+  const cutoff = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(onTimeout()), Math.max(0, until - performance.now()));
+    if (signal) {
+      onAbort = () => reject(signal.reason);
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    }
+  });
+  let won = false;
+  try {
+    const value = await Promise.race([work, cutoff]);
+    won = true;
+    return value;
+  } finally {
+    clearTimeout(timer);
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+    if (!won) work.then(discard, () => undefined);
+  }
+}
+
+/**
  * One LISTEN connection per process. A notification carries only a target key; it is a hint to try again, never a
  * grant. After a (re)connect every waiter is woken, since notifications sent meanwhile are lost.
  */
@@ -139,9 +173,20 @@ export class WaitQueue {
     return this.waiters.size;
   }
 
-  /** Waits in line for `targetKey`; resolves with the lease, or rejects (row removed first). */
-  wait(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
-    const waiting = this.waitInLine(targetKey, priority, waitTimeoutMs, signal);
+  /**
+   * How long a statement in flight may run past the wait's deadline before the wait gives up on it: long enough for a
+   * healthy database to finish (so the row is gone before the promise rejects), short enough to bound a stall.
+   */
+  get graceMs(): number {
+    return Math.min(this.options.heartbeatIntervalMs, 1_000);
+  }
+
+  /**
+   * Waits in line for `targetKey` until `until` (monotonic); resolves with the lease, or rejects (row removed first,
+   * unless the database does not answer within the grace).
+   */
+  wait(targetKey: string, priority: number, until: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+    const waiting = this.waitInLine(targetKey, priority, until, waitTimeoutMs, signal);
     const settled = waiting.then(
       () => undefined,
       () => undefined,
@@ -151,10 +196,17 @@ export class WaitQueue {
     return waiting;
   }
 
-  private async waitInLine(targetKey: string, priority: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+  private async waitInLine(
+    targetKey: string,
+    priority: number,
+    until: number,
+    waitTimeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<HeldLease> {
     if (this.closed) throw new LeaseError('LeaseService is shut down: no new waits', targetKey);
     signal?.throwIfAborted();
-    const until = performance.now() + waitTimeoutMs;
+    const timeout = () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
+    const cutoff = until + this.graceMs;
     const waiter: Waiter = { id: randomUUID(), targetKey, priority, evicted: false, pending: false };
     if (this.options.notify) {
       this.notifier ??= new Notifier(
@@ -185,7 +237,7 @@ export class WaitQueue {
         waiter.pending = false;
         try {
           if (!waiter.place || waiter.evicted) {
-            const place = await this.store.enqueue(targetKey, waiter.id, priority, waiter.place);
+            const place = await settleBy(this.store.enqueue(targetKey, waiter.id, priority, waiter.place), cutoff, signal, timeout);
             if (!place) {
               throw new LeaseQueueFullError(
                 targetKey,
@@ -196,13 +248,15 @@ export class WaitQueue {
             waiter.place = place;
             waiter.evicted = false;
           }
-          const lease = await this.attempt(targetKey, priority, waiter);
+          const lease = await settleBy(this.attempt(targetKey, priority, waiter), cutoff, signal, timeout, (late) => {
+            void late?.release();
+          });
           if (lease) {
             this.unregister(waiter);
             return lease;
           }
         } catch (error) {
-          if (error instanceof LeaseError) throw error;
+          if (error instanceof LeaseError || signal?.aborted) throw error;
           // A database error is transient for a waiter: the wait deadline bounds the retries.
           lastError = error;
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
@@ -214,7 +268,9 @@ export class WaitQueue {
       this.unregister(waiter);
       if (waiter.place) {
         // The row is gone before the promise rejects; if even that fails, the row dies with its heartbeat.
-        await this.store.dequeue(targetKey, waiter.id).catch((dequeueError: unknown) => {
+        const gone = this.store.dequeue(targetKey, waiter.id);
+        const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
+        await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(`Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`);
         });
       }
