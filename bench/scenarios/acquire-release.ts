@@ -10,7 +10,7 @@ const WARM_UP = 5;
 
 export const LEASE_IMPLEMENTATIONS: Record<LeaseVariant, string> = {
   shipped: 'nest-pg-lease',
-  'async-release': 'nest-pg-lease, async-commit release (prototype)',
+  'async-release': 'nest-pg-lease, asyncRenewalCommits',
   unlogged: 'nest-pg-lease, UNLOGGED table (prototype)',
   'fillfactor-50': 'nest-pg-lease, fillfactor 50 (prototype)',
 };
