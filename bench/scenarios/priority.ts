@@ -22,6 +22,7 @@ export async function priorityWakeUp(ctx: BenchContext): Promise<Row[]> {
     p99Ms: result.p99Ms,
     roundTripsPerOp: Number.NaN,
     writeTransactionsPerOp: Number.NaN,
+    clientCpuUsPerOp: Number.NaN,
     walBytesPerOp: Number.NaN,
     deadTuplesPerOp: null,
     hotShare: null,

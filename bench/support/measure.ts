@@ -30,6 +30,8 @@ export interface Measurement extends RunResult {
   statements: number;
   /** Transactions that were given an id, i.e. that wrote something. */
   writeTransactions: number;
+  /** CPU time of this Node process (user + system) during the window; NaN where the work runs elsewhere. */
+  clientCpuUs: number;
   walBytes: number;
   deadTuples: number;
   updates: number;
@@ -46,12 +48,16 @@ export async function measure(db: BenchDatabase, workload: Workload): Promise<Me
   let statements: number;
   let walBytes: number;
   let writeTransactions: number;
+  let clientCpuUs: number;
   try {
     warmOps = await workload.setup();
     const statements0 = statementsSoFar();
     const wal0 = await db.walPosition();
     const xid0 = await db.nextTransactionId();
+    const cpu0 = process.cpuUsage();
     result = await workload.run();
+    const cpu = process.cpuUsage(cpu0);
+    clientCpuUs = cpu.user + cpu.system;
     statements = statementsSoFar() - statements0;
     walBytes = Number((await db.walPosition()) - wal0);
     writeTransactions = Number((await db.nextTransactionId()) - xid0);
@@ -63,6 +69,7 @@ export async function measure(db: BenchDatabase, workload: Workload): Promise<Me
     ...result,
     statements,
     writeTransactions,
+    clientCpuUs,
     walBytes,
     deadTuples: after.deadTuples - before.deadTuples,
     updates: after.updates - before.updates,
@@ -134,6 +141,8 @@ export interface Row {
   roundTripsPerOp: number;
   /** Transactions that wrote, per operation: each is a commit (a WAL flush when synchronous). */
   writeTransactionsPerOp: number;
+  /** CPU of the benchmark's Node process per operation, in µs: the client-side cost (driver, library). */
+  clientCpuUsPerOp: number;
   walBytesPerOp: number;
   /** n_dead_tup left behind per operation; null where not meaningful. */
   deadTuplesPerOp: number | null;
@@ -171,6 +180,7 @@ export function summarize(
     p99Ms: latency(rounds, 99),
     roundTripsPerOp: ratioPerRound((m) => m.statements, (m) => m.ops),
     writeTransactionsPerOp: ratioPerRound((m) => m.writeTransactions, (m) => m.ops),
+    clientCpuUsPerOp: ratioPerRound((m) => m.clientCpuUs, (m) => m.ops),
     walBytesPerOp: ratioPerRound((m) => m.walBytes, (m) => m.ops),
     deadTuplesPerOp: options.noDeadTuples ? null : ratioPerRound((m) => m.deadTuples, (m) => m.tableOps),
     hotShare: updates === 0 ? null : rounds.reduce((sum, m) => sum + m.hotUpdates, 0) / updates,

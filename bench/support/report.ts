@@ -5,7 +5,7 @@ import { HTTP_SCENARIO } from '../scenarios/http.js';
 import { fixed, type Row } from './measure.js';
 
 export function table(rows: Row[]): string {
-  const header = ['scenario', 'implementation', 'ops/s', 'p50 ms', 'p99 ms', 'RT/op', 'xact/op', 'WAL B/op', 'dead/op', 'HOT %'];
+  const header = ['scenario', 'implementation', 'ops/s', 'p50 ms', 'p99 ms', 'RT/op', 'xact/op', 'WAL B/op', 'dead/op', 'HOT %', 'CPU µs/op'];
   const body = rows.map((row) => [
     row.scenario,
     row.implementation,
@@ -17,6 +17,7 @@ export function table(rows: Row[]): string {
     fixed(row.walBytesPerOp, row.walBytesPerOp >= 1000 ? 0 : 1),
     fixed(row.deadTuplesPerOp, 2),
     row.hotShare === null ? '—' : fixed(row.hotShare * 100, 1),
+    fixed(row.clientCpuUsPerOp, 0),
   ]);
   const widths = header.map((_, column) => Math.max(...[header, ...body].map((cells) => cells[column].length)));
   const line = (cells: string[]) =>
