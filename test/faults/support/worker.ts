@@ -15,8 +15,11 @@ import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome 
 
 const config = JSON.parse(process.argv[2]!) as WorkerConfig;
 
-// The parent is gone, or this process ran too long: leave without cleanup (the leases expire by themselves).
+// The parent is gone, or this process ran too long: leave without cleanup (the leases expire by themselves). The
+// IPC channel does not always report a dead parent (under Jest it stayed open), so the parent pid is watched too.
+const parentPid = process.ppid;
 process.on('disconnect', () => process.exit(0));
+setInterval(() => process.ppid !== parentPid && process.exit(0), 250).unref();
 setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
 // Nest's logger would print every lost lease and failed heartbeat; the harness keeps stdout in a log file anyway.
 Logger.overrideLogger(['error', 'warn']);
