@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import { createTestDatabase } from '../support/db.js';
 import { check, type CheckResult } from './support/checker.js';
-import { connect, LEASE, pause, prepareTables, type Received, runFleet, sleep, type Worker } from './support/harness.js';
+import { connect, LEASE, pause, prepareTables, runFleet, sleep, type Worker } from './support/harness.js';
 import type { LoopPlan } from './support/protocol.js';
 import { recordScenario } from './support/report.js';
 
@@ -21,7 +21,7 @@ async function scenario(name: string, plan: LoopPlan, options: { unfenced?: bool
   await prepareTables(db.url, plan.keys);
   admin = await connect(db.url);
   let pauses = 0;
-  const run = await runFleet({ url: db.url, processes: 4, plan, lease: LEASE, unfenced: options.unfenced, prefix: name }, async (workers, log) => {
+  const run = await runFleet({ url: db.url, processes: 4, plan, lease: LEASE, unfenced: options.unfenced, prefix: name }, async (workers) => {
     for (let i = 0; i < (options.pauses ?? 0); i++) {
       // Pause a process right after one of its loops acquired: it holds a lease and has not written yet.
       const victim: Worker = workers[i % workers.length]!;
@@ -30,7 +30,6 @@ async function scenario(name: string, plan: LoopPlan, options: { unfenced?: bool
       pauses++;
       await sleep(300);
     }
-    void log;
   });
   const result = await check(admin, run.log);
   recordScenario({

@@ -21,7 +21,7 @@ const parentPid = process.ppid;
 process.on('disconnect', () => process.exit(0));
 setInterval(() => process.ppid !== parentPid && process.exit(0), 250).unref();
 setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
-// Nest's logger would print every lost lease and failed heartbeat; the harness keeps stdout in a log file anyway.
+// Warnings and errors only (lost leases, failed heartbeats): they land in artifacts/faults/<name>.log.
 Logger.overrideLogger(['error', 'warn']);
 
 function send(message: WorkerMessage): void {
@@ -138,7 +138,7 @@ async function main(): Promise<void> {
   let finish!: () => void;
   const finished = new Promise<void>((resolve) => (finish = resolve));
 
-  const run = async (id: number, command: Command): Promise<unknown> => {
+  const run = async (command: Command): Promise<unknown> => {
     switch (command.op) {
       case 'acquire': {
         const lease = command.waitTimeoutMs
@@ -159,14 +159,13 @@ async function main(): Promise<void> {
         finish();
         return true;
     }
-    throw new Error(`unknown command ${id}`);
   };
 
   process.on('message', (message: ParentMessage) => {
     if (message.t === 'stop') stopping = true;
     else if (message.t === 'proceed') proceedWaiters.get(message.opId)?.();
     else {
-      run(message.id, message.cmd).then(
+      run(message.cmd).then(
         (value) => send({ t: 'reply', id: message.id, ok: true, value }),
         (error: unknown) => send({ t: 'reply', id: message.id, ok: false, error: `${(error as Error)?.name}: ${String(error)}` }),
       );
