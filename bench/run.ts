@@ -22,7 +22,7 @@ import { heartbeats } from './scenarios/heartbeat.js';
 import { httpEndpoint } from './scenarios/http.js';
 import { priorityWakeUp } from './scenarios/priority.js';
 import { chart } from './support/chart.js';
-import { FILLFACTOR_50_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
+import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
 import type { BenchContext, Row } from './support/measure.js';
 import { goalLines, goals, table } from './support/report.js';
@@ -38,7 +38,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {
-  for (const tables of [{}, UNLOGGED_TABLES, FILLFACTOR_50_TABLES]) {
+  for (const tables of [{}, UNLOGGED_TABLES, FILLFACTOR_80_TABLES]) {
     const dataSource = new DataSource({ type: 'postgres', url: db.url, extra: { max: 1 } });
     await dataSource.initialize();
     const service = new LeaseService(dataSource, { ...tables, createSchema: true });
@@ -47,7 +47,7 @@ async function createTables(db: BenchDatabase): Promise<void> {
     await dataSource.destroy();
   }
   await db.query(`ALTER TABLE ${UNLOGGED_TABLES.tableName} SET UNLOGGED`);
-  await db.query(`ALTER TABLE ${FILLFACTOR_50_TABLES.tableName} SET (fillfactor = 50)`);
+  await db.query(`ALTER TABLE ${FILLFACTOR_80_TABLES.tableName} SET (fillfactor = 80)`);
   await db.query(seed.table);
   await db.query('CREATE TABLE bench_counter (id int PRIMARY KEY, n bigint NOT NULL)');
   await db.query('INSERT INTO bench_counter SELECT g, 0 FROM generate_series(0, 63) g');

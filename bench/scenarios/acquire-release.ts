@@ -10,9 +10,9 @@ const WARM_UP = 5;
 
 export const LEASE_IMPLEMENTATIONS: Record<LeaseVariant, string> = {
   shipped: 'nest-pg-lease',
-  'async-release': 'nest-pg-lease, asyncRenewalCommits',
+  'async-release': 'nest-pg-lease, asyncReleaseCommits',
   unlogged: 'nest-pg-lease, UNLOGGED table (prototype)',
-  'fillfactor-50': 'nest-pg-lease, fillfactor 50 (prototype)',
+  'fillfactor-80': 'nest-pg-lease, fillfactor 80 (previous setting)',
 };
 
 export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {

@@ -1,6 +1,6 @@
 /**
  * The implementations under test, each opened on connections of its own: nest-pg-lease (with its defaults, with
- * asyncRenewalCommits, and prototypes of other table settings), PostgreSQL advisory locks, the seed's plain upsert,
+ * asyncReleaseCommits, and prototypes of other table settings), PostgreSQL advisory locks, the seed's plain upsert,
  * and @verrou/core with its knex (PostgreSQL) store.
  */
 import { LeaseService, type LeaseModuleOptions } from '@app/lease';
@@ -15,16 +15,16 @@ export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10
 
 /**
  * - `shipped`: the library with its defaults.
- * - `async-release`: the library with `asyncRenewalCommits: true` (releases and heartbeats commit without waiting for
+ * - `async-release`: the library with `asyncReleaseCommits: true` (releases commit without waiting for
  *   the WAL flush; acquisitions and fenced writes stay durable).
  * - `unlogged`: prototype; the lease table is UNLOGGED (no WAL, emptied by crash recovery), the fencing sequence
  *   stays logged.
- * - `fillfactor-50`: prototype; the lease table with fillfactor 50 instead of 80.
+ * - `fillfactor-80`: the lease table with the previous fillfactor 80 instead of the shipped 50, for comparison.
  */
-export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-50';
+export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80';
 
 export const UNLOGGED_TABLES = { tableName: 'bench_unlogged_lease', waiterTableName: 'bench_unlogged_lease_waiter' };
-export const FILLFACTOR_50_TABLES = { tableName: 'bench_ff50_lease', waiterTableName: 'bench_ff50_lease_waiter' };
+export const FILLFACTOR_80_TABLES = { tableName: 'bench_ff80_lease', waiterTableName: 'bench_ff80_lease_waiter' };
 
 export interface OpenLeases {
   service: LeaseService;
@@ -38,9 +38,9 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
     shipped: {},
     // The option requires a safety margin that covers renewals a crash may lose.
-    'async-release': { asyncRenewalCommits: true, safetyMarginMs: 1_000 },
+    'async-release': { asyncReleaseCommits: true },
     unlogged: UNLOGGED_TABLES,
-    'fillfactor-50': FILLFACTOR_50_TABLES,
+    'fillfactor-80': FILLFACTOR_80_TABLES,
   };
   const service = new LeaseService(dataSource, { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options });
   await service.init();

@@ -97,7 +97,8 @@ describe('heartbeats and takeover', () => {
       const taker = (await b.service.tryAcquire('report:8'))!;
       const takenAt = performance.now();
       const abortedAt = await new Promise<number>((resolve) => old.signal.addEventListener('abort', () => resolve(performance.now())));
-      expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.heartbeatIntervalMs + 500);
+      // One interval, plus an allowance for the renewal's round trip on a loaded machine.
+      expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.heartbeatIntervalMs + 1_000);
       expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
       expect(old.isHeld()).toBe(false);
       // Its later heartbeats leave the new lease alone: the new holder still has its row.

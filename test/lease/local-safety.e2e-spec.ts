@@ -6,7 +6,8 @@ import { adminClient, createTestDatabase, startService } from '../support/db.js'
  * SPEC §3.4: a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
  * since its last confirmed renewal was sent — before the database would let anyone take it over.
  */
-const OPTIONS = { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, safetyMarginMs: 500 };
+// A 1 s margin leaves the test's own query (run after the abort) time to see the database lease still alive.
+const OPTIONS = { heartbeatIntervalMs: 200, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000 };
 
 describe('local safety', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -110,15 +111,11 @@ describe('local safety', () => {
   });
 });
 
-describe('asyncRenewalCommits', () => {
-  test('leases work as usual with asynchronously committed renewals and releases; the margin must cover lost renewals', async () => {
-    const { LeaseService } = await import('@app/lease');
-    const { makeDataSource } = await import('../support/db.js');
-    expect(() => new LeaseService(makeDataSource('postgres://unused'), { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, asyncRenewalCommits: true }))
-      .toThrow(/safetyMarginMs ≥ 1000/);
+describe('asyncReleaseCommits', () => {
+  test('leases work as usual with asynchronously committed releases', async () => {
     const db = await createTestDatabase('async');
     const admin = await adminClient(db.url);
-    const a = await startService(db.url, { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncRenewalCommits: true }, 'async-commits');
+    const a = await startService(db.url, { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true }, 'async-commits');
     try {
       const lease = (await a.service.tryAcquire('async'))!;
       const renewed = await new Promise<number>((resolve) => {

@@ -12,7 +12,7 @@ describe('schema migrations', () => {
       expect(await dataSource.runMigrations()).toHaveLength(1);
       const tables = await admin.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`);
       expect(tables.rows).toEqual([
-        { relname: 'job_lease', reloptions: ['fillfactor=80'] },
+        { relname: 'job_lease', reloptions: ['fillfactor=50'] },
         { relname: 'job_lease_waiter', reloptions: ['fillfactor=80'] },
       ]);
       const indexes = await admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease'`);

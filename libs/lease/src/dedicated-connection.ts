@@ -13,8 +13,6 @@ export class DedicatedConnection implements Queryable {
   constructor(
     private readonly config: () => pg.ClientConfig,
     private readonly connectTimeoutMs: number,
-    /** Session settings run once on every new connection. */
-    private readonly sessionStatements: string[] = [],
   ) {}
 
   async query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>> {
@@ -47,10 +45,7 @@ export class DedicatedConnection implements Queryable {
 
   private open(): Promise<pg.Client> {
     const client = new pg.Client({ ...this.config(), connectionTimeoutMillis: this.connectTimeoutMs });
-    const pending = client.connect().then(async () => {
-      for (const statement of this.sessionStatements) await client.query(statement);
-      return client;
-    });
+    const pending = client.connect().then(() => client);
     // An idle connection's error must never crash the process: forget the connection, reconnect on the next call.
     client.on('error', () => this.drop(pending, client));
     return pending;

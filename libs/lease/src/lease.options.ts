@@ -56,14 +56,13 @@ export interface LeaseModuleOptions {
    */
   maxWaitersPerProcess?: number;
   /**
-   * Opt-in faster durability: heartbeats and releases commit without waiting for the WAL flush
-   * (`synchronous_commit = off` for those statements only). Acquisitions (which hand out fencing tokens) and fenced
-   * writes stay fully durable, so fencing is unchanged. A database crash can lose the last ~0.6 s of renewals
-   * (3 × wal_writer_delay) — which may make a takeover come that much earlier — so safetyMarginMs must be at least
-   * 1 000 ms; and it can lose releases, which only delays the next holder until the lease expires.
+   * Opt-in faster releases: a release commits without waiting for the WAL flush (`synchronous_commit = off` for that
+   * statement only). A database crash can then undo a release, which only delays the next holder until the lease
+   * expires. Acquisitions (they hand out fencing tokens), heartbeats (the local deadline counts from them) and fenced
+   * writes stay fully durable, so every guarantee is unchanged.
    * @default false
    */
-  asyncRenewalCommits?: boolean;
+  asyncReleaseCommits?: boolean;
   /**
    * Opt-in aging against starvation: a waiter's effective priority grows by one for every `agingIntervalMs` it has
    * waited since it first queued. Off by default (strict priority).
@@ -133,7 +132,7 @@ export interface ResolvedLeaseOptions {
   readonly createSchema: boolean;
   readonly owner: string;
   readonly fencedIdleTimeoutMs: number;
-  readonly asyncRenewalCommits: boolean;
+  readonly asyncReleaseCommits: boolean;
 }
 
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
@@ -195,13 +194,8 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
       `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
     );
   }
-  if (options.asyncRenewalCommits !== undefined && typeof options.asyncRenewalCommits !== 'boolean') {
-    throw new LeaseConfigError('asyncRenewalCommits must be a boolean');
-  }
-  if (options.asyncRenewalCommits && safetyMarginMs < 1_000) {
-    throw new LeaseConfigError(
-      `asyncRenewalCommits needs safetyMarginMs ≥ 1000 (got ${safetyMarginMs}): a crash can lose the last ~600 ms of asynchronously committed renewals, and the margin must cover them`,
-    );
+  if (options.asyncReleaseCommits !== undefined && typeof options.asyncReleaseCommits !== 'boolean') {
+    throw new LeaseConfigError('asyncReleaseCommits must be a boolean');
   }
   const waiterTimeoutMs = positiveInteger('waiterTimeoutMs', options.waiterTimeoutMs ?? 15_000);
   if (waiterTimeoutMs < 30) {
@@ -240,6 +234,6 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     createSchema: options.createSchema ?? false,
     owner: options.owner ?? defaultOwner(),
     fencedIdleTimeoutMs: positiveInteger('fencedIdleTimeoutMs', options.fencedIdleTimeoutMs ?? leaseTimeoutMs),
-    asyncRenewalCommits: options.asyncRenewalCommits ?? false,
+    asyncReleaseCommits: options.asyncReleaseCommits ?? false,
   };
 }

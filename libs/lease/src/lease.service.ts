@@ -64,13 +64,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(
-      () => this.connectionConfig(),
-      this.options.heartbeatIntervalMs,
-      // The heartbeat connection only renews leases and waiters: with asyncRenewalCommits, none of its commits wait
-      // for the WAL flush.
-      this.options.asyncRenewalCommits ? ['SET synchronous_commit = off'] : [],
-    );
+    this.heartbeatConnection = new DedicatedConnection(() => this.connectionConfig(), this.options.heartbeatIntervalMs);
     const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
     this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
     this.queue = new WaitQueue(
