@@ -106,7 +106,8 @@ export interface LeaseModuleOptions {
   dataSource?: DataSourceOptions;
   /**
    * Idle time allowed inside a fenced transaction before PostgreSQL ends the session
-   * (`idle_in_transaction_session_timeout`), so a paused holder cannot block a takeover for longer.
+   * (`idle_in_transaction_session_timeout`), so a paused holder cannot block a takeover for longer. At most
+   * leaseTimeoutMs.
    * @default leaseTimeoutMs
    */
   fencedIdleTimeoutMs?: number;
@@ -165,6 +166,21 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
     );
   }
   return value;
+}
+
+/**
+ * A taker blocks on the row lock of a paused holder's fenced transaction until this timeout ends it; a taker that
+ * waited longer than its own local deadline would get a lease that is already lost. At most leaseTimeoutMs keeps that
+ * wait within about one heartbeat interval.
+ */
+function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number): number {
+  const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
+  if (timeout > leaseTimeoutMs) {
+    throw new LeaseConfigError(
+      `fencedIdleTimeoutMs (${timeout}) must be at most leaseTimeoutMs (${leaseTimeoutMs}): a takeover blocked behind a paused fenced transaction for longer would receive a lease already past its deadline`,
+    );
+  }
+  return timeout;
 }
 
 function defaultOwner(): string {
@@ -233,7 +249,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     waiterTableName: waiterTable,
     createSchema: options.createSchema ?? false,
     owner: options.owner ?? defaultOwner(),
-    fencedIdleTimeoutMs: positiveInteger('fencedIdleTimeoutMs', options.fencedIdleTimeoutMs ?? leaseTimeoutMs),
+    fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
   };
 }
