@@ -139,6 +139,7 @@ describe('acquire and release', () => {
     [{ tableName: 'x'.repeat(60) }, /tableName .* bytes/],
     [{ schema: '' }, /schema must be a non-empty string/],
     [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
+    [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 }, /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/],
   ])('bad options %p → LeaseConfigError with advice', (options, message) => {
     const dataSource = makeDataSource(db.url);
     expect(() => new LeaseService(dataSource, options)).toThrow(LeaseConfigError);

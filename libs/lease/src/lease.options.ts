@@ -107,7 +107,7 @@ export interface LeaseModuleOptions {
   /**
    * Idle time allowed inside a fenced transaction before PostgreSQL ends the session
    * (`idle_in_transaction_session_timeout`), so a paused holder cannot block a takeover for longer. At most
-   * leaseTimeoutMs.
+   * 2 × leaseTimeoutMs − safetyMarginMs − 2 × heartbeatIntervalMs, so a blocked taker still gets a usable lease.
    * @default leaseTimeoutMs
    */
   fencedIdleTimeoutMs?: number;
@@ -169,15 +169,17 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
 }
 
 /**
- * A taker blocks on the row lock of a paused holder's fenced transaction until this timeout ends it; a taker that
- * waited longer than its own local deadline would get a lease that is already lost. At most leaseTimeoutMs keeps that
- * wait within about one heartbeat interval.
+ * A taker blocks on the row lock of a paused holder's fenced transaction until this timeout ends it, for at most
+ * `heartbeatIntervalMs + fencedIdleTimeoutMs − leaseTimeoutMs` (the lease expires a timeout after the last renewal,
+ * the transaction an idle timeout after its last statement, at most one interval later). Its lease counts from when
+ * its acquire was sent, so the bound keeps at least one interval of it usable.
  */
-function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number): number {
+function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number, safetyMarginMs: number, intervalMs: number): number {
   const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
-  if (timeout > leaseTimeoutMs) {
+  const max = 2 * leaseTimeoutMs - safetyMarginMs - 2 * intervalMs;
+  if (timeout > max) {
     throw new LeaseConfigError(
-      `fencedIdleTimeoutMs (${timeout}) must be at most leaseTimeoutMs (${leaseTimeoutMs}): a takeover blocked behind a paused fenced transaction for longer would receive a lease already past its deadline`,
+      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would receive a lease already past its deadline`,
     );
   }
   return timeout;
@@ -249,7 +251,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     waiterTableName: waiterTable,
     createSchema: options.createSchema ?? false,
     owner: options.owner ?? defaultOwner(),
-    fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs),
+    fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs, safetyMarginMs, heartbeatIntervalMs),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
   };
 }
