@@ -297,7 +297,6 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       targetKey,
       leaseToken,
       row.fencingToken,
-      priority,
       row.sentAt,
       this.options.leaseTimeoutMs - this.options.safetyMarginMs,
       this,

@@ -44,7 +44,6 @@ export class HeldLease implements Lease {
     readonly targetKey: string,
     readonly token: string,
     readonly fencingToken: bigint,
-    readonly priority: number,
     sentAt: number,
     /** leaseTimeoutMs − safetyMarginMs */
     private readonly localLimitMs: number,

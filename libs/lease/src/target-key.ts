@@ -48,8 +48,3 @@ export function fillKeyTemplate(template: string, lookup: (name: string) => unkn
   assertTargetKey(key);
   return key;
 }
-
-/** Placeholder names of a template (checked at decoration time). */
-export function templatePlaceholders(template: string): string[] {
-  return [...template.matchAll(PLACEHOLDER)].map((match) => match[1].trim());
-}
