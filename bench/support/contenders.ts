@@ -37,7 +37,6 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
   await dataSource.initialize();
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
     shipped: {},
-    // The option requires a safety margin that covers renewals a crash may lose.
     'async-release': { asyncReleaseCommits: true },
     unlogged: UNLOGGED_TABLES,
     'fillfactor-80': FILLFACTOR_80_TABLES,
