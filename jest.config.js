@@ -6,8 +6,8 @@ export default {
   extensionsToTreatAsEsm: ['.ts'],
   transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.json', diagnostics: { ignoreCodes: [151002] } }] },
   moduleNameMapper: {
-    '^@app/lease$': '<rootDir>/libs/lease/src/index.ts',
-    '^@app/lease/(prometheus|terminus)$': '<rootDir>/libs/lease/src/integrations/$1.ts',
+    '^nest-pg-lease$': '<rootDir>/libs/lease/src/index.ts',
+    '^nest-pg-lease/(prometheus|terminus)$': '<rootDir>/libs/lease/src/integrations/$1.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts', '<rootDir>/apps/**/*.spec.ts'],

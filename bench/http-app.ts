@@ -6,7 +6,7 @@
 import 'reflect-metadata';
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Exclusive, LeaseModule } from '@app/lease';
+import { Exclusive, LeaseModule } from 'nest-pg-lease';
 import pg from 'pg';
 import { countStatements, statementsSoFar } from './support/db.js';
 import { BENCH_LEASE_OPTIONS } from './support/contenders.js';

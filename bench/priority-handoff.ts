@@ -9,7 +9,7 @@
  * Uses DATABASE_URL when set, else a throwaway embedded PostgreSQL. `priorityHandoff()` is exported for bench/run.ts.
  */
 import { pathToFileURL } from 'node:url';
-import { LeaseService, type Lease, type LeaseModuleOptions } from '@app/lease';
+import { LeaseService, type Lease, type LeaseModuleOptions } from 'nest-pg-lease';
 import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';

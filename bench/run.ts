@@ -12,7 +12,7 @@ import { writeFile, mkdir } from 'node:fs/promises';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LeaseService } from '@app/lease';
+import { LeaseService } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
 import { acquireRelease } from './scenarios/acquire-release.js';
 import { failedAcquire } from './scenarios/failed-acquire.js';

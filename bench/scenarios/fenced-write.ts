@@ -2,7 +2,7 @@
  * A write fenced by the lease (one transaction: lock the lease row, check the token, write) next to the same write
  * in a plain transaction and in autocommit. Each client holds its own lease and updates its own counter row.
  */
-import type { Lease } from '@app/lease';
+import type { Lease } from 'nest-pg-lease';
 import { openLeases } from '../support/contenders.js';
 import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
 

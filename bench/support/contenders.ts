@@ -3,7 +3,7 @@
  * asyncReleaseCommits, and prototypes of other table settings), PostgreSQL advisory locks, the seed's plain upsert,
  * and @verrou/core with its knex (PostgreSQL) store.
  */
-import { LeaseService, type LeaseModuleOptions } from '@app/lease';
+import { LeaseService, type LeaseModuleOptions } from 'nest-pg-lease';
 import { Verrou } from '@verrou/core';
 import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';

@@ -9,7 +9,7 @@ import {
   leaseEntities,
   type Lease,
   type LeaseEvent,
-} from '@app/lease';
+} from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually, FAST } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';

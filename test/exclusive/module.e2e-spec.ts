@@ -1,7 +1,7 @@
 import { Controller, Inject, Injectable, Module, type OnApplicationBootstrap, Post, SetMetadata } from '@nestjs/common';
 import { NestFactory, Reflector } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type Lease } from '@app/lease';
+import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type Lease } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually, FAST } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { LeaseService } from '@app/lease';
+import { LeaseService } from 'nest-pg-lease';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
 import { createTestDatabase, makeDataSource } from '../support/db.js';

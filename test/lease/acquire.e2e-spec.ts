@@ -1,4 +1,4 @@
-import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseService } from '@app/lease';
+import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseService } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, makeDataSource, startService } from '../support/db.js';
 

@@ -1,4 +1,4 @@
-import { LeaseLostError } from '@app/lease';
+import { LeaseLostError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
 

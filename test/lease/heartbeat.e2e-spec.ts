@@ -1,4 +1,4 @@
-import { LeaseLostError, type LeaseEvent } from '@app/lease';
+import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
 import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
 

@@ -1,4 +1,4 @@
-import { createLeaseMigrations, LeaseService, leaseEntities, leaseMigrations } from '@app/lease';
+import { createLeaseMigrations, LeaseService, leaseEntities, leaseMigrations } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
 import { adminClient, createTestDatabase } from '../support/db.js';
 

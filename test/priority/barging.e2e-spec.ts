@@ -1,4 +1,4 @@
-import type { LeaseModuleOptions } from '@app/lease';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';

@@ -1,4 +1,4 @@
-import type { Lease } from '@app/lease';
+import type { Lease } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { holderOf, type Proc, rowsOf, startProc, track, untilQueued, waiterRows } from './helpers.js';

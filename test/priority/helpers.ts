@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, Socket } from 'node:net';
-import { LeaseService, type LeaseModuleOptions } from '@app/lease';
+import { LeaseService, type LeaseModuleOptions } from 'nest-pg-lease';
 import type pg from 'pg';
 import { DataSource } from 'typeorm';
 import { eventually, FAST } from '../support/db.js';

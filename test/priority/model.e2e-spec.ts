@@ -8,7 +8,7 @@
  * owner's next heartbeat. So each waiter talks to PostgreSQL through a proxy; a crash freezes the proxy (nothing of
  * that process reaches the database any more), ends its sessions, and ages its row so it is dead at once.
  */
-import { type Lease, LeaseWaitTimeoutError } from '@app/lease';
+import { type Lease, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import type pg from 'pg';

@@ -2,7 +2,7 @@
  * A process whose DataSource is destroyed under a waiting LeaseService (no close()), whose LISTEN connection then
  * drops: the reconnect timer must not crash it (Node ends a process on an unhandled rejection). Prints "survived".
  */
-import { LeaseService } from '@app/lease';
+import { LeaseService } from 'nest-pg-lease';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
 import { DataSource } from 'typeorm';

@@ -5,7 +5,7 @@
  * Every statement of a wait is bounded by the wait's deadline (plus a short grace for a statement in flight) and by
  * the signal; a lease that arrives after the wait gave up is released.
  */
-import { LeaseWaitTimeoutError } from '@app/lease';
+import { LeaseWaitTimeoutError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { FreezingProxy, type Proc, startProc, track, untilQueued } from './helpers.js';

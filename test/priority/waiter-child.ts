@@ -2,7 +2,7 @@
  * A waiting process for the dead-waiter specs, run with `node --import tsx` (no Nest DI): queues for a key, reports
  * over IPC, releases when told. It never outlives the test: it exits when the parent goes away, or after two minutes.
  */
-import { LeaseService, type LeaseModuleOptions } from '@app/lease';
+import { LeaseService, type LeaseModuleOptions } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
 
 interface ChildConfig {

@@ -8,7 +8,7 @@ import {
   LeaseWaitTimeoutError,
   type LeaseEvent,
   type LeaseModuleOptions,
-} from '@app/lease';
+} from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { holderOf, type Proc, rowsOf, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';

@@ -1,5 +1,5 @@
 import { createDatabase, dropDatabase } from '@app/pg-harness';
-import { LeaseService, leaseEntities, type LeaseModuleOptions } from '@app/lease';
+import { LeaseService, leaseEntities, type LeaseModuleOptions } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 

@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { LeaseService } from '@app/lease';
+import { LeaseService } from 'nest-pg-lease';
 import type { Subscription } from 'rxjs';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 

@@ -1,5 +1,5 @@
 import { Controller, Get, HttpCode, Inject, Logger, ParseIntPipe, Post, Query } from '@nestjs/common';
-import { LeaseService, type LeaseSnapshot } from '@app/lease';
+import { LeaseService, type LeaseSnapshot } from 'nest-pg-lease';
 import { ActivityLog } from './activity.log.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 

@@ -1,7 +1,7 @@
 import { Controller, Get, Header, Inject } from '@nestjs/common';
 import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
-import { LeaseMetrics } from '@app/lease/prometheus';
-import { LeaseHealthIndicator } from '@app/lease/terminus';
+import { LeaseMetrics } from 'nest-pg-lease/prometheus';
+import { LeaseHealthIndicator } from 'nest-pg-lease/terminus';
 
 /** Health (`@nestjs/terminus` with the library's lease indicator) and Prometheus metrics. */
 @Controller()

@@ -1,5 +1,5 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post } from '@nestjs/common';
-import { CurrentLease, Exclusive, type Lease } from '@app/lease';
+import { CurrentLease, Exclusive, type Lease } from 'nest-pg-lease';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import type { JobResult } from './job-result.entity.js';
 import { type ReportRequest, ReportsService } from './reports.service.js';

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { InjectRepository } from '@nestjs/typeorm';
-import { Exclusive, type Lease, LeaseLostError, LeaseService } from '@app/lease';
+import { Exclusive, type Lease, LeaseLostError, LeaseService } from 'nest-pg-lease';
 import type { Repository } from 'typeorm';
 import { ActivityLog } from './activity.log.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';

@@ -1,5 +1,5 @@
 /** Messages between the fault harness (parent) and its worker processes (IPC). Plain JSON: bigints travel as strings. */
-import type { LeaseModuleOptions } from '@app/lease';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 
 export interface LoopPlan {
   /** Concurrent loops in this process, all sharing one LeaseService. */

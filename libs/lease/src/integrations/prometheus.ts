@@ -27,7 +27,7 @@ export interface LeaseMetricsOptions {
  * renewal failures, heartbeat latency, wait outcomes, and gauges of held leases and waiting calls. No metric is
  * labelled by target key, so cardinality stays fixed however many targets there are.
  *
- * Optional integration (needs `prom-client`): import it from `@app/lease/prometheus`, never from the main entry.
+ * Optional integration (needs `prom-client`): import it from `nest-pg-lease/prometheus`, never from the main entry.
  */
 export class LeaseMetrics implements OnModuleDestroy {
   readonly registry: Registry;

@@ -22,7 +22,7 @@ export interface LeaseHealthOptions {
  * heartbeat; the details give the number of held leases and waiting calls. Add it to a module that imports
  * `TerminusModule`, and call it from a `@HealthCheck()` handler.
  *
- * Optional integration (needs `@nestjs/terminus`): import it from `@app/lease/terminus`, never from the main entry.
+ * Optional integration (needs `@nestjs/terminus`): import it from `nest-pg-lease/terminus`, never from the main entry.
  *
  * @example this.health.check([() => this.leaseHealth.isHealthy('leases')])
  */
