@@ -16,6 +16,10 @@ export interface StartPostgresOptions {
     /** Messages of the embedded server; silent by default. */
     onLog?: (message: string) => void;
 }
+/** Why the embedded server cannot start here; the message names the cause and the way out (DATABASE_URL). */
+export declare class EmbeddedPostgresError extends Error {
+    constructor(message: string, options?: { cause?: unknown });
+}
 /** Finds a free TCP port on the loopback interface. */
 export declare function freePort(): Promise<number>;
 /** Uses `DATABASE_URL` when set, else starts an embedded PostgreSQL on a free port. */

