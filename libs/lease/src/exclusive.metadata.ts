@@ -11,6 +11,10 @@ export interface ExclusiveOptions {
   priority?: number;
   /** Waits in line up to this long (priority 0 unless given). */
   waitTimeoutMs?: number;
+  /** After release, the target stays taken until this long after the acquisition. */
+  holdAtLeastMs?: number;
+  /** What a busy target does to the call: `'throw'` a `LeaseBusyError`, or `'skip'` the method quietly. */
+  onBusy?: 'throw' | 'skip';
 }
 
 /** What `@Exclusive` records on the method. */
