@@ -5,7 +5,8 @@ import { resolveLeaseOptions } from './lease.options.js';
 /** A row of the lease table (for reading it with TypeORM; the library itself writes it with SQL). */
 export interface LeaseRow {
   targetId: string;
-  leaseToken: string;
+  /** null once released: the row stays, with the last fencing token of its key. */
+  leaseToken: string | null;
   fencingToken: string;
   owner: string;
   priority: number;
@@ -35,7 +36,7 @@ export function createLeaseEntities(names: Partial<LeaseNames> = {}): [EntitySch
     schema,
     columns: {
       targetId: { name: 'target_id', type: 'text', primary: true },
-      leaseToken: { name: 'lease_token', type: 'uuid' },
+      leaseToken: { name: 'lease_token', type: 'uuid', nullable: true },
       fencingToken: { name: 'fencing_token', type: 'bigint' },
       owner: { type: 'text' },
       priority: { type: 'integer', default: 0 },
