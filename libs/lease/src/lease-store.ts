@@ -67,7 +67,8 @@ export function schemaStatements(names: LeaseNames): string[] {
       priority integer NOT NULL DEFAULT 0,
       lease_timeout_ms integer NOT NULL CHECK (lease_timeout_ms > 0),
       acquired_at timestamptz NOT NULL,
-      updated_at timestamptz NOT NULL
+      updated_at timestamptz NOT NULL,
+      hold_ms integer NOT NULL DEFAULT 0 CHECK (hold_ms >= 0)
     ) WITH (fillfactor = 50)`,
     `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint`,
     `CREATE TABLE IF NOT EXISTS ${n.waiter} (
@@ -102,6 +103,8 @@ export interface AcquireRequest {
   /** The caller's waiter row, when it is queued: it may pass only waiters queued behind it. */
   waiterId?: string;
   waiterSeq?: bigint;
+  /** The target stays taken until this long after the acquisition, even once released (0: no hold). */
+  holdMs: number;
 }
 
 export interface AcquiredRow {
@@ -111,6 +114,12 @@ export interface AcquiredRow {
   /** The row existed (expired) and was taken over, rather than inserted fresh. */
   tookOver: boolean;
   previousOwner: string | null;
+}
+
+/** A refused attempt; `holdLeftMs` is set when the target is free but for the hold of its last acquisition. */
+export interface Refusal {
+  readonly refused: true;
+  readonly holdLeftMs: number | null;
 }
 
 export interface WaiterPlace {
@@ -133,12 +142,22 @@ export interface SnapshotRow {
 
 const MS = `* interval '1 millisecond'`;
 
+/** Lease row `alias` has a holder whose lease has not expired (database clock). */
+function live(alias: string): string {
+  return `(${alias}.lease_token IS NOT NULL AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
+}
+
+/** The acquisition of lease row `alias` asked the target to stay taken until `hold_ms` after it (holdAtLeastMs). */
+function holding(alias: string): string {
+  return `(${alias}.acquired_at + ${alias}.hold_ms ${MS} > clock_timestamp())`;
+}
+
 /**
- * The target of lease row `alias` is taken: a holder whose lease has not expired (database clock). A released row
- * (lease_token NULL) and an expired one are free.
+ * The target of lease row `alias` is taken: by a live holder, or by the tail of a hold (released or not). A released
+ * or expired row past its hold is free.
  */
 function taken(alias: string): string {
-  return `(${alias}.lease_token IS NOT NULL AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
+  return `(${live(alias)} OR ${holding(alias)})`;
 }
 
 /**
@@ -189,7 +208,7 @@ export class LeaseStore {
    * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
    * the key committed; that is why releases keep the row.
    */
-  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
+  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
     const seq = fencingSequence.replace(/'/g, "''");
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
@@ -205,7 +224,12 @@ export class LeaseStore {
     const onError = (error: Error) => (broken = error);
     client.on('error', onError);
     const sentAt = performance.now();
-    let result: pg.QueryResult<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>;
+    let result: pg.QueryResult<{
+      fencing_token: string | null;
+      took_over: boolean | null;
+      previous_owner: string | null;
+      hold_left_ms: number | null;
+    }>;
     try {
       result = await client.query({
       name: `${this.prefix}_acquire`,
@@ -222,13 +246,13 @@ export class LeaseStore {
           SELECT owner, lease_token IS NOT NULL AS was_held FROM ${lease} WHERE target_id = $1
         ), won AS (
           INSERT INTO ${lease} AS l
-            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at)
-          SELECT $1, $2::uuid, nextval('${seq}'), $3, $4, $5, clock_timestamp(), clock_timestamp()
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+          SELECT $1, $2::uuid, nextval('${seq}'), $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
           WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
           ON CONFLICT (target_id) DO UPDATE SET
             lease_token = EXCLUDED.lease_token, fencing_token = nextval('${seq}'), owner = EXCLUDED.owner,
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
-            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at
+            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
           RETURNING l.fencing_token, (l.xmax <> 0) AS updated
         ), granted AS (
@@ -239,8 +263,14 @@ export class LeaseStore {
         -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder.
         SELECT won.fencing_token::text AS fencing_token,
           (won.updated AND coalesce((SELECT was_held FROM previous), false)) AS took_over,
-          CASE WHEN won.updated THEN (SELECT owner FROM previous WHERE was_held) END AS previous_owner
-        FROM won`,
+          CASE WHEN won.updated THEN (SELECT owner FROM previous WHERE was_held) END AS previous_owner,
+          NULL::float8 AS hold_left_ms
+        FROM won
+        UNION ALL
+        -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
+        SELECT NULL, NULL, NULL, (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        FROM ${lease} l
+        WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
       values: [
         request.targetKey,
         request.leaseToken,
@@ -250,6 +280,7 @@ export class LeaseStore {
         request.waiterId ?? null,
         request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
         this.options.agingIntervalMs,
+        request.holdMs,
       ],
       });
     } catch (error) {
@@ -260,9 +291,8 @@ export class LeaseStore {
       client.release(broken);
     }
     const row = result.rows[0];
-    return row
-      ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over, previousOwner: row.previous_owner }
-      : null;
+    if (!row || row.fencing_token === null) return { refused: true, holdLeftMs: row?.hold_left_ms ?? null };
+    return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over === true, previousOwner: row.previous_owner };
   }
 
   /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */

@@ -13,6 +13,8 @@ export interface LeaseRow {
   leaseTimeoutMs: number;
   acquiredAt: Date;
   updatedAt: Date;
+  /** holdAtLeastMs of the acquisition: the target stays taken until acquiredAt + holdMs, released or not. */
+  holdMs: number;
 }
 
 /** A row of the waiter table. */
@@ -43,6 +45,7 @@ export function createLeaseEntities(names: Partial<LeaseNames> = {}): [EntitySch
       leaseTimeoutMs: { name: 'lease_timeout_ms', type: 'integer' },
       acquiredAt: { name: 'acquired_at', type: 'timestamptz' },
       updatedAt: { name: 'updated_at', type: 'timestamptz' },
+      holdMs: { name: 'hold_ms', type: 'integer', default: 0 },
     },
   });
   const waiter = new EntitySchema<LeaseWaiterRow>({
