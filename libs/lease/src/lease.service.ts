@@ -19,8 +19,8 @@ import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
 import { LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
-import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
-import { assertPriority, assertTargetKey } from './target-key.js';
+import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
+import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
 import { settleBy, type Waiter, WaitQueue } from './waiting.js';
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
@@ -71,7 +71,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       this.store,
       this.options,
       () => this.connectionConfig(),
-      (targetKey, priority, waiter) => this.attempt(targetKey, priority, waiter),
+      (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
       this.logger,
     );
   }
@@ -122,13 +122,14 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
 
   /**
    * One attempt: the lease, or null when the target is held (and not expired) or a live waiter is ahead of a newcomer
-   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant).
+   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant:
+   * then `holdAtLeastMs` is the outer acquisition's).
    */
-  async tryAcquire(targetKey: string, options: { priority?: number } = {}): Promise<Lease | null> {
-    const priority = this.checkRequest(targetKey, options.priority);
+  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
+    const priority = this.checkRequest(targetKey, options);
     const reentrant = this.context.find(targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    const lease = await this.attempt(targetKey, priority);
+    const lease = await this.attempt(targetKey, priority, options.holdAtLeastMs ?? 0);
     if (!lease) this.emit({ type: 'busy', targetKey, at: new Date() });
     return lease;
   }
@@ -138,7 +139,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
    * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
    */
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const priority = this.checkRequest(targetKey, options.priority);
+    const priority = this.checkRequest(targetKey, options);
+    const holdMs = options.holdAtLeastMs ?? 0;
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
     if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0) {
       throw new LeaseConfigError(`waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
@@ -148,7 +150,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (reentrant) return new BorrowedLease(reentrant);
     const until = performance.now() + waitTimeoutMs;
     const lease = await settleBy(
-      this.attempt(targetKey, priority),
+      this.attempt(targetKey, priority, holdMs),
       until + this.queue.graceMs,
       options.signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -158,7 +160,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
     const started = performance.now();
     try {
-      const granted = await this.queue.wait(targetKey, priority, until, waitTimeoutMs, options.signal);
+      const granted = await this.queue.wait(targetKey, priority, holdMs, until, waitTimeoutMs, options.signal);
       this.emitWaitEnded(targetKey, priority, 'granted', started);
       return granted;
     } catch (error) {
@@ -186,7 +188,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
    * when the call chain already holds the key; else waits (priority or waitTimeoutMs given) or tries once.
    */
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    this.checkRequest(targetKey, options.priority);
+    this.checkRequest(targetKey, options);
     const reentrant = this.context.find(targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: async () => undefined };
     const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
@@ -282,7 +284,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
   }
 
-  private async attempt(targetKey: string, priority: number, waiter?: Waiter): Promise<HeldLease | null> {
+  /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
+  private async attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
     const row = await this.store.tryAcquire({
@@ -291,8 +294,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       priority,
       waiterId: waiter?.id,
       waiterSeq: waiter?.place?.seq,
+      holdMs,
     });
-    if (!row) return null;
+    if ('refused' in row) {
+      if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
+      return null;
+    }
     const lease = new HeldLease(
       targetKey,
       leaseToken,
@@ -371,10 +378,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
   }
 
-  private checkRequest(targetKey: unknown, priority: unknown): number {
+  private checkRequest(targetKey: unknown, options: TryAcquireOptions): number {
     assertTargetKey(targetKey);
-    if (priority !== undefined) assertPriority(priority);
-    return (priority as number | undefined) ?? 0;
+    if (options.priority !== undefined) assertPriority(options.priority);
+    assertHoldAtLeastMs(options.holdAtLeastMs);
+    return options.priority ?? 0;
   }
 
   private emitWaitEnded(targetKey: string, priority: number, outcome: 'granted' | 'timeout' | 'aborted' | 'error', started: number): void {
