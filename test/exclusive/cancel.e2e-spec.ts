@@ -2,7 +2,7 @@
  * Issue 12, item 3: no lease may outlive its caller. A caller that goes away while `@Exclusive` waits in line (a
  * global timeout interceptor answering 408, an `@Sse()` client or a WebSocket client disconnecting, a microservice
  * call timed out by the server) aborts the wait — its waiter row is gone — and a lease that arrives late is released.
- * The database is checked afterwards: no lease row, no waiter row.
+ * The database is checked afterwards: no held lease row, no waiter row.
  */
 import {
   type CallHandler,
@@ -123,7 +123,7 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
 
   const rows = async (key: string) => {
     const { rows: [counts] } = await admin.query<{ leases: number; waiters: number }>(
-      `SELECT (SELECT count(*)::int FROM job_lease WHERE target_id = $1) AS leases,
+      `SELECT (SELECT count(*)::int FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL) AS leases,
               (SELECT count(*)::int FROM job_lease_waiter WHERE target_id = $1) AS waiters`,
       [key],
     );

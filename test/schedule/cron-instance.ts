@@ -3,7 +3,7 @@
  * and `LeaseModule` (in the import order the parent asks for) and a `@Cron('* * * * * *')` job under
  * `@Exclusive(…, { holdAtLeastMs, onBusy: 'skip' })`. Its clock is shifted by `skewMs` (Date and Date.now, so the
  * scheduler fires early by that much). Each run inserts one row: its tick second (by its own clock) and its fencing
- * token (NULL if it ran without a lease). Reports its log lines above `log` to the parent on exit.
+ * token (NULL if it ran without a lease). Reports its log lines above `log`, and the ticks it skipped, on exit.
  */
 interface InstanceConfig {
   url: string;
@@ -83,8 +83,13 @@ const schedule = ScheduleModule.forRoot();
 class InstanceModule {}
 
 const app = await NestFactory.createApplicationContext(InstanceModule, { logger });
+// The ticks this instance skipped because another instance had the target: evidence that it did try.
+const skipped: number[] = [];
+app.get(LeaseService).events$.subscribe((event) => {
+  if (event.type === 'busy' && event.targetKey === config.key) skipped.push(Math.round(Date.now() / 1000));
+});
 process.send?.({ type: 'ready' });
 process.on('message', (message) => {
   if (message !== 'stop') return;
-  void app.close().finally(() => process.send?.({ type: 'stopped', problems }, () => process.disconnect?.()));
+  void app.close().finally(() => process.send?.({ type: 'stopped', problems, skipped }, () => process.disconnect?.()));
 });

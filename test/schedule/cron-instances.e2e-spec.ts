@@ -19,7 +19,7 @@ interface Instance {
   child: ChildProcess;
   output: string[];
   ready: Promise<void>;
-  stopped: Promise<Array<{ level: string; message: string }>>;
+  stopped: Promise<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>;
 }
 
 function startInstance(config: Record<string, unknown>): Instance {
@@ -44,7 +44,7 @@ function startInstance(config: Record<string, unknown>): Instance {
     child,
     output,
     ready: message<void>('ready'),
-    stopped: message<{ problems: Array<{ level: string; message: string }> }>('stopped').then((m) => m.problems),
+    stopped: message<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>('stopped'),
   };
 }
 
@@ -89,7 +89,10 @@ describe('three instances, one @Cron job, one run per tick', () => {
       await new Promise((resolve) => setTimeout(resolve, RUN_MS));
       const to = Math.floor(Date.now() / 1000) - 1;
       instances.forEach((instance) => instance.child.send('stop'));
-      const problems = (await Promise.all(instances.map((instance) => instance.stopped))).flat();
+      const stopped = await Promise.all(instances.map((instance) => instance.stopped));
+      const problems = stopped.flatMap((instance) => instance.problems);
+      const skippedBy = (second: number) =>
+        stopped.flatMap((instance, i) => (instance.skipped.includes(second) ? [`i${i}+${SKEWS_MS[i]}ms`] : []));
 
       const { rows } = await admin.query<Row>(`SELECT tick_second::text, fencing_token::text, instance FROM ${table} ORDER BY tick_second, real_ms`);
       const bySecond = new Map<number, Row[]>();
@@ -104,9 +107,10 @@ describe('three instances, one @Cron job, one run per tick', () => {
       report.push(
         `\n${order}: ticks ${window.length}, rows ${inWindow.flat().length}, duplicates ${duplicates}, unleased ${unleased}, ` +
           `missing ${missing}, errors ${errors}, warnings ${problems.length - errors} (skews ${SKEWS_MS.join('/')} ms, holdAtLeastMs ${HOLD_AT_LEAST_MS})`,
-        '  tick second | runs (instance: fencing token)',
+        '  tick second | runs (instance: fencing token) | skipped (busy)',
         ...[...bySecond.entries()].map(
-          ([second, runs]) => `  ${second}${window.includes(second) ? ' ' : '*'} | ${runs.map((run) => `${run.instance}: ${run.fencing_token ?? 'NONE'}`).join(', ')}`,
+          ([second, runs]) =>
+            `  ${second}${window.includes(second) ? ' ' : '*'} | ${runs.map((run) => `${run.instance}: ${run.fencing_token ?? 'NONE'}`).join(', ')} | ${skippedBy(second).join(', ')}`,
         ),
         '  (* outside the window in which all three instances ran)',
       );
