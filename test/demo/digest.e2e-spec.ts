@@ -34,7 +34,8 @@ test('one digest per tick across both instances, each under its lease; the other
     async () =>
       (
         await client!.query<DigestRow>(
-          'SELECT fencing_token::text, instance, extract(epoch FROM created_at) * 1000 AS at_ms FROM job_digest ORDER BY created_at',
+          `SELECT fencing_token::text, instance, extract(epoch FROM created_at) * 1000 AS at_ms
+           FROM job_digest ORDER BY created_at`,
         )
       ).rows,
     (found) => found.length >= 6,
@@ -50,20 +51,30 @@ test('one digest per tick across both instances, each under its lease; the other
   expect(new Set(tokens).size).toBe(tokens.length);
 
   for (const url of Object.values(stack!.urls)) {
-    const state = (await (await fetch(`${url}/api/state`)).json()) as { digest: { schedule: string; runs: Array<{ fencingToken: string }> } };
+    const state = (await (await fetch(`${url}/api/state`)).json()) as {
+      digest: { schedule: string; runs: Array<{ fencingToken: string }> };
+    };
     expect(state.digest.schedule).toBe('* * * * * *');
     const shown = state.digest.runs.map((run) => BigInt(run.fencingToken));
     expect(shown.length).toBeGreaterThan(0);
     // Newest first, each one a row of the table (the database's view, whichever instance ran it).
     expect(shown).toEqual([...shown].sort((a, b) => (a > b ? -1 : 1)));
-    const stored = (await client!.query<{ t: string }>('SELECT fencing_token::text AS t FROM job_digest')).rows.map((row) => BigInt(row.t));
+    const stored = (await client!.query<{ t: string }>('SELECT fencing_token::text AS t FROM job_digest')).rows.map(
+      (row) => BigInt(row.t),
+    );
     for (const token of shown) expect(stored).toContain(token);
   }
   const events = await Promise.all(
-    Object.values(stack!.urls).map(async (url) => ((await (await fetch(`${url}/api/state`)).json()) as { events: Array<{ type: string; targetKey?: string }> }).events),
+    Object.values(stack!.urls).map(
+      async (url) =>
+        ((await (await fetch(`${url}/api/state`)).json()) as { events: Array<{ type: string; targetKey?: string }> })
+          .events,
+    ),
   );
   // Every tick, the instance that did not run saw the target busy: a quiet skip, recorded as a lease event.
-  expect(events.flat().filter((event) => event.type === 'busy' && event.targetKey === 'digest:reports').length).toBeGreaterThan(0);
+  expect(
+    events.flat().filter((event) => event.type === 'busy' && event.targetKey === 'digest:reports').length,
+  ).toBeGreaterThan(0);
   expect(events.flat().filter((event) => event.type === 'digest-saved').length).toBeGreaterThan(0);
   expect(stack!.output()).not.toMatch(/ERROR|WARN/);
   const page = await (await fetch(`${stack!.urls.A}/`)).text();

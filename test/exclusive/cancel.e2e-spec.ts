@@ -1,7 +1,8 @@
 /**
  * Issue 12, item 3: no lease may outlive its caller. A caller that goes away while `@Exclusive` waits in line (a
  * global timeout interceptor answering 408, an `@Sse()` client or a WebSocket client disconnecting, a microservice
- * call timed out by the server) aborts the wait — its waiter row is gone — and a lease that arrives late is released.
+ * call timed out by the server) aborts the wait — its waiter row is gone — and a lease that arrives late is
+ * released.
  * The database is checked afterwards: no held lease row, no waiter row.
  */
 import {
@@ -96,17 +97,28 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     db = await createTestDatabase('cancel');
     admin = await adminClient(db.url);
     other = await startService(db.url, { owner: 'other-process' });
-    const first = await startApp([typeorm(), LeaseModule.forRoot({ ...options, owner: 'timed-app' })], [SlowDoorsController], [], (app) => {
-      app.useGlobalInterceptors(new TimeoutInterceptor());
-      app.connectMicroservice({ transport: Transport.TCP, options: { host: '127.0.0.1', port: 0 } }, { inheritAppConfig: true });
-    });
+    const first = await startApp(
+      [typeorm(), LeaseModule.forRoot({ ...options, owner: 'timed-app' })],
+      [SlowDoorsController],
+      [],
+      (app) => {
+        app.useGlobalInterceptors(new TimeoutInterceptor());
+        app.connectMicroservice(
+          { transport: Transport.TCP, options: { host: '127.0.0.1', port: 0 } },
+          { inheritAppConfig: true },
+        );
+      },
+    );
     await first.app.startAllMicroservices();
     const { port } = first.app.getMicroservices()[0].unwrap<import('node:net').Server>().address() as { port: number };
     rpc = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: '127.0.0.1', port } });
     await rpc.connect();
     timed = { url: first.url, leases: first.app.get(LeaseService), close: () => first.app.close() };
-    const second = await startApp([typeorm(), LeaseModule.forRoot({ ...options, owner: 'streams-app' })], [StreamsController], [WaitingGateway], (app) =>
-      app.useWebSocketAdapter(new WsAdapter(app)),
+    const second = await startApp(
+      [typeorm(), LeaseModule.forRoot({ ...options, owner: 'streams-app' })],
+      [StreamsController],
+      [WaitingGateway],
+      (app) => app.useWebSocketAdapter(new WsAdapter(app)),
     );
     streams = { url: second.url, leases: second.app.get(LeaseService), close: () => second.app.close() };
   });
@@ -122,7 +134,9 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
   });
 
   const rows = async (key: string) => {
-    const { rows: [counts] } = await admin.query<{ leases: number; waiters: number }>(
+    const {
+      rows: [counts],
+    } = await admin.query<{ leases: number; waiters: number }>(
       `SELECT (SELECT count(*)::int FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL) AS leases,
               (SELECT count(*)::int FROM job_lease_waiter WHERE target_id = $1) AS waiters`,
       [key],
@@ -136,7 +150,11 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     expect(held).not.toBeNull();
     await body();
     // The aborted wait removed its row before the holder lets go ...
-    await eventually(() => rows(key), (counts) => counts.waiters === 0, `the waiter row of ${key} to be removed`);
+    await eventually(
+      () => rows(key),
+      (counts) => counts.waiters === 0,
+      `the waiter row of ${key} to be removed`,
+    );
     expect(app.leases.waitingCount()).toBe(0);
     await held!.release();
     // ... so nobody is granted the target afterwards: the other process takes it again at once.
@@ -157,15 +175,33 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
 
   test('HTTP: a lease granted after the 408 (the acquiring statement stalled in PostgreSQL) is released at once', async () => {
     await admin.query(`CREATE OR REPLACE FUNCTION stall_acquire() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.owner = 'timed-app' AND NEW.target_id = 'try:late' THEN PERFORM pg_sleep(1.5); END IF; RETURN NEW; END $$`);
-    await admin.query('CREATE TRIGGER stall_acquire BEFORE INSERT ON job_lease FOR EACH ROW EXECUTE FUNCTION stall_acquire()');
+      BEGIN
+        IF NEW.owner = 'timed-app' AND NEW.target_id = 'try:late' THEN PERFORM pg_sleep(1.5); END IF;
+        RETURN NEW;
+      END $$`);
+    await admin.query(
+      'CREATE TRIGGER stall_acquire BEFORE INSERT ON job_lease FOR EACH ROW EXECUTE FUNCTION stall_acquire()',
+    );
     try {
       const answer = await post(`${timed.url}/try/late`);
       expect(answer.status).toBe(408);
       // The statement commits after the answer; the lease it brings must not stay.
-      await eventually(() => timed.leases.heldLeases().length + timed.leases.waitingCount(), (n) => n === 0, 'nothing held');
-      await eventually(() => admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep'`), (r) => r.rows[0].n === 0, 'the stalled statement to finish');
-      await eventually(() => rows('try:late'), (counts) => counts.leases === 0, 'the late lease to be released', 5_000);
+      await eventually(
+        () => timed.leases.heldLeases().length + timed.leases.waitingCount(),
+        (n) => n === 0,
+        'nothing held',
+      );
+      await eventually(
+        () => admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep'`),
+        (r) => r.rows[0].n === 0,
+        'the stalled statement to finish',
+      );
+      await eventually(
+        () => rows('try:late'),
+        (counts) => counts.leases === 0,
+        'the late lease to be released',
+        5_000,
+      );
       // Still gone a few heartbeats later: it is not being renewed.
       await new Promise((resolve) => setTimeout(resolve, 500));
       expect(await rows('try:late')).toEqual({ leases: 0, waiters: 0 });
@@ -180,7 +216,11 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
       const client = new AbortController();
       const response = await fetch(`${streams.url}/stream/1`, { signal: client.signal });
       expect(response.status).toBe(200);
-      await eventually(() => rows('stream:1'), (counts) => counts.waiters === 1, 'the stream to wait in line');
+      await eventually(
+        () => rows('stream:1'),
+        (counts) => counts.waiters === 1,
+        'the stream to wait in line',
+      );
       client.abort();
     });
   });
@@ -193,7 +233,11 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     while (!/"id":"2"/.test(received)) received += new TextDecoder().decode((await reader.read()).value);
     expect((await rows('stream:2')).leases).toBe(1);
     client.abort();
-    await eventually(() => rows('stream:2'), (counts) => counts.leases === 0, 'the stream lease to be released');
+    await eventually(
+      () => rows('stream:2'),
+      (counts) => counts.leases === 0,
+      'the stream lease to be released',
+    );
     expect(streams.leases.heldLeases()).toHaveLength(0);
   });
 
@@ -202,7 +246,11 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
       const socket = new WebSocket(`${streams.url.replace('http', 'ws')}/ws`);
       await new Promise((resolve) => socket.once('open', resolve));
       socket.send(JSON.stringify({ event: 'wait', data: { id: '1' } }));
-      await eventually(() => rows('ws:1'), (counts) => counts.waiters === 1, 'the message to wait in line');
+      await eventually(
+        () => rows('ws:1'),
+        (counts) => counts.waiters === 1,
+        'the message to wait in line',
+      );
       socket.close();
     });
   });

@@ -19,7 +19,16 @@ import {
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CurrentLease, Exclusive, type Lease, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type LeaseEvent } from 'nest-pg-lease';
+import {
+  CurrentLease,
+  Exclusive,
+  type Lease,
+  LeaseConfigError,
+  LeaseModule,
+  LeaseService,
+  leaseEntities,
+  type LeaseEvent,
+} from 'nest-pg-lease';
 import { createTestDatabase, eventually, FAST } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
@@ -60,7 +69,11 @@ class KeysController {
   /** A named body field through a pipe: `" Ann@Example.COM "` and `ann@example.com` are one account. */
   @Post('accounts')
   @Exclusive('account:{email}')
-  async account(@Body('email', LowerCasePipe) email: string, @Query('gate') gateName: string, @CurrentLease() lease: Lease) {
+  async account(
+    @Body('email', LowerCasePipe) email: string,
+    @Query('gate') gateName: string,
+    @CurrentLease() lease: Lease,
+  ) {
     const g = gate(gateName);
     g.entered += 1;
     await g.opened;
@@ -124,7 +137,11 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
 
   test('/report/7 and /report/007 (ParseIntPipe) hold one lease: the second is refused while the first runs', async () => {
     const first = get('/report/7?gate=r7');
-    await eventually(() => gate('r7').entered, (n) => n === 1, 'the first request to hold its lease');
+    await eventually(
+      () => gate('r7').entered,
+      (n) => n === 1,
+      'the first request to hold its lease',
+    );
     gate('r007').release(); // were it to run, it would not wait: the answer shows its key
     const second = await get('/report/007?gate=r007');
     expect(second.status).toBe(409);
@@ -138,7 +155,11 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
 
   test('a POST with { userId: 7 } and ?userId=x: the query cannot make a second lease for user 7', async () => {
     const first = post(`${url}/reports?gate=b1`, { userId: 7 });
-    await eventually(() => gate('b1').entered, (n) => n === 1, 'the first POST to hold its lease');
+    await eventually(
+      () => gate('b1').entered,
+      (n) => n === 1,
+      'the first POST to hold its lease',
+    );
     gate('b2').release();
     const second = await post(`${url}/reports?gate=b2&userId=x`, { userId: 7 });
     expect(second.status).toBe(409);
@@ -155,7 +176,11 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
 
   test('a named body field goes through its pipe before it becomes the key', async () => {
     const first = post(`${url}/accounts?gate=a1`, { email: ' Ann@Example.COM ' });
-    await eventually(() => gate('a1').entered, (n) => n === 1, 'the first POST to hold its lease');
+    await eventually(
+      () => gate('a1').entered,
+      (n) => n === 1,
+      'the first POST to hold its lease',
+    );
     gate('a2').release();
     const second = await post(`${url}/accounts?gate=a2`, { email: 'ann@example.com' });
     expect(second.status).toBe(409);

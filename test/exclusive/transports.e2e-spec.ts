@@ -31,13 +31,23 @@ class RoomsGateway {
 
   @SubscribeMessage('build')
   @Exclusive('room:{room}')
-  async build(@MessageBody() data: { room: string; gate: string }, @ConnectedSocket() client: WebSocket, @CurrentLease() lease: Lease) {
+  async build(
+    @MessageBody() data: { room: string; gate: string },
+    @ConnectedSocket() client: WebSocket,
+    @CurrentLease() lease: Lease,
+  ) {
     const g = gate(data.gate);
     g.entered += 1;
     await g.opened;
     return {
       event: 'built',
-      data: { room: data.room, key: lease.targetKey, current: this.leases.current()?.targetKey, token: String(lease.fencingToken), open: client.readyState === WebSocket.OPEN },
+      data: {
+        room: data.room,
+        key: lease.targetKey,
+        current: this.leases.current()?.targetKey,
+        token: String(lease.fencingToken),
+        open: client.readyState === WebSocket.OPEN,
+      },
     };
   }
 
@@ -53,7 +63,11 @@ class RoomsGateway {
 class JobsController {
   @MessagePattern('job')
   @Exclusive('job:{userId}')
-  async job(@Payload() data: { userId: number; gate: string }, @Ctx() context: TcpContext, @CurrentLease() lease: Lease) {
+  async job(
+    @Payload() data: { userId: number; gate: string },
+    @Ctx() context: TcpContext,
+    @CurrentLease() lease: Lease,
+  ) {
     const g = gate(data.gate);
     g.entered += 1;
     await g.opened;
@@ -81,7 +95,11 @@ async function wsClient(url: string) {
     frames,
     send: (event: string, data: unknown) => socket.send(JSON.stringify({ event, data })),
     next: async (predicate: (frame: { event: string; data: any }) => boolean, what: string) =>
-      (await eventually(() => frames.find(predicate), (frame) => frame !== undefined, what))!,
+      (await eventually(
+        () => frames.find(predicate),
+        (frame) => frame !== undefined,
+        what,
+      ))!,
     close: () => socket.close(),
   };
 }
@@ -128,11 +146,21 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
     try {
       client.send('build', { room: 'a', gate: 'ws-a' });
       client.send('build', { room: 'b', gate: 'ws-b' });
-      await eventually(() => gate('ws-a').entered + gate('ws-b').entered, (n) => n === 2, 'both messages to hold a lease');
+      await eventually(
+        () => gate('ws-a').entered + gate('ws-b').entered,
+        (n) => n === 2,
+        'both messages to hold a lease',
+      );
       gate('ws-a').release();
       gate('ws-b').release();
-      const a = await client.next((frame) => frame.event === 'built' && frame.data.room === 'a', 'the answer for room a');
-      const b = await client.next((frame) => frame.event === 'built' && frame.data.room === 'b', 'the answer for room b');
+      const a = await client.next(
+        (frame) => frame.event === 'built' && frame.data.room === 'a',
+        'the answer for room a',
+      );
+      const b = await client.next(
+        (frame) => frame.event === 'built' && frame.data.room === 'b',
+        'the answer for room b',
+      );
       expect(a.data).toMatchObject({ key: 'room:a', current: 'room:a', open: true });
       expect(b.data).toMatchObject({ key: 'room:b', current: 'room:b', open: true });
       expect(a.data.token).not.toBe(b.data.token);
@@ -146,7 +174,11 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
     const second = await wsClient(wsUrl);
     try {
       first.send('build', { room: 'r', gate: 'ws-r1' });
-      await eventually(() => gate('ws-r1').entered, (n) => n === 1, 'the first socket to hold room r');
+      await eventually(
+        () => gate('ws-r1').entered,
+        (n) => n === 1,
+        'the first socket to hold room r',
+      );
       gate('ws-r2').release();
       second.send('build', { room: 'r', gate: 'ws-r2' });
       const refused = await second.next((frame) => frame.event === 'exception', 'the refusal');
@@ -165,7 +197,10 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
     const client = await wsClient(wsUrl);
     try {
       client.send('plain', { room: 'p' });
-      expect((await client.next((frame) => frame.event === 'plained', 'the answer')).data).toEqual({ room: 'p', key: 'plain:p' });
+      expect((await client.next((frame) => frame.event === 'plained', 'the answer')).data).toEqual({
+        room: 'p',
+        key: 'plain:p',
+      });
     } finally {
       client.close();
     }
@@ -173,7 +208,11 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
 
   test('rpc (TCP): the key comes from the payload; a busy target is an RpcException naming it', async () => {
     const first = lastValueFrom(rpc.send('job', { userId: 7, gate: 'rpc-1' }));
-    await eventually(() => gate('rpc-1').entered, (n) => n === 1, 'the first call to hold job:7');
+    await eventually(
+      () => gate('rpc-1').entered,
+      (n) => n === 1,
+      'the first call to hold job:7',
+    );
     gate('rpc-2').release();
     await expect(lastValueFrom(rpc.send('job', { userId: 7, gate: 'rpc-2' }))).rejects.toMatchObject({
       status: 'error',

@@ -46,7 +46,8 @@ const logger = {
   debug: () => undefined,
   verbose: () => undefined,
   warn: (...parts: unknown[]) => problems.push({ level: 'warn', message: parts.map(String).join(' ') }),
-  error: (...parts: unknown[]) => problems.push({ level: 'error', message: parts.map((p) => (p instanceof Error ? p.stack : String(p))).join(' ') }),
+  error: (...parts: unknown[]) =>
+    problems.push({ level: 'error', message: parts.map((p) => (p instanceof Error ? p.stack : String(p))).join(' ') }),
   fatal: (...parts: unknown[]) => problems.push({ level: 'fatal', message: parts.map(String).join(' ') }),
 };
 
@@ -62,17 +63,25 @@ class TickJob {
   async tick(): Promise<void> {
     // The instance's own idea of the tick: its (skewed) clock, rounded to the second the scheduler aimed at.
     const tickSecond = Math.round(Date.now() / 1000);
-    const insert = `INSERT INTO ${config.table} (tick_second, fencing_token, instance, real_ms) VALUES ($1, $2, $3, $4)`;
+    const insert = `INSERT INTO ${config.table} (tick_second, fencing_token, instance, real_ms)
+      VALUES ($1, $2, $3, $4)`;
     const lease = this.leases.current();
     if (lease) {
-      await lease.fenced((manager) => manager.query(insert, [tickSecond, String(lease.fencingToken), config.name, RealDate.now()]));
+      await lease.fenced((manager) =>
+        manager.query(insert, [tickSecond, String(lease.fencingToken), config.name, RealDate.now()]),
+      );
     } else {
       await this.dataSource.query(insert, [tickSecond, null, config.name, RealDate.now()]);
     }
   }
 }
 
-const typeorm = TypeOrmModule.forRoot({ type: 'postgres', url: config.url, entities: [...leaseEntities], extra: { max: 4 } });
+const typeorm = TypeOrmModule.forRoot({
+  type: 'postgres',
+  url: config.url,
+  entities: [...leaseEntities],
+  extra: { max: 4 },
+});
 const leases = LeaseModule.forRoot({ heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, owner: config.name });
 const schedule = ScheduleModule.forRoot();
 

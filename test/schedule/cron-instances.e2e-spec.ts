@@ -32,7 +32,9 @@ function startInstance(config: Record<string, unknown>): Instance {
   child.stdout!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
   const exited = new Promise<never>((_, reject) =>
-    child.once('exit', (code) => reject(new Error(`instance ${String(config.name)} exited (${code}):\n${output.join('')}`))),
+    child.once('exit', (code) =>
+      reject(new Error(`instance ${String(config.name)} exited (${code}):\n${output.join('')}`)),
+    ),
   );
   const message = <T>(type: string) =>
     Promise.race([
@@ -78,9 +80,20 @@ describe('three instances, one @Cron job, one run per tick', () => {
   for (const order of ['schedule-first', 'lease-first'] as const) {
     test(`ScheduleModule ${order === 'schedule-first' ? 'before' : 'after'} LeaseModule, clocks skewed ${SKEWS_MS.join('/')} ms`, async () => {
       const table = `cron_runs_${order.replace('-', '_')}`;
-      await admin.query(`CREATE TABLE ${table} (tick_second bigint NOT NULL, fencing_token bigint, instance text NOT NULL, real_ms bigint NOT NULL)`);
+      await admin.query(
+        `CREATE TABLE ${table} (
+          tick_second bigint NOT NULL, fencing_token bigint, instance text NOT NULL, real_ms bigint NOT NULL)`,
+      );
       const instances = SKEWS_MS.map((skewMs, i) => {
-        const instance = startInstance({ url: db.url, name: `i${i}+${skewMs}ms`, skewMs, order, key: `cron:${order}`, table, holdAtLeastMs: HOLD_AT_LEAST_MS });
+        const instance = startInstance({
+          url: db.url,
+          name: `i${i}+${skewMs}ms`,
+          skewMs,
+          order,
+          key: `cron:${order}`,
+          table,
+          holdAtLeastMs: HOLD_AT_LEAST_MS,
+        });
         children.push(instance.child);
         return instance;
       });
@@ -94,9 +107,12 @@ describe('three instances, one @Cron job, one run per tick', () => {
       const skippedBy = (second: number) =>
         stopped.flatMap((instance, i) => (instance.skipped.includes(second) ? [`i${i}+${SKEWS_MS[i]}ms`] : []));
 
-      const { rows } = await admin.query<Row>(`SELECT tick_second::text, fencing_token::text, instance FROM ${table} ORDER BY tick_second, real_ms`);
+      const { rows } = await admin.query<Row>(
+        `SELECT tick_second::text, fencing_token::text, instance FROM ${table} ORDER BY tick_second, real_ms`,
+      );
       const bySecond = new Map<number, Row[]>();
-      for (const row of rows) bySecond.set(Number(row.tick_second), [...(bySecond.get(Number(row.tick_second)) ?? []), row]);
+      for (const row of rows)
+        bySecond.set(Number(row.tick_second), [...(bySecond.get(Number(row.tick_second)) ?? []), row]);
       const window = Array.from({ length: to - from + 1 }, (_, i) => from + i);
       const inWindow = window.map((second) => bySecond.get(second) ?? []);
       const duplicates = [...bySecond.values()].filter((runs) => runs.length > 1).length;
@@ -105,12 +121,15 @@ describe('three instances, one @Cron job, one run per tick', () => {
       const errors = problems.filter((problem) => problem.level !== 'warn').length;
 
       report.push(
-        `\n${order}: ticks ${window.length}, rows ${inWindow.flat().length}, duplicates ${duplicates}, unleased ${unleased}, ` +
-          `missing ${missing}, errors ${errors}, warnings ${problems.length - errors} (skews ${SKEWS_MS.join('/')} ms, holdAtLeastMs ${HOLD_AT_LEAST_MS})`,
+        `\n${order}: ticks ${window.length}, rows ${inWindow.flat().length}, duplicates ${duplicates}, ` +
+          `unleased ${unleased}, missing ${missing}, errors ${errors}, warnings ${problems.length - errors} ` +
+          `(skews ${SKEWS_MS.join('/')} ms, holdAtLeastMs ${HOLD_AT_LEAST_MS})`,
         '  tick second | runs (instance: fencing token) | skipped (busy)',
         ...[...bySecond.entries()].map(
           ([second, runs]) =>
-            `  ${second}${window.includes(second) ? ' ' : '*'} | ${runs.map((run) => `${run.instance}: ${run.fencing_token ?? 'NONE'}`).join(', ')} | ${skippedBy(second).join(', ')}`,
+            `  ${second}${window.includes(second) ? ' ' : '*'} | ` +
+            `${runs.map((run) => `${run.instance}: ${run.fencing_token ?? 'NONE'}`).join(', ')} | ` +
+            skippedBy(second).join(', '),
         ),
         '  (* outside the window in which all three instances ran)',
       );

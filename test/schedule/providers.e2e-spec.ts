@@ -4,7 +4,16 @@
  * reference, a lazily loaded module, a transient provider; `onBusy: 'skip'`; `holdAtLeastMs`; a warning for a
  * synchronous method.
  */
-import { Inject, Injectable, type LoggerService, Module, type Provider, Scope, type Type, type DynamicModule } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  type LoggerService,
+  Module,
+  type Provider,
+  Scope,
+  type Type,
+  type DynamicModule,
+} from '@nestjs/common';
 import { LazyModuleLoader, NestFactory } from '@nestjs/core';
 import { Cron, ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -16,13 +25,26 @@ import { Gate } from '../exclusive/fixtures.js';
 class RecordingLogger implements LoggerService {
   readonly lines: Array<{ level: string; message: string }> = [];
   private record(level: string, message: unknown, rest: unknown[]) {
-    this.lines.push({ level, message: [message, ...rest].map((part) => (part instanceof Error ? part.stack : String(part))).join(' ') });
+    this.lines.push({
+      level,
+      message: [message, ...rest].map((part) => (part instanceof Error ? part.stack : String(part))).join(' '),
+    });
   }
-  log(message: unknown, ...rest: unknown[]) { this.record('log', message, rest); }
-  error(message: unknown, ...rest: unknown[]) { this.record('error', message, rest); }
-  warn(message: unknown, ...rest: unknown[]) { this.record('warn', message, rest); }
-  debug(message: unknown, ...rest: unknown[]) { this.record('debug', message, rest); }
-  verbose(message: unknown, ...rest: unknown[]) { this.record('verbose', message, rest); }
+  log(message: unknown, ...rest: unknown[]) {
+    this.record('log', message, rest);
+  }
+  error(message: unknown, ...rest: unknown[]) {
+    this.record('error', message, rest);
+  }
+  warn(message: unknown, ...rest: unknown[]) {
+    this.record('warn', message, rest);
+  }
+  debug(message: unknown, ...rest: unknown[]) {
+    this.record('debug', message, rest);
+  }
+  verbose(message: unknown, ...rest: unknown[]) {
+    this.record('verbose', message, rest);
+  }
   at(...levels: string[]) {
     return this.lines.filter((line) => levels.includes(line.level));
   }
@@ -147,11 +169,19 @@ describe('@Exclusive on provider methods', () => {
   for (const order of ['ScheduleModule first', 'LeaseModule first'] as const) {
     test(`@Cron + @Exclusive runs under a lease with ${order}`, async () => {
       const owner = `cron-${order.split(' ')[0].toLowerCase()}`;
-      const imports = order === 'ScheduleModule first' ? [ScheduleModule.forRoot(), typeorm(), lease(owner)] : [typeorm(), lease(owner), ScheduleModule.forRoot()];
+      const imports =
+        order === 'ScheduleModule first'
+          ? [ScheduleModule.forRoot(), typeorm(), lease(owner)]
+          : [typeorm(), lease(owner), ScheduleModule.forRoot()];
       const { app, logger } = await boot(imports, [TickJob], owner);
       try {
         const job = app.get(TickJob);
-        await eventually(() => job.runs.length, (n) => n >= 2, 'two scheduled runs', 15_000);
+        await eventually(
+          () => job.runs.length,
+          (n) => n >= 2,
+          'two scheduled runs',
+          15_000,
+        );
         for (const run of job.runs) expect(run.fencingToken).toEqual(expect.any(BigInt));
         expect(logger.at('error', 'warn')).toEqual([]);
       } finally {
@@ -187,12 +217,18 @@ describe('@Exclusive on provider methods', () => {
     try {
       const work = app.get(Work);
       const holding = work.skipping('s', true);
-      await eventually(() => work.gate.entered, (n) => n === 1, 'the first call to hold busy:s');
+      await eventually(
+        () => work.gate.entered,
+        (n) => n === 1,
+        'the first call to hold busy:s',
+      );
       const before = logger.lines.length;
       await expect(work.skipping('s')).resolves.toBeUndefined();
       await expect(work.throwing('s')).rejects.toBeInstanceOf(LeaseBusyError);
       expect(events.filter((event) => event.type === 'busy' && event.targetKey === 'busy:s')).toHaveLength(2);
-      expect(logger.lines.slice(before).filter((line) => line.level !== 'debug' && line.level !== 'verbose')).toEqual([]);
+      expect(logger.lines.slice(before).filter((line) => line.level !== 'debug' && line.level !== 'verbose')).toEqual(
+        [],
+      );
       work.gate.release();
       await expect(holding).resolves.toMatch(/^ran s as \d+$/);
       await expect(work.skipping('s')).resolves.toMatch(/^ran s as \d+$/);
@@ -240,7 +276,8 @@ describe('@Exclusive on provider methods', () => {
     try {
       await a.app.get(Work).run('x');
       await b.app.get(Work).run('y');
-      const acquired = (events: LeaseEvent[]) => events.filter((event) => event.type === 'acquired').map((event) => event.targetKey);
+      const acquired = (events: LeaseEvent[]) =>
+        events.filter((event) => event.type === 'acquired').map((event) => event.targetKey);
       expect(acquired(a.events)).toEqual(['work:x']);
       expect(acquired(b.events)).toEqual(['work:y']);
     } finally {

@@ -38,9 +38,16 @@ export class DigestService {
         .createQueryBuilder('result')
         .where('result.savedAt > :since', { since: last?.createdAt ?? new Date(0) })
         .getCount();
-      return manager.getRepository(JobDigest).save({ fencingToken: String(lease.fencingToken), instance: this.config.instance, reports });
+      return manager
+        .getRepository(JobDigest)
+        .save({ fencingToken: String(lease.fencingToken), instance: this.config.instance, reports });
     });
-    this.activity.add({ type: 'digest-saved', targetKey: DIGEST_KEY, fencingToken: saved.fencingToken, detail: `${saved.reports} new report(s)` });
+    this.activity.add({
+      type: 'digest-saved',
+      targetKey: DIGEST_KEY,
+      fencingToken: saved.fencingToken,
+      detail: `${saved.reports} new report(s)`,
+    });
   }
 
   /** The latest digests, newest first (the database's view: every instance's runs). */

@@ -3,7 +3,14 @@ import { Logger } from '@nestjs/common';
 import { isObservable, Observable } from 'rxjs';
 import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
 import { LeaseBusyError, LeaseLostError } from './errors.js';
-import { acquireOptionsOf, type ArgumentPlan, argumentPlan, doorOf, type ExclusiveMetadata, targetKeyOf } from './exclusive.metadata.js';
+import {
+  acquireOptionsOf,
+  type ArgumentPlan,
+  argumentPlan,
+  doorOf,
+  type ExclusiveMetadata,
+  targetKeyOf,
+} from './exclusive.metadata.js';
 import { leaseServiceFor } from './lease.explorer.js';
 import type { LeaseEntry, LeaseService } from './lease.service.js';
 
@@ -41,7 +48,9 @@ function claim(wrapped: Function): HandlerCall | undefined {
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>
-  value !== null && (typeof value === 'object' || typeof value === 'function') && typeof (value as PromiseLike<unknown>).then === 'function';
+  value !== null &&
+  (typeof value === 'object' || typeof value === 'function') &&
+  typeof (value as PromiseLike<unknown>).then === 'function';
 
 /**
  * What every `@Exclusive` method runs when called, whoever calls it: find the application's LeaseService, compute the
@@ -64,7 +73,10 @@ export async function callExclusive(
   const targetKey = targetKeyOf(metadata, plan, args);
   let entry: LeaseEntry;
   try {
-    entry = await leases.enter(targetKey, call ? { ...acquireOptionsOf(metadata), signal: call.signal } : acquireOptionsOf(metadata));
+    entry = await leases.enter(
+      targetKey,
+      call ? { ...acquireOptionsOf(metadata), signal: call.signal } : acquireOptionsOf(metadata),
+    );
   } catch (error) {
     if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) {
       logger.debug(`${plan.label} skipped: "${targetKey}" is busy`);
@@ -137,7 +149,12 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
  * or is unsubscribed; ended with `LeaseLostError` when the lease is lost. The subscriber's work runs in the lease's
  * call context. A handler whose caller left before subscribing releases at once.
  */
-function holdWhileSubscribed(source: Observable<unknown>, entry: LeaseEntry, leases: LeaseService, call?: HandlerCall): Observable<unknown> {
+function holdWhileSubscribed(
+  source: Observable<unknown>,
+  entry: LeaseEntry,
+  leases: LeaseService,
+  call?: HandlerCall,
+): Observable<unknown> {
   const { lease } = entry;
   let subscribed = false;
   const onGoneEarly = () => {

@@ -1,5 +1,10 @@
 import 'reflect-metadata';
-import { CUSTOM_ROUTE_ARGS_METADATA, METHOD_METADATA, PATH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import {
+  CUSTOM_ROUTE_ARGS_METADATA,
+  METHOD_METADATA,
+  PATH_METADATA,
+  ROUTE_ARGS_METADATA,
+} from '@nestjs/common/constants.js';
 import { LeaseConfigError, LeaseKeyError } from './errors.js';
 import type { AcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, fillKeyTemplate } from './target-key.js';
@@ -32,7 +37,10 @@ export interface ExclusiveMetadata extends ExclusiveOptions {
 }
 
 /** Validates the decorator's arguments once, at decoration time. */
-export function exclusiveMetadata(targetKey: ExclusiveKey, priorityOrOptions?: number | ExclusiveOptions): ExclusiveMetadata {
+export function exclusiveMetadata(
+  targetKey: ExclusiveKey,
+  priorityOrOptions?: number | ExclusiveOptions,
+): ExclusiveMetadata {
   if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
     throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
   }
@@ -42,7 +50,9 @@ export function exclusiveMetadata(targetKey: ExclusiveKey, priorityOrOptions?: n
     throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
   }
   if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
-    throw new LeaseConfigError(`@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
+    throw new LeaseConfigError(
+      `@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`,
+    );
   }
   assertHoldAtLeastMs(options.holdAtLeastMs);
   if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
@@ -70,7 +80,10 @@ const RPC_PATTERN_METADATA = 'microservices:pattern';
 export function doorOf(method: object): Door {
   if (Reflect.getMetadata(WS_MESSAGE_MAPPING_METADATA, method)) return 'ws';
   if (Reflect.getMetadata(RPC_PATTERN_METADATA, method) !== undefined) return 'rpc';
-  if (Reflect.getMetadata(METHOD_METADATA, method) !== undefined && Reflect.getMetadata(PATH_METADATA, method) !== undefined) {
+  if (
+    Reflect.getMetadata(METHOD_METADATA, method) !== undefined &&
+    Reflect.getMetadata(PATH_METADATA, method) !== undefined
+  ) {
     return 'http';
   }
   return 'provider';
@@ -120,14 +133,21 @@ interface RouteArgument {
  * Reads Nest's parameter metadata (`ROUTE_ARGS_METADATA`, which `@Param`, `@Body`, `@MessageBody`, `@Payload` and
  * custom parameter decorators write on the class for the method) into an argument plan.
  */
-export function argumentPlan(owner: Function, methodName: string | symbol, door: Door, leaseFactory: unknown): ArgumentPlan {
+export function argumentPlan(
+  owner: Function,
+  methodName: string | symbol,
+  door: Door,
+  leaseFactory: unknown,
+): ArgumentPlan {
   const label = `${owner.name}.${String(methodName)}`;
-  const routeArgs = Reflect.getMetadata(ROUTE_ARGS_METADATA, owner, methodName) as Record<string, RouteArgument> | undefined;
+  const routeArgs = Reflect.getMetadata(ROUTE_ARGS_METADATA, owner, methodName) as
+    Record<string, RouteArgument> | undefined;
   const named = new Map<string, ArgumentSource[]>();
   const wholes: Array<ArgumentSource & { rank: number }> = [];
   const positions = new Set<number>();
   const leaseSlots: number[] = [];
-  if (door === 'provider') return { door, label, named, wholes: [{ index: 0, label: 'the first argument' }], positions: 'any', leaseSlots };
+  if (door === 'provider')
+    return { door, label, named, wholes: [{ index: 0, label: 'the first argument' }], positions: 'any', leaseSlots };
   for (const [key, argument] of Object.entries(routeArgs ?? {})) {
     if (key.includes(CUSTOM_ROUTE_ARGS_METADATA)) {
       if (argument.factory === leaseFactory) leaseSlots.push(argument.index);
@@ -139,15 +159,22 @@ export function argumentPlan(owner: Function, methodName: string | symbol, door:
     const decorator = door === 'http' ? HTTP_SOURCES[paramtype] : DATA_SOURCES[door][paramtype];
     if (!decorator) continue;
     if (typeof argument.data === 'string') {
-      named.set(argument.data, [...(named.get(argument.data) ?? []), { index: argument.index, label: `${decorator}('${argument.data}')` }]);
+      named.set(argument.data, [
+        ...(named.get(argument.data) ?? []),
+        { index: argument.index, label: `${decorator}('${argument.data}')` },
+      ]);
     } else if (argument.data === undefined && (door !== 'http' || HTTP_WHOLES.includes(paramtype))) {
-      wholes.push({ index: argument.index, label: `${decorator}()`, rank: door === 'http' ? HTTP_WHOLES.indexOf(paramtype) : 0 });
+      wholes.push({
+        index: argument.index,
+        label: `${decorator}()`,
+        rank: door === 'http' ? HTTP_WHOLES.indexOf(paramtype) : 0,
+      });
     }
   }
   if (!routeArgs) {
     // Without parameter decorators Nest passes (socket, data, ack) to a gateway and (data, context) to a microservice.
-    if (door === 'ws') wholes.push({ index: 1, label: 'the message data', rank: 0 }), positions.add(0).add(1);
-    if (door === 'rpc') wholes.push({ index: 0, label: 'the message data', rank: 0 }), positions.add(0).add(1);
+    if (door === 'ws') (wholes.push({ index: 1, label: 'the message data', rank: 0 }), positions.add(0).add(1));
+    if (door === 'rpc') (wholes.push({ index: 0, label: 'the message data', rank: 0 }), positions.add(0).add(1));
   }
   wholes.sort((a, b) => a.rank - b.rank);
   return { door, label, named, wholes, positions, leaseSlots };
@@ -169,34 +196,42 @@ const absent = (value: unknown) => value === undefined || value === null || valu
  * name one parameter decorator declares; else a field of the whole-object arguments. Throws `LeaseConfigError` for
  * a placeholder the signature cannot fill.
  */
-function sourceOf(plan: ArgumentPlan, name: string): { index: number; path?: string } | { wholes: readonly ArgumentSource[]; path: string } {
+function sourceOf(
+  plan: ArgumentPlan,
+  name: string,
+): { index: number; path?: string } | { wholes: readonly ArgumentSource[]; path: string } {
   const [head, ...rest] = name.split('.');
   const path = rest.length > 0 ? rest.join('.') : undefined;
   if (/^\d+$/.test(head)) {
     const index = Number(head);
     if (plan.positions !== 'any' && !plan.positions.has(index)) {
       throw new LeaseConfigError(
-        `@Exclusive on ${plan.label}: placeholder {${name}} names argument ${index}, which the handler does not declare with a parameter decorator`,
+        `@Exclusive on ${plan.label}: placeholder {${name}} names argument ${index}, ` +
+          'which the handler does not declare with a parameter decorator',
       );
     }
     return { index, path };
   }
   const declared = plan.named.get(head) ?? [];
   if (declared.length > 1) {
+    const sources = declared.map((source) => `${source.label} (argument ${source.index})`).join(' and ');
     throw new LeaseConfigError(
-      `@Exclusive on ${plan.label}: placeholder {${name}} is ambiguous: ${declared.map((source) => `${source.label} (argument ${source.index})`).join(' and ')} ` +
-        'all declare it; name the argument by position ({0}, {1}, …) or rename one',
+      `@Exclusive on ${plan.label}: placeholder {${name}} is ambiguous: ${sources} all declare it; ` +
+        'name the argument by position ({0}, {1}, …) or rename one',
     );
   }
   if (declared.length === 1) return { index: declared[0].index, path };
   if (plan.wholes.length > 0) return { wholes: plan.wholes, path: name };
-  const example = plan.door === 'ws' ? `@MessageBody('${head}')` : plan.door === 'rpc' ? `@Payload('${head}')` : `@Param('${head}')`;
+  const example =
+    plan.door === 'ws' ? `@MessageBody('${head}')` : plan.door === 'rpc' ? `@Payload('${head}')` : `@Param('${head}')`;
   const alternatives =
     plan.door === 'http'
-      ? `@Param('${head}') (a route parameter), @Body('${head}') (a body field), @Query('${head}') (a query value), or @Body() for fields of the body`
+      ? `@Param('${head}') (a route parameter), @Body('${head}') (a body field), @Query('${head}') (a query value), ` +
+        'or @Body() for fields of the body'
       : `${example}, or the whole data with ${plan.door === 'ws' ? '@MessageBody()' : '@Payload()'}`;
   throw new LeaseConfigError(
-    `@Exclusive on ${plan.label}: placeholder {${name}} names no parameter of the handler; declare it with ${alternatives}`,
+    `@Exclusive on ${plan.label}: placeholder {${name}} names no parameter of the handler; ` +
+      `declare it with ${alternatives}`,
   );
 }
 
@@ -212,13 +247,16 @@ export function targetKeyOf(metadata: ExclusiveMetadata, plan: ArgumentPlan, arg
   if (typeof metadata.targetKey === 'function') {
     const key = metadata.targetKey(...args);
     if (typeof key !== 'string') {
-      throw new LeaseKeyError(`The @Exclusive key function of ${plan.label} returned ${key === null ? 'null' : typeof key}, not a string`);
+      throw new LeaseKeyError(
+        `The @Exclusive key function of ${plan.label} returned ${key === null ? 'null' : typeof key}, not a string`,
+      );
     }
     return key;
   }
   return fillKeyTemplate(metadata.targetKey, (name) => {
     const source = sourceOf(plan, name);
-    if ('index' in source) return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
+    if ('index' in source)
+      return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
     for (const whole of source.wholes) {
       const value = readPath(args[whole.index], source.path);
       if (!absent(value)) return value;

@@ -60,7 +60,12 @@ export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
 
 /** What a WebSocket client or microservice caller receives for a lease error: the same facts, no HTTP status. */
 export function leaseErrorBody(error: LeaseError): Record<string, unknown> {
-  const body: Record<string, unknown> = { status: 'error', code: error.name, message: error.message, targetKey: error.targetKey };
+  const body: Record<string, unknown> = {
+    status: 'error',
+    code: error.name,
+    message: error.message,
+    targetKey: error.targetKey,
+  };
   if (error instanceof LeaseBusyError) body.retryAfterMs = error.retryAfterMs;
   if (error instanceof LeaseLostError) Object.assign(body, { reason: error.reason, discarded: true });
   if (error instanceof LeaseWaitTimeoutError) body.waitTimeoutMs = error.waitTimeoutMs;
@@ -79,7 +84,8 @@ const transportErrors: Partial<Record<'ws' | 'rpc', Promise<TransportErrors>>> =
 export async function leaseErrorToTransport(error: unknown, type: string, response?: unknown): Promise<unknown> {
   if (type === 'http') return leaseErrorToHttp(error, response);
   if (!(error instanceof LeaseError) || (type !== 'ws' && type !== 'rpc')) return error;
-  const errors = await (transportErrors[type] ??= (type === 'ws' ? import('@nestjs/websockets') : import('@nestjs/microservices')).then(
+  const load = () => (type === 'ws' ? import('@nestjs/websockets') : import('@nestjs/microservices'));
+  const errors = await (transportErrors[type] ??= load().then(
     (module): TransportErrors => module as TransportErrors,
     (): TransportErrors => ({}),
   ));

@@ -54,9 +54,13 @@ export function leaseServiceFor(instance: unknown, label: string): LeaseService 
   const known = self && (owners.get(self) ?? classOwners.get(self.constructor));
   if (known) return known;
   const all = [...registrations];
-  let found = self ? all.filter((registration) => wrappersOf(registration).some((wrapper) => wrapper.instance === self)) : [];
+  let found = self
+    ? all.filter((registration) => wrappersOf(registration).some((wrapper) => wrapper.instance === self))
+    : [];
   if (found.length === 0 && self) {
-    found = all.filter((registration) => wrappersOf(registration).some((wrapper) => wrapper.metatype === self.constructor));
+    found = all.filter((registration) =>
+      wrappersOf(registration).some((wrapper) => wrapper.metatype === self.constructor),
+    );
     if (found.length === 1) classOwners.set(self.constructor, found[0].leases);
   }
   if (found.length === 0 && all.length === 1) found = all;
@@ -65,11 +69,14 @@ export function leaseServiceFor(instance: unknown, label: string): LeaseService 
     return found[0].leases;
   }
   if (all.length === 0) {
-    throw new LeaseConfigError(`@Exclusive on ${label}: no LeaseService is running; import LeaseModule.forRoot() in the application`);
+    throw new LeaseConfigError(
+      `@Exclusive on ${label}: no LeaseService is running; import LeaseModule.forRoot() in the application`,
+    );
   }
   throw new LeaseConfigError(
-    `@Exclusive on ${label}: ${found.length === 0 ? 'none' : 'several'} of the ${all.length} Nest applications of this process ` +
-      `provide${found.length === 0 ? '' : 's'} this instance; call it on an instance the application created (app.get(…))`,
+    `@Exclusive on ${label}: ${found.length === 0 ? 'none' : 'several'} of the ${all.length} Nest applications ` +
+      `of this process provide${found.length === 0 ? '' : 's'} this instance; ` +
+      'call it on an instance the application created (app.get(…))',
   );
 }
 
@@ -97,13 +104,19 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
 
   onModuleInit(): void {
     const seen = new Set<unknown>();
-    const types = wrappersOf(this.registration).flatMap((wrapper) => [wrapper.metatype, (wrapper.instance as object | undefined)?.constructor]);
+    const types = wrappersOf(this.registration).flatMap((wrapper) => [
+      wrapper.metatype,
+      (wrapper.instance as object | undefined)?.constructor,
+    ]);
     for (const type of types) {
       if (typeof type !== 'function' || seen.has(type) || !type.prototype) continue;
       seen.add(type);
       for (const name of this.scanner.getAllMethodNames(type.prototype)) {
         const method = (type.prototype as Record<string, unknown>)[name];
-        const metadata = typeof method === 'function' ? (Reflect.getMetadata(EXCLUSIVE_METADATA, method) as ExclusiveMetadata | undefined) : undefined;
+        const metadata =
+          typeof method === 'function'
+            ? (Reflect.getMetadata(EXCLUSIVE_METADATA, method) as ExclusiveMetadata | undefined)
+            : undefined;
         if (metadata) this.check(type, name, method as Function, metadata);
       }
     }
@@ -118,16 +131,17 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
     const plan = argumentPlan(type, name, door, currentLeaseFactory);
     if (door === 'http' && metadata.onBusy === 'skip') {
       throw new LeaseConfigError(
-        `@Exclusive on ${plan.label}: onBusy: 'skip' is for provider methods and message handlers; an HTTP handler ` +
-          "answers 409 (with Retry-After) when the target is busy. Remove onBusy, or call a provider method that has it",
+        `@Exclusive on ${plan.label}: onBusy: 'skip' is for provider methods and message handlers; ` +
+          'an HTTP handler answers 409 (with Retry-After) when the target is busy. ' +
+          'Remove onBusy, or call a provider method that has it',
       );
     }
     if (door !== 'provider') checkKeyTemplate(metadata, plan);
     const original = (method as { [ORIGINAL_METHOD]?: Function })[ORIGINAL_METHOD];
     if (door === 'provider' && original && !returnsAsync(type, name, original)) {
       this.logger.warn(
-        `@Exclusive on ${plan.label}: the method is synchronous, but decorated it returns a Promise (acquiring the ` +
-          'lease takes a database round trip); declare it async and await it (if it already returns a Promise, declare it async)',
+        `@Exclusive on ${plan.label}: the method is synchronous, but decorated it returns a Promise ` +
+          '(acquiring the lease takes a database round trip): declare it async and await it',
       );
     }
   }
@@ -135,7 +149,8 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
 
 /** An async function, or declared to return a Promise or an Observable (TypeScript's design:returntype). */
 function returnsAsync(type: Function, name: string, original: Function): boolean {
-  if (original.constructor?.name === 'AsyncFunction' || original.constructor?.name === 'AsyncGeneratorFunction') return true;
+  if (original.constructor?.name === 'AsyncFunction' || original.constructor?.name === 'AsyncGeneratorFunction')
+    return true;
   const declared = Reflect.getMetadata('design:returntype', type.prototype, name) as Function | undefined;
   return declared === Promise || declared?.name === 'Observable';
 }

@@ -31,7 +31,11 @@ export class ExclusiveInterceptor implements NestInterceptor {
       // next.handle() binds the handler to the async context it is called in: the call's.
       const inner = handlerCalls
         .run(call, () => next.handle())
-        .pipe(catchError((error: unknown) => defer(async () => Promise.reject(await leaseErrorToTransport(error, type, response)))))
+        .pipe(
+          catchError((error: unknown) =>
+            defer(async () => Promise.reject(await leaseErrorToTransport(error, type, response))),
+          ),
+        )
         .subscribe({
           next: (value) => subscriber.next(value),
           error: (error: unknown) => {
@@ -44,7 +48,8 @@ export class ExclusiveInterceptor implements NestInterceptor {
           },
         });
       return () => {
-        if (!ended) caller.abort(new DOMException('The caller went away before the @Exclusive call settled', 'AbortError'));
+        if (!ended)
+          caller.abort(new DOMException('The caller went away before the @Exclusive call settled', 'AbortError'));
         inner.unsubscribe();
       };
     });
