@@ -1,10 +1,17 @@
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type pg from 'pg';
+import { chromium } from 'playwright-core';
 import { type DemoStack, startStack } from '../../apps/demo/scripts/stack.js';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { ensureDemoBuilt } from './support.js';
 
 // The demo's scheduled job (issue 12): both compiled instances fire the digest every second; one of them runs each
-// tick under the digest's lease, the other skips quietly; the dashboard's state shows the runs.
+// tick under the digest's lease, the other skips quietly; the dashboard shows the runs.
+
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-digest.png');
 
 let db: Awaited<ReturnType<typeof createTestDatabase>> | undefined;
 let stack: DemoStack | undefined;
@@ -79,4 +86,30 @@ test('one digest per tick across both instances, each under its lease; the other
   expect(stack!.output()).not.toMatch(/ERROR|WARN/);
   const page = await (await fetch(`${stack!.urls.A}/`)).text();
   expect(page).toContain('id="digests"');
+});
+
+(process.env.SKIP_BROWSER_TESTS === '1' ? test.skip : test)('the dashboard lists the digests, newest first', async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`No Chromium at ${CHROMIUM}: set CHROMIUM_PATH or SKIP_BROWSER_TESTS=1`);
+  const profile = mkdtempSync(join(tmpdir(), 'demo-digest-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1280, height: 900 },
+    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-sync'],
+  });
+  try {
+    const page = context.pages()[0] ?? (await context.newPage());
+    await page.goto(`${stack!.urls.B}/`);
+    await page.locator('#digests tr[data-token]').nth(2).waitFor({ timeout: 15_000 });
+    expect(await page.locator('#digest-schedule').textContent()).toBe('(cron * * * * * *)');
+    const shown = await page.locator('#digests tr[data-token]').evaluateAll((rows) =>
+      rows.map((row) => BigInt((row as HTMLElement).dataset.token!)),
+    );
+    expect(shown).toEqual([...shown].sort((a, b) => (a > b ? -1 : 1)));
+    await page.locator('#digests').scrollIntoViewIfNeeded();
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
 });
