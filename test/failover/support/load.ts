@@ -113,12 +113,6 @@ export class Load {
     }
   }
 
-  /** Grants whose fenced write was acknowledged in [from, to). */
-  acknowledgedBetween(from: number, to = Infinity): number {
-    return this.grants.filter((g) => g.writes.some((w) => w.outcome === 'ack' && w.settledAt >= from && w.settledAt < to))
-      .length;
-  }
-
   /** Released events carry the key and fencing token: match them to this process's latest such grant. */
   private watchReleases(service: LeaseService, process: number): void {
     service.events$.subscribe((event) => {
@@ -135,8 +129,7 @@ export class Load {
   }
 
   private async loop(process: number, client: number): Promise<void> {
-    const { service, dataSource } = this.services[process]!;
-    void dataSource;
+    const { service } = this.services[process]!;
     const long = client < this.plan.longLoops;
     const keys = this.plan.keys;
     while (!this.stopping) {
