@@ -15,12 +15,12 @@ export default async function globalTeardown() {
   const scenarios = [...new Set(rows.map((r) => r.scenario))];
   const wallMs = Date.now() - Number(process.env.FAILOVER_STARTED_AT ?? Date.now());
   const table = [
-    '| replication, window of WAL lost | runs | tokens handed out again after promotion | acknowledged fenced writes lost | released rows back (longest block) | two holders at once | holders cut off: told / ended by own release | cut-off holders not told before a newer write | exclusion violations in the promoted history | grants/s | outage ms |',
-    '|---|---|---|---|---|---|---|---|---|---|---|',
+    '| replication, window of WAL lost | runs | tokens handed out again after promotion | acknowledged fenced writes lost | released rows back (longest block) | two holders at once | holders cut off: told / ended by own release | cut-off holders not told before a newer write | exclusion violations in the promoted history | heartbeat backends on the primary at the crash (normal: one per process renewing) | grants/s | outage ms |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...scenarios.map((name) => {
       const runs = rows.filter((r) => r.scenario === name);
       const of = (key) => range(runs.map((r) => r[key]));
-      return `| ${name} | ${runs.length} | ${of('tokenValuesAgain')} values | ${of('acknowledgedWritesLost')} | ${of('releasedRowsBack')} (${of('releasedRowBlocksMs')} ms) | ${of('twoHolders')} | ${of('cutOffHolders')}: ${of('cutOffLost')} / ${of('cutOffReleased')} | ${of('notToldInTime')} | ${of('exclusionViolations')} | ${of('grantRate')} | ${of('outageMs')} |`;
+      return `| ${name} | ${runs.length} | ${of('tokenValuesAgain')} values | ${of('acknowledgedWritesLost')} | ${of('releasedRowsBack')} (${of('releasedRowBlocksMs')} ms) | ${of('twoHolders')} | ${of('cutOffHolders')}: ${of('cutOffLost')} / ${of('cutOffReleased')} | ${of('notToldInTime')} | ${of('exclusionViolations')} | ${of('heartbeatBackends')} | ${of('grantRate')} | ${of('outageMs')} |`;
     }),
     '',
     `Suite wall time: ${(wallMs / 1000).toFixed(1)} s. Details of every run: artifacts/failover/<run>.json; its server logs: artifacts/failover/<run>/.`,

@@ -25,6 +25,7 @@ export interface SummaryRow {
   notToldInTime: number;
   exclusionViolations: number;
   grantRate: number;
+  heartbeatBackends: number;
   outageMs: number;
   wallMs: number;
 }
@@ -53,6 +54,7 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
     notToldInTime: f.notToldInTime.length,
     exclusionViolations: f.exclusionViolations.length,
     grantRate: Math.round(result.grantRate),
+    heartbeatBackends: result.heartbeatBackends,
     outageMs: Math.round(result.outageMs),
     wallMs: Math.round(result.wallMs),
   };
@@ -63,6 +65,7 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
     + `${row.acknowledgedWritesLost}/${row.acknowledgedWrites}; released rows back ${row.releasedRowsBack} `
     + `(blocking ≤ ${row.releasedRowBlocksMs} ms); two holders ${row.twoHolders}; cut-off holders ${row.cutOffHolders} `
     + `(told ${row.cutOffLost}, released ${row.cutOffReleased}, not told in time ${row.notToldInTime}); exclusion `
-    + `violations ${row.exclusionViolations}; ${row.grantRate} grants/s; outage ${row.outageMs} ms; ${(row.wallMs / 1000).toFixed(1)} s`);
+    + `violations ${row.exclusionViolations}; heartbeat backends at the crash ${row.heartbeatBackends}; `
+    + `${row.grantRate} grants/s; outage ${row.outageMs} ms; ${(row.wallMs / 1000).toFixed(1)} s`);
   return row;
 }

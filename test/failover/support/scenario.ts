@@ -33,6 +33,12 @@ export interface RunResult {
   outageMs: number;
   /** Grants per second before the gap. */
   grantRate: number;
+  /**
+   * Heartbeat backends on the primary just before the crash (one per process is normal). A renewal the library
+   * abandons at its client-side timeout keeps its server backend waiting (for the synchronous standby, or for the row
+   * lock of the renewal that does), and the next tick opens another connection.
+   */
+  heartbeatBackends: number;
   busy: number;
   errors: number;
   wallMs: number;
@@ -100,6 +106,7 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
     let surviving: SurvivingRow[];
     let timeline: number;
     let grantRate: number;
+    let heartbeatBackends: number;
     try {
       const loadFrom = performance.now();
       await sleep(WARM_UP_MS);
@@ -110,6 +117,8 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
         pair.link.blackhole();
         await sleep(scenario.gapMs);
       }
+      heartbeatBackends = (await query<{ n: number }>(pair.urlOf(pair.primary, 'postgres'),
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'failover-p%:heartbeat'`))[0]!.n;
       const crashAt = performance.now();
       pair.front.point(undefined);
       await pair.primary.crash();
@@ -163,6 +172,7 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
       timeline,
       outageMs: moments.switchAt - moments.crashAt,
       grantRate,
+      heartbeatBackends,
       busy: load.stats.busy,
       errors: load.stats.errors,
       wallMs: performance.now() - started,
