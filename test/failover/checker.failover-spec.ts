@@ -16,8 +16,8 @@ function write(startedAt: number, outcome: WriteRecord['outcome'] = 'ack'): Writ
 function grant(key: string, token: number, grantedAt: number, endedAt: number | undefined, writes: WriteRecord[] = [],
   extra: Partial<GrantRecord> = {}): GrantRecord {
   return {
-    client: 0, process: 0, key, fencingToken: BigInt(token), leaseToken: `lease-${key}-${token}-${grantedAt}`, grantedAt,
-    endedAt, endReason: endedAt === undefined ? undefined : 'released', writes, ...extra,
+    client: 0, process: 0, key, fencingToken: BigInt(token), leaseToken: `lease-${key}-${token}-${grantedAt}`,
+    grantedAt, endedAt, endReason: endedAt === undefined ? undefined : 'released', writes, ...extra,
   };
 }
 
@@ -43,7 +43,8 @@ test('a healthy failover history has no findings', () => {
   ];
   const history = historyOf(grants);
   const f = checkFailover(grants, moments, [], history, counters(history));
-  expect(f).toMatchObject({ tokensAgain: 0, tokenViolations: [], twoHolders: [], notToldInTime: [], exclusionViolations: [],
+  expect(f).toMatchObject({
+    tokensAgain: 0, tokenViolations: [], twoHolders: [], notToldInTime: [], exclusionViolations: [],
     acknowledgedWritesLost: { before: 0, after: 0 }, cutOffHolders: 0, acknowledgedReleasesBack: 0 });
 });
 
@@ -63,7 +64,9 @@ test('an acknowledged write missing from the promoted history is lost', () => {
 
 test('a released row back on the promoted server', () => {
   const released = grant('k', 1, 100, 200, [write(150)], { releaseAckedAt: 210 });
-  const surviving: SurvivingRow[] = [{ targetKey: 'k', leaseToken: released.leaseToken, fencingToken: 1n, blocksForMs: 900 }];
+  const surviving: SurvivingRow[] = [
+    { targetKey: 'k', leaseToken: released.leaseToken, fencingToken: 1n, blocksForMs: 900 },
+  ];
   const history = historyOf([released]);
   const f = checkFailover([released], moments, surviving, history, counters(history));
   expect(f.acknowledgedReleasesBack).toBe(1);

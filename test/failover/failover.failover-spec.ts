@@ -37,7 +37,9 @@ mkdirSync(ARTIFACTS, { recursive: true });
 const libraryLog = createWriteStream(join(ARTIFACTS, 'library.log'));
 const line = (level: string) => (message: unknown, ...rest: unknown[]) =>
   libraryLog.write(`${new Date().toISOString()} ${level} ${String(message)} ${rest.map(String).join(' ')}\n`);
-const fileLogger: LoggerService = { log: line('log'), warn: line('warn'), error: line('error'), debug: line('debug'), verbose: line('verbose') };
+const fileLogger: LoggerService = {
+  log: line('log'), warn: line('warn'), error: line('error'), debug: line('debug'), verbose: line('verbose'),
+};
 
 beforeAll(() => Logger.overrideLogger(fileLogger));
 afterAll(() => new Promise<void>((resolve) => libraryLog.end(resolve)));

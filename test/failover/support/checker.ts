@@ -139,7 +139,8 @@ export function checkFailover(
     for (const row of rows) {
       if (row.leaseToken === current) continue;
       if (finished.has(row.leaseToken)) {
-        exclusionViolations.push(`${key}: lease with token ${row.fencingToken} wrote again at #${row.commitSeq} after a newer lease wrote`);
+        exclusionViolations.push(
+          `${key}: lease with token ${row.fencingToken} wrote again at #${row.commitSeq} after a newer lease wrote`);
       }
       if (current) finished.add(current);
       current = row.leaseToken;
@@ -175,17 +176,23 @@ export function checkFailover(
     else cutOffEndedBy[old.endReason ?? 'released']++;
     const next = after.find((g) => g.key === old.key);
     const blocker = surviving.find((row) => row.targetKey === old.key);
-    cutOffDetails.push(`${old.key} token ${old.fencingToken} (client ${old.client}): granted ${sinceSwitch(old.grantedAt)}, `
-      + `ended ${old.endedAt === undefined ? 'never' : `${sinceSwitch(old.endedAt)} (${old.lostReason ?? old.endReason})`} `
-      + `relative to the switch; the promoted row of its key: ${blocker ? `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}` : 'none'}; `
-      + `next grant: ${next ? `token ${next.fencingToken} at ${sinceSwitch(next.grantedAt)}` : 'none'}`);
+    const why = old.lostReason ?? old.endReason;
+    const ended = old.endedAt === undefined ? 'never' : `${sinceSwitch(old.endedAt)} (${why})`;
+    const row = blocker ? `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}` : 'none';
+    const nextGrant = next ? `token ${next.fencingToken} at ${sinceSwitch(next.grantedAt)}` : 'none';
+    cutOffDetails.push(`${old.key} token ${old.fencingToken} (client ${old.client}): `
+      + `granted ${sinceSwitch(old.grantedAt)}, ended ${ended} relative to the switch; `
+      + `the promoted row of its key: ${row}; next grant: ${nextGrant}`);
     for (const newer of after) {
       if (newer.key !== old.key) continue;
       const ack = newer.writes.find((w) => w.outcome === 'ack');
       if (ack && (old.endedAt === undefined || old.endedAt > ack.settledAt)) {
-        notToldInTime.push(
-          `${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ${old.endedAt === undefined ? 'never ended' : `ended ${ms(old.endedAt - ack.settledAt)} later (${old.endReason})`}, after token ${newer.fencingToken}'s fenced write was acknowledged ${ms(ack.settledAt - moments.switchAt)} after the switch`,
-        );
+        const ended = old.endedAt === undefined
+          ? 'never ended'
+          : `ended ${ms(old.endedAt - ack.settledAt)} later (${old.endReason})`;
+        notToldInTime.push(`${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ${ended}, `
+          + `after token ${newer.fencingToken}'s fenced write was acknowledged `
+          + `${ms(ack.settledAt - moments.switchAt)} after the switch`);
         break;
       }
     }
@@ -202,9 +209,9 @@ export function checkFailover(
       for (let j = 0; j < i; j++) {
         const older = list[j]!;
         if (older.endedAt === undefined || older.endedAt > newer.grantedAt) {
-          twoHolders.push(
-            `${key}: token ${newer.fencingToken} granted while token ${older.fencingToken} was still held (for ${older.endedAt === undefined ? 'ever' : ms(older.endedAt - newer.grantedAt)} more, ended by ${older.endReason ?? 'nothing'})`,
-          );
+          const more = older.endedAt === undefined ? 'ever' : ms(older.endedAt - newer.grantedAt);
+          twoHolders.push(`${key}: token ${newer.fencingToken} granted while token ${older.fencingToken} `
+            + `was still held (for ${more} more, ended by ${older.endReason ?? 'nothing'})`);
         }
       }
     }

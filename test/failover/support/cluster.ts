@@ -71,7 +71,9 @@ export class PgNode {
       });
       child.once('error', (error) => !ready && reject(error));
       child.once('exit', (code, signal) => {
-        if (!ready) reject(new Error(`${this.name}: postgres exited at start (${signal ?? `exit ${code}`}): ${output.trim()}`));
+        if (!ready) {
+          reject(new Error(`${this.name}: postgres exited at start (${signal ?? `exit ${code}`}): ${output.trim()}`));
+        }
       });
     });
   }
@@ -256,7 +258,8 @@ export async function startReplicatedPair(options: PairOptions): Promise<Replica
       writeFileSync(join(standbyDir.dataDir, 'standby.signal'), '', { mode: 0o600 });
       own(join(standbyDir.dataDir, 'standby.signal'));
 
-      const conninfo = `host=127.0.0.1 port=${link.port} user=postgres password=${password} application_name=${STANDBY_NAME}`;
+      const conninfo =
+        `host=127.0.0.1 port=${link.port} user=postgres password=${password} application_name=${STANDBY_NAME}`;
       const standby = await makeNode('standby', standbyDir.dataDir, {
         primary_conninfo: conninfo,
         primary_slot_name: SLOT,

@@ -61,8 +61,9 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
   mkdirSync(ARTIFACTS, { recursive: true });
   appendFileSync(join(ARTIFACTS, 'summary.jsonl'), `${JSON.stringify(row)}\n`);
   writeFileSync(join(ARTIFACTS, `${runSlug(result.scenario.name, run)}.json`), json(result));
-  console.log(`[failover] ${row.scenario}: tokens again ${row.tokenValuesAgain} (${row.tokenJump}); acknowledged writes lost `
-    + `${row.acknowledgedWritesLost}/${row.acknowledgedWrites}; released rows back ${row.releasedRowsBack} `
+  console.log(`[failover] ${row.scenario}: tokens again ${row.tokenValuesAgain} (${row.tokenJump}); `
+    + `acknowledged writes lost ${row.acknowledgedWritesLost}/${row.acknowledgedWrites}; `
+    + `released rows back ${row.releasedRowsBack} `
     + `(blocking ≤ ${row.releasedRowBlocksMs} ms); two holders ${row.twoHolders}; cut-off holders ${row.cutOffHolders} `
     + `(told ${row.cutOffLost}, released ${row.cutOffReleased}, not told in time ${row.notToldInTime}); exclusion `
     + `violations ${row.exclusionViolations}; heartbeat backends at the crash ${row.heartbeatBackends}; `

@@ -8,7 +8,9 @@ import { LeaseService } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 import { leaseEntities, type LeaseModuleOptions } from 'nest-pg-lease';
-import { checkFailover, type FailoverFindings, type FailoverMoments, type HistoryRow, type SurvivingRow } from './checker.js';
+import {
+  checkFailover, type FailoverFindings, type FailoverMoments, type HistoryRow, type SurvivingRow,
+} from './checker.js';
 import { makeSynchronous, promote, startReplicatedPair, type ReplicatedPair } from './cluster.js';
 import { HISTORY_DDL, Load, type LoadPlan } from './load.js';
 
@@ -149,7 +151,8 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
       await load.stop();
     }
 
-    const history = (await query<{ op_id: string; target: string; fencing_token: string; lease_token: string; commit_seq: string }>(
+    type HistoryText = Record<'op_id' | 'target' | 'fencing_token' | 'lease_token' | 'commit_seq', string>;
+    const history = (await query<HistoryText>(
       pair.urlOf(pair.standby),
       `SELECT op_id::text, target, fencing_token::text, lease_token::text, commit_seq::text FROM failover_history`,
     )).map((row): HistoryRow => ({
@@ -164,7 +167,8 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
     )).map((row) => [row.target, BigInt(row.n)]));
     const findings = checkFailover(load.grants, moments, surviving, history, counters);
     const writesAfterSwitchByProcess = Array.from({ length: loadPlan.processes }, (_, p) =>
-      load.grants.filter((g) => g.process === p && g.writes.some((w) => w.outcome === 'ack' && w.startedAt >= moments.switchAt)).length);
+      load.grants.filter((g) => g.process === p
+        && g.writes.some((w) => w.outcome === 'ack' && w.startedAt >= moments.switchAt)).length);
     return {
       scenario,
       findings,
