@@ -163,6 +163,14 @@ export class LeaseStore {
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
 
+  /**
+   * Hot statements are named, so `pg` prepares them once per connection. Behind a transaction pooler a prepared
+   * statement belongs to whichever server connection ran it, not to our client: there every statement is unnamed.
+   */
+  private statement(name: string): { name?: string } {
+    return this.options.pooler === 'transaction' ? {} : { name: `${this.prefix}_${name}` };
+  }
+
   get channel(): string {
     return this.n.channel;
   }
@@ -190,7 +198,7 @@ export class LeaseStore {
     let result: pg.QueryResult<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>;
     try {
       result = await client.query({
-      name: `${this.prefix}_acquire`,
+      ...this.statement('acquire'),
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l
           WHERE l.target_id = $1 AND l.updated_at + l.lease_timeout_ms ${MS} > clock_timestamp()
@@ -249,7 +257,7 @@ export class LeaseStore {
   /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */
   async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<Set<string>> {
     const result = await this.heartbeatDb.query<{ lease_token: string }>({
-      name: `${this.prefix}_renew`,
+      ...this.statement('renew'),
       text: `UPDATE ${this.n.lease} AS l SET updated_at = clock_timestamp()
         FROM unnest($1::text[], $2::uuid[]) AS h(target_id, lease_token)
         WHERE l.target_id = h.target_id AND l.lease_token = h.lease_token
@@ -266,7 +274,7 @@ export class LeaseStore {
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
     const result = await this.db.query<{ released: boolean }>({
-      name: `${this.prefix}_release`,
+      ...this.statement('release'),
       text: `WITH gone AS (
           DELETE FROM ${this.n.lease} WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
         ), woke AS (
@@ -302,7 +310,7 @@ export class LeaseStore {
   async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
     const result = await this.db.query<{ seq: string; queued_at: Date }>({
-      name: `${this.prefix}_enqueue`,
+      ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
           coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
@@ -332,7 +340,7 @@ export class LeaseStore {
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
     const result = await this.heartbeatDb.query<{ waiter_id: string }>({
-      name: `${this.prefix}_renew_waiters`,
+      ...this.statement('renew_waiters'),
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), dead AS (
@@ -360,7 +368,7 @@ export class LeaseStore {
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
     await this.db.query({
-      name: `${this.prefix}_dequeue`,
+      ...this.statement('dequeue'),
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
         )

@@ -64,13 +64,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(() => this.connectionConfig(), this.options.heartbeatIntervalMs);
+    this.heartbeatConnection = new DedicatedConnection(() => this.sessionConnectionConfig(), this.options.heartbeatIntervalMs);
     const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
     this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
     this.queue = new WaitQueue(
       this.store,
       this.options,
-      () => this.connectionConfig(),
+      () => this.sessionConnectionConfig(),
       (targetKey, priority, waiter) => this.attempt(targetKey, priority, waiter),
       this.logger,
     );
@@ -85,6 +85,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       );
     }
     if (!dataSource.isInitialized) await dataSource.initialize();
+    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
+      this.logger.warn(
+        `pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
+      );
+    }
     if (this.options.createSchema) await this.store.createSchema();
     const missing = await this.store.missingObjects();
     if (missing.length > 0) {
@@ -397,6 +402,16 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     const { options } = this.pool() as unknown as { options: pg.PoolConfig };
     const { max, min, idleTimeoutMillis, ...config } = options;
     return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:heartbeat` };
+  }
+
+  /**
+   * The heartbeat and LISTEN connections: `sessionUrl` when given (outside a transaction pooler, so renewals never
+   * wait for its server connections and LISTEN delivers), else the application's pool settings.
+   */
+  private sessionConnectionConfig(): pg.ClientConfig {
+    const { sessionUrl } = this.options;
+    if (!sessionUrl) return this.connectionConfig();
+    return { connectionString: sessionUrl, application_name: 'nest-pg-lease:session' };
   }
 
   private pool(): pg.Pool {
