@@ -1,6 +1,6 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '@app/pg-harness';
@@ -21,13 +21,16 @@ export interface PgBouncerOptions {
   poolSize?: number;
 }
 
+/** Debian installs it in /usr/sbin, which a non-root PATH may lack. */
+const PGBOUNCER = existsSync('/usr/sbin/pgbouncer') ? '/usr/sbin/pgbouncer' : 'pgbouncer';
+
 /**
  * Starts Debian's `pgbouncer` (1.18 in Debian 12) on a free loopback port with a generated ini and userlist in a
  * temporary directory. PgBouncer refuses to run as root, so as root it runs as the `postgres` user.
  */
 export async function startPgBouncer(serverUrl: string, options: PgBouncerOptions = {}): Promise<PgBouncer> {
-  const binary = spawnSync('pgbouncer', ['--version'], { encoding: 'utf8' });
-  if (binary.status !== 0) {
+  const check = spawnSync(PGBOUNCER, ['--version'], { encoding: 'utf8' });
+  if (check.status !== 0) {
     throw new Error('pgbouncer is not installed: `apt-get install pgbouncer` (Debian; .ci/run installs it)');
   }
   const server = new URL(serverUrl);
@@ -64,7 +67,7 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
   if (ids) {
     for (const file of [dir, ini, join(dir, 'userlist.txt')]) chownSync(file, ids.uid, ids.gid);
   }
-  const child: ChildProcess = spawn('pgbouncer', [ini], { stdio: ['ignore', 'pipe', 'pipe'], ...(ids ?? {}) });
+  const child: ChildProcess = spawn(PGBOUNCER, [ini], { stdio: ['ignore', 'pipe', 'pipe'], ...(ids ?? {}) });
   let output = '';
   child.stdout?.on('data', (chunk) => (output += chunk));
   child.stderr?.on('data', (chunk) => (output += chunk));
