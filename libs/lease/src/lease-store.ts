@@ -83,6 +83,17 @@ export function schemaStatements(names: LeaseNames): string[] {
   ];
 }
 
+/** The GRANTs a least-privileged application role needs, run by the owner of the lease objects. */
+export function grantStatements(names: LeaseNames, role: string): string[] {
+  const n = leaseObjectNames(names);
+  const to = quoteIdentifier(role);
+  return [
+    `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter} TO ${to}`,
+    `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
+  ];
+}
+
 export function dropSchemaStatements(names: LeaseNames): string[] {
   const n = leaseObjectNames(names);
   return [
@@ -424,6 +435,42 @@ export class LeaseStore {
     if (!row.seq) missing.push(this.n.fencingSequence);
     if (!row.wseq) missing.push(this.n.waiterSequence);
     return missing;
+  }
+
+  /**
+   * The rights the library needs at run time that the session's role lacks, e.g. `DELETE on "public"."job_lease"`.
+   * No DDL and no ownership: the owner runs the migrations, the application's role only reads and writes rows.
+   */
+  async missingPrivileges(): Promise<{ role: string; missing: string[] }> {
+    const { lease, waiter, fencingSequence, waiterSequence } = this.n;
+    // [check function (a constant), object (bound), right (bound), how to name it]
+    const checks: Array<[string, string, string, string]> = [
+      ['has_schema_privilege', this.options.schema, 'USAGE', `USAGE on schema ${this.n.schema}`],
+      ...['SELECT', 'INSERT', 'UPDATE', 'DELETE'].flatMap((right): Array<[string, string, string, string]> => [
+        ['has_table_privilege', lease, right, `${right} on ${lease}`],
+        ['has_table_privilege', waiter, right, `${right} on ${waiter}`],
+      ]),
+      ['has_sequence_privilege', fencingSequence, 'USAGE', `USAGE on sequence ${fencingSequence}`],
+      ['has_sequence_privilege', waiterSequence, 'USAGE', `USAGE on sequence ${waiterSequence}`],
+    ];
+    const result = await this.db.query<{ role: string; granted: boolean[] }>({
+      text: `SELECT current_user::text AS role,
+        ARRAY[${checks.map(([fn], i) => `${fn}($${2 * i + 1}, $${2 * i + 2})`).join(', ')}] AS granted`,
+      values: checks.flatMap(([, object, right]) => [object, right]),
+    });
+    const { role, granted } = result.rows[0];
+    return { role, missing: checks.filter((_, i) => !granted[i]).map(([, , , name]) => name) };
+  }
+
+  /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
+  async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
+    const result = await this.db.query<{ role: string; allowed: boolean }>({
+      text: `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL
+          THEN has_database_privilege(current_database(), 'CREATE')
+          ELSE has_schema_privilege($2, 'CREATE') END AS allowed`,
+      values: [this.n.schema, this.options.schema],
+    });
+    return result.rows[0];
   }
 
   /** Creates the objects (idempotent). */

@@ -297,7 +297,8 @@ function poolerSettings(options: LeaseModuleOptions, heartbeatIntervalMs: number
   const blind = pooler === 'transaction' && sessionUrl === null;
   if (blind && options.notify === true) {
     throw new LeaseConfigError(
-      "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset",
+      "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction " +
+        'pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset',
     );
   }
   return {

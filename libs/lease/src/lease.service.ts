@@ -17,7 +17,7 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { LeaseStore } from './lease-store.js';
+import { grantStatements, LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
 import { assertPriority, assertTargetKey } from './target-key.js';
@@ -64,7 +64,10 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(() => this.sessionConnectionConfig(), this.options.heartbeatIntervalMs);
+    this.heartbeatConnection = new DedicatedConnection(
+      () => this.sessionConnectionConfig(),
+      this.options.heartbeatIntervalMs,
+    );
     const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
     this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
     this.queue = new WaitQueue(
@@ -87,16 +90,46 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (!dataSource.isInitialized) await dataSource.initialize();
     if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
       this.logger.warn(
-        `pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
+        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
+          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
+          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
       );
     }
-    if (this.options.createSchema) await this.store.createSchema();
+    if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
       );
     }
+    await this.checkPrivileges();
+  }
+
+  /**
+   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
+   * right — so a least-privileged role starts fine where the owner ran the migrations.
+   */
+  private async createSchema(): Promise<void> {
+    if ((await this.store.missingObjects()).length === 0) return;
+    const { role, allowed } = await this.store.mayCreateSchema();
+    if (!allowed) {
+      throw new LeaseConfigError(
+        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
+          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
+          'in the README ("Database privileges"), or grant it CREATE on the schema',
+      );
+    }
+    await this.store.createSchema();
+  }
+
+  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
+  private async checkPrivileges(): Promise<void> {
+    const { role, missing } = await this.store.missingPrivileges();
+    if (missing.length === 0) return;
+    throw new LeaseConfigError(
+      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
+        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
+    );
   }
 
   async onModuleInit(): Promise<void> {
