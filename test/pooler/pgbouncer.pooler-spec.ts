@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { type Lease, type LeaseEvent, type LeaseModuleOptions, LeaseService } from 'nest-pg-lease';
 import pg from 'pg';
+import type { EntityManager } from 'typeorm';
 import { adminClient, createTestDatabase, eventually, makeDataSource, serverUrl, startService } from '../support/db.js';
 import { type PgBouncer, startPgBouncer } from './pgbouncer.js';
 
@@ -14,9 +15,24 @@ const POOL_SIZE = 4;
  * Timings a loaded CI machine keeps (renewals and releases must complete within one interval, and connections to
  * the pooler queue for its few server connections); the main suite's 100 ms interval is for loopback without load.
  */
-const TIMING: LeaseModuleOptions = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waiterTimeoutMs: 1_500, waitPollIntervalMs: 500 };
+const TIMING: LeaseModuleOptions = {
+  heartbeatIntervalMs: 300,
+  leaseTimeoutMs: 3_000,
+  waiterTimeoutMs: 1_500,
+  waitPollIntervalMs: 500,
+};
 const BOOTSTRAP_WARNING = /^pooler: 'transaction' without sessionUrl/;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** The application's write inside the fence. */
+const write = (manager: EntityManager, target: string, lease: Lease, worker = 0) =>
+  manager.query('INSERT INTO fenced_write (target, fencing_token, worker) VALUES ($1, $2, $3)', [
+    target,
+    lease.fencingToken.toString(),
+    worker,
+  ]);
+/** Rows in the waiter table, for waiting until a waiter is queued. */
+const waiterRows = (admin: pg.Client) =>
+  admin.query('SELECT count(*)::int AS n FROM job_lease_waiter').then((result) => result.rows[0].n as number);
 
 describe('behind PgBouncer in transaction mode', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -81,8 +97,8 @@ describe('behind PgBouncer in transaction mode', () => {
   type Instance = Awaited<ReturnType<typeof instance>>;
 
   /**
-   * Each worker: acquire (try, or wait in line every fourth round) → fenced insert → release, alternating its own key
-   * and one shared key. Returns every error other than busy.
+   * Each worker: acquire (try, or wait in line every fourth round) → fenced insert → release, alternating its own
+   * key and one shared key. Returns every error other than busy.
    */
   async function cycles(workers: Instance[], rounds: number) {
     const errors: string[] = [];
@@ -103,13 +119,7 @@ describe('behind PgBouncer in transaction mode', () => {
             }
             try {
               await sleep(round % 3 === 0 ? 1.5 * TIMING.heartbeatIntervalMs! : 10); // some holds span heartbeats
-              await lease.fenced((manager) =>
-                manager.query('INSERT INTO fenced_write (target, fencing_token, worker) VALUES ($1, $2, $3)', [
-                  key,
-                  lease.fencingToken.toString(),
-                  worker,
-                ]),
-              );
+              await lease.fenced((manager) => write(manager, key, lease, worker));
               saved++;
             } finally {
               await lease.release();
@@ -124,7 +134,9 @@ describe('behind PgBouncer in transaction mode', () => {
   }
 
   async function expectCleanHistory(saved: number, workers: number, rounds: number) {
-    const rows = (await admin.query('SELECT target, array_agg(fencing_token::text ORDER BY id) AS tokens FROM fenced_write GROUP BY target')).rows;
+    const { rows } = await admin.query(
+      'SELECT target, array_agg(fencing_token::text ORDER BY id) AS tokens FROM fenced_write GROUP BY target',
+    );
     const total = rows.reduce((sum, row) => sum + row.tokens.length, 0);
     expect(total).toBe(saved);
     for (let worker = 0; worker < workers; worker++) {
@@ -134,7 +146,11 @@ describe('behind PgBouncer in transaction mode', () => {
       const tokens = row.tokens.map(BigInt);
       expect(tokens.every((token: bigint, i: number) => i === 0 || token > tokens[i - 1])).toBe(true);
     }
-    const left = (await admin.query('SELECT (SELECT count(*) FROM job_lease)::int AS leases, (SELECT count(*) FROM job_lease_waiter)::int AS waiters')).rows[0];
+    const left = (
+      await admin.query(
+        'SELECT (SELECT count(*) FROM job_lease)::int AS leases, (SELECT count(*) FROM job_lease_waiter)::int AS waiters',
+      )
+    ).rows[0];
     expect(left).toEqual({ leases: 0, waiters: 0 }); // every release and dequeue went through
   }
 
@@ -148,7 +164,9 @@ describe('behind PgBouncer in transaction mode', () => {
       const workers = await Promise.all(Array.from({ length: 8 }, (_, i) => instance(`worker-${i}`, session())));
       const rounds = 12;
       const { errors, busy, saved } = await cycles(workers, rounds);
-      console.log(`[pooler ${_label}] 8 workers × ${rounds} rounds: ${saved} fenced saves, ${busy} busy, ${errors.length} errors`);
+      console.log(
+        `[pooler ${_label}] 8 workers × ${rounds} rounds: ${saved} fenced saves, ${busy} busy, ${errors.length} errors`,
+      );
       expect(errors).toEqual([]);
       expect(unexpected()).toEqual([]);
       expect(workers.flatMap((w) => w.events).filter((event) => event.type === 'renew-failed')).toEqual([]);
@@ -166,7 +184,7 @@ describe('behind PgBouncer in transaction mode', () => {
       const renewed = holder.events.filter((event) => event.type === 'renewed').length;
       expect(renewed).toBeGreaterThanOrEqual(10);
       expect(holder.events.filter((event) => event.type === 'renew-failed' || event.type === 'lost')).toEqual([]);
-      await lease.fenced((manager) => manager.query(`INSERT INTO fenced_write (target, fencing_token, worker) VALUES ('long', $1, 0)`, [lease.fencingToken.toString()]));
+      await lease.fenced((manager) => write(manager, 'long', lease));
       await lease.release();
       expect(unexpected()).toEqual([]);
     });
@@ -189,8 +207,10 @@ describe('behind PgBouncer in transaction mode', () => {
     const secondRun = await cycles(second, 8);
     const secondBackends = await backends(second);
     const shared = [...secondBackends].filter((pid) => firstBackends.has(pid));
-    console.log(`[pooler] second instance: ${secondRun.saved} saves, ${secondRun.busy} busy, ${secondRun.errors.length} errors; ` +
-      `server backends shared with the first: ${shared.length} of ${secondBackends.size}`);
+    console.log(
+      `[pooler] second instance: ${secondRun.saved} saves, ${secondRun.busy} busy, ${secondRun.errors.length} errors; ` +
+        `server backends shared with the first: ${shared.length} of ${secondBackends.size}`,
+    );
     expect(firstRun.errors).toEqual([]);
     expect(shared.length).toBeGreaterThan(0); // the bouncer did hand the first instance's server connections over
     expect(secondRun.errors).toEqual([]);
@@ -230,11 +250,7 @@ describe('behind PgBouncer in transaction mode', () => {
     } finally {
       await end();
     }
-    await lease.fenced((manager) =>
-      manager.query(`INSERT INTO fenced_write (target, fencing_token, worker) VALUES ('saturated', $1, 0)`, [
-        lease.fencingToken.toString(),
-      ]),
-    );
+    await lease.fenced((manager) => write(manager, 'saturated', lease));
     await lease.release();
     expect(unexpected()).toEqual([]);
   });
@@ -260,9 +276,11 @@ describe('behind PgBouncer in transaction mode', () => {
     const high = await instance('high', options);
     const lease = (await holder.service.tryAcquire('prio'))!;
     const lowWait = low.service.acquire('prio', { priority: 1, waitTimeoutMs: 30_000 });
-    await eventually(() => admin.query('SELECT count(*)::int AS n FROM job_lease_waiter'), (r) => r.rows[0].n === 1, 'low waiter queued');
-    const highWait = high.service.acquire('prio', { priority: 5, waitTimeoutMs: 30_000 }).then((granted) => ({ granted, at: performance.now() }));
-    await eventually(() => admin.query('SELECT count(*)::int AS n FROM job_lease_waiter'), (r) => r.rows[0].n === 2, 'high waiter queued');
+    await eventually(() => waiterRows(admin), (n) => n === 1, 'low waiter queued');
+    const highWait = high.service
+      .acquire('prio', { priority: 5, waitTimeoutMs: 30_000 })
+      .then((granted) => ({ granted, at: performance.now() }));
+    await eventually(() => waiterRows(admin), (n) => n === 2, 'high waiter queued');
     await sleep(300); // both are asleep in their 10 s poll
     const released = performance.now();
     await lease.release();
@@ -280,7 +298,8 @@ describe('behind PgBouncer in transaction mode', () => {
   });
 
   test('without sessionUrl: a warning at bootstrap, notify off, a 1 s default poll that still grants waiters', async () => {
-    const plain = await instance('plain', { heartbeatIntervalMs: 30_000, leaseTimeoutMs: 120_000, waitPollIntervalMs: undefined });
+    const defaults = { heartbeatIntervalMs: 30_000, leaseTimeoutMs: 120_000, waitPollIntervalMs: undefined };
+    const plain = await instance('plain', defaults);
     expect(plain.service.options.notify).toBe(false);
     expect(plain.service.options.waitPollIntervalMs).toBe(1_000);
     expect(warnings.some((message) => BOOTSTRAP_WARNING.test(message))).toBe(true);
@@ -289,12 +308,14 @@ describe('behind PgBouncer in transaction mode', () => {
     const holder = await instance('holder', {});
     const waiter = await instance('waiter', { waitPollIntervalMs: undefined });
     const lease = (await holder.service.tryAcquire('poll'))!;
-    const waiting = waiter.service.acquire('poll', { priority: 1, waitTimeoutMs: 30_000 }).then((granted) => ({ granted, at: performance.now() }));
-    await eventually(() => admin.query('SELECT count(*)::int AS n FROM job_lease_waiter'), (r) => r.rows[0].n === 1, 'waiter queued');
+    const waiting = waiter.service
+      .acquire('poll', { priority: 1, waitTimeoutMs: 30_000 })
+      .then((granted) => ({ granted, at: performance.now() }));
+    await eventually(() => waiterRows(admin), (n) => n === 1, 'waiter queued');
     const released = performance.now();
     await lease.release();
     const { granted, at } = await waiting;
-    console.log(`[pooler] without sessionUrl, waiter granted by its poll ${(at - released).toFixed(0)} ms after the release`);
+    console.log(`[pooler] without sessionUrl, waiter granted by its poll ${(at - released).toFixed(0)} ms after release`);
     expect(at - released).toBeLessThan(3_000);
     await granted.release();
   });

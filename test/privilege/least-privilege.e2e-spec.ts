@@ -1,11 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { LeaseConfigError, type Lease, type LeaseModuleOptions, LeaseService } from 'nest-pg-lease';
 import type pg from 'pg';
+import type { EntityManager } from 'typeorm';
 import { adminClient, createTestDatabase, eventually, FAST, makeDataSource, startService } from '../support/db.js';
 
 /**
  * The library under a least-privileged role: only SELECT, INSERT, UPDATE, DELETE on its two tables and USAGE on its
- * two sequences (the README's GRANTs); the tables made by the owner. A role missing a right is told which, at bootstrap.
+ * two sequences (the README's GRANTs); the tables made by the owner. A role missing a right is told which, at
+ * bootstrap.
  */
 describe('least privilege', () => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -28,13 +30,22 @@ describe('least privilege', () => {
     await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
     for (const grant of grants) await admin.query(grant);
     // The application's own table, written inside the fence.
-    await admin.query('CREATE TABLE report (id bigserial PRIMARY KEY, target text NOT NULL, fencing_token bigint NOT NULL)');
+    await admin.query(
+      'CREATE TABLE report (id bigserial PRIMARY KEY, target text NOT NULL, fencing_token bigint NOT NULL)',
+    );
     await admin.query(`GRANT SELECT, INSERT ON report TO ${role}; GRANT USAGE ON SEQUENCE report_id_seq TO ${role}`);
     const url = new URL(db.url);
     url.username = role;
     url.password = password;
     appUrl = url.toString();
   });
+
+  /** The application's write inside the fence. */
+  const save = (manager: EntityManager, lease: Lease) =>
+    manager.query('INSERT INTO report (target, fencing_token) VALUES ($1, $2)', [
+      lease.targetKey,
+      lease.fencingToken.toString(),
+    ]);
 
   /** Bootstraps a service as the role; resolves with the bootstrap error, or undefined when it started. */
   async function bootstrapError(options: LeaseModuleOptions): Promise<unknown> {
@@ -73,19 +84,17 @@ describe('least privilege', () => {
 
       // A waiter: queued, heartbeating, granted on release (NOTIFY), its row deleted.
       const waiting = b.service.acquire('report:1', { priority: 5, waitTimeoutMs: 20_000 });
-      await eventually(() => a.service.list('report:1'), (rows) => rows.some((row) => row.state === 'waiting'), 'queued');
-      await held.fenced((manager) =>
-        manager.query('INSERT INTO report (target, fencing_token) VALUES ($1, $2)', ['report:1', held.fencingToken.toString()]),
-      );
+      const queued = (rows: Array<{ state: string }>) => rows.some((row) => row.state === 'waiting');
+      await eventually(() => a.service.list('report:1'), queued, 'queued');
+      await held.fenced((manager) => save(manager, held));
       await held.release();
       const granted: Lease = await waiting;
       expect(granted.fencingToken).toBeGreaterThan(held.fencingToken);
 
       // A waiter that gives up removes its own row.
-      await expect(a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 })).rejects.toThrow(/Gave up waiting/);
-      await granted.fenced((manager) =>
-        manager.query('INSERT INTO report (target, fencing_token) VALUES ($1, $2)', ['report:1', granted.fencingToken.toString()]),
-      );
+      const late = a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 });
+      await expect(late).rejects.toThrow(/Gave up waiting/);
+      await granted.fenced((manager) => save(manager, granted));
       await granted.release();
 
       // A takeover of an expired lease (the row's timeout has passed): an UPDATE of someone else's row.
@@ -97,7 +106,8 @@ describe('least privilege', () => {
 
       expect(await a.service.list()).toEqual([]);
       const rows = (await admin.query('SELECT fencing_token::text FROM report ORDER BY id')).rows;
-      expect(rows.map((row) => row.fencing_token)).toEqual([held.fencingToken.toString(), granted.fencingToken.toString()]);
+      const tokens = rows.map((row) => BigInt(row.fencing_token));
+      expect(tokens).toEqual([held.fencingToken, granted.fencingToken]);
       const [who] = await a.dataSource.query('SELECT current_user AS role');
       expect(who.role).toBe(role);
     } finally {
@@ -112,7 +122,11 @@ describe('least privilege', () => {
 
   test.each([
     ['DELETE on the waiter table', `REVOKE DELETE ON job_lease_waiter FROM ${role}`, /DELETE on "public"\."job_lease_waiter"/],
-    ['USAGE on the fencing sequence', `REVOKE USAGE ON SEQUENCE job_lease_fencing_seq FROM ${role}`, /USAGE on sequence "public"\."job_lease_fencing_seq"/],
+    [
+      'USAGE on the fencing sequence',
+      `REVOKE USAGE ON SEQUENCE job_lease_fencing_seq FROM ${role}`,
+      /USAGE on sequence "public"\."job_lease_fencing_seq"/,
+    ],
     ['UPDATE on the lease table', `REVOKE UPDATE ON job_lease FROM ${role}`, /UPDATE on "public"\."job_lease"/],
   ])('a role without %s is refused at bootstrap with a LeaseConfigError naming the right', async (_what, revoke, named) => {
     await admin.query(revoke);
@@ -127,7 +141,8 @@ describe('least privilege', () => {
   });
 
   test('createSchema: true with tables missing and no CREATE right: a LeaseConfigError naming CREATE on the schema', async () => {
-    const error = await bootstrapError({ createSchema: true, tableName: 'other_lease', waiterTableName: 'other_waiter' });
+    const missingTables = { tableName: 'other_lease', waiterTableName: 'other_waiter' };
+    const error = await bootstrapError({ createSchema: true, ...missingTables });
     expect(error).toBeInstanceOf(LeaseConfigError);
     expect(String((error as Error).message)).toMatch(/CREATE on schema "public"/);
     expect(String((error as Error).message)).toMatch(/leaseMigrations/);
