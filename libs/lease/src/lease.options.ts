@@ -121,9 +121,10 @@ export interface LeaseModuleOptions {
   pooler?: 'none' | 'transaction';
   /**
    * A connection string reaching PostgreSQL directly or through a session-mode pooler, for the lease heartbeat, waiter
-   * heartbeat and LISTEN connections (three per process): a saturated transaction pooler then cannot delay renewals and cost healthy leases,
-   * and NOTIFY wake-ups work. Acquisitions, releases and `fenced()` stay on the application's DataSource. Without it
-   * behind `pooler: 'transaction'`, heartbeats go through the pooler and `notify` is off (waiters poll).
+   * heartbeat and LISTEN connections (three per process): a saturated transaction pooler then cannot delay renewals
+   * and cost healthy leases, and NOTIFY wake-ups work. Acquisitions, releases and `fenced()` stay on the application's
+   * DataSource. Without it behind `pooler: 'transaction'`, heartbeats go through the pooler and `notify` is off
+   * (waiters poll).
    * @default undefined (the application's DataSource settings)
    */
   sessionUrl?: string;
