@@ -22,7 +22,7 @@ const KILLING_CAP_MS = 13_000;
 const PHASES: Record<string, string> = {
   acquire: `query LIKE '%INSERT INTO%job_lease%ON CONFLICT%'`,
   'fenced write': `state LIKE 'idle in transaction%' OR query LIKE '%FOR UPDATE%' OR query LIKE '%fault_%'`,
-  release: `query LIKE '%DELETE FROM%job_lease%'`,
+  release: `query LIKE '%SET lease_token = NULL%'`,
   heartbeat: `application_name LIKE '%:heartbeat'`,
   listen: `query LIKE 'LISTEN%'`,
 };

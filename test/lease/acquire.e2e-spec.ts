@@ -1,6 +1,8 @@
-import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseService } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, makeDataSource, startService } from '../support/db.js';
+import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseLostError, LeaseService } from 'nest-pg-lease';
+import pg from 'pg';
+import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
+import { LeaseStore } from '../../libs/lease/src/lease-store.js';
+import { adminClient, createTestDatabase, FAST, makeDataSource, startService } from '../support/db.js';
 
 /** Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL. */
 describe('acquire and release', () => {
@@ -23,7 +25,9 @@ describe('acquire and release', () => {
     await db.drop();
   });
 
-  const rowCount = async (table = 'job_lease') => Number((await admin.query(`SELECT count(*) FROM ${table}`)).rows[0].count);
+  /** Held leases (a released row stays, with no lease token), or waiter rows. */
+  const rowCount = async (table = 'job_lease') =>
+    Number((await admin.query(`SELECT count(*) FROM ${table}${table === 'job_lease' ? ' WHERE lease_token IS NOT NULL' : ''}`)).rows[0].count);
 
   test('two tryAcquire on one key: one lease, one null; after release acquirable again with a larger fencing token', async () => {
     const first = await a.service.tryAcquire('report:user:1');
@@ -44,6 +48,35 @@ describe('acquire and release', () => {
     expect(third!.token).not.toBe(first!.token);
     expect(third!.fencingToken).toBeGreaterThan(first!.fencingToken);
     await third!.release();
+    expect(await rowCount()).toBe(0);
+  });
+
+  test('a released row stays, dead for its old token: no renewal, no release, no fenced write, not listed as a holder', async () => {
+    const lease = (await a.service.tryAcquire('soft:1'))!;
+    await lease.release();
+    const row = (await admin.query(`SELECT lease_token, fencing_token::text FROM job_lease WHERE target_id = 'soft:1'`)).rows;
+    expect(row).toEqual([{ lease_token: null, fencing_token: lease.fencingToken.toString() }]);
+    expect((await a.service.list('soft:1')).filter((snapshot) => snapshot.state === 'held')).toEqual([]);
+    // The library's own statements with the old token, as a late retry would send them.
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
+      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual({ kept: new Set(), skipped: new Set(), expired: new Set() });
+      expect(await store.release('soft:1', lease.token, 5_000)).toBe(false);
+    } finally {
+      await pool.end();
+    }
+    await expect(lease.fenced(async () => 'never')).rejects.toBeInstanceOf(LeaseLostError);
+    const next = (await b.service.tryAcquire('soft:1'))!;
+    expect(next.fencingToken).toBeGreaterThan(lease.fencingToken);
+    const events: string[] = [];
+    const sub = b.service.events$.subscribe((event) => events.push(event.type));
+    await next.release();
+    const again = (await b.service.tryAcquire('soft:1'))!;
+    sub.unsubscribe();
+    // Acquiring a released row is an acquisition, not a takeover.
+    expect(events).toEqual(['released', 'acquired']);
+    await again.release();
     expect(await rowCount()).toBe(0);
   });
 

@@ -2,7 +2,7 @@ export { LeaseModule } from './lease.module.js';
 export { LeaseService, type LeaseEntry } from './lease.service.js';
 export type { Lease } from './lease.js';
 export type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
-export type { AcquireOptions, LeaseEvent, LeaseEventType, LeaseSnapshot } from './lease.types.js';
+export type { AcquireOptions, LeaseEvent, LeaseEventType, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 export { Exclusive } from './decorators/exclusive.decorator.js';
 export { CurrentLease } from './decorators/current-lease.decorator.js';
 export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive.metadata.js';

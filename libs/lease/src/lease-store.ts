@@ -20,6 +20,42 @@ export interface PoolLike extends Queryable {
   connect(): Promise<pg.PoolClient>;
 }
 
+/** Runs a sequence of statements on one session; if the work fails, the session is not reused. */
+export interface SessionSource {
+  withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T>;
+}
+
+/** Sessions from a pool: a client is checked out for the work and released as broken if the work fails. */
+function poolSessions(pool: PoolLike): SessionSource {
+  return {
+    async withSession(work) {
+      const client = await pool.connect();
+      let failed: Error | undefined;
+      const onError = (error: Error) => (failed = error);
+      client.on('error', onError);
+      try {
+        return await work(client);
+      } catch (error) {
+        failed ??= error as Error;
+        throw error;
+      } finally {
+        client.off('error', onError);
+        client.release(failed);
+      }
+    },
+  };
+}
+
+/** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
+export interface RenewResult {
+  /** Renewed. */
+  kept: Set<string>;
+  /** Still ours and live, but the row is locked (by a fenced transaction of ours, say): neither renewed nor lost. */
+  skipped: Set<string>;
+  /** Still carrying our token but expired by the database clock: never revived. */
+  expired: Set<string>;
+}
+
 /** Quotes a validated identifier. */
 export function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
@@ -57,15 +93,18 @@ export function schemaStatements(names: LeaseNames): string[] {
     `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint`,
     // Only the primary key is indexed, and half of each page is left free, so a heartbeat of every lease in one tick
     // still finds room for the new row versions on their own pages: HOT updates (measured: 99.8 % at 10,000 leases).
+    // A row stays once its key was first acquired: a release only clears lease_token (see LeaseStore.release), so
+    // every later acquisition of the key draws its fencing token under the row lock.
     `CREATE TABLE IF NOT EXISTS ${n.lease} (
       target_id text PRIMARY KEY CHECK (octet_length(target_id) BETWEEN 1 AND 255),
-      lease_token uuid NOT NULL,
+      lease_token uuid,
       fencing_token bigint NOT NULL,
       owner text NOT NULL,
       priority integer NOT NULL DEFAULT 0,
       lease_timeout_ms integer NOT NULL CHECK (lease_timeout_ms > 0),
       acquired_at timestamptz NOT NULL,
-      updated_at timestamptz NOT NULL
+      updated_at timestamptz NOT NULL,
+      hold_ms integer NOT NULL DEFAULT 0 CHECK (hold_ms >= 0)
     ) WITH (fillfactor = 50)`,
     `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint`,
     `CREATE TABLE IF NOT EXISTS ${n.waiter} (
@@ -80,6 +119,17 @@ export function schemaStatements(names: LeaseNames): string[] {
       PRIMARY KEY (target_id, waiter_id)
     ) WITH (fillfactor = 80)`,
     `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (target_id, priority DESC, seq)`,
+  ];
+}
+
+/** The GRANTs a least-privileged application role needs, run by the owner of the lease objects. */
+export function grantStatements(names: LeaseNames, role: string): string[] {
+  const n = leaseObjectNames(names);
+  const to = quoteIdentifier(role);
+  return [
+    `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter} TO ${to}`,
+    `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
   ];
 }
 
@@ -100,6 +150,8 @@ export interface AcquireRequest {
   /** The caller's waiter row, when it is queued: it may pass only waiters queued behind it. */
   waiterId?: string;
   waiterSeq?: bigint;
+  /** The target stays taken until this long after the acquisition, even once released (0: no hold). */
+  holdMs: number;
 }
 
 export interface AcquiredRow {
@@ -109,6 +161,12 @@ export interface AcquiredRow {
   /** The row existed (expired) and was taken over, rather than inserted fresh. */
   tookOver: boolean;
   previousOwner: string | null;
+}
+
+/** A refused attempt; `holdLeftMs` is set when the target is free but for the hold of its last acquisition. */
+export interface Refusal {
+  readonly refused: true;
+  readonly holdLeftMs: number | null;
 }
 
 export interface WaiterPlace {
@@ -131,6 +189,24 @@ export interface SnapshotRow {
 
 const MS = `* interval '1 millisecond'`;
 
+/** Lease row `alias` has a holder whose lease has not expired (database clock). */
+function live(alias: string): string {
+  return `(${alias}.lease_token IS NOT NULL AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
+}
+
+/** The acquisition of lease row `alias` asked the target to stay taken until `hold_ms` after it (holdAtLeastMs). */
+function holding(alias: string): string {
+  return `(${alias}.acquired_at + ${alias}.hold_ms ${MS} > clock_timestamp())`;
+}
+
+/**
+ * The target of lease row `alias` is taken: by a live holder, or by the tail of a hold (released or not). A released
+ * or expired row past its hold is free.
+ */
+function taken(alias: string): string {
+  return `(${live(alias)} OR ${holding(alias)})`;
+}
+
 /**
  * Effective priority of a waiter: its priority, plus one per `agingIntervalMs` waited since it first queued when
  * aging is on (the parameter is NULL when it is off). Database clock, one instant per statement, so every row of a
@@ -149,18 +225,36 @@ function aged(queuedAt: string, agingParameter: string): string {
 export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
   private readonly prefix: string;
+  private readonly heartbeatDb: SessionSource;
+  private readonly waiterHeartbeatDb: SessionSource;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
-   * @param heartbeatDb a connection of the heartbeats' own, so renewals never queue behind the application's queries
+   * @param heartbeatDb a connection of the lease heartbeat's own, so renewals never queue behind the application's
+   *   queries (a pool works too: each renewal then checks out a client)
+   * @param options the resolved options
+   * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
+   *   renewal (default: heartbeatDb)
    */
   constructor(
     private readonly db: PoolLike,
-    private readonly heartbeatDb: Queryable,
+    heartbeatDb: SessionSource | PoolLike,
     private readonly options: ResolvedLeaseOptions,
+    waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
   ) {
+    const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
+    this.heartbeatDb = sessions(heartbeatDb);
+    this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
+  }
+
+  /**
+   * Hot statements are named, so `pg` prepares them once per connection. Behind a transaction pooler a prepared
+   * statement belongs to whichever server connection ran it, not to our client: there every statement is unnamed.
+   */
+  private statement(name: string): { name?: string } {
+    return this.options.pooler === 'transaction' ? {} : { name: `${this.prefix}_${name}` };
   }
 
   get channel(): string {
@@ -169,11 +263,19 @@ export class LeaseStore {
 
   /**
    * One statement: a read-only pre-check (a live holder, or a live waiter ahead of the caller) short-cuts the insert,
-   * so a failed attempt on a held row takes no row lock and writes no WAL; otherwise an upsert that takes over only an
-   * expired row. A granted waiter's row, and the target's dead waiters, are deleted in the same statement.
+   * so a failed attempt on a held row takes no row lock and writes no WAL; otherwise an upsert that takes only a free
+   * (released or expired) row. A granted waiter's row, and the target's dead waiters, are deleted in the same
+   * statement.
+   *
+   * Fencing order: the INSERT's source row is evaluated before conflict detection, so a token drawn there may be
+   * older than a grant that commits while this statement stalls (a lock wait, a slow trigger, CPU starvation). It is
+   * used only when the key has never had a row — then no earlier grant exists. Every later acquisition goes through
+   * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
+   * the key committed; that is why releases keep the row.
    */
-  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | null> {
+  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
+    const seq = fencingSequence.replace(/'/g, "''");
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
     const mine = `coalesce((SELECT ${aged('me.queued_at', '$8')} FROM ${waiter} me
       WHERE me.target_id = $1 AND me.waiter_id = $6::uuid), $4::bigint)`;
@@ -187,13 +289,17 @@ export class LeaseStore {
     const onError = (error: Error) => (broken = error);
     client.on('error', onError);
     const sentAt = performance.now();
-    let result: pg.QueryResult<{ fencing_token: string; took_over: boolean; previous_owner: string | null }>;
+    let result: pg.QueryResult<{
+      fencing_token: string | null;
+      took_over: boolean | null;
+      previous_owner: string | null;
+      hold_left_ms: number | null;
+    }>;
     try {
       result = await client.query({
-      name: `${this.prefix}_acquire`,
+      ...this.statement('acquire'),
       text: `WITH held AS (
-          SELECT 1 FROM ${lease} l
-          WHERE l.target_id = $1 AND l.updated_at + l.lease_timeout_ms ${MS} > clock_timestamp()
+          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
         ), ahead AS (
           SELECT 1 FROM ${waiter} w
           WHERE w.target_id = $1 AND w.waiter_id IS DISTINCT FROM $6::uuid
@@ -202,26 +308,34 @@ export class LeaseStore {
               AND w.seq < coalesce($7::bigint, 9223372036854775807)))
           LIMIT 1
         ), previous AS (
-          SELECT owner FROM ${lease} WHERE target_id = $1
+          SELECT owner, lease_token IS NOT NULL AS was_held FROM ${lease} WHERE target_id = $1
         ), won AS (
           INSERT INTO ${lease} AS l
-            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at)
-          SELECT $1, $2::uuid, nextval('${fencingSequence.replace(/'/g, "''")}'), $3, $4, $5, clock_timestamp(), clock_timestamp()
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+          SELECT $1, $2::uuid, nextval('${seq}'), $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
           WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token, owner = EXCLUDED.owner,
+            lease_token = EXCLUDED.lease_token, fencing_token = nextval('${seq}'), owner = EXCLUDED.owner,
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
-            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at
-          WHERE l.updated_at + l.lease_timeout_ms ${MS} <= clock_timestamp()
-          RETURNING l.fencing_token, (l.xmax <> 0) AS took_over
+            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
+          WHERE NOT ${taken('l')}
+          RETURNING l.fencing_token, (l.xmax <> 0) AS updated
         ), granted AS (
           -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them.
           DELETE FROM ${waiter} w WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM won)
             AND (w.waiter_id = $6::uuid OR w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp())
         )
-        SELECT won.fencing_token::text AS fencing_token, won.took_over,
-          CASE WHEN won.took_over THEN (SELECT owner FROM previous) END AS previous_owner
-        FROM won`,
+        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder.
+        SELECT won.fencing_token::text AS fencing_token,
+          (won.updated AND coalesce((SELECT was_held FROM previous), false)) AS took_over,
+          CASE WHEN won.updated THEN (SELECT owner FROM previous WHERE was_held) END AS previous_owner,
+          NULL::float8 AS hold_left_ms
+        FROM won
+        UNION ALL
+        -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
+        SELECT NULL, NULL, NULL, (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        FROM ${lease} l
+        WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
       values: [
         request.targetKey,
         request.leaseToken,
@@ -231,6 +345,7 @@ export class LeaseStore {
         request.waiterId ?? null,
         request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
         this.options.agingIntervalMs,
+        request.holdMs,
       ],
       });
     } catch (error) {
@@ -241,34 +356,86 @@ export class LeaseStore {
       client.release(broken);
     }
     const row = result.rows[0];
-    return row
-      ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over, previousOwner: row.previous_owner }
-      : null;
-  }
-
-  /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */
-  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<Set<string>> {
-    const result = await this.heartbeatDb.query<{ lease_token: string }>({
-      name: `${this.prefix}_renew`,
-      text: `UPDATE ${this.n.lease} AS l SET updated_at = clock_timestamp()
-        FROM unnest($1::text[], $2::uuid[]) AS h(target_id, lease_token)
-        WHERE l.target_id = h.target_id AND l.lease_token = h.lease_token
-        RETURNING l.lease_token::text AS lease_token`,
-      values: [targetKeys, leaseTokens],
-      query_timeout: timeoutMs,
-    });
-    return new Set(result.rows.map((row) => row.lease_token));
+    if (!row || row.fencing_token === null) return { refused: true, holdLeftMs: row?.hold_left_ms ?? null };
+    return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over === true, previousOwner: row.previous_owner };
   }
 
   /**
-   * Token-guarded delete; wakes waiters of the target (NOTIFY with the target key only, never a token) when there
-   * are any. Returns whether our row was deleted.
+   * Runs `work` in a short READ COMMITTED transaction of its own on `source`, bounded on the server as well as on the
+   * client: `query_timeout` is client-side only, and an abandoned statement would otherwise keep waiting in its backend
+   * and commit later ("ghost" renewals). Here every statement ends within `timeoutMs` on the server
+   * (statement_timeout, lock_timeout), a stalled client cannot keep the transaction's row locks for longer
+   * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. SET LOCAL only: nothing
+   * outlives the transaction, so this is safe on pooled connections. The timeouts are integers of validated options.
+   */
+  private inShortTransaction<T>(
+    source: SessionSource,
+    timeoutMs: number,
+    work: (session: Queryable, left: () => number) => Promise<T>,
+  ): Promise<T> {
+    return source.withSession(async (session) => {
+      const deadline = performance.now() + timeoutMs;
+      const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
+      const ms = Math.max(1, Math.floor(timeoutMs));
+      await session.query({
+        text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+        query_timeout: left(),
+      });
+      const result = await work(session, left);
+      await session.query({ text: 'COMMIT', query_timeout: left() });
+      return result;
+    });
+  }
+
+  /**
+   * Renews every lease in the batch with one statement. Rows locked by another transaction — typically a fenced
+   * transaction of this very process — are skipped, not waited for (SKIP LOCKED): one lease's long fence must not
+   * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
+   * already given it up locally, and reviving it would block the key for another timeout.
+   */
+  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<RenewResult> {
+    const { lease } = this.n;
+    const result = await this.inShortTransaction(this.heartbeatDb, timeoutMs, (session, left) =>
+      session.query<{ lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' }>({
+        ...this.statement('renew'),
+        text: `WITH mine AS (
+            SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
+          ), lockable AS MATERIALIZED (
+            SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
+            WHERE ${live('l')}
+            FOR NO KEY UPDATE OF l SKIP LOCKED
+          ), renewed AS (
+            UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+            WHERE l.target_id = lockable.target_id
+            RETURNING l.lease_token
+          )
+          SELECT mine.lease_token::text AS lease_token,
+            CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
+              WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+              WHEN ${live('l')} THEN 'skipped'
+              ELSE 'expired' END AS outcome
+          FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+        values: [targetKeys, leaseTokens],
+        query_timeout: left(),
+      }),
+    );
+    const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
+    for (const row of result.rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    return outcome;
+  }
+
+  /**
+   * Token-guarded soft release: clears the lease token and keeps the row (with its fencing token), so the next
+   * acquisition of the key draws its token under the row lock (see `tryAcquire`); the old token then matches nothing
+   * (no renewal, no release, no fenced write). Wakes waiters of the target (NOTIFY with the target key only, never a
+   * token) when there are any. Returns whether our lease was released.
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
     const result = await this.db.query<{ released: boolean }>({
-      name: `${this.prefix}_release`,
+      ...this.statement('release'),
       text: `WITH gone AS (
-          DELETE FROM ${this.n.lease} WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
+          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
         ), woke AS (
           SELECT pg_notify($3, gone.target_id) FROM gone
           WHERE $3::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${this.n.waiter} w WHERE w.target_id = gone.target_id)
@@ -302,7 +469,7 @@ export class LeaseStore {
   async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
     const result = await this.db.query<{ seq: string; queued_at: Date }>({
-      name: `${this.prefix}_enqueue`,
+      ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
           coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
@@ -331,8 +498,8 @@ export class LeaseStore {
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
-    const result = await this.heartbeatDb.query<{ waiter_id: string }>({
-      name: `${this.prefix}_renew_waiters`,
+    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) => session.query<{ waiter_id: string }>({
+      ...this.statement('renew_waiters'),
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), dead AS (
@@ -351,8 +518,8 @@ export class LeaseStore {
         -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
       values: [targetKeys, waiterIds, this.options.notify ? this.n.channel : null],
-      query_timeout: timeoutMs,
-    });
+      query_timeout: left(),
+    }));
     return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
@@ -360,14 +527,12 @@ export class LeaseStore {
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
     await this.db.query({
-      name: `${this.prefix}_dequeue`,
+      ...this.statement('dequeue'),
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
         )
         SELECT pg_notify($3, gone.target_id) FROM gone
-        WHERE $3::text IS NOT NULL AND NOT EXISTS (
-          SELECT 1 FROM ${lease} l
-          WHERE l.target_id = gone.target_id AND l.updated_at + l.lease_timeout_ms ${MS} > clock_timestamp())`,
+        WHERE $3::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})`,
       values: [targetKey, waiterId, this.options.notify ? this.n.channel : null],
     });
   }
@@ -381,7 +546,7 @@ export class LeaseStore {
     });
   }
 
-  /** Holders and waiters, each target's waiters in grant order; ages by the database clock. */
+  /** Holders (live or expired; released rows hold nothing) and waiters, each target's waiters in grant order; ages by the database clock. */
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
     const { lease, waiter } = this.n;
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
@@ -390,7 +555,7 @@ export class LeaseStore {
           SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
             fencing_token::text AS fencing_token, NULL::text AS seq,
             ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
-          FROM ${lease} WHERE $1::text IS NULL OR target_id = $1
+          FROM ${lease} WHERE lease_token IS NOT NULL AND ($1::text IS NULL OR target_id = $1)
           UNION ALL
           SELECT 'waiting', target_id, owner, priority, ${aged('w.queued_at', '$2')}, NULL, seq::text,
             ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
@@ -416,6 +581,42 @@ export class LeaseStore {
     if (!row.seq) missing.push(this.n.fencingSequence);
     if (!row.wseq) missing.push(this.n.waiterSequence);
     return missing;
+  }
+
+  /**
+   * The rights the library needs at run time that the session's role lacks, e.g. `DELETE on "public"."job_lease"`.
+   * No DDL and no ownership: the owner runs the migrations, the application's role only reads and writes rows.
+   */
+  async missingPrivileges(): Promise<{ role: string; missing: string[] }> {
+    const { lease, waiter, fencingSequence, waiterSequence } = this.n;
+    // [check function (a constant), object (bound), right (bound), how to name it]
+    const checks: Array<[string, string, string, string]> = [
+      ['has_schema_privilege', this.options.schema, 'USAGE', `USAGE on schema ${this.n.schema}`],
+      ...['SELECT', 'INSERT', 'UPDATE', 'DELETE'].flatMap((right): Array<[string, string, string, string]> => [
+        ['has_table_privilege', lease, right, `${right} on ${lease}`],
+        ['has_table_privilege', waiter, right, `${right} on ${waiter}`],
+      ]),
+      ['has_sequence_privilege', fencingSequence, 'USAGE', `USAGE on sequence ${fencingSequence}`],
+      ['has_sequence_privilege', waiterSequence, 'USAGE', `USAGE on sequence ${waiterSequence}`],
+    ];
+    const result = await this.db.query<{ role: string; granted: boolean[] }>({
+      text: `SELECT current_user::text AS role,
+        ARRAY[${checks.map(([fn], i) => `${fn}($${2 * i + 1}, $${2 * i + 2})`).join(', ')}] AS granted`,
+      values: checks.flatMap(([, object, right]) => [object, right]),
+    });
+    const { role, granted } = result.rows[0];
+    return { role, missing: checks.filter((_, i) => !granted[i]).map(([, , , name]) => name) };
+  }
+
+  /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
+  async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
+    const result = await this.db.query<{ role: string; allowed: boolean }>({
+      text: `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL
+          THEN has_database_privilege(current_database(), 'CREATE')
+          ELSE has_schema_privilege($2, 'CREATE') END AS allowed`,
+      values: [this.n.schema, this.options.schema],
+    });
+    return result.rows[0];
   }
 
   /** Creates the objects (idempotent). */

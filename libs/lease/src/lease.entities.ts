@@ -5,13 +5,16 @@ import { resolveLeaseOptions } from './lease.options.js';
 /** A row of the lease table (for reading it with TypeORM; the library itself writes it with SQL). */
 export interface LeaseRow {
   targetId: string;
-  leaseToken: string;
+  /** null once released: the row stays, with the last fencing token of its key. */
+  leaseToken: string | null;
   fencingToken: string;
   owner: string;
   priority: number;
   leaseTimeoutMs: number;
   acquiredAt: Date;
   updatedAt: Date;
+  /** holdAtLeastMs of the acquisition: the target stays taken until acquiredAt + holdMs, released or not. */
+  holdMs: number;
 }
 
 /** A row of the waiter table. */
@@ -35,13 +38,14 @@ export function createLeaseEntities(names: Partial<LeaseNames> = {}): [EntitySch
     schema,
     columns: {
       targetId: { name: 'target_id', type: 'text', primary: true },
-      leaseToken: { name: 'lease_token', type: 'uuid' },
+      leaseToken: { name: 'lease_token', type: 'uuid', nullable: true },
       fencingToken: { name: 'fencing_token', type: 'bigint' },
       owner: { type: 'text' },
       priority: { type: 'integer', default: 0 },
       leaseTimeoutMs: { name: 'lease_timeout_ms', type: 'integer' },
       acquiredAt: { name: 'acquired_at', type: 'timestamptz' },
       updatedAt: { name: 'updated_at', type: 'timestamptz' },
+      holdMs: { name: 'hold_ms', type: 'integer', default: 0 },
     },
   });
   const waiter = new EntitySchema<LeaseWaiterRow>({

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import {
   type BeforeApplicationShutdown,
@@ -17,11 +18,19 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { LeaseStore } from './lease-store.js';
+import { grantStatements, LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
-import type { AcquireOptions, LeaseEvent, LeaseSnapshot } from './lease.types.js';
-import { assertPriority, assertTargetKey } from './target-key.js';
+import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
+import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
 import { settleBy, type Waiter, WaitQueue } from './waiting.js';
+
+/** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
+interface OpenFence {
+  readonly manager: EntityManager;
+  /** Nested parts run one at a time (each in a savepoint on the one connection). */
+  queue: Promise<unknown>;
+  closed: boolean;
+}
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
 export interface LeaseEntry {
@@ -47,10 +56,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private readonly events = new Subject<LeaseEvent>();
   private readonly store: LeaseStore;
   private readonly context = new LeaseContext();
+  private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
+  private readonly waiterHeartbeatConnection: DedicatedConnection;
   private heartbeat?: Subscription;
   private closing?: Promise<void>;
   private dataSource?: DataSource;
@@ -64,14 +75,22 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(() => this.connectionConfig(), this.options.heartbeatIntervalMs);
+    this.heartbeatConnection = new DedicatedConnection(
+      () => this.sessionConnectionConfig('heartbeat'),
+      this.options.heartbeatIntervalMs,
+    );
+    // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
+    this.waiterHeartbeatConnection = new DedicatedConnection(
+      () => this.sessionConnectionConfig('waiters'),
+      this.options.waiterHeartbeatIntervalMs,
+    );
     const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
-    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
+    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options, this.waiterHeartbeatConnection);
     this.queue = new WaitQueue(
       this.store,
       this.options,
-      () => this.connectionConfig(),
-      (targetKey, priority, waiter) => this.attempt(targetKey, priority, waiter),
+      () => this.sessionConnectionConfig('listen'),
+      (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
       this.logger,
     );
   }
@@ -85,13 +104,48 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       );
     }
     if (!dataSource.isInitialized) await dataSource.initialize();
-    if (this.options.createSchema) await this.store.createSchema();
+    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
+      this.logger.warn(
+        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
+          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
+          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
+      );
+    }
+    if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
       );
     }
+    await this.checkPrivileges();
+  }
+
+  /**
+   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
+   * right — so a least-privileged role starts fine where the owner ran the migrations.
+   */
+  private async createSchema(): Promise<void> {
+    if ((await this.store.missingObjects()).length === 0) return;
+    const { role, allowed } = await this.store.mayCreateSchema();
+    if (!allowed) {
+      throw new LeaseConfigError(
+        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
+          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
+          'in the README ("Database privileges"), or grant it CREATE on the schema',
+      );
+    }
+    await this.store.createSchema();
+  }
+
+  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
+  private async checkPrivileges(): Promise<void> {
+    const { role, missing } = await this.store.missingPrivileges();
+    if (missing.length === 0) return;
+    throw new LeaseConfigError(
+      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
+        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
+    );
   }
 
   async onModuleInit(): Promise<void> {
@@ -109,6 +163,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
       await this.heartbeatConnection.close();
+      await this.waiterHeartbeatConnection.close();
       this.events.complete();
       await this.dataSourceRef?.close();
     })();
@@ -122,13 +177,14 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
 
   /**
    * One attempt: the lease, or null when the target is held (and not expired) or a live waiter is ahead of a newcomer
-   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant).
+   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant:
+   * then `holdAtLeastMs` is the outer acquisition's).
    */
-  async tryAcquire(targetKey: string, options: { priority?: number } = {}): Promise<Lease | null> {
-    const priority = this.checkRequest(targetKey, options.priority);
+  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
+    const priority = this.checkRequest(targetKey, options);
     const reentrant = this.context.find(targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    const lease = await this.attempt(targetKey, priority);
+    const lease = await this.attempt(targetKey, priority, options.holdAtLeastMs ?? 0);
     if (!lease) this.emit({ type: 'busy', targetKey, at: new Date() });
     return lease;
   }
@@ -138,7 +194,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
    * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
    */
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const priority = this.checkRequest(targetKey, options.priority);
+    const priority = this.checkRequest(targetKey, options);
+    const holdMs = options.holdAtLeastMs ?? 0;
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
     if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0) {
       throw new LeaseConfigError(`waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
@@ -148,7 +205,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (reentrant) return new BorrowedLease(reentrant);
     const until = performance.now() + waitTimeoutMs;
     const lease = await settleBy(
-      this.attempt(targetKey, priority),
+      this.attempt(targetKey, priority, holdMs),
       until + this.queue.graceMs,
       options.signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -158,7 +215,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
     const started = performance.now();
     try {
-      const granted = await this.queue.wait(targetKey, priority, until, waitTimeoutMs, options.signal);
+      const granted = await this.queue.wait(targetKey, priority, holdMs, until, waitTimeoutMs, options.signal);
       this.emitWaitEnded(targetKey, priority, 'granted', started);
       return granted;
     } catch (error) {
@@ -186,7 +243,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
    * when the call chain already holds the key; else waits (priority or waitTimeoutMs given) or tries once.
    */
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    this.checkRequest(targetKey, options.priority);
+    this.checkRequest(targetKey, options);
     const reentrant = this.context.find(targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: async () => undefined };
     const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
@@ -238,21 +295,51 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return this.queue.size;
   }
 
-  /** @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. */
+  /**
+   * @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. A `fenced()`
+   * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
+   * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
+   */
   async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
     if (!lease.isHeld()) throw this.refuse(lease);
+    const open = this.fences.getStore()?.get(lease);
+    if (open && !open.closed) return this.joinFence(lease, open, work);
     return this.requireDataSource().transaction(async (manager) => {
       const token = await this.store.lockForFence(manager, lease.targetKey);
       if (token !== lease.token) {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
       }
-      const result = await work(manager);
+      const result = await this.withinFence(lease, manager, work);
       // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
       // it may commit.
       if (!lease.isHeld()) throw this.refuse(lease);
       return result;
     });
+  }
+
+  /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
+  private async withinFence<T>(lease: HeldLease, manager: EntityManager, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
+    const fences = new Map(this.fences.getStore());
+    fences.set(lease, fence);
+    try {
+      return await this.fences.run(fences, () => work(manager));
+    } finally {
+      fence.closed = true;
+    }
+  }
+
+  /** A nested part of an open fence: a savepoint on its connection; its failure rolls back only the part. */
+  private joinFence<T>(lease: HeldLease, open: OpenFence, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const part = open.queue.then(() =>
+      open.manager.transaction(async (inner) => {
+        if (!lease.isHeld()) throw this.refuse(lease);
+        return this.withinFence(lease, inner, work);
+      }),
+    );
+    open.queue = part.catch(() => undefined);
+    return part;
   }
 
   /**
@@ -282,7 +369,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
   }
 
-  private async attempt(targetKey: string, priority: number, waiter?: Waiter): Promise<HeldLease | null> {
+  /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
+  private async attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
     const row = await this.store.tryAcquire({
@@ -291,8 +379,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       priority,
       waiterId: waiter?.id,
       waiterSeq: waiter?.place?.seq,
+      holdMs,
     });
-    if (!row) return null;
+    if ('refused' in row) {
+      if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
+      return null;
+    }
     const lease = new HeldLease(
       targetKey,
       leaseToken,
@@ -365,16 +457,21 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       if (tick.kept?.has(lease.token)) {
         lease.confirm(tick.sentAt);
         this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
+      } else if (tick.skipped?.has(lease.token)) {
+        // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
+      } else if (tick.expired?.has(lease.token)) {
+        this.lose(lease, 'renewal-deadline');
       } else {
         this.lose(lease, 'taken-over');
       }
     }
   }
 
-  private checkRequest(targetKey: unknown, priority: unknown): number {
+  private checkRequest(targetKey: unknown, options: TryAcquireOptions): number {
     assertTargetKey(targetKey);
-    if (priority !== undefined) assertPriority(priority);
-    return (priority as number | undefined) ?? 0;
+    if (options.priority !== undefined) assertPriority(options.priority);
+    assertHoldAtLeastMs(options.holdAtLeastMs);
+    return options.priority ?? 0;
   }
 
   private emitWaitEnded(targetKey: string, priority: number, outcome: 'granted' | 'timeout' | 'aborted' | 'error', started: number): void {
@@ -392,11 +489,21 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return this.dataSource;
   }
 
-  /** Connection settings of the application's pool, for the heartbeat and LISTEN connections. */
-  private connectionConfig(): pg.ClientConfig {
+  /** Connection settings of the application's pool, for the heartbeat, waiter heartbeat and LISTEN connections. */
+  private connectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
     const { options } = this.pool() as unknown as { options: pg.PoolConfig };
     const { max, min, idleTimeoutMillis, ...config } = options;
-    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:heartbeat` };
+    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:${role}` };
+  }
+
+  /**
+   * The heartbeat, waiter-heartbeat and LISTEN connections: `sessionUrl` when given (outside a transaction pooler, so
+   * renewals never wait for its server connections and LISTEN delivers), else the application's pool settings.
+   */
+  private sessionConnectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
+    const { sessionUrl } = this.options;
+    if (!sessionUrl) return this.connectionConfig(role);
+    return { connectionString: sessionUrl, application_name: `nest-pg-lease:${role}` };
   }
 
   private pool(): pg.Pool {

@@ -6,8 +6,8 @@ export interface Lease {
   readonly targetKey: string;
   /** Lease token (UUID v4), fresh for each acquisition; proves ownership. Never log it. */
   readonly token: string;
-  /** From a database sequence: a newer acquisition of any target always has a larger one. Use it to fence
-   * writes outside this database (idempotency keys, version columns of downstream systems). */
+  /** From a database sequence: a later acquisition of the same target always has a larger one, whatever the timing.
+   * Use it to fence writes outside this database (idempotency keys, version columns of downstream systems). */
   readonly fencingToken: bigint;
   /** Aborted when the lease is lost (reason: `LeaseLostError`) or released. Pass it to `fetch` of the slow call. */
   readonly signal: AbortSignal;

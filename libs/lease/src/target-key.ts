@@ -1,4 +1,4 @@
-import { LeaseKeyError } from './errors.js';
+import { LeaseConfigError, LeaseKeyError } from './errors.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 
@@ -26,6 +26,16 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
 export function assertPriority(priority: unknown): asserts priority is number {
   if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
     throw new LeaseKeyError(`priority must be an integer between -2147483648 and 2147483647, got ${String(priority)}`);
+  }
+}
+
+/** Checks holdAtLeastMs: a non-negative integer that fits the lease row's `integer` column. */
+export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
+  if (holdAtLeastMs === undefined) return;
+  if (typeof holdAtLeastMs !== 'number' || !Number.isInteger(holdAtLeastMs) || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+    throw new LeaseConfigError(
+      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs)}`,
+    );
   }
 }
 

@@ -13,7 +13,11 @@ export interface Waiter {
   readonly id: string;
   readonly targetKey: string;
   readonly priority: number;
+  /** holdAtLeastMs of the lease it waits for. */
+  readonly holdAtLeastMs: number;
   place?: WaiterPlace;
+  /** Set by a refused attempt when only a hold's tail is in the way: it ends in this many ms (no NOTIFY then). */
+  holdLeftMs?: number;
   /** Set when a heartbeat found the row gone (evicted as dead while this process was slow): re-queue at `place`. */
   evicted: boolean;
   /** A wake-up arrived (NOTIFY, eviction, reconnect) since the last attempt. */
@@ -22,7 +26,7 @@ export interface Waiter {
   wake?: () => void;
 }
 
-export type AttemptAsWaiter = (targetKey: string, priority: number, waiter: Waiter) => Promise<HeldLease | null>;
+export type AttemptAsWaiter = (waiter: Waiter) => Promise<HeldLease | null>;
 
 /**
  * Settles with `work`, unless `until` (monotonic) passes or `signal` aborts first: then rejects with `onTimeout()` or
@@ -185,8 +189,15 @@ export class WaitQueue {
    * Waits in line for `targetKey` until `until` (monotonic); resolves with the lease, or rejects (row removed first,
    * unless the database does not answer within the grace).
    */
-  wait(targetKey: string, priority: number, until: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
-    const waiting = this.waitInLine(targetKey, priority, until, waitTimeoutMs, signal);
+  wait(
+    targetKey: string,
+    priority: number,
+    holdAtLeastMs: number,
+    until: number,
+    waitTimeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<HeldLease> {
+    const waiting = this.waitInLine(targetKey, priority, holdAtLeastMs, until, waitTimeoutMs, signal);
     const settled = waiting.then(
       () => undefined,
       () => undefined,
@@ -199,6 +210,7 @@ export class WaitQueue {
   private async waitInLine(
     targetKey: string,
     priority: number,
+    holdAtLeastMs: number,
     until: number,
     waitTimeoutMs: number,
     signal?: AbortSignal,
@@ -207,7 +219,7 @@ export class WaitQueue {
     signal?.throwIfAborted();
     const timeout = () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
     const cutoff = until + this.graceMs;
-    const waiter: Waiter = { id: randomUUID(), targetKey, priority, evicted: false, pending: false };
+    const waiter: Waiter = { id: randomUUID(), targetKey, priority, holdAtLeastMs, evicted: false, pending: false };
     if (this.options.notify) {
       this.notifier ??= new Notifier(
         this.connectionOptions,
@@ -248,7 +260,8 @@ export class WaitQueue {
             waiter.place = place;
             waiter.evicted = false;
           }
-          const lease = await settleBy(this.attempt(targetKey, priority, waiter), cutoff, signal, timeout, (late) => {
+          waiter.holdLeftMs = undefined;
+          const lease = await settleBy(this.attempt(waiter), cutoff, signal, timeout, (late) => {
             void late?.release();
           });
           if (lease) {
@@ -262,7 +275,9 @@ export class WaitQueue {
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
         }
         const jitter = 0.5 + Math.random() * 0.5;
-        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter), signal);
+        // A hold's tail ends with no NOTIFY: wake for its end (a few ms after, the database clock decides).
+        const holdEnds = waiter.holdLeftMs === undefined ? Infinity : waiter.holdLeftMs + 5;
+        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter, holdEnds), signal);
       }
     } catch (error) {
       this.unregister(waiter);
