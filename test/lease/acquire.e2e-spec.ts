@@ -61,7 +61,7 @@ describe('acquire and release', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual(new Set());
+      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual({ kept: new Set(), skipped: new Set(), expired: new Set() });
       expect(await store.release('soft:1', lease.token, 5_000)).toBe(false);
     } finally {
       await pool.end();

@@ -36,7 +36,7 @@ describe('local safety', () => {
       ).rows[0].remaining,
     );
 
-  test('renewals blocked (row locked by another session): the signal aborts before the database lease expires', async () => {
+  test('renewals impossible (row locked by another session): the signal aborts before the database lease expires', async () => {
     const a = await startService(db.url, OPTIONS);
     try {
       const lease = (await a.service.tryAcquire('blocked'))!;
@@ -47,7 +47,7 @@ describe('local safety', () => {
         if (event.type === 'renewed') lastRenewal = performance.now();
       });
       await new Promise((resolve) => setTimeout(resolve, 500)); // a couple of good renewals first
-      // Every renewal now blocks behind this row lock and times out after one interval.
+      // Every renewal now skips the locked row (SKIP LOCKED): neither renewed nor lost, until the local deadline.
       await blocker.query('BEGIN');
       await blocker.query(`SELECT 1 FROM job_lease WHERE target_id = 'blocked' FOR UPDATE`);
       const lockedAt = performance.now();
@@ -63,8 +63,8 @@ describe('local safety', () => {
       expect(abortedAt - lastRenewal).toBeLessThan(OPTIONS.leaseTimeoutMs);
       expect(abortedAt - lockedAt).toBeLessThan(OPTIONS.leaseTimeoutMs);
       expect(remaining).toBeGreaterThan(0);
-      expect(events.some((event) => event.type === 'renew-failed')).toBe(true);
-      console.log(`blocked renewals: aborted ${Math.round(abortedAt - lockedAt)} ms after the lock, ${Math.round(remaining)} ms before the database lease expired`);
+      expect(events.filter((event) => event.type === 'lost')).toEqual([expect.objectContaining({ reason: 'renewal-deadline' })]);
+      console.log(`skipped renewals: aborted ${Math.round(abortedAt - lockedAt)} ms after the lock, ${Math.round(remaining)} ms before the database lease expired`);
       await expect(lease.fenced(async () => 'never')).rejects.toBeInstanceOf(LeaseLostError);
       await lease.release();
       expect((await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL`)).rows[0].n).toBe(0);

@@ -1,12 +1,14 @@
 import pg from 'pg';
-import type { Queryable } from './lease-store.js';
+import type { Queryable, SessionSource } from './lease-store.js';
 
 /**
- * One connection of its own, outside the application's pool, for the heartbeats: renewals must not queue behind the
- * application's queries when its pool is exhausted (that would lose leases of healthy holders). Any error drops the
- * connection — after a timeout its state is unknown — and the next call opens a fresh one.
+ * One connection of its own, outside the application's pool, for one kind of heartbeat: renewals must not queue
+ * behind the application's queries when its pool is exhausted (that would lose leases of healthy holders), nor behind
+ * each other (lease renewals and waiter renewals have a connection each). Any error drops the connection — after a
+ * timeout its state is unknown, and the server rolls back whatever transaction it had open — and the next call opens
+ * a fresh one.
  */
-export class DedicatedConnection implements Queryable {
+export class DedicatedConnection implements Queryable, SessionSource {
   private client?: Promise<pg.Client>;
   private closed = false;
 
@@ -15,7 +17,15 @@ export class DedicatedConnection implements Queryable {
     private readonly connectTimeoutMs: number,
   ) {}
 
-  async query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>> {
+  query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>> {
+    return this.withSession((session) => session.query<R>(config));
+  }
+
+  /**
+   * Runs `work` on this connection. If it fails, the connection is dropped: a sequence of statements (a transaction)
+   * never continues on a fresh connection, and an abandoned one is rolled back by the server.
+   */
+  async withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T> {
     if (this.closed) throw new Error('connection closed');
     const pending = (this.client ??= this.open());
     let client: pg.Client;
@@ -26,7 +36,7 @@ export class DedicatedConnection implements Queryable {
       throw error;
     }
     try {
-      return await client.query<R>(config);
+      return await work(client);
     } catch (error) {
       // A server error (say, a cancelled statement) leaves the connection usable, but a timeout or a network error
       // does not; telling them apart is not worth a stuck heartbeat.

@@ -15,6 +15,19 @@ describe('batchedHeartbeat', () => {
     expect(ticks.every((tick) => tick.sentAt > 0 && tick.latencyMs >= 0)).toBe(true);
   });
 
+  test('an outcome may also name members skipped or found expired: neither counts as kept', async () => {
+    const [tick] = await firstValueFrom(
+      batchedHeartbeat(10, () => ['a', 'b', 'c', 'd'], async () => ({
+        kept: new Set(['a']),
+        skipped: new Set(['b']),
+        expired: new Set(['c']),
+      })).pipe(take(1), toArray()),
+    );
+    expect([...tick.kept!]).toEqual(['a']);
+    expect([...tick.skipped!]).toEqual(['b']);
+    expect([...tick.expired!]).toEqual(['c']);
+  });
+
   test('a failing renewal is reported and the next tick tries again', async () => {
     let n = 0;
     const ticks = await firstValueFrom(

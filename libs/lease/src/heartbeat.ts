@@ -1,18 +1,32 @@
 import { catchError, defer, exhaustMap, filter, interval, map, type Observable, of } from 'rxjs';
 
+/**
+ * What one renewal reported: the ids the database confirmed, and those it could not judge this time (`skipped`, say
+ * a row locked by a transaction of our own) or found expired (`expired`). A plain set means "these were confirmed".
+ */
+export type RenewOutcome =
+  | ReadonlySet<string>
+  | { readonly kept: ReadonlySet<string>; readonly skipped?: ReadonlySet<string>; readonly expired?: ReadonlySet<string> };
+
 /** What one heartbeat tick did for its batch. */
 export interface HeartbeatTick<M> {
   /** The members renewed by this tick (a snapshot taken when the tick fired). */
   readonly batch: readonly M[];
   /** Monotonic time (performance.now()) when the renewal was sent: a confirmation counts from here. */
   readonly sentAt: number;
-  /** Round-trip time of the statement. */
+  /** Round-trip time of the renewal. */
   readonly latencyMs: number;
   /** Ids the database confirmed; absent when the tick failed. */
   readonly kept?: ReadonlySet<string>;
+  /** Ids neither confirmed nor lost by this tick: the local deadline, not this tick, decides about them. */
+  readonly skipped?: ReadonlySet<string>;
+  /** Ids whose row had already expired (database clock): not renewed, and never revived. */
+  readonly expired?: ReadonlySet<string>;
   /** The error of a failed tick (transient until the local deadline; the next tick retries). */
   readonly error?: unknown;
 }
+
+const NONE: ReadonlySet<string> = new Set();
 
 /**
  * A batched heartbeat: every `intervalMs`, renews all current members with one call of `renew` and reports which
@@ -23,7 +37,7 @@ export interface HeartbeatTick<M> {
 export function batchedHeartbeat<M>(
   intervalMs: number,
   members: () => M[],
-  renew: (batch: M[]) => Promise<ReadonlySet<string>>,
+  renew: (batch: M[]) => Promise<RenewOutcome>,
 ): Observable<HeartbeatTick<M>> {
   return interval(intervalMs).pipe(
     map(() => members()),
@@ -31,7 +45,12 @@ export function batchedHeartbeat<M>(
     exhaustMap((batch) => {
       const sentAt = performance.now();
       return defer(() => renew(batch)).pipe(
-        map((kept): HeartbeatTick<M> => ({ batch, sentAt, latencyMs: performance.now() - sentAt, kept })),
+        map((outcome): HeartbeatTick<M> => {
+          const latencyMs = performance.now() - sentAt;
+          if (outcome instanceof Set) return { batch, sentAt, latencyMs, kept: outcome };
+          const { kept, skipped = NONE, expired = NONE } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
+          return { batch, sentAt, latencyMs, kept, skipped, expired };
+        }),
         catchError((error: unknown) => of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error })),
       );
     }),

@@ -20,6 +20,42 @@ export interface PoolLike extends Queryable {
   connect(): Promise<pg.PoolClient>;
 }
 
+/** Runs a sequence of statements on one session; if the work fails, the session is not reused. */
+export interface SessionSource {
+  withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T>;
+}
+
+/** Sessions from a pool: a client is checked out for the work and released as broken if the work fails. */
+function poolSessions(pool: PoolLike): SessionSource {
+  return {
+    async withSession(work) {
+      const client = await pool.connect();
+      let failed: Error | undefined;
+      const onError = (error: Error) => (failed = error);
+      client.on('error', onError);
+      try {
+        return await work(client);
+      } catch (error) {
+        failed ??= error as Error;
+        throw error;
+      } finally {
+        client.off('error', onError);
+        client.release(failed);
+      }
+    },
+  };
+}
+
+/** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
+export interface RenewResult {
+  /** Renewed. */
+  kept: Set<string>;
+  /** Still ours and live, but the row is locked (by a fenced transaction of ours, say): neither renewed nor lost. */
+  skipped: Set<string>;
+  /** Still carrying our token but expired by the database clock: never revived. */
+  expired: Set<string>;
+}
+
 /** Quotes a validated identifier. */
 export function quoteIdentifier(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
@@ -83,6 +119,17 @@ export function schemaStatements(names: LeaseNames): string[] {
       PRIMARY KEY (target_id, waiter_id)
     ) WITH (fillfactor = 80)`,
     `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (target_id, priority DESC, seq)`,
+  ];
+}
+
+/** The GRANTs a least-privileged application role needs, run by the owner of the lease objects. */
+export function grantStatements(names: LeaseNames, role: string): string[] {
+  const n = leaseObjectNames(names);
+  const to = quoteIdentifier(role);
+  return [
+    `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter} TO ${to}`,
+    `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
   ];
 }
 
@@ -178,18 +225,36 @@ function aged(queuedAt: string, agingParameter: string): string {
 export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
   private readonly prefix: string;
+  private readonly heartbeatDb: SessionSource;
+  private readonly waiterHeartbeatDb: SessionSource;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
-   * @param heartbeatDb a connection of the heartbeats' own, so renewals never queue behind the application's queries
+   * @param heartbeatDb a connection of the lease heartbeat's own, so renewals never queue behind the application's
+   *   queries (a pool works too: each renewal then checks out a client)
+   * @param options the resolved options
+   * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
+   *   renewal (default: heartbeatDb)
    */
   constructor(
     private readonly db: PoolLike,
-    private readonly heartbeatDb: Queryable,
+    heartbeatDb: SessionSource | PoolLike,
     private readonly options: ResolvedLeaseOptions,
+    waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
   ) {
+    const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
+    this.heartbeatDb = sessions(heartbeatDb);
+    this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
+  }
+
+  /**
+   * Hot statements are named, so `pg` prepares them once per connection. Behind a transaction pooler a prepared
+   * statement belongs to whichever server connection ran it, not to our client: there every statement is unnamed.
+   */
+  private statement(name: string): { name?: string } {
+    return this.options.pooler === 'transaction' ? {} : { name: `${this.prefix}_${name}` };
   }
 
   get channel(): string {
@@ -232,7 +297,7 @@ export class LeaseStore {
     }>;
     try {
       result = await client.query({
-      name: `${this.prefix}_acquire`,
+      ...this.statement('acquire'),
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
         ), ahead AS (
@@ -295,18 +360,69 @@ export class LeaseStore {
     return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over === true, previousOwner: row.previous_owner };
   }
 
-  /** Renews every lease in the batch with one statement; returns the lease tokens still ours. */
-  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<Set<string>> {
-    const result = await this.heartbeatDb.query<{ lease_token: string }>({
-      name: `${this.prefix}_renew`,
-      text: `UPDATE ${this.n.lease} AS l SET updated_at = clock_timestamp()
-        FROM unnest($1::text[], $2::uuid[]) AS h(target_id, lease_token)
-        WHERE l.target_id = h.target_id AND l.lease_token = h.lease_token
-        RETURNING l.lease_token::text AS lease_token`,
-      values: [targetKeys, leaseTokens],
-      query_timeout: timeoutMs,
+  /**
+   * Runs `work` in a short READ COMMITTED transaction of its own on `source`, bounded on the server as well as on the
+   * client: `query_timeout` is client-side only, and an abandoned statement would otherwise keep waiting in its backend
+   * and commit later ("ghost" renewals). Here every statement ends within `timeoutMs` on the server
+   * (statement_timeout, lock_timeout), a stalled client cannot keep the transaction's row locks for longer
+   * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. SET LOCAL only: nothing
+   * outlives the transaction, so this is safe on pooled connections. The timeouts are integers of validated options.
+   */
+  private inShortTransaction<T>(
+    source: SessionSource,
+    timeoutMs: number,
+    work: (session: Queryable, left: () => number) => Promise<T>,
+  ): Promise<T> {
+    return source.withSession(async (session) => {
+      const deadline = performance.now() + timeoutMs;
+      const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
+      const ms = Math.max(1, Math.floor(timeoutMs));
+      await session.query({
+        text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+        query_timeout: left(),
+      });
+      const result = await work(session, left);
+      await session.query({ text: 'COMMIT', query_timeout: left() });
+      return result;
     });
-    return new Set(result.rows.map((row) => row.lease_token));
+  }
+
+  /**
+   * Renews every lease in the batch with one statement. Rows locked by another transaction — typically a fenced
+   * transaction of this very process — are skipped, not waited for (SKIP LOCKED): one lease's long fence must not
+   * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
+   * already given it up locally, and reviving it would block the key for another timeout.
+   */
+  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<RenewResult> {
+    const { lease } = this.n;
+    const result = await this.inShortTransaction(this.heartbeatDb, timeoutMs, (session, left) =>
+      session.query<{ lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' }>({
+        ...this.statement('renew'),
+        text: `WITH mine AS (
+            SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
+          ), lockable AS MATERIALIZED (
+            SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
+            WHERE ${live('l')}
+            FOR NO KEY UPDATE OF l SKIP LOCKED
+          ), renewed AS (
+            UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+            WHERE l.target_id = lockable.target_id
+            RETURNING l.lease_token
+          )
+          SELECT mine.lease_token::text AS lease_token,
+            CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
+              WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+              WHEN ${live('l')} THEN 'skipped'
+              ELSE 'expired' END AS outcome
+          FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+        values: [targetKeys, leaseTokens],
+        query_timeout: left(),
+      }),
+    );
+    const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
+    for (const row of result.rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    return outcome;
   }
 
   /**
@@ -317,7 +433,7 @@ export class LeaseStore {
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
     const result = await this.db.query<{ released: boolean }>({
-      name: `${this.prefix}_release`,
+      ...this.statement('release'),
       text: `WITH gone AS (
           UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
         ), woke AS (
@@ -353,7 +469,7 @@ export class LeaseStore {
   async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
     const result = await this.db.query<{ seq: string; queued_at: Date }>({
-      name: `${this.prefix}_enqueue`,
+      ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
           coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
@@ -382,8 +498,8 @@ export class LeaseStore {
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
-    const result = await this.heartbeatDb.query<{ waiter_id: string }>({
-      name: `${this.prefix}_renew_waiters`,
+    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) => session.query<{ waiter_id: string }>({
+      ...this.statement('renew_waiters'),
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), dead AS (
@@ -402,8 +518,8 @@ export class LeaseStore {
         -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
       values: [targetKeys, waiterIds, this.options.notify ? this.n.channel : null],
-      query_timeout: timeoutMs,
-    });
+      query_timeout: left(),
+    }));
     return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
@@ -411,7 +527,7 @@ export class LeaseStore {
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
     await this.db.query({
-      name: `${this.prefix}_dequeue`,
+      ...this.statement('dequeue'),
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
         )
@@ -465,6 +581,42 @@ export class LeaseStore {
     if (!row.seq) missing.push(this.n.fencingSequence);
     if (!row.wseq) missing.push(this.n.waiterSequence);
     return missing;
+  }
+
+  /**
+   * The rights the library needs at run time that the session's role lacks, e.g. `DELETE on "public"."job_lease"`.
+   * No DDL and no ownership: the owner runs the migrations, the application's role only reads and writes rows.
+   */
+  async missingPrivileges(): Promise<{ role: string; missing: string[] }> {
+    const { lease, waiter, fencingSequence, waiterSequence } = this.n;
+    // [check function (a constant), object (bound), right (bound), how to name it]
+    const checks: Array<[string, string, string, string]> = [
+      ['has_schema_privilege', this.options.schema, 'USAGE', `USAGE on schema ${this.n.schema}`],
+      ...['SELECT', 'INSERT', 'UPDATE', 'DELETE'].flatMap((right): Array<[string, string, string, string]> => [
+        ['has_table_privilege', lease, right, `${right} on ${lease}`],
+        ['has_table_privilege', waiter, right, `${right} on ${waiter}`],
+      ]),
+      ['has_sequence_privilege', fencingSequence, 'USAGE', `USAGE on sequence ${fencingSequence}`],
+      ['has_sequence_privilege', waiterSequence, 'USAGE', `USAGE on sequence ${waiterSequence}`],
+    ];
+    const result = await this.db.query<{ role: string; granted: boolean[] }>({
+      text: `SELECT current_user::text AS role,
+        ARRAY[${checks.map(([fn], i) => `${fn}($${2 * i + 1}, $${2 * i + 2})`).join(', ')}] AS granted`,
+      values: checks.flatMap(([, object, right]) => [object, right]),
+    });
+    const { role, granted } = result.rows[0];
+    return { role, missing: checks.filter((_, i) => !granted[i]).map(([, , , name]) => name) };
+  }
+
+  /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
+  async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
+    const result = await this.db.query<{ role: string; allowed: boolean }>({
+      text: `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL
+          THEN has_database_privilege(current_database(), 'CREATE')
+          ELSE has_schema_privilege($2, 'CREATE') END AS allowed`,
+      values: [this.n.schema, this.options.schema],
+    });
+    return result.rows[0];
   }
 
   /** Creates the objects (idempotent). */

@@ -35,13 +35,14 @@ export interface LeaseModuleOptions {
   /**
    * Fallback poll of a waiting call, jittered between half and all of it. NOTIFY wakes waiters sooner; the poll covers
    * expired holders (which send no NOTIFY) and missed notifications.
-   * @default heartbeatIntervalMs
+   * @default heartbeatIntervalMs; behind `pooler: 'transaction'` without `sessionUrl` (no NOTIFY),
+   * min(heartbeatIntervalMs, 1_000)
    */
   waitPollIntervalMs?: number;
   /**
    * Wake waiters with LISTEN/NOTIFY (one listening connection per process). Turn off behind poolers that do not
    * support LISTEN; waiters then rely on polling.
-   * @default true
+   * @default true; false behind `pooler: 'transaction'` without `sessionUrl`
    */
   notify?: boolean;
   /**
@@ -111,6 +112,22 @@ export interface LeaseModuleOptions {
    * @default leaseTimeoutMs
    */
   fencedIdleTimeoutMs?: number;
+  /**
+   * The connection pooler between the application's DataSource and PostgreSQL. `'transaction'` (PgBouncer's
+   * `pool_mode = transaction`, and poolers like it): no named prepared statements (they would leak between clients
+   * sharing a server connection) and no session state outside a transaction; LISTEN/NOTIFY only through `sessionUrl`.
+   * @default 'none'
+   */
+  pooler?: 'none' | 'transaction';
+  /**
+   * A connection string reaching PostgreSQL directly or through a session-mode pooler, for the lease heartbeat, waiter
+   * heartbeat and LISTEN connections (three per process): a saturated transaction pooler then cannot delay renewals
+   * and cost healthy leases, and NOTIFY wake-ups work. Acquisitions, releases and `fenced()` stay on the application's
+   * DataSource. Without it behind `pooler: 'transaction'`, heartbeats go through the pooler and `notify` is off
+   * (waiters poll).
+   * @default undefined (the application's DataSource settings)
+   */
+  sessionUrl?: string;
 }
 
 /** Options with every default applied and checked. */
@@ -134,7 +151,13 @@ export interface ResolvedLeaseOptions {
   readonly owner: string;
   readonly fencedIdleTimeoutMs: number;
   readonly asyncReleaseCommits: boolean;
+  readonly pooler: 'none' | 'transaction';
+  /** null: heartbeats and LISTEN use the application's DataSource settings. */
+  readonly sessionUrl: string | null;
 }
+
+/** Fallback poll of waiters behind a transaction pooler without `sessionUrl`, where no NOTIFY can wake them. */
+export const POOLER_POLL_INTERVAL_MS = 1_000;
 
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
@@ -234,6 +257,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new LeaseConfigError('notify must be a boolean');
   }
+  const { pooler, sessionUrl, notify, pollDefault } = poolerSettings(options, heartbeatIntervalMs);
   return {
     heartbeatIntervalMs,
     leaseTimeoutMs,
@@ -241,8 +265,8 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     waiterTimeoutMs,
     waiterHeartbeatIntervalMs: Math.max(10, Math.floor(waiterTimeoutMs / 3)),
     defaultWaitTimeoutMs: positiveInteger('defaultWaitTimeoutMs', options.defaultWaitTimeoutMs ?? 60_000),
-    waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? heartbeatIntervalMs),
-    notify: options.notify ?? true,
+    waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? pollDefault),
+    notify,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
     agingIntervalMs: options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
@@ -253,5 +277,35 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     owner: options.owner ?? defaultOwner(),
     fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs, safetyMarginMs, heartbeatIntervalMs),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
+    pooler,
+    sessionUrl,
   };
+}
+
+/**
+ * Behind a transaction pooler, LISTEN is accepted but never delivers: notifications need `sessionUrl`. Without it,
+ * notify is off and waiters poll more often than the heartbeat interval.
+ */
+function poolerSettings(options: LeaseModuleOptions, heartbeatIntervalMs: number) {
+  const pooler = options.pooler ?? 'none';
+  if (pooler !== 'none' && pooler !== 'transaction') {
+    throw new LeaseConfigError(`pooler must be 'none' or 'transaction', got ${JSON.stringify(pooler)}`);
+  }
+  const sessionUrl = options.sessionUrl ?? null;
+  if (sessionUrl !== null && (typeof sessionUrl !== 'string' || sessionUrl.length === 0)) {
+    throw new LeaseConfigError('sessionUrl must be a non-empty connection string when given');
+  }
+  const blind = pooler === 'transaction' && sessionUrl === null;
+  if (blind && options.notify === true) {
+    throw new LeaseConfigError(
+      "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction " +
+        'pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset',
+    );
+  }
+  return {
+    pooler,
+    sessionUrl,
+    notify: blind ? false : (options.notify ?? true),
+    pollDefault: blind ? Math.min(heartbeatIntervalMs, POOLER_POLL_INTERVAL_MS) : heartbeatIntervalMs,
+  } as const;
 }

@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import {
   type BeforeApplicationShutdown,
@@ -17,11 +18,19 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { LeaseStore } from './lease-store.js';
+import { grantStatements, LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
 import { settleBy, type Waiter, WaitQueue } from './waiting.js';
+
+/** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
+interface OpenFence {
+  readonly manager: EntityManager;
+  /** Nested parts run one at a time (each in a savepoint on the one connection). */
+  queue: Promise<unknown>;
+  closed: boolean;
+}
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
 export interface LeaseEntry {
@@ -47,10 +56,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private readonly events = new Subject<LeaseEvent>();
   private readonly store: LeaseStore;
   private readonly context = new LeaseContext();
+  private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
+  private readonly waiterHeartbeatConnection: DedicatedConnection;
   private heartbeat?: Subscription;
   private closing?: Promise<void>;
   private dataSource?: DataSource;
@@ -64,13 +75,21 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
     else this.dataSource = dataSource;
     this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(() => this.connectionConfig(), this.options.heartbeatIntervalMs);
+    this.heartbeatConnection = new DedicatedConnection(
+      () => this.sessionConnectionConfig('heartbeat'),
+      this.options.heartbeatIntervalMs,
+    );
+    // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
+    this.waiterHeartbeatConnection = new DedicatedConnection(
+      () => this.sessionConnectionConfig('waiters'),
+      this.options.waiterHeartbeatIntervalMs,
+    );
     const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
-    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options);
+    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options, this.waiterHeartbeatConnection);
     this.queue = new WaitQueue(
       this.store,
       this.options,
-      () => this.connectionConfig(),
+      () => this.sessionConnectionConfig('listen'),
       (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
       this.logger,
     );
@@ -85,13 +104,48 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       );
     }
     if (!dataSource.isInitialized) await dataSource.initialize();
-    if (this.options.createSchema) await this.store.createSchema();
+    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
+      this.logger.warn(
+        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
+          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
+          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
+      );
+    }
+    if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
       );
     }
+    await this.checkPrivileges();
+  }
+
+  /**
+   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
+   * right — so a least-privileged role starts fine where the owner ran the migrations.
+   */
+  private async createSchema(): Promise<void> {
+    if ((await this.store.missingObjects()).length === 0) return;
+    const { role, allowed } = await this.store.mayCreateSchema();
+    if (!allowed) {
+      throw new LeaseConfigError(
+        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
+          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
+          'in the README ("Database privileges"), or grant it CREATE on the schema',
+      );
+    }
+    await this.store.createSchema();
+  }
+
+  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
+  private async checkPrivileges(): Promise<void> {
+    const { role, missing } = await this.store.missingPrivileges();
+    if (missing.length === 0) return;
+    throw new LeaseConfigError(
+      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
+        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
+    );
   }
 
   async onModuleInit(): Promise<void> {
@@ -109,6 +163,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
       await this.heartbeatConnection.close();
+      await this.waiterHeartbeatConnection.close();
       this.events.complete();
       await this.dataSourceRef?.close();
     })();
@@ -240,21 +295,51 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return this.queue.size;
   }
 
-  /** @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. */
+  /**
+   * @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. A `fenced()`
+   * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
+   * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
+   */
   async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
     if (!lease.isHeld()) throw this.refuse(lease);
+    const open = this.fences.getStore()?.get(lease);
+    if (open && !open.closed) return this.joinFence(lease, open, work);
     return this.requireDataSource().transaction(async (manager) => {
       const token = await this.store.lockForFence(manager, lease.targetKey);
       if (token !== lease.token) {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
       }
-      const result = await work(manager);
+      const result = await this.withinFence(lease, manager, work);
       // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
       // it may commit.
       if (!lease.isHeld()) throw this.refuse(lease);
       return result;
     });
+  }
+
+  /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
+  private async withinFence<T>(lease: HeldLease, manager: EntityManager, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
+    const fences = new Map(this.fences.getStore());
+    fences.set(lease, fence);
+    try {
+      return await this.fences.run(fences, () => work(manager));
+    } finally {
+      fence.closed = true;
+    }
+  }
+
+  /** A nested part of an open fence: a savepoint on its connection; its failure rolls back only the part. */
+  private joinFence<T>(lease: HeldLease, open: OpenFence, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const part = open.queue.then(() =>
+      open.manager.transaction(async (inner) => {
+        if (!lease.isHeld()) throw this.refuse(lease);
+        return this.withinFence(lease, inner, work);
+      }),
+    );
+    open.queue = part.catch(() => undefined);
+    return part;
   }
 
   /**
@@ -372,6 +457,10 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       if (tick.kept?.has(lease.token)) {
         lease.confirm(tick.sentAt);
         this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
+      } else if (tick.skipped?.has(lease.token)) {
+        // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
+      } else if (tick.expired?.has(lease.token)) {
+        this.lose(lease, 'renewal-deadline');
       } else {
         this.lose(lease, 'taken-over');
       }
@@ -400,11 +489,21 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return this.dataSource;
   }
 
-  /** Connection settings of the application's pool, for the heartbeat and LISTEN connections. */
-  private connectionConfig(): pg.ClientConfig {
+  /** Connection settings of the application's pool, for the heartbeat, waiter heartbeat and LISTEN connections. */
+  private connectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
     const { options } = this.pool() as unknown as { options: pg.PoolConfig };
     const { max, min, idleTimeoutMillis, ...config } = options;
-    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:heartbeat` };
+    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:${role}` };
+  }
+
+  /**
+   * The heartbeat, waiter-heartbeat and LISTEN connections: `sessionUrl` when given (outside a transaction pooler, so
+   * renewals never wait for its server connections and LISTEN delivers), else the application's pool settings.
+   */
+  private sessionConnectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
+    const { sessionUrl } = this.options;
+    if (!sessionUrl) return this.connectionConfig(role);
+    return { connectionString: sessionUrl, application_name: `nest-pg-lease:${role}` };
   }
 
   private pool(): pg.Pool {

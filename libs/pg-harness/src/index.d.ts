@@ -30,3 +30,18 @@ export declare function withDatabase(url: string, database: string): string;
 export declare function createDatabase(serverUrl: string, prefix?: string): Promise<string>;
 /** Drops a database made by `createDatabase`, ending its remaining sessions first. */
 export declare function dropDatabase(serverUrl: string, databaseUrl: string): Promise<void>;
+/** The embedded binaries as the server's user can run them (see `embeddedBinaries` in index.js). */
+export interface EmbeddedBinaries {
+    initdb: string;
+    postgres: string;
+    /** Directory of the binaries. */
+    bin: string;
+    /** The user the server runs as when we are root (`postgres`); undefined otherwise. */
+    user?: { uid: number; gid: number };
+}
+/** Binaries the server's user can run; a temporary copy's path (when one was needed) is pushed to `cleanup`. */
+export declare function embeddedBinaries(cleanup: string[]): Promise<EmbeddedBinaries>;
+/** initdb of `dataDir` (empty, owned by the server's user): user `postgres`, password authentication. */
+export declare function initCluster(binaries: EmbeddedBinaries, dataDir: string, password: string): void;
+/** Once this process is gone (even after SIGKILL): stops `serverPid` (SIGQUIT) and removes `paths`. */
+export declare function removeWhenGone(paths: string[], serverPid?: number): { kill(): boolean };

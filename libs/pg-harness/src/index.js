@@ -308,3 +308,26 @@ export async function dropDatabase(serverUrl, databaseUrl) {
         await client.end();
     }
 }
+
+// For suites that run servers of their own, several at once (the failover suite: a primary and a streaming
+// standby made from it). The same binaries, user and clean-up as `startPostgres`, without its one-server lifecycle.
+
+/**
+ * The embedded binaries in a form the server's user can run (a copy when it cannot reach the packaged ones; its
+ * path is pushed to `cleanup`), the `postgres` user when we are root, and the directory holding the binaries.
+ */
+export async function embeddedBinaries(cleanup) {
+    const user = serverUser();
+    const binaries = await reachableBinaries(user, cleanup);
+    return { ...binaries, bin: dirname(binaries.initdb), user };
+}
+
+/** initdb of `dataDir` (an empty directory the server's user owns): user `postgres`, password authentication. */
+export function initCluster(binaries, dataDir, password) {
+    runInitdb(binaries, binaries.user, dataDir, password);
+}
+
+/** Once this process is gone (even after SIGKILL): stops `serverPid` (SIGQUIT) and removes `paths`. */
+export function removeWhenGone(paths, serverPid) {
+    return watchdog(paths, serverPid);
+}

@@ -1,0 +1,150 @@
+import { randomBytes } from 'node:crypto';
+import { LeaseConfigError, type Lease, type LeaseModuleOptions, LeaseService } from 'nest-pg-lease';
+import type pg from 'pg';
+import type { EntityManager } from 'typeorm';
+import { adminClient, createTestDatabase, eventually, FAST, makeDataSource, startService } from '../support/db.js';
+
+/**
+ * The library under a least-privileged role: only SELECT, INSERT, UPDATE, DELETE on its two tables and USAGE on its
+ * two sequences (the README's GRANTs); the tables made by the owner. A role missing a right is told which, at
+ * bootstrap.
+ */
+describe('least privilege', () => {
+  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  let admin: pg.Client;
+  const role = `lease_app_${randomBytes(4).toString('hex')}`;
+  const password = randomBytes(12).toString('hex');
+  let appUrl: string;
+
+  /** The README's GRANTs, exactly. */
+  const grants = [
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON job_lease, job_lease_waiter TO ${role}`,
+    `GRANT USAGE ON SEQUENCE job_lease_fencing_seq, job_lease_waiter_seq TO ${role}`,
+  ];
+
+  beforeAll(async () => {
+    db = await createTestDatabase('privilege');
+    const owner = await startService(db.url); // the owner (a superuser here) runs the migrations
+    await owner.close();
+    admin = await adminClient(db.url);
+    await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
+    for (const grant of grants) await admin.query(grant);
+    // The application's own table, written inside the fence.
+    await admin.query(
+      'CREATE TABLE report (id bigserial PRIMARY KEY, target text NOT NULL, fencing_token bigint NOT NULL)',
+    );
+    await admin.query(`GRANT SELECT, INSERT ON report TO ${role}; GRANT USAGE ON SEQUENCE report_id_seq TO ${role}`);
+    const url = new URL(db.url);
+    url.username = role;
+    url.password = password;
+    appUrl = url.toString();
+  });
+
+  /** The application's write inside the fence. */
+  const save = (manager: EntityManager, lease: Lease) =>
+    manager.query('INSERT INTO report (target, fencing_token) VALUES ($1, $2)', [
+      lease.targetKey,
+      lease.fencingToken.toString(),
+    ]);
+
+  /** Bootstraps a service as the role; resolves with the bootstrap error, or undefined when it started. */
+  async function bootstrapError(options: LeaseModuleOptions): Promise<unknown> {
+    const dataSource = makeDataSource(appUrl);
+    await dataSource.initialize();
+    const service = new LeaseService(dataSource, { ...FAST, ...options });
+    try {
+      await service.init();
+      return undefined;
+    } catch (error) {
+      return error;
+    } finally {
+      await service.close();
+      await dataSource.destroy();
+    }
+  }
+
+  afterAll(async () => {
+    await admin.end();
+    await db.drop(); // ends the role's sessions and drops what was granted on the database's objects
+    const server = await adminClient(new URL('/postgres', db.url).toString());
+    await server.query(`DROP ROLE IF EXISTS ${role}`);
+    await server.end();
+  });
+
+  test('acquire, take over, wait, heartbeat, fenced write, release and list all run with only the GRANTs', async () => {
+    const a = await startService(appUrl, { createSchema: false, owner: 'a' });
+    const b = await startService(appUrl, { createSchema: false, owner: 'b', asyncReleaseCommits: true });
+    try {
+      const renewed: string[] = [];
+      a.service.events$.subscribe((event) => event.type === 'renewed' && renewed.push(event.targetKey));
+      const held = (await a.service.tryAcquire('report:1'))!;
+      expect(held).not.toBeNull();
+      expect(await b.service.tryAcquire('report:1')).toBeNull();
+      await eventually(() => renewed.length, (n) => n >= 3, 'three heartbeats');
+
+      // A waiter: queued, heartbeating, granted on release (NOTIFY), its row deleted.
+      const waiting = b.service.acquire('report:1', { priority: 5, waitTimeoutMs: 20_000 });
+      const queued = (rows: Array<{ state: string }>) => rows.some((row) => row.state === 'waiting');
+      await eventually(() => a.service.list('report:1'), queued, 'queued');
+      await held.fenced((manager) => save(manager, held));
+      await held.release();
+      const granted: Lease = await waiting;
+      expect(granted.fencingToken).toBeGreaterThan(held.fencingToken);
+
+      // A waiter that gives up removes its own row.
+      const late = a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 });
+      await expect(late).rejects.toThrow(/Gave up waiting/);
+      await granted.fenced((manager) => save(manager, granted));
+      await granted.release();
+
+      // A takeover of an expired lease (the row's timeout has passed): an UPDATE of someone else's row.
+      await admin.query(`INSERT INTO job_lease VALUES ('report:2', gen_random_uuid(), nextval('job_lease_fencing_seq'),
+        'dead', 0, 1000, now() - interval '1 hour', now() - interval '1 hour')`);
+      const takeover = (await a.service.tryAcquire('report:2'))!;
+      expect(takeover).not.toBeNull();
+      await takeover.release();
+
+      expect(await a.service.list()).toEqual([]);
+      const rows = (await admin.query('SELECT fencing_token::text FROM report ORDER BY id')).rows;
+      const tokens = rows.map((row) => BigInt(row.fencing_token));
+      expect(tokens).toEqual([held.fencingToken, granted.fencingToken]);
+      const [who] = await a.dataSource.query('SELECT current_user AS role');
+      expect(who.role).toBe(role);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+
+  test('createSchema: true with the tables in place needs no CREATE right', async () => {
+    expect(await bootstrapError({ createSchema: true })).toBeUndefined();
+  });
+
+  test.each([
+    ['DELETE on the waiter table', `REVOKE DELETE ON job_lease_waiter FROM ${role}`, /DELETE on "public"\."job_lease_waiter"/],
+    [
+      'USAGE on the fencing sequence',
+      `REVOKE USAGE ON SEQUENCE job_lease_fencing_seq FROM ${role}`,
+      /USAGE on sequence "public"\."job_lease_fencing_seq"/,
+    ],
+    ['UPDATE on the lease table', `REVOKE UPDATE ON job_lease FROM ${role}`, /UPDATE on "public"\."job_lease"/],
+  ])('a role without %s is refused at bootstrap with a LeaseConfigError naming the right', async (_what, revoke, named) => {
+    await admin.query(revoke);
+    try {
+      const error = await bootstrapError({ createSchema: false });
+      expect(error).toBeInstanceOf(LeaseConfigError);
+      expect(String((error as Error).message)).toMatch(named);
+      expect(String((error as Error).message)).toMatch(new RegExp(`GRANT .* TO "?${role}"?`));
+    } finally {
+      for (const grant of grants) await admin.query(grant);
+    }
+  });
+
+  test('createSchema: true with tables missing and no CREATE right: a LeaseConfigError naming CREATE on the schema', async () => {
+    const missingTables = { tableName: 'other_lease', waiterTableName: 'other_waiter' };
+    const error = await bootstrapError({ createSchema: true, ...missingTables });
+    expect(error).toBeInstanceOf(LeaseConfigError);
+    expect(String((error as Error).message)).toMatch(/CREATE on schema "public"/);
+    expect(String((error as Error).message)).toMatch(/leaseMigrations/);
+  });
+});
