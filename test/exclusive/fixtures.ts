@@ -7,10 +7,13 @@ export async function startApp(
   imports: Array<Type | DynamicModule>,
   controllers: Type[] = [],
   providers: Provider[] = [],
+  /** Runs before `listen`: adapters, global interceptors, connected microservices. */
+  configure?: (app: INestApplication) => void,
 ): Promise<{ app: INestApplication; url: string }> {
   @Module({ imports, controllers, providers })
   class TestAppModule {}
   const app = await NestFactory.create(TestAppModule, { logger: ['error'] });
+  configure?.(app);
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address() as { port: number };
   return { app, url: `http://127.0.0.1:${address.port}` };

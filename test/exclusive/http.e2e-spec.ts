@@ -1,4 +1,4 @@
-import { Body, Controller, Get, Inject, Injectable, Param, Post, Query } from '@nestjs/common';
+import { Body, Controller, Get, Headers, Inject, Injectable, Param, Post, Query } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   CurrentLease,
@@ -83,9 +83,9 @@ class ReportController {
   }
 
   @Post('by-fn')
-  @Exclusive((req: { headers: Record<string, string> }) => `tenant:${req.headers['x-tenant']}`)
-  byFunction() {
-    return { ok: true };
+  @Exclusive((tenant: string) => `tenant:${tenant}`)
+  byFunction(@Headers('x-tenant') tenant: string) {
+    return { ok: true, tenant };
   }
 
   /** Waits for the external call (signal-aware), then saves fenced. */
@@ -242,7 +242,7 @@ describe('@Exclusive over HTTP', () => {
     expect(answer.body.inner).toBe(answer.body.outer);
   });
 
-  test('key templates: body fields with dotted paths, functions of the request; a missing placeholder is a 400', async () => {
+  test('key templates: body fields with dotted paths, functions of the handler arguments; a missing placeholder is a 400', async () => {
     expect((await post(`${url}/by-body`, { order: { id: 9 } })).status).toBe(201);
     const missing = await post(`${url}/by-body`, { other: 1 });
     expect(missing.status).toBe(400);

@@ -1,6 +1,7 @@
 /**
  * `npm run demo:serve`: PostgreSQL (DATABASE_URL, or an embedded one), the fake scoring API and instances A and B,
- * kept running until Ctrl-C. Prints the dashboard URLs. Ports: DEMO_PORT (3001) for A, +1 for B, +2 for the API.
+ * kept running until Ctrl-C. Prints the dashboard URLs. Ports: DEMO_PORT (3001) for A, +1 for B, +2 for the API. The
+ * scheduled digest runs every 5 s on both instances (DIGEST_CRON to change it, `off` to stop it).
  */
 import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { startStack } from './stack.js';
@@ -26,6 +27,7 @@ try {
     scoringFailureRate: Number(process.env.SCORING_FAILURE_RATE || 0),
     echo: true,
     watch: process.env.DEMO_WATCH === '1',
+    digestCron: process.env.DIGEST_CRON || '*/5 * * * * *',
   });
 } catch (error) {
   console.error(String(error));

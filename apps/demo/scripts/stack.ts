@@ -25,6 +25,11 @@ export interface StackOptions {
   echo?: boolean;
   /** Restart each child when its compiled files change (`node --watch`, for the dev script). */
   watch?: boolean;
+  /**
+   * When the scheduled digest runs on every instance (cron, six fields), or `off` (the default: the tour and its tests
+   * count acquisitions exactly, and the digest would add its own).
+   */
+  digestCron?: string;
 }
 
 export interface DemoStack {
@@ -115,6 +120,7 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
       HEARTBEAT_INTERVAL_MS: String(heartbeatIntervalMs),
       LEASE_TIMEOUT_MS: String(leaseTimeoutMs),
       DEMO_PEERS: peers,
+      DIGEST_CRON: options.digestCron ?? 'off',
       NO_COLOR: '1',
     });
     await waitUntilAnswering(`${urls[name]}/api/state`, child, name, output);

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { type DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
+import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { LeaseExceptionFilter, leaseEntities, leaseMigrations, LeaseModule } from 'nest-pg-lease';
@@ -10,6 +11,9 @@ import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActivityLog } from './activity.log.js';
 import { DashboardController } from './dashboard/dashboard.controller.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { DigestService } from './digest.service.js';
+import { JobDigest } from './job-digest.entity.js';
+import { CreateJobDigest1764547200000 } from './job-digest.migration.js';
 import { JobResult } from './job-result.entity.js';
 import { CreateJobResult1764460800000 } from './job-result.migration.js';
 import { LeasesController } from './leases.controller.js';
@@ -26,14 +30,17 @@ export class AppModule {
     return {
       module: AppModule,
       imports: [
+        // Imported before LeaseModule on purpose: @Exclusive holds whatever the order (the scheduler captures the
+        // decorated method, which is already the wrapper).
+        ScheduleModule.forRoot(),
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: config.databaseUrl,
-          entities: [JobResult, ...leaseEntities],
-          migrations: [...leaseMigrations, CreateJobResult1764460800000],
+          entities: [JobResult, JobDigest, ...leaseEntities],
+          migrations: [...leaseMigrations, CreateJobResult1764460800000, CreateJobDigest1764547200000],
           migrationsRun: true,
         }),
-        TypeOrmModule.forFeature([JobResult]),
+        TypeOrmModule.forFeature([JobResult, JobDigest]),
         // Demo timeouts are seconds so the tour is quick; production defaults are 30 s / 120 s.
         LeaseModule.forRoot({
           heartbeatIntervalMs: config.heartbeatIntervalMs,
@@ -52,6 +59,7 @@ export class AppModule {
         ActivityLog,
         ScoringClient,
         ReportsService,
+        DigestService,
       ],
     };
   }

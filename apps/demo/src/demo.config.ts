@@ -15,6 +15,18 @@ export interface DemoConfig {
 
 export const DEMO_CONFIG = Symbol('DEMO_CONFIG');
 
+/**
+ * When the scheduled digest runs: `DIGEST_CRON` (six fields, seconds first; default every 5 s), or `off`. Read when
+ * the module is loaded, because `@Cron` takes its expression at decoration time.
+ */
+export const DIGEST_SCHEDULE = digestSchedule(process.env.DIGEST_CRON);
+
+function digestSchedule(raw: string | undefined): { cron: string; disabled: boolean; label: string } {
+  const every5s = '*/5 * * * * *';
+  if (raw === 'off') return { cron: every5s, disabled: true, label: 'off' };
+  return { cron: raw || every5s, disabled: false, label: raw || every5s };
+}
+
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;

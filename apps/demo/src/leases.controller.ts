@@ -1,7 +1,8 @@
 import { Controller, Get, HttpCode, Inject, Logger, ParseIntPipe, Post, Query } from '@nestjs/common';
 import { LeaseService, type LeaseSnapshot } from 'nest-pg-lease';
 import { ActivityLog } from './activity.log.js';
-import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { DEMO_CONFIG, DIGEST_SCHEDULE, type DemoConfig } from './demo.config.js';
+import { DigestService } from './digest.service.js';
 
 /** JSON has no bigint: fencing tokens travel as strings. */
 function snapshotView(row: LeaseSnapshot) {
@@ -16,6 +17,7 @@ export class LeasesController {
   constructor(
     @Inject(LeaseService) private readonly leases: LeaseService,
     @Inject(ActivityLog) private readonly activity: ActivityLog,
+    @Inject(DigestService) private readonly digest: DigestService,
     @Inject(DEMO_CONFIG) private readonly config: DemoConfig,
   ) {}
 
@@ -37,6 +39,15 @@ export class LeasesController {
       peers: this.config.peers,
       leases: (await this.leases.list()).map(snapshotView),
       events: this.activity.recent(after),
+      digest: {
+        schedule: DIGEST_SCHEDULE.label,
+        runs: (await this.digest.recent()).map((run) => ({
+          fencingToken: run.fencingToken,
+          instance: run.instance,
+          reports: run.reports,
+          at: run.createdAt,
+        })),
+      },
     };
   }
 

@@ -1,9 +1,15 @@
-import type { ExecutionContext } from '@nestjs/common';
+import 'reflect-metadata';
+import {
+  CUSTOM_ROUTE_ARGS_METADATA,
+  METHOD_METADATA,
+  PATH_METADATA,
+  ROUTE_ARGS_METADATA,
+} from '@nestjs/common/constants.js';
+import { LeaseConfigError, LeaseKeyError } from './errors.js';
 import type { AcquireOptions } from './lease.types.js';
-import { LeaseKeyError } from './errors.js';
-import { fillKeyTemplate } from './target-key.js';
+import { assertHoldAtLeastMs, fillKeyTemplate } from './target-key.js';
 
-/** A key template such as `'report:{id}'`, or a function of the request (controllers) / the arguments (providers). */
+/** A key template such as `'report:{id}'`, or a function of the method's arguments (after pipes, for handlers). */
 export type ExclusiveKey = string | ((...args: any[]) => string);
 
 export interface ExclusiveOptions {
@@ -11,6 +17,18 @@ export interface ExclusiveOptions {
   priority?: number;
   /** Waits in line up to this long (priority 0 unless given). */
   waitTimeoutMs?: number;
+  /**
+   * After release, the target stays taken until this long after the acquisition (database clock): a scheduled job
+   * that finishes in milliseconds is not run again by an instance whose timer fires a little later. @default 0
+   */
+  holdAtLeastMs?: number;
+  /**
+   * What a busy target does to the call: `'throw'` a `LeaseBusyError`, or `'skip'` — the method does not run, the
+   * call resolves `undefined`, `events$` emits `busy` and the log gets at most a debug line (scheduled jobs, event
+   * listeners). Not for HTTP handlers, which answer 409. Waiting is chosen by `priority` / `waitTimeoutMs`.
+   * @default 'throw'
+   */
+  onBusy?: 'throw' | 'skip';
 }
 
 /** What `@Exclusive` records on the method. */
@@ -18,11 +36,148 @@ export interface ExclusiveMetadata extends ExclusiveOptions {
   targetKey: ExclusiveKey;
 }
 
+/** Validates the decorator's arguments once, at decoration time. */
+export function exclusiveMetadata(
+  targetKey: ExclusiveKey,
+  priorityOrOptions?: number | ExclusiveOptions,
+): ExclusiveMetadata {
+  if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
+    throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
+  }
+  const options: ExclusiveOptions =
+    typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
+  if (options.priority !== undefined && !Number.isInteger(options.priority)) {
+    throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
+  }
+  if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
+    throw new LeaseConfigError(
+      `@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`,
+    );
+  }
+  assertHoldAtLeastMs(options.holdAtLeastMs);
+  if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
+    throw new LeaseConfigError(`@Exclusive onBusy must be 'throw' or 'skip', got ${JSON.stringify(options.onBusy)}`);
+  }
+  return { targetKey, ...options };
+}
+
 export function acquireOptionsOf(metadata: ExclusiveMetadata): AcquireOptions {
   const options: AcquireOptions = {};
   if (metadata.priority !== undefined) options.priority = metadata.priority;
   if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
+  if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
   return options;
+}
+
+/** How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, or a plain call. */
+export type Door = 'http' | 'ws' | 'rpc' | 'provider';
+
+// Metadata keys of @nestjs/websockets and @nestjs/microservices (optional packages, so not imported).
+const WS_MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
+const RPC_PATTERN_METADATA = 'microservices:pattern';
+
+/** Read from the (wrapped) method's own metadata: what Nest's route, gateway and microservice explorers look for. */
+export function doorOf(method: object): Door {
+  if (Reflect.getMetadata(WS_MESSAGE_MAPPING_METADATA, method)) return 'ws';
+  if (Reflect.getMetadata(RPC_PATTERN_METADATA, method) !== undefined) return 'rpc';
+  if (
+    Reflect.getMetadata(METHOD_METADATA, method) !== undefined &&
+    Reflect.getMetadata(PATH_METADATA, method) !== undefined
+  ) {
+    return 'http';
+  }
+  return 'provider';
+}
+
+/** One argument a placeholder can read: named by a parameter decorator, or a whole object of fields. */
+interface ArgumentSource {
+  readonly index: number;
+  /** How the signature declares it, for messages: `@Param('id')`, `@Body()`. */
+  readonly label: string;
+}
+
+/**
+ * Where each placeholder of a handler's key comes from: decided by the handler's signature, once, never by what a
+ * request happens to contain.
+ */
+export interface ArgumentPlan {
+  readonly door: Door;
+  /** `Class.method`, for messages. */
+  readonly label: string;
+  /** `@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')` → id. */
+  readonly named: ReadonlyMap<string, readonly ArgumentSource[]>;
+  /** Whole-object arguments whose fields a placeholder names, in order of precedence. */
+  readonly wholes: readonly ArgumentSource[];
+  /** Arguments a positional placeholder (`{0}`) may name. */
+  readonly positions: ReadonlySet<number> | 'any';
+  /** Where `@CurrentLease()` wants the lease. */
+  readonly leaseSlots: readonly number[];
+}
+
+// Paramtypes of @nestjs/common (RouteParamtypes) and of the ws / rpc packages (payload = 3 in both).
+const HTTP_SOURCES: Record<number, string> = { 5: '@Param', 3: '@Body', 4: '@Query', 6: '@Headers' };
+const DATA_SOURCES: Record<Exclude<Door, 'http' | 'provider'>, Record<number, string>> = {
+  ws: { 3: '@MessageBody' },
+  rpc: { 3: '@Payload' },
+};
+/** The whole objects a placeholder may read fields of: route params before the body; never the whole query. */
+const HTTP_WHOLES = [5, 3];
+
+interface RouteArgument {
+  index: number;
+  data?: unknown;
+  factory?: unknown;
+}
+
+/**
+ * Reads Nest's parameter metadata (`ROUTE_ARGS_METADATA`, which `@Param`, `@Body`, `@MessageBody`, `@Payload` and
+ * custom parameter decorators write on the class for the method) into an argument plan.
+ */
+export function argumentPlan(
+  owner: Function,
+  methodName: string | symbol,
+  door: Door,
+  leaseFactory: unknown,
+): ArgumentPlan {
+  const label = `${owner.name}.${String(methodName)}`;
+  const routeArgs = Reflect.getMetadata(ROUTE_ARGS_METADATA, owner, methodName) as
+    Record<string, RouteArgument> | undefined;
+  const named = new Map<string, ArgumentSource[]>();
+  const wholes: Array<ArgumentSource & { rank: number }> = [];
+  const positions = new Set<number>();
+  const leaseSlots: number[] = [];
+  if (door === 'provider')
+    return { door, label, named, wholes: [{ index: 0, label: 'the first argument' }], positions: 'any', leaseSlots };
+  for (const [key, argument] of Object.entries(routeArgs ?? {})) {
+    if (key.includes(CUSTOM_ROUTE_ARGS_METADATA)) {
+      if (argument.factory === leaseFactory) leaseSlots.push(argument.index);
+      else positions.add(argument.index);
+      continue;
+    }
+    positions.add(argument.index);
+    const paramtype = Number(key.split(':')[0]);
+    const decorator = door === 'http' ? HTTP_SOURCES[paramtype] : DATA_SOURCES[door][paramtype];
+    if (!decorator) continue;
+    if (typeof argument.data === 'string') {
+      named.set(argument.data, [
+        ...(named.get(argument.data) ?? []),
+        { index: argument.index, label: `${decorator}('${argument.data}')` },
+      ]);
+    } else if (argument.data === undefined && (door !== 'http' || HTTP_WHOLES.includes(paramtype))) {
+      wholes.push({
+        index: argument.index,
+        label: `${decorator}()`,
+        rank: door === 'http' ? HTTP_WHOLES.indexOf(paramtype) : 0,
+      });
+    }
+  }
+  if (!routeArgs) {
+    // Without parameter decorators Nest passes (socket, data, ack) to a gateway and (data, context) to a microservice.
+    if (door === 'ws') (wholes.push({ index: 1, label: 'the message data', rank: 0 }), positions.add(0).add(1));
+    if (door === 'rpc') (wholes.push({ index: 0, label: 'the message data', rank: 0 }), positions.add(0).add(1));
+  }
+  wholes.sort((a, b) => a.rank - b.rank);
+  return { door, label, named, wholes, positions, leaseSlots };
 }
 
 function readPath(source: unknown, path: string): unknown {
@@ -34,36 +189,78 @@ function readPath(source: unknown, path: string): unknown {
   return value;
 }
 
-function keyFromFunction(produce: (...args: any[]) => string, args: unknown[]): string {
-  const key = produce(...args);
-  if (typeof key !== 'string') {
-    throw new LeaseKeyError(`The @Exclusive key function returned ${key === null ? 'null' : typeof key}, not a string`);
+const absent = (value: unknown) => value === undefined || value === null || value === '';
+
+/**
+ * The argument a placeholder reads, by the rule the README documents next to `@Exclusive`: `{0}` by position; a
+ * name one parameter decorator declares; else a field of the whole-object arguments. Throws `LeaseConfigError` for
+ * a placeholder the signature cannot fill.
+ */
+function sourceOf(
+  plan: ArgumentPlan,
+  name: string,
+): { index: number; path?: string } | { wholes: readonly ArgumentSource[]; path: string } {
+  const [head, ...rest] = name.split('.');
+  const path = rest.length > 0 ? rest.join('.') : undefined;
+  if (/^\d+$/.test(head)) {
+    const index = Number(head);
+    if (plan.positions !== 'any' && !plan.positions.has(index)) {
+      throw new LeaseConfigError(
+        `@Exclusive on ${plan.label}: placeholder {${name}} names argument ${index}, ` +
+          'which the handler does not declare with a parameter decorator',
+      );
+    }
+    return { index, path };
   }
-  return key;
+  const declared = plan.named.get(head) ?? [];
+  if (declared.length > 1) {
+    const sources = declared.map((source) => `${source.label} (argument ${source.index})`).join(' and ');
+    throw new LeaseConfigError(
+      `@Exclusive on ${plan.label}: placeholder {${name}} is ambiguous: ${sources} all declare it; ` +
+        'name the argument by position ({0}, {1}, …) or rename one',
+    );
+  }
+  if (declared.length === 1) return { index: declared[0].index, path };
+  if (plan.wholes.length > 0) return { wholes: plan.wholes, path: name };
+  const example =
+    plan.door === 'ws' ? `@MessageBody('${head}')` : plan.door === 'rpc' ? `@Payload('${head}')` : `@Param('${head}')`;
+  const alternatives =
+    plan.door === 'http'
+      ? `@Param('${head}') (a route parameter), @Body('${head}') (a body field), @Query('${head}') (a query value), ` +
+        'or @Body() for fields of the body'
+      : `${example}, or the whole data with ${plan.door === 'ws' ? '@MessageBody()' : '@Payload()'}`;
+  throw new LeaseConfigError(
+    `@Exclusive on ${plan.label}: placeholder {${name}} names no parameter of the handler; ` +
+      `declare it with ${alternatives}`,
+  );
 }
 
-/** Controllers: placeholders come from route params, then query, then body; a function receives the request. */
-export function controllerTargetKey(metadata: ExclusiveMetadata, context: ExecutionContext): string {
-  const source =
-    context.getType() === 'http' ? context.switchToHttp().getRequest<Record<string, unknown>>() : context.getArgByIndex(0);
-  if (typeof metadata.targetKey === 'function') return keyFromFunction(metadata.targetKey, [source]);
-  if (context.getType() !== 'http') return fillKeyTemplate(metadata.targetKey, (name) => readPath(source, name));
-  const request = source as { params?: unknown; query?: unknown; body?: unknown };
+/** Checks every placeholder of a template against a plan (at bootstrap, so a bad template fails early). */
+export function checkKeyTemplate(metadata: ExclusiveMetadata, plan: ArgumentPlan): void {
+  if (typeof metadata.targetKey !== 'string') return;
+  // The same parser as fillKeyTemplate, so that the check and the call agree on what a placeholder is.
+  fillKeyTemplate(metadata.targetKey, (name) => (sourceOf(plan, name), '0'));
+}
+
+/** The target key of one call: from the arguments the method received (after pipes, for handlers). */
+export function targetKeyOf(metadata: ExclusiveMetadata, plan: ArgumentPlan, args: readonly unknown[]): string {
+  if (typeof metadata.targetKey === 'function') {
+    const key = metadata.targetKey(...args);
+    if (typeof key !== 'string') {
+      throw new LeaseKeyError(
+        `The @Exclusive key function of ${plan.label} returned ${key === null ? 'null' : typeof key}, not a string`,
+      );
+    }
+    return key;
+  }
   return fillKeyTemplate(metadata.targetKey, (name) => {
-    for (const bag of [request.params, request.query, request.body]) {
-      const value = readPath(bag, name);
-      if (value !== undefined && value !== null && value !== '') return value;
+    const source = sourceOf(plan, name);
+    if ('index' in source)
+      return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
+    for (const whole of source.wholes) {
+      const value = readPath(args[whole.index], source.path);
+      if (!absent(value)) return value;
     }
     return undefined;
-  });
-}
-
-/** Providers: `{0}`, `{1}` name arguments by position, other placeholders fields of the first argument. */
-export function providerTargetKey(metadata: ExclusiveMetadata, args: unknown[]): string {
-  if (typeof metadata.targetKey === 'function') return keyFromFunction(metadata.targetKey, args);
-  return fillKeyTemplate(metadata.targetKey, (name) => {
-    const [head, ...rest] = name.split('.');
-    if (/^\d+$/.test(head)) return rest.length ? readPath(args[Number(head)], rest.join('.')) : args[Number(head)];
-    return readPath(args[0], name);
   });
 }

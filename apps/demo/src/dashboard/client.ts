@@ -20,6 +20,12 @@ interface Activity {
   fencingToken?: string;
   detail?: string;
 }
+interface DigestRun {
+  fencingToken: string;
+  instance: string;
+  reports: number;
+  at: string;
+}
 interface State {
   instance: string;
   pid: number;
@@ -27,6 +33,7 @@ interface State {
   peers: Record<string, string>;
   leases: Snapshot[];
   events: Activity[];
+  digest: { schedule: string; runs: DigestRun[] };
 }
 
 const REFRESH_MS = 300;
@@ -39,6 +46,7 @@ const up = new Map<string, { pid: number } | null>();
 const events = new Map<string, Activity>();
 const lastSeq = new Map<string, number>();
 let leases: Snapshot[] = [];
+let digest: State['digest'] = { schedule: '', runs: [] };
 
 const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
 const escape = (text: unknown) =>
@@ -77,14 +85,14 @@ async function refresh(): Promise<void> {
       return state;
     }),
   );
-  let fresh: Snapshot[] | undefined;
+  let fresh: State | undefined;
   Object.keys(peers).forEach((name, index) => {
     const result = results[index];
-    if (result.status === 'fulfilled') fresh ??= result.value.leases;
+    if (result.status === 'fulfilled') fresh ??= result.value;
     else up.set(name, null);
   });
-  // The lease table is the database's view: any live instance can tell it.
-  if (fresh) leases = fresh;
+  // The lease and digest tables are the database's view: any live instance can tell them.
+  if (fresh) ({ leases, digest } = fresh);
   render();
 }
 
@@ -129,6 +137,16 @@ function render(): void {
           <td class="num">${row.priority}</td><td class="num">${seconds(row.ageMs)}</td><td>${row.live ? 'yes' : 'no (skipped)'}</td></tr>`,
       )
       .join('') || '<tr><td colspan="6" class="muted">nobody waiting</td></tr>';
+
+  $('#digest-schedule').textContent = digest.schedule === 'off' ? '(off)' : `(cron ${digest.schedule})`;
+  $('#digests tbody').innerHTML =
+    digest.runs
+      .map(
+        (run) => `<tr data-instance="${escape(run.instance)}" data-token="${escape(run.fencingToken)}">
+          <td class="num">${escape(run.at.slice(11, 23))}</td><td>${escape(run.instance)}</td>
+          <td class="num">${escape(run.fencingToken)}</td><td class="num">${run.reports}</td></tr>`,
+      )
+      .join('') || '<tr><td colspan="4" class="muted">no digest yet</td></tr>';
 
   const recent = [...events.values()].sort((a, b) => b.at.localeCompare(a.at)).slice(0, SHOWN_EVENTS);
   $('#events tbody').innerHTML = recent

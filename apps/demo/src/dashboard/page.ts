@@ -21,7 +21,7 @@ export const DASHBOARD_HTML = `<!doctype html>
   input, select { font: inherit; padding: .25rem .4rem; width: 6rem; }
   #answer[data-status^="2"] { color: #067647; } #answer[data-status^="4"], #answer[data-status^="5"], #answer[data-status="error"] { color: #b42318; }
   tr[data-type="taken-over"], tr[data-type="lost"], tr[data-type="report-discarded"] { background: #fff6ed; }
-  tr[data-type="busy"] { color: #667085; }
+  tr[data-type="busy"] { color: #667085; } tr[data-type="digest-saved"] { background: #f0f9ff; }
 </style>
 </head>
 <body>
@@ -50,6 +50,13 @@ export const DASHBOARD_HTML = `<!doctype html>
   <table id="leases"><thead><tr><th>target</th><th>holder</th><th>fencing token</th><th>age</th><th>since heartbeat (bar fills toward the timeout)</th></tr></thead><tbody></tbody></table>
   <h2>Waiters, in grant order</h2>
   <table id="waiters"><thead><tr><th>target</th><th>#</th><th>instance</th><th>priority</th><th>waiting for</th><th>live</th></tr></thead><tbody></tbody></table>
+</section>
+
+<section>
+  <h2>Scheduled job: digest <span class="muted" id="digest-schedule"></span></h2>
+  <div class="muted"><code>@Cron</code> + <code>@Exclusive('digest:reports', { holdAtLeastMs: 800, onBusy: 'skip' })</code>
+    on every instance: one of them runs each tick, the others skip quietly (a <i>busy</i> event, no error).</div>
+  <table id="digests"><thead><tr><th>time</th><th>instance</th><th>fencing token</th><th>new reports</th></tr></thead><tbody></tbody></table>
 </section>
 
 <section>

@@ -1,12 +1,16 @@
-import { createParamDecorator, type ExecutionContext } from '@nestjs/common';
-import { LEASE_OF_REQUEST } from '../lease.constants.js';
+import { createParamDecorator } from '@nestjs/common';
 
 /**
- * Injects the lease of an `@Exclusive` controller handler. Undefined on handlers without `@Exclusive`.
- *
- * @example async build(@Param('id') id: string, @CurrentLease() lease: Lease) { … lease.signal … }
+ * Marks the parameter `@Exclusive` fills with the handler call's lease. The value comes from the wrapper the
+ * decorator puts around the method, once the lease is held (after pipes, so the key can use the piped values); this
+ * factory only makes the parameter known to Nest.
  */
-export const CurrentLease = createParamDecorator((_: unknown, context: ExecutionContext) => {
-  const holder = context.getType() === 'http' ? context.switchToHttp().getRequest() : context.getArgByIndex(0);
-  return holder && typeof holder === 'object' ? (holder as Record<symbol, unknown>)[LEASE_OF_REQUEST] : undefined;
-});
+export const currentLeaseFactory = (): undefined => undefined;
+
+/**
+ * Injects the lease of an `@Exclusive` handler (HTTP, WebSocket or microservice): each call gets its own. Undefined
+ * on handlers without `@Exclusive`.
+ *
+ * @example async build(@Param('id', ParseIntPipe) id: number, @CurrentLease() lease: Lease) { … lease.signal … }
+ */
+export const CurrentLease = createParamDecorator(currentLeaseFactory);

@@ -1,41 +1,57 @@
-import { applyDecorators, SetMetadata, UseInterceptors } from '@nestjs/common';
+import 'reflect-metadata';
+import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError } from '../errors.js';
-import type { ExclusiveKey, ExclusiveMetadata, ExclusiveOptions } from '../exclusive.metadata.js';
+import { callExclusive } from '../exclusive-call.js';
+import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive.metadata.js';
 import { ExclusiveInterceptor } from '../interceptors/exclusive.interceptor.js';
-import { EXCLUSIVE_METADATA } from '../lease.constants.js';
+import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
 
 /**
- * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles.
+ * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an
+ * HTTP route, a WebSocket gateway, a microservice pattern, a scheduler, an event listener, another provider.
  *
- * - On a controller handler, an interceptor resolves the key from the request (route params, then query, then body),
- *   and maps lease errors to HTTP (busy → 409 with Retry-After, bad key → 400, lost → 409 "result discarded").
- * - On a provider method, the method is wrapped at bootstrap, so every caller runs it under the lease and gets the
- *   typed `LeaseError`s. `{0}`, `{1}` name arguments; other placeholders are fields of the first argument.
+ * The method is wrapped where it is defined, at decoration time (its metadata and name are kept), and the wrapper
+ * finds the application's `LeaseService` at call time: a scheduler or listener that captured the method during
+ * bootstrap, in any module order, or a lazily loaded module still goes through the lease.
  *
- * Without a priority or wait, a busy target is refused at once; with one, the call waits in the priority line.
- * Inside, `LeaseService.current()` (or `@CurrentLease()`) gives the lease: pass `lease.signal` to `fetch`, save
- * with `lease.fenced(manager => …)`.
+ * Keys come from the arguments the method receives — for handlers, after pipes (`ParseIntPipe` makes `/report/007`
+ * the same key as `/report/7`). `{0}`, `{1}` name arguments by position; `{id}` the parameter a decorator names
+ * (`@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')`); otherwise
+ * a field of the whole route params (`@Param()`), then of the whole body (`@Body()` / `@MessageBody()` /
+ * `@Payload()`) — never of a query string the handler did not declare. On provider methods, `{id}` is a field of the
+ * first argument. A function receives the arguments.
  *
- * @example @Exclusive('report:{id}')            // refuse duplicates
- * @example @Exclusive('report:{id}', 10)        // wait in line with priority 10
- * @example @Exclusive((req) => `user:${req.user.id}`, { waitTimeoutMs: 5_000 })
+ * Without a priority or wait, a busy target is refused at once (`LeaseBusyError`; HTTP 409) or, with
+ * `onBusy: 'skip'`, the call quietly resolves `undefined`. With a priority or `waitTimeoutMs` the call waits in line.
+ * `holdAtLeastMs` keeps the target taken for that long after the acquisition. The decorated method always returns a
+ * Promise (an Observable result is held until it completes).
+ *
+ * @example @Exclusive('report:{id}')                         // refuse duplicates
+ * @example @Exclusive('report:{id}', 10)                     // wait in line with priority 10
+ * @example @Exclusive('digest', { holdAtLeastMs: 5_000, onBusy: 'skip' })   // with @Cron: once per tick
  */
 export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | ExclusiveOptions): MethodDecorator {
   const metadata = exclusiveMetadata(targetKey, priorityOrOptions);
-  return applyDecorators(SetMetadata(EXCLUSIVE_METADATA, metadata), UseInterceptors(ExclusiveInterceptor));
-}
-
-function exclusiveMetadata(targetKey: ExclusiveKey, priorityOrOptions?: number | ExclusiveOptions): ExclusiveMetadata {
-  if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
-    throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
-  }
-  const options: ExclusiveOptions =
-    typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
-  if (options.priority !== undefined && !Number.isInteger(options.priority)) {
-    throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
-  }
-  if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
-    throw new LeaseConfigError(`@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
-  }
-  return { targetKey, ...options };
+  return (target: object, methodName: string | symbol, descriptor: PropertyDescriptor) => {
+    const original: unknown = descriptor.value;
+    if (typeof original !== 'function') {
+      throw new LeaseConfigError(`@Exclusive goes on a method; ${String(methodName)} is not one`);
+    }
+    const declaringClass = typeof target === 'function' ? target : target.constructor;
+    const wrapped = function (this: unknown, ...args: unknown[]): Promise<unknown> {
+      return callExclusive(this, wrapped, original, metadata, declaringClass, methodName, args);
+    };
+    // Decorators applied before this one wrote their metadata on the original; those applied after write on the wrapper.
+    for (const key of Reflect.getOwnMetadataKeys(original)) {
+      Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapped);
+    }
+    Object.defineProperty(wrapped, 'name', { value: original.name });
+    Object.defineProperty(wrapped, 'length', { value: original.length });
+    Object.defineProperty(wrapped, ORIGINAL_METHOD, { value: original });
+    descriptor.value = wrapped;
+    Reflect.defineMetadata(EXCLUSIVE_METADATA, metadata, wrapped);
+    // The controller door: on HTTP, WebSocket and microservice handlers it maps errors for the transport and ends the
+    // call's wait when the caller goes away; on provider methods Nest never runs it.
+    UseInterceptors(ExclusiveInterceptor)(target, methodName, descriptor);
+  };
 }

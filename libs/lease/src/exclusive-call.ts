@@ -1,0 +1,193 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Logger } from '@nestjs/common';
+import { isObservable, Observable } from 'rxjs';
+import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
+import { LeaseBusyError, LeaseLostError } from './errors.js';
+import {
+  acquireOptionsOf,
+  type ArgumentPlan,
+  argumentPlan,
+  doorOf,
+  type ExclusiveMetadata,
+  targetKeyOf,
+} from './exclusive.metadata.js';
+import { leaseServiceFor } from './lease.explorer.js';
+import type { LeaseEntry, LeaseService } from './lease.service.js';
+
+/**
+ * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
+ * pipes, and the key must come from the piped arguments), so it leaves this for the method's wrapper: the signal
+ * aborts when the caller goes away (timeout interceptor, SSE or WebSocket client gone, cancelled RPC).
+ */
+export interface HandlerCall {
+  readonly handler: Function;
+  readonly signal: AbortSignal;
+  claimed: boolean;
+}
+
+/** The handler call in progress, set by the interceptor around `next.handle()`. */
+export const handlerCalls = new AsyncLocalStorage<HandlerCall>();
+
+const logger = new Logger('Exclusive');
+const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
+
+function planOf(owner: Function, methodName: string | symbol, wrapped: Function): ArgumentPlan {
+  let byMethod = plans.get(owner);
+  if (!byMethod) plans.set(owner, (byMethod = new Map()));
+  let plan = byMethod.get(methodName);
+  if (!plan) byMethod.set(methodName, (plan = argumentPlan(owner, methodName, doorOf(wrapped), currentLeaseFactory)));
+  return plan;
+}
+
+/** The interceptor's call, if it is this method's own (not a decorated method the handler calls in turn). */
+function claim(wrapped: Function): HandlerCall | undefined {
+  const call = handlerCalls.getStore();
+  if (!call || call.handler !== wrapped || call.claimed) return undefined;
+  call.claimed = true;
+  return call;
+}
+
+const isThenable = (value: unknown): value is PromiseLike<unknown> =>
+  value !== null &&
+  (typeof value === 'object' || typeof value === 'function') &&
+  typeof (value as PromiseLike<unknown>).then === 'function';
+
+/**
+ * What every `@Exclusive` method runs when called, whoever calls it: find the application's LeaseService, compute the
+ * key from the arguments, acquire (or wait, or skip), run the original in the lease's call context, release when it
+ * settles. A handler call (from the interceptor) also ends at once when its lease is lost or its caller goes away.
+ */
+export async function callExclusive(
+  self: unknown,
+  wrapped: Function,
+  original: Function,
+  metadata: ExclusiveMetadata,
+  declaringClass: Function,
+  methodName: string | symbol,
+  args: unknown[],
+): Promise<unknown> {
+  const call = claim(wrapped);
+  const owner = self !== null && typeof self === 'object' ? (self.constructor as Function) : declaringClass;
+  const plan = planOf(owner, methodName, wrapped);
+  const leases = leaseServiceFor(self, plan.label);
+  const targetKey = targetKeyOf(metadata, plan, args);
+  let entry: LeaseEntry;
+  try {
+    entry = await leases.enter(
+      targetKey,
+      call ? { ...acquireOptionsOf(metadata), signal: call.signal } : acquireOptionsOf(metadata),
+    );
+  } catch (error) {
+    if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) {
+      logger.debug(`${plan.label} skipped: "${targetKey}" is busy`);
+      return undefined;
+    }
+    throw error;
+  }
+  // A lease that arrived after the caller left (a statement that committed late) is not kept.
+  if (call?.signal.aborted) {
+    await entry.exit();
+    throw call.signal.reason;
+  }
+  const callArgs = [...args];
+  for (const index of plan.leaseSlots) callArgs[index] = entry.lease;
+  let result: unknown;
+  try {
+    result = leases.within(entry.lease, () => original.apply(self, callArgs));
+  } catch (error) {
+    await entry.exit();
+    throw error;
+  }
+  if (isObservable(result)) return holdWhileSubscribed(result, entry, leases, call);
+  if (!isThenable(result)) {
+    await entry.exit();
+    return result;
+  }
+  if (!call) {
+    try {
+      return await result;
+    } finally {
+      await entry.exit();
+    }
+  }
+  return settleHandler(result, entry, call);
+}
+
+/**
+ * A handler call settles with its work, or at once when the lease is lost (the client hears "discarded" without
+ * waiting for the work to notice) or the caller goes away (the lease is released; the work sees its signal abort).
+ * Released before the answer goes out, so a client that got its answer can start the next run at once.
+ */
+function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: HandlerCall): Promise<unknown> {
+  const { lease } = entry;
+  return new Promise<unknown>((resolve, reject) => {
+    let settled = false;
+    const settle = (finish: () => void) => {
+      if (settled) return;
+      settled = true;
+      lease.signal.removeEventListener('abort', onLost);
+      call.signal.removeEventListener('abort', onGone);
+      void entry.exit().finally(finish);
+    };
+    const onLost = () => {
+      if (lease.signal.reason instanceof LeaseLostError) settle(() => reject(lease.signal.reason));
+    };
+    const onGone = () => settle(() => reject(call.signal.reason));
+    lease.signal.addEventListener('abort', onLost);
+    call.signal.addEventListener('abort', onGone);
+    if (lease.signal.aborted) onLost();
+    if (call.signal.aborted) onGone();
+    work.then(
+      (value) => settle(() => resolve(value)),
+      (error: unknown) => settle(() => reject(error)),
+    );
+  });
+}
+
+/**
+ * A method that returns an Observable holds its lease while the Observable runs: released when it completes, errors
+ * or is unsubscribed; ended with `LeaseLostError` when the lease is lost. The subscriber's work runs in the lease's
+ * call context. A handler whose caller left before subscribing releases at once.
+ */
+function holdWhileSubscribed(
+  source: Observable<unknown>,
+  entry: LeaseEntry,
+  leases: LeaseService,
+  call?: HandlerCall,
+): Observable<unknown> {
+  const { lease } = entry;
+  let subscribed = false;
+  const onGoneEarly = () => {
+    if (!subscribed) void entry.exit();
+  };
+  call?.signal.addEventListener('abort', onGoneEarly, { once: true });
+  return new Observable<unknown>((subscriber) => {
+    subscribed = true;
+    call?.signal.removeEventListener('abort', onGoneEarly);
+    let finished = false;
+    const finish = (end: () => void) => {
+      if (finished) return;
+      finished = true;
+      lease.signal.removeEventListener('abort', onLost);
+      void entry.exit().finally(end);
+    };
+    const onLost = () => {
+      if (!(lease.signal.reason instanceof LeaseLostError)) return;
+      inner.unsubscribe();
+      finish(() => subscriber.error(lease.signal.reason));
+    };
+    const inner = leases.within(lease, () =>
+      source.subscribe({
+        next: (value) => subscriber.next(value),
+        error: (error: unknown) => finish(() => subscriber.error(error)),
+        complete: () => finish(() => subscriber.complete()),
+      }),
+    );
+    if (!finished) lease.signal.addEventListener('abort', onLost);
+    if (lease.signal.aborted) onLost();
+    return () => {
+      inner.unsubscribe();
+      finish(() => undefined);
+    };
+  });
+}
