@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
 import type { Subscription } from 'rxjs';
-import { LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError } from './errors.js';
+import { LeaseError, LeaseQueueFullError, LeaseUnavailableError, LeaseWaitTimeoutError } from './errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './lease.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
@@ -269,8 +269,9 @@ export class WaitQueue {
             return lease;
           }
         } catch (error) {
-          if (error instanceof LeaseError || signal?.aborted) throw error;
-          // A database error is transient for a waiter: the wait deadline bounds the retries.
+          if ((error instanceof LeaseError && !(error instanceof LeaseUnavailableError)) || signal?.aborted) throw error;
+          // A database error is transient for a waiter, and so is a server in recovery (a failover under way): the
+          // wait deadline bounds the retries.
           lastError = error;
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
         }
