@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
+import { LeaseConfigError, LeaseUnavailableError } from './errors.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
 
 /** The part of a `pg` pool (or client) the store needs. */
@@ -54,6 +55,114 @@ export interface RenewResult {
   skipped: Set<string>;
   /** Still carrying our token but expired by the database clock: never revived. */
   expired: Set<string>;
+  /**
+   * Acquired under another history of the database than the server now has (a failover): not renewed, lost. Set
+   * only when the renewal was given the leases' history (see `LeaseStore.renew`).
+   */
+  failover?: Set<string>;
+  /** What the server said of its history, when it was asked. */
+  history?: ServerHistory;
+}
+
+/**
+ * Where a server stands in the history of its data: a promoted standby starts a new timeline, and a server in
+ * recovery (a standby) can neither grant nor renew. Read by any role on PostgreSQL ≥ 15.
+ */
+export interface ServerHistory {
+  /** A standby, or a server still replaying WAL: read-only. */
+  recovery: boolean;
+  /** The timeline of the server's WAL (null in recovery, where the current WAL position is not defined). */
+  timeline: bigint | null;
+  /**
+   * `system_identifier` of `pg_control_system()` (set by initdb; the same on a primary and its standbys; another
+   * value means another database cluster). Null where the role may not call the function.
+   */
+  systemId: string | null;
+}
+
+/** What a renewal compares with the server's history (see `LeaseStore.renew`). */
+export interface LeaseHistory {
+  /** The leases' fencing tokens, in the order of the lease tokens: each carries the timeline it was drawn in. */
+  fencingTokens: bigint[];
+  /** The system identifier the leases were acquired under (null: unknown, not compared). */
+  systemId: string | null;
+}
+
+/** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
+export const FENCING_SEQUENCE_BITS = 40n;
+
+/** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
+export function timelineOf(fencingToken: bigint): bigint {
+  return fencingToken >> FENCING_SEQUENCE_BITS;
+}
+
+/**
+ * The timeline of the server's WAL: the first 8 hex digits of the current WAL file's name. Any role may call both
+ * functions; a promoted standby reports its new timeline at once (`pg_control_checkpoint()` lags until the next
+ * checkpoint). Fails in recovery.
+ */
+const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
+
+/**
+ * The server's history, in one row. `pg_control_system()` is executable by PUBLIC on a stock server, but a managed
+ * service may revoke it, and a function's right is checked when the statement starts, whichever branch runs: so the
+ * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is
+ * null, and the timeline and the recovery state decide alone.
+ */
+function serverHistorySql(readSystemId: boolean): string {
+  const systemId = readSystemId ? '(SELECT system_identifier FROM pg_catalog.pg_control_system())::text' : 'NULL::text';
+  return `SELECT pg_is_in_recovery() AS recovery,
+    CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline, ${systemId} AS system_id`;
+}
+
+/** A statement refused because the role may not call `pg_control_system()`. */
+function systemIdRefused(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  return code === '42501' && /pg_control_system/.test(message ?? '');
+}
+
+function serverHistory(row: { recovery: boolean; timeline: string | null; system_id: string | null }): ServerHistory {
+  return { recovery: row.recovery, timeline: row.timeline === null ? null : BigInt(row.timeline), systemId: row.system_id };
+}
+
+/**
+ * A number drawn from `sequence` that orders across failovers: `(timeline << 40) | nextval`. After an asynchronous
+ * failover the sequence resumes from what the standby had received, so its plain values can go back; the promoted
+ * server's timeline is larger, so these numbers never do. Values of versions before this layout (< 2⁴⁰) stay below
+ * every new one. The sequence is not reset by a failover: it has 2⁴⁰ values for the life of the table. A value
+ * that would not fit its 40 bits (or a timeline past 2²³, which would overflow a bigint) gives NULL, which the
+ * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
+ * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
+ * `sequence` is a quoted name, spliced as a string literal.
+ */
+function historyOrdered(sequence: string): string {
+  const limit = 1n << FENCING_SEQUENCE_BITS;
+  return `(SELECT CASE WHEN s.v BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
+      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | s.v END
+    FROM (SELECT nextval('${sequence.replace(/'/g, "''")}') AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+}
+
+/** The error of a statement that drew a number past the 40 bits of `historyOrdered` for `column`. */
+function exhausted(error: unknown, column: string, sequence: string): LeaseConfigError | undefined {
+  const { code, column: failed } = (error ?? {}) as { code?: string; column?: string };
+  if (code !== '23502' || failed !== column) return undefined;
+  return new LeaseConfigError(
+    `The sequence ${sequence} has passed 2^40 (or the server's timeline 2^23): nest-pg-lease refuses to hand out ` +
+      'numbers that would overflow into the timeline bits of its fencing tokens. Nothing was written. Contact the ' +
+      'maintainers; see the README section "Failover" (fencing token layout)',
+    { cause: error },
+  );
+}
+
+/**
+ * A write refused because the server accepts no writes: a standby in recovery (the application reached a replica,
+ * or a failover is under way), or a server set read-only.
+ */
+function readOnly(error: unknown, targetKey: string): LeaseUnavailableError | undefined {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  const recovery = code === '55000' && /recovery is in progress/.test(message ?? '');
+  if (code !== '25006' && !recovery) return undefined;
+  return new LeaseUnavailableError(targetKey, String(message), { cause: error });
 }
 
 /** Quotes a validated identifier. */
@@ -227,6 +336,8 @@ export class LeaseStore {
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
+  /** Whether renewals read the system identifier: set by `serverHistory()`, cleared when a renewal is refused it. */
+  private systemIdReadable = true;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
@@ -272,10 +383,14 @@ export class LeaseStore {
    * used only when the key has never had a row — then no earlier grant exists. Every later acquisition goes through
    * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
    * the key committed; that is why releases keep the row.
+   *
+   * The token carries the server's timeline in its high bits (see `historyOrdered`), so it also stays larger than
+   * every token of the history before a failover. On a server in recovery the statement fails at once
+   * (`LeaseUnavailableError`).
    */
   async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
-    const seq = fencingSequence.replace(/'/g, "''");
+    const token = historyOrdered(fencingSequence);
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
     const mine = `coalesce((SELECT ${aged('me.queued_at', '$8')} FROM ${waiter} me
       WHERE me.target_id = $1 AND me.waiter_id = $6::uuid), $4::bigint)`;
@@ -312,10 +427,10 @@ export class LeaseStore {
         ), won AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, nextval('${seq}'), $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+          SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
           WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = nextval('${seq}'), owner = EXCLUDED.owner,
+            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -350,7 +465,7 @@ export class LeaseStore {
       });
     } catch (error) {
       broken ??= error as Error;
-      throw error;
+      throw exhausted(error, 'fencing_token', fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
     } finally {
       client.off('error', onError);
       client.release(broken);
@@ -371,18 +486,21 @@ export class LeaseStore {
   private inShortTransaction<T>(
     source: SessionSource,
     timeoutMs: number,
-    work: (session: Queryable, left: () => number) => Promise<T>,
+    work: (session: Queryable, left: () => number, probed?: pg.QueryResultRow) => Promise<T>,
+    probe?: string,
   ): Promise<T> {
     return source.withSession(async (session) => {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
       const ms = Math.max(1, Math.floor(timeoutMs));
-      await session.query({
+      // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
+      const begun: unknown = await session.query({
         text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+          SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
         query_timeout: left(),
       });
-      const result = await work(session, left);
+      const probed = probe ? ([] as pg.QueryResult[]).concat(begun as pg.QueryResult).at(-1)?.rows[0] : undefined;
+      const result = await work(session, left, probed);
       await session.query({ text: 'COMMIT', query_timeout: left() });
       return result;
     });
@@ -393,36 +511,95 @@ export class LeaseStore {
    * transaction of this very process — are skipped, not waited for (SKIP LOCKED): one lease's long fence must not
    * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
    * already given it up locally, and reviving it would block the key for another timeout.
+   *
+   * With `history`, the renewal first asks the server where it stands, in the same transaction (so on the same
+   * server, even behind a pooler whose client connection survived a failover): a lease acquired under another
+   * history — another timeline than its fencing token carries, another system identifier, or any lease when the
+   * server is in recovery — is not renewed but reported in `failover`. Its row on a promoted server may be older than
+   * its holder believes (an asynchronous standby misses renewals), so the local deadline no longer protects it.
    */
-  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<RenewResult> {
+  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number, history?: LeaseHistory): Promise<RenewResult> {
+    try {
+      return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+    } catch (error) {
+      // The heartbeat's role (sessionUrl may name another) may not read the system identifier: go on without it.
+      if (!history || !systemIdRefused(error) || !this.systemIdReadable) throw error;
+      this.systemIdReadable = false;
+      return this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+    }
+  }
+
+  private async renewOnce(
+    targetKeys: string[],
+    leaseTokens: string[],
+    timeoutMs: number,
+    history?: LeaseHistory,
+  ): Promise<RenewResult> {
     const { lease } = this.n;
-    const result = await this.inShortTransaction(this.heartbeatDb, timeoutMs, (session, left) =>
-      session.query<{ lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' }>({
-        ...this.statement('renew'),
-        text: `WITH mine AS (
-            SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
-          ), lockable AS MATERIALIZED (
-            SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
-            WHERE ${live('l')}
-            FOR NO KEY UPDATE OF l SKIP LOCKED
-          ), renewed AS (
-            UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
-            WHERE l.target_id = lockable.target_id
-            RETURNING l.lease_token
-          )
-          SELECT mine.lease_token::text AS lease_token,
-            CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
-              WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
-              WHEN ${live('l')} THEN 'skipped'
-              ELSE 'expired' END AS outcome
-          FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
-        values: [targetKeys, leaseTokens],
-        query_timeout: left(),
-      }),
-    );
     const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
-    for (const row of result.rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    type Row = { lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' };
+    const rows = await this.inShortTransaction(
+      this.heartbeatDb,
+      timeoutMs,
+      async (session, left, probed): Promise<Row[]> => {
+        let keys = targetKeys;
+        let tokens = leaseTokens;
+        if (history) {
+          const here = serverHistory(probed as Parameters<typeof serverHistory>[0]);
+          const failover = new Set<string>();
+          Object.assign(outcome, { history: here, failover });
+          const sameSystem = history.systemId === null || here.systemId === null || here.systemId === history.systemId;
+          const current = leaseTokens.map(
+            (_, i) => !here.recovery && sameSystem && timelineOf(history.fencingTokens[i]!) === here.timeline,
+          );
+          leaseTokens.forEach((token, i) => current[i] || failover.add(token));
+          keys = targetKeys.filter((_, i) => current[i]);
+          tokens = leaseTokens.filter((_, i) => current[i]);
+          if (keys.length === 0) return [];
+        }
+        const result = await session.query<Row>({
+          ...this.statement('renew'),
+          text: `WITH mine AS (
+              SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
+            ), lockable AS MATERIALIZED (
+              SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
+              WHERE ${live('l')}
+              FOR NO KEY UPDATE OF l SKIP LOCKED
+            ), renewed AS (
+              UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+              WHERE l.target_id = lockable.target_id
+              RETURNING l.lease_token
+            )
+            SELECT mine.lease_token::text AS lease_token,
+              CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
+                WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+                WHEN ${live('l')} THEN 'skipped'
+                ELSE 'expired' END AS outcome
+            FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+          values: [keys, tokens],
+          query_timeout: left(),
+        });
+        return result.rows;
+      },
+      history ? serverHistorySql(this.systemIdReadable) : undefined,
+    );
+    for (const row of rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
     return outcome;
+  }
+
+  /**
+   * Where the server stands in its history (bootstrap: the system identifier the leases are acquired under), and
+   * whether the role may read the system identifier at all.
+   */
+  async serverHistory(): Promise<ServerHistory> {
+    const { rows } = await this.db.query<{ readable: boolean }>({
+      text: `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS readable`,
+    });
+    this.systemIdReadable = rows[0]!.readable;
+    const result = await this.db.query<Parameters<typeof serverHistory>[0]>({
+      text: serverHistorySql(this.systemIdReadable),
+    });
+    return serverHistory(result.rows[0]!);
   }
 
   /**
@@ -450,16 +627,25 @@ export class LeaseStore {
   }
 
   /**
-   * First statement of a fenced transaction: locks the lease row and reads its token. It also bounds how long the
-   * transaction may sit idle, so a holder paused inside it cannot block a takeover for ever.
+   * First statement of a fenced transaction: locks the lease row and reads its token, and the server's timeline (a
+   * lease of another timeline must not write: see `renew`). It also bounds how long the transaction may sit idle, so a
+   * holder paused inside it cannot block a takeover for ever. On a server in recovery: `LeaseUnavailableError`.
    */
-  async lockForFence(manager: EntityManager | QueryRunner, targetKey: string): Promise<string | null> {
-    const rows: Array<{ lease_token: string }> = await manager.query(
-      `SELECT lease_token::text AS lease_token, set_config('idle_in_transaction_session_timeout', $2, true)
-       FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE`,
-      [targetKey, String(this.options.fencedIdleTimeoutMs)],
-    );
-    return rows[0]?.lease_token ?? null;
+  async lockForFence(
+    manager: EntityManager | QueryRunner,
+    targetKey: string,
+  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
+    let rows: Array<{ lease_token: string | null; timeline: string }>;
+    try {
+      rows = await manager.query(
+        `SELECT (SELECT lease_token::text FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE) AS lease_token,
+           set_config('idle_in_transaction_session_timeout', $2, true), ${TIMELINE}::text AS timeline`,
+        [targetKey, String(this.options.fencedIdleTimeoutMs)],
+      );
+    } catch (error) {
+      throw readOnly(error, targetKey) ?? error;
+    }
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0]!.timeline) };
   }
 
   /**
@@ -468,11 +654,13 @@ export class LeaseStore {
    */
   async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
-    const result = await this.db.query<{ seq: string; queued_at: Date }>({
+    // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
+    // failover never passes one queued before it that re-queues at its old place.
+    const enqueued = this.db.query<{ seq: string; queued_at: Date }>({
       ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
+          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), clock_timestamp()
         WHERE (SELECT count(*) FROM ${waiter} c
                WHERE c.target_id = $1 AND c.heartbeat_at + c.timeout_ms ${MS} > clock_timestamp()) < $8
         ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = clock_timestamp()
@@ -487,6 +675,9 @@ export class LeaseStore {
         place ? place.seq.toString() : null,
         this.options.maxWaitersPerTarget,
       ],
+    });
+    const result = await enqueued.catch((error: unknown) => {
+      throw exhausted(error, 'seq', waiterSequence) ?? error;
     });
     const row = result.rows[0];
     return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;

@@ -10,7 +10,14 @@ import {
 import type pg from 'pg';
 import { type Observable, Subject, type Subscription } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { LeaseBusyError, LeaseConfigError, LeaseError, LeaseLostError, LeaseWaitTimeoutError } from './errors.js';
+import {
+  LeaseBusyError,
+  LeaseConfigError,
+  LeaseError,
+  type LeaseLossReason,
+  LeaseLostError,
+  LeaseWaitTimeoutError,
+} from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseEngine } from './lease.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
@@ -18,7 +25,7 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { grantStatements, LeaseStore } from './lease-store.js';
+import { grantStatements, LeaseStore, type RenewResult, type ServerHistory, timelineOf } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
@@ -66,6 +73,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private closing?: Promise<void>;
   private dataSource?: DataSource;
   private readonly dataSourceRef?: LeaseDataSourceRef;
+  /**
+   * The system identifier of the database cluster this process acquires leases in (null: not readable by the role).
+   * Each lease's timeline is in its fencing token; together they are the history a renewal checks.
+   */
+  private systemId: string | null = null;
+  /** What the last renewal that found another history said about it, for the loss messages. */
+  private failoverDetail?: string;
 
   constructor(
     @Inject(LEASE_DATA_SOURCE) dataSource: DataSource | LeaseDataSourceRef,
@@ -119,6 +133,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       );
     }
     await this.checkPrivileges();
+    this.systemId = (await this.store.serverHistory()).systemId;
   }
 
   /**
@@ -305,7 +320,14 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     const open = this.fences.getStore()?.get(lease);
     if (open && !open.closed) return this.joinFence(lease, open, work);
     return this.requireDataSource().transaction(async (manager) => {
-      const token = await this.store.lockForFence(manager, lease.targetKey);
+      const { leaseToken: token, timeline } = await this.store.lockForFence(manager, lease.targetKey);
+      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
+      const acquiredIn = timelineOf(lease.fencingToken);
+      if (timeline !== acquiredIn) {
+        const detail = `timeline ${acquiredIn} → ${timeline}`;
+        this.lose(lease, 'failover', detail);
+        throw new LeaseLostError(lease.targetKey, 'failover', detail);
+      }
       if (token !== lease.token) {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
@@ -411,14 +433,15 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return lease;
   }
 
-  private lose(lease: HeldLease, reason: 'taken-over' | 'renewal-deadline'): void {
-    if (!lease.markLost(reason)) return;
+  private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string): void {
+    if (!lease.markLost(reason, detail)) return;
     this.forget(lease);
-    this.logger.warn(
-      reason === 'taken-over'
-        ? `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): another holder took it over`
-        : `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): no renewal confirmed before the safety deadline`,
-    );
+    const why: Record<typeof reason, string> = {
+      'taken-over': 'another holder took it over',
+      'renewal-deadline': 'no renewal confirmed before the safety deadline',
+      failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
+    };
+    this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
     this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
   }
 
@@ -432,12 +455,31 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       this.options.heartbeatIntervalMs,
       () => [...this.held.values()],
       (batch) =>
-        this.store.renew(
-          batch.map((lease) => lease.targetKey),
-          batch.map((lease) => lease.token),
-          this.options.heartbeatIntervalMs,
-        ),
+        this.store
+          .renew(
+            batch.map((lease) => lease.targetKey),
+            batch.map((lease) => lease.token),
+            this.options.heartbeatIntervalMs,
+            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
+          )
+          .then((result) => this.noteHistory(result)),
     ).subscribe((tick) => this.onHeartbeat(tick));
+  }
+
+  /**
+   * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
+   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
+   */
+  private noteHistory(result: RenewResult): RenewResult {
+    const here = result.history;
+    if (!here || !result.failover?.size) return result;
+    this.failoverDetail = describeChange(here, this.systemId);
+    this.logger.warn(
+      `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
+        'are lost (reason failover); their work must stop, their fenced writes are refused',
+    );
+    if (here.systemId !== null) this.systemId = here.systemId;
+    return result;
   }
 
   private stopHeartbeat(): void {
@@ -459,6 +501,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
         this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
       } else if (tick.skipped?.has(lease.token)) {
         // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
+      } else if (tick.failover?.has(lease.token)) {
+        this.lose(lease, 'failover', this.failoverDetail);
       } else if (tick.expired?.has(lease.token)) {
         this.lose(lease, 'renewal-deadline');
       } else {
@@ -513,4 +557,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
     return pool;
   }
+}
+
+/** How the server's history differs from the leases': for log lines and `LeaseLostError` details. */
+function describeChange(here: ServerHistory, systemId: string | null): string {
+  if (here.recovery) return 'the server is in recovery: a standby, or a failover under way';
+  if (systemId !== null && here.systemId !== null && here.systemId !== systemId) {
+    return `another database cluster: system identifier ${systemId} → ${here.systemId}`;
+  }
+  return `the server is on timeline ${here.timeline}`;
 }
