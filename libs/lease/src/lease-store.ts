@@ -216,6 +216,7 @@ export class LeaseStore {
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
+  private readonly dbSessions: SessionSource;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
@@ -234,6 +235,7 @@ export class LeaseStore {
     const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
+    this.dbSessions = poolSessions(db);
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
@@ -277,7 +279,7 @@ export class LeaseStore {
       hold_left_ms: number | null;
     }>;
     try {
-      result = await client.query({
+      result = await (client as Queryable).query({
       name: `${this.prefix}_acquire`,
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
@@ -328,6 +330,9 @@ export class LeaseStore {
         this.options.agingIntervalMs,
         request.holdMs,
       ],
+      // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
+      // and a row committed meanwhile expires by itself.
+      query_timeout: this.options.leaseTimeoutMs - this.options.safetyMarginMs,
       });
     } catch (error) {
       broken ??= error as Error;
@@ -353,17 +358,33 @@ export class LeaseStore {
     source: SessionSource,
     timeoutMs: number,
     work: (session: Queryable, left: () => number) => Promise<T>,
+    callOff?: AbortSignal,
   ): Promise<T> {
     return source.withSession(async (session) => {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
       const ms = Math.max(1, Math.floor(timeoutMs));
-      await session.query({
-        text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
-        query_timeout: left(),
-      });
-      const result = await work(session, left);
+      // Called off before COMMIT is sent: give up at once; the failure drops the session, so the server rolls back.
+      const unlessCalledOff = <R>(step: Promise<R>): Promise<R> => {
+        if (!callOff) return step;
+        step.catch(() => undefined);
+        return new Promise<R>((resolve, reject) => {
+          const onCallOff = () => reject(callOff.reason);
+          if (callOff.aborted) return onCallOff();
+          callOff.addEventListener('abort', onCallOff, { once: true });
+          step.then(resolve, reject).finally(() => callOff.removeEventListener('abort', onCallOff));
+        });
+      };
+      await unlessCalledOff(
+        session.query({
+          text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+            SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+          query_timeout: left(),
+        }),
+      );
+      const result = await unlessCalledOff(work(session, left));
+      callOff?.throwIfAborted();
+      // Once COMMIT is sent it is never abandoned for a call-off: the caller must learn whether it landed.
       await session.query({ text: 'COMMIT', query_timeout: left() });
       return result;
     });
@@ -446,10 +467,20 @@ export class LeaseStore {
   /**
    * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
    * Returns null when the target already has `maxWaitersPerTarget` live waiters.
+   *
+   * A short transaction of its own (see `inShortTransaction`), so a wait that gives up while its enqueue is in flight
+   * can call it off (`callOff`): rolled back, never a row inserted after its waiter left. Rejects when called off.
    */
-  async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
+  async enqueue(
+    targetKey: string,
+    waiterId: string,
+    priority: number,
+    place: WaiterPlace | undefined,
+    callOff: AbortSignal,
+    timeoutMs: number,
+  ): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
-    const result = await this.db.query<{ seq: string; queued_at: Date }>({
+    const result = await this.inShortTransaction(this.dbSessions, timeoutMs, (session, left) => session.query<{ seq: string; queued_at: Date }>({
       name: `${this.prefix}_enqueue`,
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
@@ -468,7 +499,8 @@ export class LeaseStore {
         place ? place.seq.toString() : null,
         this.options.maxWaitersPerTarget,
       ],
-    });
+      query_timeout: left(),
+    }), callOff);
     const row = result.rows[0];
     return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
   }
