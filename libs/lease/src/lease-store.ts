@@ -46,6 +46,32 @@ function poolSessions(pool: PoolLike): SessionSource {
   };
 }
 
+/**
+ * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
+ * `default_transaction_isolation = serializable` (or repeatable read) concurrent acquisitions of one key raise
+ * 40001; the statements are correct under READ COMMITTED's row locks, so a fresh attempt is all they need.
+ */
+const RETRYABLE_SQLSTATES = new Set(['40001', '40P01']);
+const MAX_ATTEMPTS = 10;
+
+/** A serialization failure or deadlock: the statement (or transaction) was rolled back whole. */
+export function isSerializationFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
+}
+
+/** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
+export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (error) {
+      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
+      if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
+    }
+  }
+}
+
 /** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
 export interface RenewResult {
   /** Renewed. */
@@ -217,6 +243,8 @@ export class LeaseStore {
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
   private readonly dbSessions: SessionSource;
+  /** The application's pool, for single statements: retried after a serialization failure. */
+  private readonly pooled: Queryable;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
@@ -236,6 +264,7 @@ export class LeaseStore {
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
     this.dbSessions = poolSessions(db);
+    this.pooled = { query: (config) => retryingSerializationFailures(() => db.query(config)) };
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
@@ -256,7 +285,11 @@ export class LeaseStore {
    * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
    * the key committed; that is why releases keep the row.
    */
-  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+  tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+    return retryingSerializationFailures(() => this.acquireOnce(request));
+  }
+
+  private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
     const seq = fencingSequence.replace(/'/g, "''");
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
@@ -434,7 +467,7 @@ export class LeaseStore {
    * token) when there are any. Returns whether our lease was released.
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    const result = await this.db.query<{ released: boolean }>({
+    const result = await this.pooled.query<{ released: boolean }>({
       name: `${this.prefix}_release`,
       text: `WITH gone AS (
           UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
@@ -539,7 +572,7 @@ export class LeaseStore {
   /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
-    await this.db.query({
+    await this.pooled.query({
       name: `${this.prefix}_dequeue`,
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
@@ -553,7 +586,7 @@ export class LeaseStore {
   /** Removes all the given waiter rows (shutdown). */
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
-    await this.db.query({
+    await this.pooled.query({
       text: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
       values: [waiterIds],
     });
@@ -563,7 +596,7 @@ export class LeaseStore {
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
     const { lease, waiter } = this.n;
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-    const result = await this.db.query<SnapshotRow>({
+    const result = await this.pooled.query<SnapshotRow>({
       text: `SELECT * FROM (
           SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
             fencing_token::text AS fencing_token, NULL::text AS seq,
@@ -582,7 +615,7 @@ export class LeaseStore {
 
   /** Which lease objects are missing (bootstrap check). */
   async missingObjects(): Promise<string[]> {
-    const result = await this.db.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
+    const result = await this.pooled.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
       text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
         to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
       values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
@@ -599,7 +632,7 @@ export class LeaseStore {
   /** Creates the objects (idempotent). */
   async createSchema(): Promise<void> {
     for (const statement of schemaStatements(this.options)) {
-      await this.db.query({ text: statement });
+      await this.pooled.query({ text: statement });
     }
   }
 }

@@ -18,7 +18,7 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { LeaseStore } from './lease-store.js';
+import { isSerializationFailure, LeaseStore } from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
@@ -276,8 +276,29 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (!lease.isHeld()) throw this.refuse(lease);
     const open = this.fences.getStore()?.get(lease);
     if (open && !open.closed) return this.joinFence(lease, open, work);
+    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
+    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
+    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
+    for (let attempt = 1; ; attempt++) {
+      let lockFailed = false;
+      try {
+        return await this.fencedOnce(lease, work, () => (lockFailed = true));
+      } catch (error) {
+        if (!lockFailed || attempt >= 10 || !isSerializationFailure(error)) throw error;
+        if (!lease.isHeld()) throw this.refuse(lease);
+      }
+    }
+  }
+
+  private fencedOnce<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, onLockFailed: () => void): Promise<T> {
     return this.requireDataSource().transaction(async (manager) => {
-      const token = await this.store.lockForFence(manager, lease.targetKey);
+      let token: string | null;
+      try {
+        token = await this.store.lockForFence(manager, lease.targetKey);
+      } catch (error) {
+        onLockFailed();
+        throw error;
+      }
       if (token !== lease.token) {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
