@@ -2,17 +2,20 @@ import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseLostError, LeaseS
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, FAST, makeDataSource, startService } from '../support/db.js';
+import { adminClient, createTestDatabase, FAST, ISOLATIONS, makeDataSource, startService } from '../support/db.js';
 
-/** Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL. */
-describe('acquire and release', () => {
+/**
+ * Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL — under the server's
+ * default isolation and under `default_transaction_isolation = serializable`.
+ */
+describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = %s)', (isolation) => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let a: Awaited<ReturnType<typeof startService>>;
   let b: Awaited<ReturnType<typeof startService>>;
   let admin: pg.Client;
 
   beforeAll(async () => {
-    db = await createTestDatabase('acquire');
+    db = await createTestDatabase('acquire', isolation);
     a = await startService(db.url, { owner: 'process-a' });
     b = await startService(db.url, { owner: 'process-b' });
     admin = await adminClient(db.url);
@@ -142,6 +145,8 @@ describe('acquire and release', () => {
     ['too long', 'k'.repeat(256)],
     ['too long in bytes', 'é'.repeat(128)],
     ['NUL', 'a\0b'],
+    ['a lone high surrogate', 'report:\uD83D'],
+    ['a lone low surrogate', '\uDE00:report'],
     ['not a string', 42],
     ['undefined', undefined],
   ])('bad key (%s) → LeaseKeyError, nothing written', async (_, key) => {
@@ -173,6 +178,12 @@ describe('acquire and release', () => {
     [{ schema: '' }, /schema must be a non-empty string/],
     [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
     [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 }, /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/],
+    [{ owner: 'host\0:1' }, /owner must not contain NUL/],
+    [{ owner: 42 as unknown as string }, /owner must be a non-empty string/],
+    [{ tableName: 'jl', waiterTableName: 'jl_fencing_seq' }, /waiterTableName "jl_fencing_seq" collides with the fencing sequence of tableName "jl"/],
+    [{ tableName: 'jobs_seq', waiterTableName: 'jobs' }, /tableName "jobs_seq" collides with the waiter sequence of waiterTableName "jobs"/],
+    [{ tableName: 'w_order_idx', waiterTableName: 'w' }, /collides/],
+    [{ tableName: 'w_pkey', waiterTableName: 'w' }, /collides/],
   ])('bad options %p → LeaseConfigError with advice', (options, message) => {
     const dataSource = makeDataSource(db.url);
     expect(() => new LeaseService(dataSource, options)).toThrow(LeaseConfigError);

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { adminClient, createTestDatabase, eventually, ISOLATIONS, startService } from '../support/db.js';
 
 /**
  * Guarantee 2 (monotonic fencing): per target, a later grant always carries a larger fencing token than every earlier
@@ -7,12 +7,12 @@ import { adminClient, createTestDatabase, eventually, startService } from '../su
  * table records every grant (a new lease token on the row) with a number drawn while the grant still holds the row
  * lock, so per target the numbers follow the order in which grants committed.
  */
-describe('fencing tokens strictly increase per target', () => {
+describe.each(ISOLATIONS)('fencing tokens strictly increase per target (default_transaction_isolation = %s)', (isolation) => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let admin: pg.Client;
 
   beforeAll(async () => {
-    db = await createTestDatabase('fencing_order');
+    db = await createTestDatabase('fencing_order', isolation);
     admin = await adminClient(db.url);
     // The first service creates the tables; the history trigger is test instrumentation on top of them.
     const first = await startService(db.url);
@@ -106,7 +106,8 @@ describe('fencing tokens strictly increase per target', () => {
       const result = await history(key);
       console.log(`churn: ${granted} grants, ${result.violations.length} fencing-order violations`);
       expect(result.grants).toBe(granted);
-      expect(granted).toBeGreaterThan(100);
+      // Enough grants to show an order violation (under serializable, conflicts cost retries: fewer grants).
+      expect(granted).toBeGreaterThan(50);
       expect(result.violations).toEqual([]);
     } finally {
       await Promise.all(services.map((s) => s.close()));

@@ -119,6 +119,9 @@ export function track<T>(promise: Promise<T>): { promise: Promise<T>; settled: (
 export class FreezingProxy {
   private server?: Server;
   private frozen = false;
+  /** New connections are accepted but get no server until thawed (connection attempts stall); old ones flow. */
+  private stallingNew = false;
+  private readonly stalled: Array<() => void> = [];
   private readonly held: Array<() => void> = [];
   private readonly sockets = new Set<Socket>();
 
@@ -137,7 +140,15 @@ export class FreezingProxy {
       upstream.on('close', () => (this.frozen ? this.held.push(() => client.destroy()) : client.destroy()));
       client.on('data', (chunk) => this.forward(upstream, chunk));
       upstream.on('data', (chunk) => this.forward(client, chunk));
-      upstream.connect(Number(this.target.port || 5432), this.target.hostname);
+      const connect = () => {
+        client.resume();
+        upstream.connect(Number(this.target.port || 5432), this.target.hostname);
+      };
+      // A stalled connection's startup packet stays unread in the client socket until it connects.
+      if (this.stallingNew) {
+        client.pause();
+        this.stalled.push(connect);
+      } else connect();
     });
     await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
     const proxied = new URL(this.target);
@@ -152,7 +163,14 @@ export class FreezingProxy {
 
   thaw(): void {
     this.frozen = false;
+    this.stallingNew = false;
     for (const send of this.held.splice(0)) send();
+    for (const connect of this.stalled.splice(0)) connect();
+  }
+
+  /** New connections stall (their startup never answered) until `thaw()`; established ones keep working. */
+  stallNewConnections(): void {
+    this.stallingNew = true;
   }
 
   async stop(): Promise<void> {

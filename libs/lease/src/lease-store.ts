@@ -47,6 +47,32 @@ function poolSessions(pool: PoolLike): SessionSource {
   };
 }
 
+/**
+ * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
+ * `default_transaction_isolation = serializable` (or repeatable read) concurrent acquisitions of one key raise
+ * 40001; the statements are correct under READ COMMITTED's row locks, so a fresh attempt is all they need.
+ */
+const RETRYABLE_SQLSTATES = new Set(['40001', '40P01']);
+const MAX_ATTEMPTS = 10;
+
+/** A serialization failure or deadlock: the statement (or transaction) was rolled back whole. */
+export function isSerializationFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
+}
+
+/** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
+export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (error) {
+      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
+      if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
+    }
+  }
+}
+
 /** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
 export interface RenewResult {
   /** Renewed. */
@@ -336,6 +362,9 @@ export class LeaseStore {
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
+  private readonly dbSessions: SessionSource;
+  /** The application's pool, for single statements: retried after a serialization failure. */
+  private readonly pooled: Queryable;
   /** Whether renewals read the system identifier: set by `serverHistory()`, cleared when a renewal is refused it. */
   private systemIdReadable = true;
 
@@ -356,6 +385,8 @@ export class LeaseStore {
     const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
+    this.dbSessions = poolSessions(db);
+    this.pooled = { query: (config) => retryingSerializationFailures(() => db.query(config)) };
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
@@ -388,7 +419,11 @@ export class LeaseStore {
    * every token of the history before a failover. On a server in recovery the statement fails at once
    * (`LeaseUnavailableError`).
    */
-  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+  tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+    return retryingSerializationFailures(() => this.acquireOnce(request));
+  }
+
+  private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
     const token = historyOrdered(fencingSequence);
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
@@ -411,7 +446,7 @@ export class LeaseStore {
       hold_left_ms: number | null;
     }>;
     try {
-      result = await client.query({
+      result = await (client as Queryable).query({
       ...this.statement('acquire'),
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
@@ -462,6 +497,9 @@ export class LeaseStore {
         this.options.agingIntervalMs,
         request.holdMs,
       ],
+      // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
+      // and a row committed meanwhile expires by itself.
+      query_timeout: this.options.leaseTimeoutMs - this.options.safetyMarginMs,
       });
     } catch (error) {
       broken ??= error as Error;
@@ -487,20 +525,36 @@ export class LeaseStore {
     source: SessionSource,
     timeoutMs: number,
     work: (session: Queryable, left: () => number, probed?: pg.QueryResultRow) => Promise<T>,
+    callOff?: AbortSignal,
     probe?: string,
   ): Promise<T> {
     return source.withSession(async (session) => {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
       const ms = Math.max(1, Math.floor(timeoutMs));
+      // Called off before COMMIT is sent: give up at once; the failure drops the session, so the server rolls back.
+      const unlessCalledOff = <R>(step: Promise<R>): Promise<R> => {
+        if (!callOff) return step;
+        step.catch(() => undefined);
+        return new Promise<R>((resolve, reject) => {
+          const onCallOff = () => reject(callOff.reason);
+          if (callOff.aborted) return onCallOff();
+          callOff.addEventListener('abort', onCallOff, { once: true });
+          step.then(resolve, reject).finally(() => callOff.removeEventListener('abort', onCallOff));
+        });
+      };
       // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
-      const begun: unknown = await session.query({
-        text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
-        query_timeout: left(),
-      });
+      const begun: unknown = await unlessCalledOff(
+        session.query({
+          text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+            SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
+          query_timeout: left(),
+        }),
+      );
       const probed = probe ? ([] as pg.QueryResult[]).concat(begun as pg.QueryResult).at(-1)?.rows[0] : undefined;
-      const result = await work(session, left, probed);
+      const result = await unlessCalledOff(work(session, left, probed));
+      callOff?.throwIfAborted();
+      // Once COMMIT is sent it is never abandoned for a call-off: the caller must learn whether it landed.
       await session.query({ text: 'COMMIT', query_timeout: left() });
       return result;
     });
@@ -581,6 +635,7 @@ export class LeaseStore {
         });
         return result.rows;
       },
+      undefined,
       history ? serverHistorySql(this.systemIdReadable) : undefined,
     );
     for (const row of rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
@@ -609,7 +664,7 @@ export class LeaseStore {
    * token) when there are any. Returns whether our lease was released.
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    const result = await this.db.query<{ released: boolean }>({
+    const result = await this.pooled.query<{ released: boolean }>({
       ...this.statement('release'),
       text: `WITH gone AS (
           UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
@@ -651,12 +706,22 @@ export class LeaseStore {
   /**
    * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
    * Returns null when the target already has `maxWaitersPerTarget` live waiters.
+   *
+   * A short transaction of its own (see `inShortTransaction`), so a wait that gives up while its enqueue is in flight
+   * can call it off (`callOff`): rolled back, never a row inserted after its waiter left. Rejects when called off.
    */
-  async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
+  async enqueue(
+    targetKey: string,
+    waiterId: string,
+    priority: number,
+    place: WaiterPlace | undefined,
+    callOff: AbortSignal,
+    timeoutMs: number,
+  ): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
     // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
     // failover never passes one queued before it that re-queues at its old place.
-    const enqueued = this.db.query<{ seq: string; queued_at: Date }>({
+    const enqueued = this.inShortTransaction(this.dbSessions, timeoutMs, (session, left) => session.query<{ seq: string; queued_at: Date }>({
       ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
@@ -675,7 +740,8 @@ export class LeaseStore {
         place ? place.seq.toString() : null,
         this.options.maxWaitersPerTarget,
       ],
-    });
+      query_timeout: left(),
+    }), callOff);
     const result = await enqueued.catch((error: unknown) => {
       throw exhausted(error, 'seq', waiterSequence) ?? error;
     });
@@ -717,7 +783,7 @@ export class LeaseStore {
   /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
-    await this.db.query({
+    await this.pooled.query({
       ...this.statement('dequeue'),
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
@@ -731,7 +797,7 @@ export class LeaseStore {
   /** Removes all the given waiter rows (shutdown). */
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
-    await this.db.query({
+    await this.pooled.query({
       text: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
       values: [waiterIds],
     });
@@ -741,7 +807,7 @@ export class LeaseStore {
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
     const { lease, waiter } = this.n;
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-    const result = await this.db.query<SnapshotRow>({
+    const result = await this.pooled.query<SnapshotRow>({
       text: `SELECT * FROM (
           SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
             fencing_token::text AS fencing_token, NULL::text AS seq,
@@ -760,7 +826,7 @@ export class LeaseStore {
 
   /** Which lease objects are missing (bootstrap check). */
   async missingObjects(): Promise<string[]> {
-    const result = await this.db.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
+    const result = await this.pooled.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
       text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
         to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
       values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
@@ -813,7 +879,7 @@ export class LeaseStore {
   /** Creates the objects (idempotent). */
   async createSchema(): Promise<void> {
     for (const statement of schemaStatements(this.options)) {
-      await this.db.query({ text: statement });
+      await this.pooled.query({ text: statement });
     }
   }
 }

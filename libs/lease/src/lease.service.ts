@@ -25,7 +25,14 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { grantStatements, LeaseStore, type RenewResult, type ServerHistory, timelineOf } from './lease-store.js';
+import {
+  grantStatements,
+  isSerializationFailure,
+  LeaseStore,
+  type RenewResult,
+  type ServerHistory,
+  timelineOf,
+} from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
@@ -65,6 +72,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private readonly context = new LeaseContext();
   private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
+  /** Acquire statements in flight (settled, never rejecting): close() waits for them. */
+  private readonly attempts = new Set<Promise<void>>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
@@ -175,6 +184,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   close(): Promise<void> {
     this.closing ??= (async () => {
       await this.queue.close();
+      // An acquisition in flight gives its row back itself when it lands (see attempt); wait for that while the pool
+      // still exists, but not for ever: what lands later expires by itself.
+      const giveUp = () => new Error(`acquisitions still in flight after ${this.options.heartbeatIntervalMs} ms`);
+      await settleBy(Promise.all(this.attempts), performance.now() + this.options.heartbeatIntervalMs, undefined, giveUp).catch(
+        (error: unknown) => this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
+      );
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
       await this.heartbeatConnection.close();
@@ -212,8 +227,10 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     const priority = this.checkRequest(targetKey, options);
     const holdMs = options.holdAtLeastMs ?? 0;
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0) {
-      throw new LeaseConfigError(`waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
+    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
+      throw new LeaseConfigError(
+        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(options.waitTimeoutMs)}`,
+      );
     }
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(targetKey);
@@ -319,8 +336,30 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (!lease.isHeld()) throw this.refuse(lease);
     const open = this.fences.getStore()?.get(lease);
     if (open && !open.closed) return this.joinFence(lease, open, work);
+    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
+    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
+    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
+    for (let attempt = 1; ; attempt++) {
+      let lockFailed = false;
+      try {
+        return await this.fencedOnce(lease, work, () => (lockFailed = true));
+      } catch (error) {
+        if (!lockFailed || attempt >= 10 || !isSerializationFailure(error)) throw error;
+        if (!lease.isHeld()) throw this.refuse(lease);
+      }
+    }
+  }
+
+  private fencedOnce<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, onLockFailed: () => void): Promise<T> {
     return this.requireDataSource().transaction(async (manager) => {
-      const { leaseToken: token, timeline } = await this.store.lockForFence(manager, lease.targetKey);
+      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
+      try {
+        locked = await this.store.lockForFence(manager, lease.targetKey);
+      } catch (error) {
+        onLockFailed();
+        throw error;
+      }
+      const { leaseToken: token, timeline } = locked;
       // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
       const acquiredIn = timelineOf(lease.fencingToken);
       if (timeline !== acquiredIn) {
@@ -392,7 +431,18 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
-  private async attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
+  private attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
+    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter);
+    const settled = attempt.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.attempts.add(settled);
+    void settled.then(() => this.attempts.delete(settled));
+    return attempt;
+  }
+
+  private async attemptOnce(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
     const row = await this.store.tryAcquire({
@@ -406,6 +456,14 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
       return null;
+    }
+    if (this.closing) {
+      // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
+      // exists), and never start a heartbeat.
+      await this.store.release(targetKey, leaseToken, this.options.heartbeatIntervalMs).catch((error: unknown) => {
+        this.logger.warn(`Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`);
+      });
+      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     }
     const lease = new HeldLease(
       targetKey,
@@ -425,10 +483,6 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       this.emit({ type: 'taken-over', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, previousOwner: row.previousOwner, at });
     } else {
       this.emit({ type: 'acquired', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, at });
-    }
-    if (this.closing) {
-      await this.release(lease);
-      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     }
     return lease;
   }
