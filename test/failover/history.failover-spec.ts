@@ -37,7 +37,8 @@ const LOGS = join(ARTIFACTS, 'history');
 // The library's log lines (losses, failed heartbeats) go to a file, as in the failover runs.
 mkdirSync(LOGS, { recursive: true });
 const libraryLog = createWriteStream(join(LOGS, 'library.log'));
-const line = (level: string) => (message: unknown) => libraryLog.write(`${new Date().toISOString()} ${level} ${String(message)}\n`);
+const line = (level: string) => (message: unknown) =>
+  libraryLog.write(`${new Date().toISOString()} ${level} ${String(message)}\n`);
 const fileLogger: LoggerService = { log: line('log'), warn: line('warn'), error: line('error'), debug: line('debug') };
 beforeAll(() => Logger.overrideLogger(fileLogger));
 afterAll(() => new Promise<void>((resolve) => libraryLog.end(resolve)));
@@ -117,7 +118,7 @@ async function once<T>(what: string, attempt: () => Promise<T>, until = (_: unkn
   }
 }
 
-test('after an asynchronous failover, tokens are larger than every token granted before (the sequence went back)', async () => {
+test('after an asynchronous failover, tokens are larger than all granted before (the sequence went back)', async () => {
   const pair = await replicatedPair('tokens');
   const app = await startService(pair.url, { ...LEASE, owner: 'tokens' });
   try {
@@ -142,7 +143,7 @@ test('after an asynchronous failover, tokens are larger than every token granted
   }
 });
 
-test('every holder of the old history is told at its first renewal on the promoted server (failover), row or not', async () => {
+test('every holder of the old history is told at its first renewal on the promoted server, row or not', async () => {
   const pair = await replicatedPair('told');
   const app = await startService(pair.url, { ...LEASE, owner: 'told' });
   try {
@@ -162,7 +163,8 @@ test('every holder of the old history is told at its first renewal on the promot
     await eventually(() => keptSeen.ended && cutSeen.ended, Boolean, 'both holders told', 15_000);
     for (const [key, seen] of [['told:kept', keptSeen], ['told:cut', cutSeen]] as const) {
       const { at, reason } = seen.ended!;
-      expect({ key, reason, inTime: at - switchAt < TOLD_WITHIN_MS }).toEqual({ key, reason: 'failover', inTime: true });
+      const inTime = at - switchAt < TOLD_WITHIN_MS;
+      expect({ key, reason, inTime }).toEqual({ key, reason: 'failover', inTime: true });
     }
     await expect(kept.fenced(async () => 'never')).rejects.toMatchObject({ reason: 'failover' });
   } finally {
@@ -171,7 +173,7 @@ test('every holder of the old history is told at its first renewal on the promot
   }
 });
 
-test('a fenced write of a lease of the old history is refused on the promoted server before its heartbeat notices', async () => {
+test('old-history fenced writes are refused on the promoted server, even before the heartbeat notices', async () => {
   const pair = await replicatedPair('fence');
   // Heartbeats far apart: the fenced write is the first statement of the lease on the promoted server.
   const app = await startService(pair.url, { heartbeatIntervalMs: 20_000, leaseTimeoutMs: 120_000, owner: 'fence' });
@@ -183,8 +185,10 @@ test('a fenced write of a lease of the old history is refused on the promoted se
       lease.fenced((manager) =>
         manager.query('INSERT INTO fence_log VALUES ($1, $2)', [lease.targetKey, lease.fencingToken.toString()]),
       );
-    const refused = await once('a fenced write on the promoted server', write, (error) => error instanceof LeaseLostError)
-      .then(() => undefined, (error: unknown) => error);
+    const refused = await once('a fenced write on the promoted server', write, (e) => e instanceof LeaseLostError).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     expect(refused).toBeInstanceOf(LeaseLostError);
     expect(refused).toMatchObject({ reason: 'failover' });
     expect(lease.signal.aborted).toBe(true);
@@ -238,7 +242,7 @@ test('behind a PgBouncer whose client connection survives the failover, the rene
   }
 });
 
-test('acquiring on a standby (in recovery) fails with LeaseUnavailableError: HTTP 503, not a raw database error', async () => {
+test('acquiring on a standby (in recovery) is a LeaseUnavailableError: HTTP 503, not a raw error', async () => {
   const pair = await replicatedPair('replica');
   const replica = await startService(pair.urlOf(pair.standby), { ...LEASE, owner: 'replica' });
   try {
@@ -297,7 +301,8 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
         pair.urlOf(pair.standby),
         `SELECT owner, seq::text FROM job_lease_waiter WHERE target_id = 'line' ORDER BY owner`,
       ).catch(() => []);
-    await eventually(lineOnPromoted, (rows) => rows.some((row) => row.owner === 'early'), 'the early waiter re-queued', 20_000);
+    const requeued = (rows: Array<{ owner: string }>) => rows.some((row) => row.owner === 'early');
+    await eventually(lineOnPromoted, requeued, 'the early waiter re-queued', 20_000);
     late = await startService(pair.url, { ...LEASE, owner: 'late' });
     const second = late.service.acquire('line', { priority: 1, waitTimeoutMs: 60_000 });
     const line = await eventually(lineOnPromoted, (rows) => rows.length === 2, 'both waiters queued', 20_000);
@@ -306,7 +311,10 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
     // The holder's pool reaches the promoted server before it releases (a failed release only logs).
     await once('the holder on the promoted server', () => holder.dataSource.query('SELECT 1'));
     const order: string[] = [];
-    const granted = [first.then((lease) => (order.push('early'), lease)), second.then((lease) => (order.push('late'), lease))];
+    const granted = [
+      first.then((lease) => (order.push('early'), lease)),
+      second.then((lease) => (order.push('late'), lease)),
+    ];
     await held.release();
     const winner = await Promise.race(granted);
     expect(order).toEqual(['early']);

@@ -37,7 +37,7 @@ describe('fencing tokens and the server history', () => {
       ).rows[0]!.timeline,
     );
 
-  test('a fencing token is (timeline << 40) | the value drawn from the sequence, on the insert and the update path', async () => {
+  test('a fencing token is (timeline << 40) | the sequence value, on the insert and the update path', async () => {
     const first = (await a.service.tryAcquire('history:layout'))!;
     const drawn = BigInt((await admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
     expect(first.fencingToken >> 40n).toBe(await timeline());
@@ -52,9 +52,10 @@ describe('fencing tokens and the server history', () => {
   });
 
   test('tokens of versions before the layout (plain sequence values) stay below the new ones', async () => {
-    await admin.query(`INSERT INTO job_lease (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at,
-      updated_at) VALUES ('history:old', gen_random_uuid(), 987654321, 'old-version', 1000, now() - interval '1 hour',
-      now() - interval '1 hour')`);
+    await admin.query(`INSERT INTO job_lease
+      (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at, updated_at)
+      VALUES ('history:old', gen_random_uuid(), 987654321, 'old-version', 1000, now() - interval '1 hour',
+        now() - interval '1 hour')`);
     const taker = (await a.service.tryAcquire('history:old'))!;
     expect(taker.fencingToken).toBeGreaterThan(987654321n);
     await taker.release();
@@ -100,11 +101,11 @@ describe('fencing tokens and the server history', () => {
       const holder = (await a.service.tryAcquire('history:full:line'))!;
       await admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 40n) - 1n})`);
       const started = performance.now();
-      await expect(a.service.acquire('history:full:line', { priority: 1, waitTimeoutMs: 20_000 })).rejects.toBeInstanceOf(
-        LeaseConfigError,
-      );
+      const waiting = a.service.acquire('history:full:line', { priority: 1, waitTimeoutMs: 20_000 });
+      await expect(waiting).rejects.toBeInstanceOf(LeaseConfigError);
       expect(performance.now() - started).toBeLessThan(5_000);
-      expect((await admin.query(`SELECT * FROM job_lease_waiter WHERE target_id = 'history:full:line'`)).rows).toEqual([]);
+      const left = await admin.query(`SELECT * FROM job_lease_waiter WHERE target_id = 'history:full:line'`);
+      expect(left.rows).toEqual([]);
       await holder.release();
     });
   });
@@ -119,7 +120,8 @@ describe('fencing tokens and the server history', () => {
     afterAll(() => pool.end());
 
     const updatedAt = async (key: string) =>
-      (await admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key])).rows[0]!.t;
+      (await admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key]))
+        .rows[0]!.t;
 
     test('a lease whose token carries another timeline is reported as failover and not renewed', async () => {
       const lease = (await a.service.tryAcquire('history:renew:timeline'))!;

@@ -118,7 +118,7 @@ describe('least privilege', () => {
     }
   });
 
-  test('where pg_control_system() is revoked (as managed services may), heartbeats go on: the timeline decides alone', async () => {
+  test('pg_control_system() revoked (as managed services may): heartbeats go on, the timeline decides', async () => {
     // Function rights live in the database's own catalog: this changes only the test's database.
     await admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
     const a = await startService(appUrl, { createSchema: false, owner: 'a' });

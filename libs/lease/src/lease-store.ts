@@ -148,7 +148,8 @@ function systemIdRefused(error: unknown): boolean {
 }
 
 function serverHistory(row: { recovery: boolean; timeline: string | null; system_id: string | null }): ServerHistory {
-  return { recovery: row.recovery, timeline: row.timeline === null ? null : BigInt(row.timeline), systemId: row.system_id };
+  const timeline = row.timeline === null ? null : BigInt(row.timeline);
+  return { recovery: row.recovery, timeline, systemId: row.system_id };
 }
 
 /**
@@ -546,8 +547,9 @@ export class LeaseStore {
       // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
       const begun: unknown = await unlessCalledOff(
         session.query({
-          text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-            SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
+          text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms};
+            SET LOCAL lock_timeout = ${ms}; SET LOCAL idle_in_transaction_session_timeout = ${ms}
+            ${probe ? `; ${probe}` : ''}`,
           query_timeout: left(),
         }),
       );
@@ -572,7 +574,12 @@ export class LeaseStore {
    * server is in recovery — is not renewed but reported in `failover`. Its row on a promoted server may be older than
    * its holder believes (an asynchronous standby misses renewals), so the local deadline no longer protects it.
    */
-  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number, history?: LeaseHistory): Promise<RenewResult> {
+  async renew(
+    targetKeys: string[],
+    leaseTokens: string[],
+    timeoutMs: number,
+    history?: LeaseHistory,
+  ): Promise<RenewResult> {
     try {
       return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
     } catch (error) {
@@ -616,7 +623,8 @@ export class LeaseStore {
           text: `WITH mine AS (
               SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
             ), lockable AS MATERIALIZED (
-              SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
+              SELECT l.target_id FROM ${lease} l
+              JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
               WHERE ${live('l')}
               FOR NO KEY UPDATE OF l SKIP LOCKED
             ), renewed AS (
@@ -721,7 +729,8 @@ export class LeaseStore {
     const { waiter, waiterSequence } = this.n;
     // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
     // failover never passes one queued before it that re-queues at its old place.
-    const enqueued = this.inShortTransaction(this.dbSessions, timeoutMs, (session, left) => session.query<{ seq: string; queued_at: Date }>({
+    type Place = { seq: string; queued_at: Date };
+    const enqueued = this.inShortTransaction(this.dbSessions, timeoutMs, (session, left) => session.query<Place>({
       ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
