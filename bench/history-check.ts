@@ -51,70 +51,77 @@ async function main(): Promise<void> {
     const { systemId } = await store.serverHistory();
 
     const batches = { '1 lease': leases.slice(0, 1), '100 leases': leases };
-    const samples: Record<string, { without: number[]; with: number[] }> = {};
-    for (const name of Object.keys(batches)) samples[name] = { without: [], with: [] };
-    const renew = async (batch: typeof leases, checked: boolean) => {
+    // Variants: no check; the check without the system identifier (a role that may not read it); the full check.
+    const variants = ['without', 'timeline', 'full'] as const;
+    type Variant = (typeof variants)[number];
+    const samples: Record<string, Record<Variant, number[]>> = {};
+    for (const name of Object.keys(batches)) samples[name] = { without: [], timeline: [], full: [] };
+    const readable = store as unknown as { systemIdReadable: boolean };
+    const renew = async (batch: Lease[], variant: Variant) => {
+      readable.systemIdReadable = variant === 'full';
       const started = performance.now();
       const result = await store.renew(
         batch.map((lease) => lease.targetKey),
         batch.map((lease) => lease.token),
         5_000,
-        checked ? { fencingTokens: batch.map((lease) => lease.fencingToken), systemId } : undefined,
+        variant === 'without' ? undefined : { fencingTokens: batch.map((lease) => lease.fencingToken), systemId },
       );
       if (result.kept.size !== batch.length) throw new Error(`renewed ${result.kept.size} of ${batch.length}`);
       return performance.now() - started;
     };
     for (let round = -200; round < rounds; round++) {
       for (const [name, batch] of Object.entries(batches)) {
-        const order = round % 2 === 0 ? [false, true] : [true, false];
-        for (const checked of order) {
-          const ms = await renew(batch, checked);
-          if (round >= 0) samples[name]![checked ? 'with' : 'without'].push(ms);
+        const order = round % 2 === 0 ? [...variants] : [...variants].reverse();
+        for (const variant of order) {
+          const ms = await renew(batch, variant);
+          if (round >= 0) samples[name]![variant].push(ms);
         }
       }
     }
 
-    const version = (await client.query<{ v: string }>('SHOW server_version')).rows[0]!.v;
+    const version = (await client.query<{ server_version: string }>('SHOW server_version')).rows[0]!.server_version;
     console.log(`\nThe history check's cost — PostgreSQL ${version}, loopback, ${rounds} interleaved rounds\n`);
-    console.log('| renewal (BEGIN + UPDATE + COMMIT) | without the check p50 / p90 / mean | with it | p50 difference |');
+    console.log('| renewal (BEGIN + UPDATE + COMMIT), p50 / p90 / mean | without the check | the check, timeline and '
+      + 'recovery only | the full check (+ system identifier) |');
     console.log('|---|---|---|---|');
-    for (const [name, { without, with: checked }] of Object.entries(samples)) {
-      const a = summary(without);
-      const b = summary(checked);
-      console.log(`| ${name} | ${fmt(a.p50)} / ${fmt(a.p90)} / ${fmt(a.mean)} | ${fmt(b.p50)} / ${fmt(b.p90)} / `
-        + `${fmt(b.mean)} | ${(b.p50 - a.p50 >= 0 ? '+' : '')}${fmt(b.p50 - a.p50)} |`);
+    for (const [name, byVariant] of Object.entries(samples)) {
+      const base = summary(byVariant.without);
+      const cells = variants.map((variant) => {
+        const { p50, p90, mean } = summary(byVariant[variant]);
+        const diff = variant === 'without' ? '' : ` (p50 ${p50 - base.p50 >= 0 ? '+' : ''}${fmt(p50 - base.p50)})`;
+        return `${fmt(p50)} / ${fmt(p90)} / ${fmt(mean)}${diff}`;
+      });
+      console.log(`| ${name} | ${cells.join(' | ')} |`);
     }
 
-    // The expressions alone, inside the server.
-    const { rows } = await client.query<{ what: string; us: number }>(`
-      CREATE TEMP SEQUENCE bench_history_seq;
-      CREATE FUNCTION pg_temp.time_it(what text, expression text, n int) RETURNS TABLE (what text, us float8)
-      LANGUAGE plpgsql AS $$
-      DECLARE started timestamptz; x text;
-      BEGIN
-        started := clock_timestamp();
-        FOR i IN 1..n LOOP EXECUTE 'SELECT (' || expression || ')::text' INTO x; END LOOP;
-        RETURN QUERY SELECT what, extract(epoch FROM clock_timestamp() - started) * 1e6 / n;
-      END $$;
-      SELECT * FROM pg_temp.time_it('SELECT 1 (the loop itself)', '1', 20000)
-      UNION ALL SELECT * FROM pg_temp.time_it('nextval (before)', $q$nextval('bench_history_seq')$q$, 20000)
-      UNION ALL SELECT * FROM pg_temp.time_it('the token expression (timeline << 40 | nextval)', $q$(SELECT CASE
+    // The expressions alone, inside the server: static statements in a PL/pgSQL loop (planned once), no round trips.
+    const timeline = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
+    const expressions: Array<[string, string]> = [
+      ['nothing (the loop itself)', 'SELECT 1 INTO x'],
+      ['nextval (the token before)', `SELECT nextval('bench_history_seq') INTO x`],
+      ['the token: timeline << 40 or nextval, with the 2^40 guard', `SELECT (SELECT CASE
           WHEN s.v BETWEEN 0 AND 1099511627775 AND h.timeline < 8388608 THEN (h.timeline << 40) | s.v END
-        FROM (SELECT nextval('bench_history_seq') AS v) s,
-          (SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint AS timeline) h)$q$,
-        20000)
-      UNION ALL SELECT * FROM pg_temp.time_it('the history probe, without the system identifier', $q$(SELECT
-        row(pg_is_in_recovery(), CASE WHEN NOT pg_is_in_recovery()
-          THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END))$q$, 20000)
-      UNION ALL SELECT * FROM pg_temp.time_it('the history probe, with it (pg_control_system reads pg_control)',
-        $q$(SELECT row(pg_is_in_recovery(), CASE WHEN NOT pg_is_in_recovery()
-          THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint END,
-          (SELECT system_identifier FROM pg_catalog.pg_control_system())))$q$, 20000)`).then(
-      (results) => ({ rows: ([] as pg.QueryResult[]).concat(results as unknown as pg.QueryResult).at(-1)!.rows }),
-    );
-    console.log('\n| expression, evaluated inside the server (20,000 times) | µs each |');
+        FROM (SELECT nextval('bench_history_seq') AS v) s, (SELECT ${timeline} AS timeline) h) INTO x`],
+      ['the history probe, recovery and timeline', `SELECT CASE WHEN NOT pg_is_in_recovery() THEN ${timeline} END
+        INTO x WHERE NOT pg_is_in_recovery() OR true`],
+      ['the system identifier (pg_control_system reads the control file)',
+        'SELECT system_identifier FROM pg_catalog.pg_control_system() INTO x'],
+    ];
+    await client.query('CREATE TEMP SEQUENCE bench_history_seq');
+    console.log('\n| expression, evaluated inside the server (20,000 times, static SQL) | µs each |');
     console.log('|---|---|');
-    for (const row of rows) console.log(`| ${row.what} | ${row.us.toFixed(2)} |`);
+    for (const [what, statement] of expressions) {
+      const { rows } = await client.query<{ us: number }>(`CREATE OR REPLACE FUNCTION pg_temp.time_it() RETURNS float8
+        LANGUAGE plpgsql AS $$
+        DECLARE started timestamptz := clock_timestamp(); x bigint;
+        BEGIN
+          FOR i IN 1..20000 LOOP ${statement}; END LOOP;
+          RETURN extract(epoch FROM clock_timestamp() - started) * 1e6 / 20000;
+        END $$;
+        SELECT pg_temp.time_it() AS us`).then((results) => ([] as pg.QueryResult<{ us: number }>[])
+        .concat(results as unknown as pg.QueryResult<{ us: number }>).at(-1)!);
+      console.log(`| ${what} | ${rows[0]!.us.toFixed(2)} |`);
+    }
     console.log('');
     for (const lease of leases) await lease.release();
   } finally {
