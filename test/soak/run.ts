@@ -68,7 +68,10 @@ class SoakWorker {
 
   next<T extends SoakWorkerMessage['t']>(type: T, timeoutMs = 30_000): Promise<Extract<SoakWorkerMessage, { t: T }>> {
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${this.config.name}: no '${type}' within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => reject(new Error(`${this.config.name}: no '${type}' within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       const listener = (message: SoakWorkerMessage) => {
         if (message.t !== type) return;
         clearTimeout(timer);
@@ -117,7 +120,8 @@ async function prepare(url: string): Promise<void> {
         END IF;
         RETURN NULL;
       END $$;
-      CREATE TRIGGER soak_record_grant AFTER INSERT OR UPDATE ON job_lease FOR EACH ROW EXECUTE FUNCTION soak_record_grant();`);
+      CREATE TRIGGER soak_record_grant AFTER INSERT OR UPDATE ON job_lease
+        FOR EACH ROW EXECUTE FUNCTION soak_record_grant();`);
   } finally {
     await client.end();
   }
@@ -143,7 +147,8 @@ async function fencingViolations(admin: pg.Client): Promise<{ grants: number; wr
   for (const row of writes.rows) {
     const token = BigInt(row.fencing_token);
     const top = topWrite.get(row.target) ?? -1n;
-    if (token < top) violations.push(`${row.target}: fenced write of token ${token} committed after one of token ${top}`);
+    if (token < top)
+      violations.push(`${row.target}: fenced write of token ${token} committed after one of token ${top}`);
     else topWrite.set(row.target, token);
   }
   return { grants: grants.rowCount ?? 0, writes: writes.rowCount ?? 0, violations };
@@ -160,6 +165,7 @@ async function main(): Promise<void> {
     console.log(line);
     lines.push(line);
   };
+  const row = (cells: unknown[]) => print(`| ${cells.join(' | ')} |`);
   let failed = false;
   const workers: SoakWorker[] = [];
   try {
@@ -178,10 +184,15 @@ async function main(): Promise<void> {
       );
     }
     await Promise.all(workers.map((worker) => worker.next('ready')));
-    print(`soak: ${PROCESSES} processes × ${LOOPS} loops over ${KEYS} keys (${HOT_KEYS} hot), ${minutes} min, PostgreSQL ${url.replace(/\/\/[^@]*@/, '//')}`);
+    const server = url.replace(/\/\/[^@]*@/, '//');
+    print(
+      `soak: ${PROCESSES} processes × ${LOOPS} loops over ${KEYS} keys (${HOT_KEYS} hot), ${minutes} min, ${server}`,
+    );
     print();
-    print('| min | process | RSS MB | heap MB | handles | connections | granted | busy | timeouts | aborted | takeovers | lost | fenced writes | refused | errors | leases held | waiter rows |');
-    print('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+    const columns = ['min', 'process', 'RSS MB', 'heap MB', 'handles', 'connections', 'granted', 'busy', 'timeouts'];
+    columns.push('aborted', 'takeovers', 'lost', 'fenced writes', 'refused', 'errors', 'leases held', 'waiter rows');
+    row(columns);
+    row(columns.map(() => '---'));
     const started = performance.now();
     for (let minute = 1; minute <= minutes; minute++) {
       await sleep(Math.max(0, started + minute * 60_000 - performance.now()));
@@ -215,11 +226,28 @@ async function main(): Promise<void> {
         const previous = worker.samples.at(-1)?.counts;
         worker.samples.push(sample);
         const delta = (key: keyof SoakCounts) => s.counts[key] - (previous?.[key] ?? 0);
-        print(
-          `| ${minute} | ${worker.config.name} | ${mb(s.rss).toFixed(1)} | ${mb(s.heapUsed).toFixed(1)} | ${s.handles} | ${sample.connections} | ` +
-            `${delta('granted')} | ${delta('busy')} | ${delta('timeouts')} | ${delta('aborted')} | ${delta('takeovers')} | ` +
-            `${delta('lost')} | ${delta('writes')} | ${delta('refused')} | ${delta('errors')} | ${i === 0 ? rows.held : ''} | ${i === 0 ? rows.waiters : ''} |`,
-        );
+        const operations = [
+          'granted',
+          'busy',
+          'timeouts',
+          'aborted',
+          'takeovers',
+          'lost',
+          'writes',
+          'refused',
+          'errors',
+        ];
+        row([
+          minute,
+          worker.config.name,
+          mb(s.rss).toFixed(1),
+          mb(s.heapUsed).toFixed(1),
+          s.handles,
+          sample.connections,
+          ...operations.map((key) => delta(key as keyof SoakCounts)),
+          i === 0 ? rows.held : '',
+          i === 0 ? rows.waiters : '',
+        ]);
       }
     }
 
@@ -230,11 +258,14 @@ async function main(): Promise<void> {
     const leftBackends = async () =>
       (
         await admin.query<{ application_name: string; state: string; query: string }>(
-          `SELECT application_name, state, left(query, 80) AS query FROM pg_stat_activity WHERE application_name LIKE 'soak-%'`,
+          `SELECT application_name, state, left(query, 80) AS query FROM pg_stat_activity
+           WHERE application_name LIKE 'soak-%'`,
         )
       ).rows;
-    for (const until = performance.now() + 10_000; (await leftBackends()).length > 0 && performance.now() < until; ) await sleep(200);
-    for (const backend of await leftBackends()) print(`  left: ${backend.application_name} ${backend.state}: ${backend.query}`);
+    for (const until = performance.now() + 10_000; (await leftBackends()).length > 0 && performance.now() < until;)
+      await sleep(200);
+    for (const backend of await leftBackends())
+      print(`  left: ${backend.application_name} ${backend.state}: ${backend.query}`);
     const after = (
       await admin.query<{ held: number; waiters: number; backends: number; released: number }>(
         `SELECT (SELECT count(*)::int FROM job_lease WHERE lease_token IS NOT NULL) AS held,
@@ -263,22 +294,38 @@ async function main(): Promise<void> {
       const rssSlope = slope(steady.map((s) => [s.minute, mb(s.rss)]));
       const handleSlope = slope(steady.map((s) => [s.minute, s.handles]));
       const conns = worker.samples.map((s) => s.connections);
-      print(
-        `| ${worker.config.name} | ${heapSlope.toFixed(3)} | ${rssSlope.toFixed(3)} | ${handleSlope.toFixed(2)} | ${Math.min(...conns)}…${Math.max(...conns)} |`,
-      );
+      const range = `${Math.min(...conns)}…${Math.max(...conns)}`;
+      row([worker.config.name, heapSlope.toFixed(3), rssSlope.toFixed(3), handleSlope.toFixed(2), range]);
       if (steady.length >= 2 && (heapSlope > MAX_HEAP_SLOPE_MB_PER_MIN || handleSlope > MAX_HANDLE_SLOPE_PER_MIN)) {
         failed = true;
-        print(`  ✗ ${worker.config.name} grows: heap ${heapSlope.toFixed(3)} MB/min, handles ${handleSlope.toFixed(2)}/min`);
+        print(
+          `  ✗ ${worker.config.name} grows: heap ${heapSlope.toFixed(3)} MB/min, handles ${handleSlope.toFixed(2)}/min`,
+        );
       }
     }
     print();
-    print(`Totals: ${Object.entries(totals).map(([key, value]) => `${key} ${value}`).join(', ')}`);
-    print(`After the run: ${after.held} leases held, ${after.waiters} waiter rows, ${after.backends} backends of the workers; ${after.released} released rows kept (one per key ever acquired, by design)`);
-    print(`Fencing order: ${fencing.grants} grants and ${fencing.writes} fenced writes checked, ${fencing.violations.length} violations`);
+    print(
+      `Totals: ${Object.entries(totals)
+        .map(([key, value]) => `${key} ${value}`)
+        .join(', ')}`,
+    );
+    print(
+      `After the run: ${after.held} leases held, ${after.waiters} waiter rows, ${after.backends} backends of the ` +
+        `workers; ${after.released} released rows kept (one per key ever acquired, by design)`,
+    );
+    const checked = `${fencing.grants} grants and ${fencing.writes} fenced writes checked`;
+    print(`Fencing order: ${checked}, ${fencing.violations.length} violations`);
     for (const violation of fencing.violations.slice(0, 20)) print(`  ✗ ${violation}`);
     const exits = workers.map((worker) => (worker.done ? 'ok' : 'no report'));
     if (exits.some((exit) => exit !== 'ok')) print(`Workers: ${exits.join(', ')}`);
-    if (after.held || after.waiters || after.backends || fencing.violations.length || exits.some((exit) => exit !== 'ok')) failed = true;
+    if (
+      after.held ||
+      after.waiters ||
+      after.backends ||
+      fencing.violations.length ||
+      exits.some((exit) => exit !== 'ok')
+    )
+      failed = true;
     if ((totals.errors ?? 0) > 0) print(`Note: ${totals.errors} unexpected errors (see the workers' output above)`);
   } finally {
     for (const worker of workers) worker.kill();

@@ -53,7 +53,17 @@ Logger.overrideLogger(['error']);
 const send = (message: SoakWorkerMessage) => process.connected && process.send!(message);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const random = (min: number, max: number) => min + Math.random() * (max - min);
-const counts: SoakCounts = { granted: 0, busy: 0, timeouts: 0, aborted: 0, takeovers: 0, lost: 0, writes: 0, refused: 0, errors: 0 };
+const counts: SoakCounts = {
+  granted: 0,
+  busy: 0,
+  timeouts: 0,
+  aborted: 0,
+  takeovers: 0,
+  lost: 0,
+  writes: 0,
+  refused: 0,
+  errors: 0,
+};
 let stopping = false;
 
 /** Half of the picks go to a few hot keys (contention, waits, takeovers), half spread over all keys. */
@@ -66,7 +76,8 @@ async function fencedWrite(lease: Lease): Promise<void> {
   try {
     await lease.fenced((manager) =>
       manager.query(
-        `INSERT INTO soak_history (target, fencing_token, worker, commit_seq) VALUES ($1, $2, $3, nextval('soak_commit_seq'))`,
+        `INSERT INTO soak_history (target, fencing_token, worker, commit_seq)
+         VALUES ($1, $2, $3, nextval('soak_commit_seq'))`,
         [lease.targetKey, lease.fencingToken.toString(), config.name],
       ),
     );
@@ -99,7 +110,10 @@ async function step(leases: LeaseService, dataSource: DataSource): Promise<void>
     else counts.busy++;
   } else if (roll < 0.6) {
     // Wait in line, often giving up at waitTimeoutMs.
-    const lease = await leases.acquire(key, { priority: Math.floor(random(0, 4)), waitTimeoutMs: Math.round(random(20, 600)) });
+    const lease = await leases.acquire(key, {
+      priority: Math.floor(random(0, 4)),
+      waitTimeoutMs: Math.round(random(20, 600)),
+    });
     await use(lease, random(0, 30));
   } else if (roll < 0.75) {
     // Wait, and walk away at a random moment (before, during or after the enqueue).
@@ -130,11 +144,15 @@ async function step(leases: LeaseService, dataSource: DataSource): Promise<void>
     await use(lease, random(0, 400));
   } else {
     // run(): the door the decorators use.
-    await leases.run(key, async (lease) => {
-      counts.granted++;
-      await sleep(random(0, 20));
-      await fencedWrite(lease);
-    }, { waitTimeoutMs: Math.round(random(50, 400)) });
+    await leases.run(
+      key,
+      async (lease) => {
+        counts.granted++;
+        await sleep(random(0, 20));
+        await fencedWrite(lease);
+      },
+      { waitTimeoutMs: Math.round(random(50, 400)) },
+    );
   }
 }
 

@@ -6,7 +6,11 @@ import { catchError, defer, exhaustMap, filter, interval, map, type Observable, 
  */
 export type RenewOutcome =
   | ReadonlySet<string>
-  | { readonly kept: ReadonlySet<string>; readonly skipped?: ReadonlySet<string>; readonly expired?: ReadonlySet<string> };
+  | {
+      readonly kept: ReadonlySet<string>;
+      readonly skipped?: ReadonlySet<string>;
+      readonly expired?: ReadonlySet<string>;
+    };
 
 /** What one heartbeat tick did for its batch. */
 export interface HeartbeatTick<M> {
