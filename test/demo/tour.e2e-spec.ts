@@ -147,6 +147,7 @@ describe('the other doors into the same lease', () => {
   test('bad input is a 400, not a lease', async () => {
     const answer = await post(`${stack!.urls.A}/api/users/5/report`, { latencyMs: -1 });
     expect(answer.status).toBe(400);
-    expect(await rows("SELECT 1 FROM job_lease WHERE target_id = 'report:user:5' AND lease_token IS NOT NULL")).toEqual([]);
+    const held = "SELECT 1 FROM job_lease WHERE target_id = 'report:user:5' AND lease_token IS NOT NULL";
+    expect(await rows(held)).toEqual([]);
   });
 });

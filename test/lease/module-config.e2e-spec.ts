@@ -16,7 +16,10 @@ describe('LeaseModule configuration', () => {
     })
     class MysqlApp {}
     const app = await NestFactory.create(MysqlApp, { logger: false, abortOnError: false });
-    const error = await app.init().then(() => undefined, (caught: unknown) => caught);
+    const error = await app.init().then(
+      () => undefined,
+      (caught: unknown) => caught,
+    );
     expect(error).toBeInstanceOf(LeaseConfigError);
     expect((error as Error).message).toMatch(/PostgreSQL DataSource \(type "postgres"\), got "mysql"/);
     await app.close().catch(() => undefined);

@@ -90,7 +90,8 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     expect(age(w3.proc.owner)).toBeGreaterThanOrEqual(age(w5b.proc.owner));
     console.log(
       snapshot
-        .map((s) => `${s.state.padEnd(7)} ${s.owner.padEnd(16)} priority ${s.priority} position ${s.position ?? '-'} age ${s.ageMs} ms`)
+        .map((s) => `${s.state.padEnd(7)} ${s.owner.padEnd(16)} priority ${s.priority}` +
+          ` position ${s.position ?? '-'} age ${s.ageMs} ms`)
         .join('\n'),
     );
   });
@@ -102,7 +103,8 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     // Rows written directly, so no live process of this target renews or evicts them while we look.
     await admin.query(
       `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-       VALUES ($1, gen_random_uuid(), 'ghost', 9, 600, now() - interval '1 hour', nextval('job_lease_waiter_seq'), now() - interval '1 hour'),
+       VALUES ($1, gen_random_uuid(), 'ghost', 9, 600, now() - interval '1 hour', nextval('job_lease_waiter_seq'),
+               now() - interval '1 hour'),
               ($1, gen_random_uuid(), 'alive', 2, 3600000, now(), nextval('job_lease_waiter_seq'), now())`,
       [key],
     );
@@ -114,7 +116,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     expect(waiting[0].ageMs).toBeGreaterThanOrEqual(3_600_000 - 1_000);
   });
 
-  test('strict priority (aging off): a low waiter starves while higher ones keep arriving, then is served', async () => {
+  test('strict priority (aging off): a low waiter starves while higher ones keep coming, then is served', async () => {
     const key = 'order:starvation';
     const holder = await proc('holder');
     let current: Lease = (await holder.service.tryAcquire(key))!;
@@ -125,7 +127,11 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     for (let round = 0; round < 5; round++) {
       // Each newcomer queues after the low waiter, yet is served first.
       const high = track(stream.service.acquire(key, { priority: 1, waitTimeoutMs: 60_000 }));
-      await eventually(() => rowsOf(admin, key, stream.owner), (rows) => rows.length === 1, `high #${round} queued`);
+      await eventually(
+        () => rowsOf(admin, key, stream.owner),
+        (rows) => rows.length === 1,
+        `high #${round} queued`,
+      );
       await current.release();
       current = await high.promise;
       expect(lowCall.settled()).toBe(false);

@@ -73,7 +73,10 @@ export async function untilQueued(admin: pg.Client, key: string, owner: string):
 
 /** Owner of the lease of `key`, or null (none, or released). */
 export async function holderOf(admin: pg.Client, key: string): Promise<string | null> {
-  const { rows } = await admin.query<{ owner: string }>('SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL', [key]);
+  const { rows } = await admin.query<{ owner: string }>(
+    'SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL',
+    [key],
+  );
   return rows[0]?.owner ?? null;
 }
 

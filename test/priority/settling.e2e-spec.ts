@@ -12,7 +12,12 @@ let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
 const procs: Proc[] = [];
 
-async function proc(name: string, options?: Parameters<typeof startProc>[2], poolSize?: number, url = db.url): Promise<Proc> {
+async function proc(
+  name: string,
+  options?: Parameters<typeof startProc>[2],
+  poolSize?: number,
+  url = db.url,
+): Promise<Proc> {
   const started = await startProc(url, name, options, poolSize);
   procs.push(started);
   return started;
@@ -75,14 +80,20 @@ describe('no phantom waiter', () => {
     await admin.query(`
       CREATE FUNCTION slow_enqueue_phantom() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'phantom-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$;
-      CREATE TRIGGER slow_enqueue_phantom BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue_phantom();`);
+      CREATE TRIGGER slow_enqueue_phantom BEFORE INSERT ON job_lease_waiter
+        FOR EACH ROW EXECUTE FUNCTION slow_enqueue_phantom();`);
     try {
       // A long waiter timeout: a phantom row would block the line for 15 s.
       const waiter = await proc('phantom', { waiterTimeoutMs: 15_000 });
       const controller = new AbortController();
       const call = track(waiter.service.acquire(key, { waitTimeoutMs: 30_000, signal: controller.signal }));
       await eventually(
-        async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [waiter.owner])).rowCount,
+        async () =>
+          (
+            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
+              waiter.owner,
+            ])
+          ).rowCount,
         (n) => n === 1,
         'the enqueue to be in flight',
       );
@@ -90,11 +101,21 @@ describe('no phantom waiter', () => {
       await eventually(() => call.settled(), Boolean, 'the wait to settle', 3_000);
       // Once the late INSERT has finished, its row must go too.
       await eventually(
-        async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [waiter.owner])).rowCount,
+        async () =>
+          (
+            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
+              waiter.owner,
+            ])
+          ).rowCount,
         (n) => n === 0,
         'the enqueue to finish',
       );
-      await eventually(() => rowsOf(admin, key, waiter.owner), (rows) => rows.length === 0, 'no row of the phantom', 2_000);
+      await eventually(
+        () => rowsOf(admin, key, waiter.owner),
+        (rows) => rows.length === 0,
+        'no row of the phantom',
+        2_000,
+      );
       // A newcomer is not blocked once the holder releases.
       await held.release();
       const other = await proc('newcomer');
@@ -143,13 +164,19 @@ describe('close() during an acquisition', () => {
     await admin.query(`
       CREATE FUNCTION slow_acquire_closing() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'closing-%' THEN PERFORM pg_sleep(0.5); END IF; RETURN NEW; END $$;
-      CREATE TRIGGER slow_acquire_closing BEFORE INSERT ON job_lease FOR EACH ROW EXECUTE FUNCTION slow_acquire_closing();`);
+      CREATE TRIGGER slow_acquire_closing BEFORE INSERT ON job_lease
+        FOR EACH ROW EXECUTE FUNCTION slow_acquire_closing();`);
     try {
       // close() waits up to one heartbeat interval for an acquisition in flight; this one takes half a second.
       const p = await proc('closing', { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 5_000 });
       const call = track(p.service.tryAcquire('closing:a'));
       await eventually(
-        async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [p.owner])).rowCount,
+        async () =>
+          (
+            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
+              p.owner,
+            ])
+          ).rowCount,
         (n) => n === 1,
         'the acquisition to be in flight',
       );
@@ -158,7 +185,9 @@ describe('close() during an acquisition', () => {
       await p.dataSource.destroy();
       expect(call.settled()).toBe(true);
       expect(call.error).toBeInstanceOf(LeaseError);
-      const held = await admin.query(`SELECT target_id FROM job_lease WHERE owner = $1 AND lease_token IS NOT NULL`, [p.owner]);
+      const held = await admin.query(`SELECT target_id FROM job_lease WHERE owner = $1 AND lease_token IS NOT NULL`, [
+        p.owner,
+      ]);
       expect(held.rows).toEqual([]);
       expect((p.service as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
       expect(p.service.heldLeases()).toEqual([]);

@@ -10,7 +10,7 @@ export function serverUrl(): string {
   return url;
 }
 
-/** Server defaults of `default_transaction_isolation` the suites run under (ShedLock runs its whole suite serializable). */
+/** Server defaults of `default_transaction_isolation` to run suites under (ShedLock runs its suite serializable). */
 export const ISOLATIONS = ['read committed', 'serializable'] as const;
 export type Isolation = (typeof ISOLATIONS)[number];
 
@@ -29,7 +29,8 @@ export async function createTestDatabase(
     await client.connect();
     try {
       const name = decodeURIComponent(new URL(url).pathname.slice(1));
-      await client.query(`ALTER DATABASE "${name.replace(/"/g, '""')}" SET default_transaction_isolation = '${isolation}'`);
+      const database = `"${name.replace(/"/g, '""')}"`;
+      await client.query(`ALTER DATABASE ${database} SET default_transaction_isolation = '${isolation}'`);
     } finally {
       await client.end();
     }

@@ -208,7 +208,10 @@ export async function runTour(
 
     // Nothing left behind: every lease released, every waiter row gone.
     await until(async () => {
-      const { rows } = await db.query<{ n: number }>('SELECT (SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL) + (SELECT count(*) FROM job_lease_waiter) AS n');
+      const { rows } = await db.query<{ n: number }>(
+        `SELECT (SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL)
+          + (SELECT count(*) FROM job_lease_waiter) AS n`,
+      );
       return Number(rows[0].n) === 0 ? true : undefined;
     }, 'all leases released');
     const all = await db.query<{ user_id: number; fencing_token: string; instance: string; priority: number }>(

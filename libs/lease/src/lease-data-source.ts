@@ -36,7 +36,8 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
       // another database would only hear "install mysql2".
       if (this.options.dataSource.type !== 'postgres') {
         throw new LeaseConfigError(
-          `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${String(this.options.dataSource.type)}": set dataSource.type to 'postgres'`,
+          `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), ` +
+            `got "${String(this.options.dataSource.type)}": set dataSource.type to 'postgres'`,
         );
       }
       this.owned ??= new DataSource(this.options.dataSource);

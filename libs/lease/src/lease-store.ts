@@ -73,7 +73,7 @@ export async function retryingSerializationFailures<T>(statement: () => Promise<
   }
 }
 
-/** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
+/** What one batched renewal found, by lease token (tokens in none of the sets are lost: another token, or no row). */
 export interface RenewResult {
   /** Renewed. */
   kept: Set<string>;
@@ -327,7 +327,8 @@ const MS = `* interval '1 millisecond'`;
 
 /** Lease row `alias` has a holder whose lease has not expired (database clock). */
 function live(alias: string): string {
-  return `(${alias}.lease_token IS NOT NULL AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
+  return `(${alias}.lease_token IS NOT NULL
+    AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
 }
 
 /** The acquisition of lease row `alias` asked the target to stay taken until `hold_ms` after it (holdAtLeastMs). */
@@ -484,7 +485,8 @@ export class LeaseStore {
         FROM won
         UNION ALL
         -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
-        SELECT NULL, NULL, NULL, (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        SELECT NULL, NULL, NULL,
+          (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
         FROM ${lease} l
         WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
       values: [
@@ -511,7 +513,12 @@ export class LeaseStore {
     }
     const row = result.rows[0];
     if (!row || row.fencing_token === null) return { refused: true, holdLeftMs: row?.hold_left_ms ?? null };
-    return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over === true, previousOwner: row.previous_owner };
+    return {
+      fencingToken: BigInt(row.fencing_token),
+      sentAt,
+      tookOver: row.took_over === true,
+      previousOwner: row.previous_owner,
+    };
   }
 
   /**
@@ -547,9 +554,9 @@ export class LeaseStore {
       // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
       const begun: unknown = await unlessCalledOff(
         session.query({
-          text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms};
-            SET LOCAL lock_timeout = ${ms}; SET LOCAL idle_in_transaction_session_timeout = ${ms}
-            ${probe ? `; ${probe}` : ''}`,
+          text: `BEGIN ISOLATION LEVEL READ COMMITTED;
+            SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+            SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
           query_timeout: left(),
         }),
       );
@@ -675,7 +682,8 @@ export class LeaseStore {
     const result = await this.pooled.query<{ released: boolean }>({
       ...this.statement('release'),
       text: `WITH gone AS (
-          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
+          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
+          RETURNING target_id
         ), woke AS (
           SELECT pg_notify($3, gone.target_id) FROM gone
           WHERE $3::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${this.n.waiter} w WHERE w.target_id = gone.target_id)
@@ -729,8 +737,7 @@ export class LeaseStore {
     const { waiter, waiterSequence } = this.n;
     // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
     // failover never passes one queued before it that re-queues at its old place.
-    type Place = { seq: string; queued_at: Date };
-    const enqueued = this.inShortTransaction(this.dbSessions, timeoutMs, (session, left) => session.query<Place>({
+    const statement = (left: () => number) => ({
       ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
@@ -750,8 +757,13 @@ export class LeaseStore {
         this.options.maxWaitersPerTarget,
       ],
       query_timeout: left(),
-    }), callOff);
-    const result = await enqueued.catch((error: unknown) => {
+    });
+    const result = await this.inShortTransaction(
+      this.dbSessions,
+      timeoutMs,
+      (session, left) => session.query<{ seq: string; queued_at: Date }>(statement(left)),
+      callOff,
+    ).catch((error: unknown) => {
       throw exhausted(error, 'seq', waiterSequence) ?? error;
     });
     const row = result.rows[0];
@@ -764,7 +776,7 @@ export class LeaseStore {
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
-    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) => session.query<{ waiter_id: string }>({
+    const statement = (left: () => number) => ({
       ...this.statement('renew_waiters'),
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
@@ -785,7 +797,10 @@ export class LeaseStore {
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
       values: [targetKeys, waiterIds, this.options.notify ? this.n.channel : null],
       query_timeout: left(),
-    }));
+    });
+    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) =>
+      session.query<{ waiter_id: string }>(statement(left)),
+    );
     return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
@@ -798,7 +813,8 @@ export class LeaseStore {
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
         )
         SELECT pg_notify($3, gone.target_id) FROM gone
-        WHERE $3::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})`,
+        WHERE $3::text IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})`,
       values: [targetKey, waiterId, this.options.notify ? this.n.channel : null],
     });
   }
@@ -812,7 +828,10 @@ export class LeaseStore {
     });
   }
 
-  /** Holders (live or expired; released rows hold nothing) and waiters, each target's waiters in grant order; ages by the database clock. */
+  /**
+   * Holders (live or expired; released rows hold nothing) and waiters, each target's waiters in grant order; ages by
+   * the database clock.
+   */
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
     const { lease, waiter } = this.n;
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;

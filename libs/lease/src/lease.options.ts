@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { DataSourceOptions } from 'typeorm';
 import { LeaseConfigError } from './errors.js';
+import { LONE_SURROGATE } from './target-key.js';
 
 /** Options of `LeaseModule.forRoot()` / `forRootAsync()` and of a hand-made `LeaseService`. */
 export interface LeaseModuleOptions {
@@ -226,7 +227,8 @@ function checkDerivedNames(table: string, waiterTable: string): void {
     const clash = objects.findIndex(([other], j) => j !== i && other === name);
     if (clash >= 0 && clash < i) {
       throw new LeaseConfigError(
-        `${objects[clash][1]} collides with ${what} (both are "${name}"): choose table names that are not each other's derived names`,
+        `${objects[clash][1]} collides with ${what} (both are "${name}"): ` +
+          `choose table names that are not each other's derived names`,
       );
     }
   }
@@ -283,7 +285,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.owner?.includes('\0')) {
     throw new LeaseConfigError('owner must not contain NUL characters: choose a printable process identity');
   }
-  if (options.owner !== undefined && /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(options.owner)) {
+  if (options.owner !== undefined && LONE_SURROGATE.test(options.owner)) {
     throw new LeaseConfigError('owner must be well-formed UTF-16 (it contains a lone surrogate)');
   }
   checkDerivedNames(table, waiterTable);

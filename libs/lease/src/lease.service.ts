@@ -187,8 +187,9 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       // An acquisition in flight gives its row back itself when it lands (see attempt); wait for that while the pool
       // still exists, but not for ever: what lands later expires by itself.
       const giveUp = () => new Error(`acquisitions still in flight after ${this.options.heartbeatIntervalMs} ms`);
-      await settleBy(Promise.all(this.attempts), performance.now() + this.options.heartbeatIntervalMs, undefined, giveUp).catch(
-        (error: unknown) => this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
+      const until = performance.now() + this.options.heartbeatIntervalMs;
+      await settleBy(Promise.all(this.attempts), until, undefined, giveUp).catch((error: unknown) =>
+        this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
       );
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
@@ -229,7 +230,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
     if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
       throw new LeaseConfigError(
-        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(options.waitTimeoutMs)}`,
+        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), ` +
+          `got ${String(options.waitTimeoutMs)}`,
       );
     }
     options.signal?.throwIfAborted();
@@ -350,7 +352,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
   }
 
-  private fencedOnce<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, onLockFailed: () => void): Promise<T> {
+  private fencedOnce<T>(
+    lease: HeldLease,
+    work: (manager: EntityManager) => Promise<T>,
+    onLockFailed: () => void,
+  ): Promise<T> {
     return this.requireDataSource().transaction(async (manager) => {
       let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
       try {
@@ -380,7 +386,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   }
 
   /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
-  private async withinFence<T>(lease: HeldLease, manager: EntityManager, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  private async withinFence<T>(
+    lease: HeldLease,
+    manager: EntityManager,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
     const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
     const fences = new Map(this.fences.getStore());
     fences.set(lease, fence);
@@ -442,7 +452,12 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     return attempt;
   }
 
-  private async attemptOnce(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
+  private async attemptOnce(
+    targetKey: string,
+    priority: number,
+    holdMs: number,
+    waiter?: Waiter,
+  ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
     const row = await this.store.tryAcquire({
@@ -461,7 +476,9 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
       await this.store.release(targetKey, leaseToken, this.options.heartbeatIntervalMs).catch((error: unknown) => {
-        this.logger.warn(`Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`);
+        this.logger.warn(
+          `Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`,
+        );
       });
       throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     }

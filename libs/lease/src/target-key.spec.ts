@@ -26,7 +26,7 @@ describe('target keys', () => {
     expect(() => assertTargetKey(Symbol('k'))).toThrow(LeaseKeyError);
   });
 
-  test('keys must be well-formed UTF-16: a lone surrogate would be stored as U+FFFD and collide with other keys', () => {
+  test('keys must be well-formed UTF-16: a lone surrogate would become U+FFFD and collide with other keys', () => {
     expect(() => assertTargetKey('a\uD800')).toThrow(/lone surrogate/);
     expect(() => assertTargetKey('\uDFFFb')).toThrow(LeaseKeyError);
     expect(() => assertTargetKey('emoji:\uD83D\uDE00')).not.toThrow();

@@ -3,7 +3,7 @@ import { LeaseConfigError, LeaseKeyError } from './errors.js';
 export const MAX_TARGET_KEY_BYTES = 255;
 
 /** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** Checks a target key before any SQL runs: a well-formed string of 1–255 bytes of UTF-8 without NUL. */
 export function assertTargetKey(targetKey: unknown): asserts targetKey is string {
@@ -20,7 +20,8 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   // release would name a key no waiter is waiting for.
   if (LONE_SURROGATE.test(targetKey)) {
     throw new LeaseKeyError(
-      'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): build keys from whole characters',
+      'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
+        'build keys from whole characters',
       targetKey.replace(new RegExp(LONE_SURROGATE, 'g'), '\uFFFD'),
     );
   }
@@ -43,9 +44,11 @@ export function assertPriority(priority: unknown): asserts priority is number {
 /** Checks holdAtLeastMs: a non-negative integer that fits the lease row's `integer` column. */
 export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
   if (holdAtLeastMs === undefined) return;
-  if (typeof holdAtLeastMs !== 'number' || !Number.isInteger(holdAtLeastMs) || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+  const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
+  if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+    const got = typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs);
     throw new LeaseConfigError(
-      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs)}`,
+      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${got}`,
     );
   }
 }

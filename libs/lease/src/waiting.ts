@@ -176,7 +176,8 @@ class Notifier {
     // Ending a client that is still connecting destroys its socket: connect() then fails at once.
     if (this.opening) this.endQuietly(this.opening);
     const giveUp = () => new Error('LISTEN connection still opening');
-    await settleBy(this.connecting ?? Promise.resolve(), performance.now() + this.timeoutMs, undefined, giveUp).catch(() => undefined);
+    const until = performance.now() + this.timeoutMs;
+    await settleBy(this.connecting ?? Promise.resolve(), until, undefined, giveUp).catch(() => undefined);
     const client = this.client;
     this.client = undefined;
     if (client) {
@@ -374,8 +375,9 @@ export class WaitQueue {
     this.heartbeat?.unsubscribe();
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
-    await settleBy(this.store.dequeueAll(ids), performance.now() + this.graceMs, undefined, giveUp).catch((error: unknown) => {
-      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)}); they expire by themselves`);
+    const removed = settleBy(this.store.dequeueAll(ids), performance.now() + this.graceMs, undefined, giveUp);
+    await removed.catch((error: unknown) => {
+      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)}); they expire`);
     });
     // A call caught mid-statement (say, inserting its row) was not in `ids`: it removes its own row, and must do so
     // before the caller destroys the pool.
