@@ -175,8 +175,9 @@ function exhausted(error: unknown, column: string, sequence: string): LeaseConfi
   if (code !== '23502' || failed !== column) return undefined;
   return new LeaseConfigError(
     `The sequence ${sequence} has passed 2^40 (or the server's timeline 2^23): nest-pg-lease refuses to hand out ` +
-      'numbers that would overflow into the timeline bits of its fencing tokens. Nothing was written. Contact the ' +
-      'maintainers; see the README section "Failover" (fencing token layout)',
+      'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
+      'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
+      'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
     { cause: error },
   );
 }
