@@ -113,19 +113,26 @@ describe('fencing tokens and the server history', () => {
   describe('the renewal checks the history of each lease', () => {
     let pool: pg.Pool;
     let store: LeaseStore;
-    beforeAll(() => {
+    // Leases whose own heartbeat stays away (a minute apart), so no renewal of theirs holds a row these tests renew.
+    let quiet: Awaited<ReturnType<typeof startService>>;
+    beforeAll(async () => {
       pool = new pg.Pool({ connectionString: db.url, max: 1 });
       store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
+      const slow = { heartbeatIntervalMs: 60_000, leaseTimeoutMs: 600_000 };
+      quiet = await startService(db.url, { ...slow, owner: 'history-quiet' });
     });
-    afterAll(() => pool.end());
+    afterAll(async () => {
+      await quiet.close();
+      await pool.end();
+    });
 
     const updatedAt = async (key: string) =>
       (await admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key]))
         .rows[0]!.t;
 
     test('a lease whose token carries another timeline is reported as failover and not renewed', async () => {
-      const lease = (await a.service.tryAcquire('history:renew:timeline'))!;
-      const other = (await a.service.tryAcquire('history:renew:same'))!;
+      const lease = (await quiet.service.tryAcquire('history:renew:timeline'))!;
+      const other = (await quiet.service.tryAcquire('history:renew:same'))!;
       try {
         const before = await updatedAt('history:renew:timeline');
         const now = await timeline();
@@ -146,7 +153,7 @@ describe('fencing tokens and the server history', () => {
     });
 
     test('another system identifier: every lease is reported as failover, none renewed', async () => {
-      const lease = (await a.service.tryAcquire('history:renew:system'))!;
+      const lease = (await quiet.service.tryAcquire('history:renew:system'))!;
       try {
         const before = await updatedAt('history:renew:system');
         const { systemId } = (await store.renew(['history:renew:system'], [lease.token], 5_000, {
