@@ -455,11 +455,13 @@ export class LeaseStore {
             RETURNING l.lease_token
           )
           SELECT mine.lease_token::text AS lease_token,
-            CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
+            CASE WHEN r.lease_token IS NOT NULL THEN 'kept'
               WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
               WHEN ${live('l')} THEN 'skipped'
               ELSE 'expired' END AS outcome
-          FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+          FROM mine
+          LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+          LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
         values: [targetKeys, leaseTokens],
         query_timeout: left(),
       }),
