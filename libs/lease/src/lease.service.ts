@@ -108,6 +108,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (!dataSource.isInitialized) await dataSource.initialize();
     if (this.options.createSchema) await this.store.createSchema();
     const missing = await this.store.missingObjects();
+    await this.store.checkIsolation();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
