@@ -22,9 +22,13 @@ const LOOPS = 8;
 const KEYS = 1_000;
 const HOT_KEYS = 20;
 const LEASE = { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, waiterTimeoutMs: 1_500, waitPollIntervalMs: 500 };
-/** Growth allowed after warm-up before the run counts as leaking (GC noise is well below it). */
+/**
+ * Growth allowed after warm-up before the run counts as leaking. A leak of one handle or one small object per
+ * operation would grow by thousands per minute (each process runs about 4,000 operations a minute); the bounds sit
+ * above the noise of sampling a busy process (its sockets and timers in flight: ±5 handles between samples).
+ */
 const MAX_HEAP_SLOPE_MB_PER_MIN = 1;
-const MAX_HANDLE_SLOPE_PER_MIN = 1;
+const MAX_HANDLE_SLOPE_PER_MIN = 5;
 
 function minutesFromArgs(): number {
   const flag = process.argv.indexOf('--minutes');

@@ -370,6 +370,8 @@ export class LeaseStore {
   private readonly pooled: Queryable;
   /** Whether renewals read the system identifier: set by `serverHistory()`, cleared when a renewal is refused it. */
   private systemIdReadable = true;
+  /** The server's default isolation is not READ COMMITTED (see `checkIsolation`): acquisitions frame it explicitly. */
+  private isolationFraming = false;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
@@ -389,7 +391,10 @@ export class LeaseStore {
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
     this.dbSessions = poolSessions(db);
-    this.pooled = { query: (config) => retryingSerializationFailures(() => db.query(config)) };
+    this.pooled = {
+      query: (config) =>
+        retryingSerializationFailures(() => (this.isolationFraming ? this.framed(config) : db.query(config))),
+    };
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
@@ -441,7 +446,10 @@ export class LeaseStore {
     let broken: Error | undefined;
     const onError = (error: Error) => (broken = error);
     client.on('error', onError);
-    const sentAt = performance.now();
+    // Under a serializable (or repeatable read) server default, concurrent acquisitions of one key would mostly fail
+    // with 40001: frame the statement in a READ COMMITTED transaction instead (two more round trips, only then).
+    const framed = this.isolationFraming;
+    let sentAt = performance.now();
     let result: pg.QueryResult<{
       fencing_token: string | null;
       took_over: boolean | null;
@@ -449,6 +457,11 @@ export class LeaseStore {
       hold_left_ms: number | null;
     }>;
     try {
+      if (framed) {
+        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: this.acquireTimeoutMs };
+        await (client as Queryable).query(begin);
+        sentAt = performance.now();
+      }
       result = await (client as Queryable).query({
       ...this.statement('acquire'),
       text: `WITH held AS (
@@ -503,8 +516,9 @@ export class LeaseStore {
       ],
       // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
       // and a row committed meanwhile expires by itself.
-      query_timeout: this.options.leaseTimeoutMs - this.options.safetyMarginMs,
+      query_timeout: this.acquireTimeoutMs,
       });
+      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: this.acquireTimeoutMs });
     } catch (error) {
       broken ??= error as Error;
       throw exhausted(error, 'fencing_token', fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
@@ -641,11 +655,13 @@ export class LeaseStore {
               RETURNING l.lease_token
             )
             SELECT mine.lease_token::text AS lease_token,
-              CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
+              CASE WHEN r.lease_token IS NOT NULL THEN 'kept'
                 WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
                 WHEN ${live('l')} THEN 'skipped'
                 ELSE 'expired' END AS outcome
-            FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+            FROM mine
+            LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+            LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
           values: [keys, tokens],
           query_timeout: left(),
         });
@@ -851,6 +867,36 @@ export class LeaseStore {
       values: [targetKey ?? null, this.options.agingIntervalMs],
     });
     return result.rows;
+  }
+
+  /** One statement in an explicit READ COMMITTED transaction (the server default is stricter: see checkIsolation). */
+  private framed<R extends pg.QueryResultRow>(
+    config: pg.QueryConfig & { query_timeout?: number },
+  ): Promise<pg.QueryResult<R>> {
+    return this.dbSessions.withSession(async (session) => {
+      await session.query({ text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout });
+      const result = await session.query<R>(config);
+      await session.query({ text: 'COMMIT', query_timeout: config.query_timeout });
+      return result;
+    });
+  }
+
+  private get acquireTimeoutMs(): number {
+    return this.options.leaseTimeoutMs - this.options.safetyMarginMs;
+  }
+
+  /**
+   * Reads the default isolation of the application's sessions (bootstrap): when it is not READ COMMITTED, the
+   * acquire, release and dequeue statements run in explicit READ COMMITTED transactions (two more round trips each;
+   * under the usual default they stay one statement). Serialization failures are retried either way.
+   */
+  async checkIsolation(): Promise<string> {
+    const result = await this.pooled.query<{ isolation: string }>({
+      text: `SELECT current_setting('default_transaction_isolation') AS isolation`,
+    });
+    const isolation = result.rows[0].isolation;
+    this.isolationFraming = isolation !== 'read committed';
+    return isolation;
   }
 
   /** Which lease objects are missing (bootstrap check). */

@@ -136,6 +136,7 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
+    await this.store.checkIsolation();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
