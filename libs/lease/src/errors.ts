@@ -99,8 +99,8 @@ export class LeaseQueueFullError extends LeaseBusyError {
 
 /**
  * The database server accepts no writes — a standby in recovery (the application reached a replica, or a failover is
- * under way) or a server set read-only — so no lease can be granted or written there. Transient: retry once the
- * application reaches the primary. A waiting call keeps waiting.
+ * under way) or a server set read-only — so no lease can be granted there. Transient: retry once the application
+ * reaches the primary. A call already waiting in line keeps waiting.
  */
 export class LeaseUnavailableError extends LeaseError {
   /** A sensible delay before trying again. */
