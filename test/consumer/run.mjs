@@ -203,9 +203,11 @@ try {
   const last = (await db.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v;
   log(`job_result: ${JSON.stringify(rows)}; job_lease rows: ${leases}; fencing sequence at ${last}`);
   check(rows.length === 1 && rows[0].user_id === 7 && rows[0].score === 0.75, 'the fenced save is in job_result');
-  // The token the service saw inside the fence, drawn from the lease's sequence.
-  check(rows[0]?.fencing_token === saved.body?.fencingToken && BigInt(last) >= BigInt(rows[0]?.fencing_token ?? 0),
-    'the row carries the fencing token of the lease that saved it');
+  // The token the service saw inside the fence: the server's timeline in the high bits, a value of the lease's
+  // sequence in the low 40 (README, Failover).
+  const savedToken = BigInt(rows[0]?.fencing_token ?? 0);
+  check(rows[0]?.fencing_token === saved.body?.fencingToken && savedToken >> 40n === 1n
+    && BigInt(last) >= (savedToken & ((1n << 40n) - 1n)), 'the row carries the fencing token of the lease that saved it');
   check(leases === 0, 'the lease was released');
 
   const again = await request(`${base}/reports/7`, { method: 'POST' });

@@ -83,7 +83,7 @@ describe('the tour', () => {
   });
 
   test('4: waiters were granted by priority: the saves in fencing-token order have priorities 0, 10, 5, 1', async () => {
-    const saved = await rows('SELECT fencing_token::int AS token, instance, priority FROM job_result WHERE user_id = 3 ORDER BY fencing_token');
+    const saved = await rows('SELECT fencing_token::text AS token, instance, priority FROM job_result WHERE user_id = 3 ORDER BY fencing_token');
     expect(saved.map((row) => [row.instance, row.priority])).toEqual([['A', 0], ['A', 10], ['B', 5], ['B', 1]]);
     expect(BigInt(saved[0].token)).toBe(facts.priority.holderToken);
   });
@@ -147,6 +147,7 @@ describe('the other doors into the same lease', () => {
   test('bad input is a 400, not a lease', async () => {
     const answer = await post(`${stack!.urls.A}/api/users/5/report`, { latencyMs: -1 });
     expect(answer.status).toBe(400);
-    expect(await rows("SELECT 1 FROM job_lease WHERE target_id = 'report:user:5' AND lease_token IS NOT NULL")).toEqual([]);
+    const held = "SELECT 1 FROM job_lease WHERE target_id = 'report:user:5' AND lease_token IS NOT NULL";
+    expect(await rows(held)).toEqual([]);
   });
 });

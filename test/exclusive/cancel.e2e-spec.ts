@@ -98,7 +98,9 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     admin = await adminClient(db.url);
     other = await startService(db.url, { owner: 'other-process' });
     const first = await startApp(
-      [typeorm(), LeaseModule.forRoot({ ...options, owner: 'timed-app' })],
+      // A lease timeout above the 1.5 s stall below: the acquire statement gives up client-side after
+      // leaseTimeoutMs − safetyMarginMs (engine, issue 11 item 6), and this test needs its late answer.
+      [typeorm(), LeaseModule.forRoot({ ...options, leaseTimeoutMs: 3_000, owner: 'timed-app' })],
       [SlowDoorsController],
       [],
       (app) => {

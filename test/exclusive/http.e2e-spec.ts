@@ -154,7 +154,8 @@ describe('@Exclusive over HTTP', () => {
     await db.drop();
   });
 
-  const leaseRows = async () => Number((await admin.query('SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].count);
+  const leaseRows = async () =>
+    Number((await admin.query('SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].count);
 
   test('20 concurrent POSTs with the same id: exactly one 2xx, the rest 409 with Retry-After naming the target', async () => {
     const g = gate('same');

@@ -162,7 +162,8 @@ describe('LeaseModule wiring', () => {
 
       const closing = first.app.close();
       await eventually(() => signals.every((signal) => signal.aborted), (all) => all, 'the held leases to be aborted');
-      await eventually(() => admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL'), (result) => result.rows[0].n === 0, 'rows released');
+      const heldRows = () => admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
+      await eventually(heldRows, (result) => result.rows[0].n === 0, 'rows released');
       const taken = await other.tryAcquire('hold:x');
       expect(taken).not.toBeNull();
       await taken!.release();

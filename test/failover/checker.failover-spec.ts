@@ -111,3 +111,28 @@ test('a lost update and a refused write that committed', () => {
     'k: counter 1 but 2 history rows (lost update)',
   ]);
 });
+
+test('an old holder told late after the switch, and an old-history write committed on the promoted server', () => {
+  // Held across the switch (1 300), lost 1 200 ms after it; a write it sent after the switch was acknowledged.
+  const late = grant('k', 9, 800, 2_500, [write(1_350)], { endReason: 'lost', lostReason: 'taken-over' });
+  const history = historyOf([late]);
+  const f = checkFailover([late], moments, [], history, counters(history), 1_000);
+  expect(f.oldHolders).toBe(1);
+  expect(f.oldHoldersEndedBy).toEqual({ 'lost: taken-over': 1 });
+  expect(f.oldHoldersEndedWithinMs).toBe(1_200);
+  expect(f.oldHoldersLate).toEqual([
+    'k: holder of token 9 (client 0) ended 1200 ms after the switch (lost: taken-over)',
+  ]);
+  expect(f.oldHistoryWritesAfterSwitch).toEqual([
+    `k: write ${late.writes[0]!.opId} of token 9 (granted before the switch) committed 55 ms after it`,
+  ]);
+  // Told 400 ms after the switch, its write refused: quiet.
+  const told = grant('k', 9, 800, 1_700, [write(1_350, 'refused')], { endReason: 'lost', lostReason: 'failover' });
+  const quiet = checkFailover([told], moments, [], [], new Map([['k', 0n]]), 1_000);
+  expect(quiet.oldHoldersLate).toEqual([]);
+  expect(quiet.oldHistoryWritesAfterSwitch).toEqual([]);
+  expect(quiet.oldHoldersEndedBy).toEqual({ 'lost: failover': 1 });
+  // Never ended at all: late.
+  const never = checkFailover([grant('k', 9, 800, undefined)], moments, [], [], new Map([['k', 0n]]), 1_000);
+  expect(never.oldHoldersLate).toEqual(['k: holder of token 9 (client 0) ended never']);
+});

@@ -108,7 +108,8 @@ test('stale release ABA: a release whose reply was lost, a new acquisition, then
     proxy.set('drop');
     await first.release(); // the release reaches the server; its reply never comes back
     proxy.set('pass');
-    expect((await admin.query('SELECT 1 FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL', [KEY])).rowCount).toBe(0);
+    const held = await admin.query('SELECT 1 FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL', [KEY]);
+    expect(held.rowCount).toBe(0);
     const second = (await service.tryAcquire(KEY))!;
     expect(second).not.toBeNull();
 

@@ -2,19 +2,25 @@ import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseLostError, LeaseS
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, FAST, makeDataSource, startService } from '../support/db.js';
+import { adminClient, createTestDatabase, FAST, ISOLATIONS, makeDataSource, startService } from '../support/db.js';
 
-/** Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL. */
-describe('acquire and release', () => {
+/**
+ * Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL — under the server's
+ * default isolation and under `default_transaction_isolation = serializable`.
+ */
+describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = %s)', (isolation) => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let a: Awaited<ReturnType<typeof startService>>;
   let b: Awaited<ReturnType<typeof startService>>;
   let admin: pg.Client;
 
   beforeAll(async () => {
-    db = await createTestDatabase('acquire');
-    a = await startService(db.url, { owner: 'process-a' });
-    b = await startService(db.url, { owner: 'process-b' });
+    db = await createTestDatabase('acquire', isolation);
+    // Leases of 10 s: the burst of 3,200 first acquisitions below must not outlast a lease on a loaded machine (an
+    // expired lease is rightly taken over, which would count as a second winner).
+    const slow = { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000 };
+    a = await startService(db.url, { ...slow, owner: 'process-a' });
+    b = await startService(db.url, { ...slow, owner: 'process-b' });
     admin = await adminClient(db.url);
   });
 
@@ -26,8 +32,10 @@ describe('acquire and release', () => {
   });
 
   /** Held leases (a released row stays, with no lease token), or waiter rows. */
-  const rowCount = async (table = 'job_lease') =>
-    Number((await admin.query(`SELECT count(*) FROM ${table}${table === 'job_lease' ? ' WHERE lease_token IS NOT NULL' : ''}`)).rows[0].count);
+  const rowCount = async (table = 'job_lease') => {
+    const held = table === 'job_lease' ? ' WHERE lease_token IS NOT NULL' : '';
+    return Number((await admin.query(`SELECT count(*) FROM ${table}${held}`)).rows[0].count);
+  };
 
   test('two tryAcquire on one key: one lease, one null; after release acquirable again with a larger fencing token', async () => {
     const first = await a.service.tryAcquire('report:user:1');
@@ -51,17 +59,19 @@ describe('acquire and release', () => {
     expect(await rowCount()).toBe(0);
   });
 
-  test('a released row stays, dead for its old token: no renewal, no release, no fenced write, not listed as a holder', async () => {
+  test('a released row stays, dead for its old token: no renewal, release or fence; no holder in list()', async () => {
     const lease = (await a.service.tryAcquire('soft:1'))!;
     await lease.release();
-    const row = (await admin.query(`SELECT lease_token, fencing_token::text FROM job_lease WHERE target_id = 'soft:1'`)).rows;
+    const row = (await admin.query(`SELECT lease_token, fencing_token::text FROM job_lease WHERE target_id = 'soft:1'`))
+      .rows;
     expect(row).toEqual([{ lease_token: null, fencing_token: lease.fencingToken.toString() }]);
     expect((await a.service.list('soft:1')).filter((snapshot) => snapshot.state === 'held')).toEqual([]);
     // The library's own statements with the old token, as a late retry would send them.
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual({ kept: new Set(), skipped: new Set(), expired: new Set() });
+      const none = { kept: new Set(), skipped: new Set(), expired: new Set() };
+      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual(none);
       expect(await store.release('soft:1', lease.token, 5_000)).toBe(false);
     } finally {
       await pool.end();
@@ -142,6 +152,8 @@ describe('acquire and release', () => {
     ['too long', 'k'.repeat(256)],
     ['too long in bytes', 'é'.repeat(128)],
     ['NUL', 'a\0b'],
+    ['a lone high surrogate', 'report:\uD83D'],
+    ['a lone low surrogate', '\uDE00:report'],
     ['not a string', 42],
     ['undefined', undefined],
   ])('bad key (%s) → LeaseKeyError, nothing written', async (_, key) => {
@@ -173,6 +185,18 @@ describe('acquire and release', () => {
     [{ schema: '' }, /schema must be a non-empty string/],
     [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
     [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 }, /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/],
+    [{ owner: 'host\0:1' }, /owner must not contain NUL/],
+    [{ owner: 42 as unknown as string }, /owner must be a non-empty string/],
+    [
+      { tableName: 'jl', waiterTableName: 'jl_fencing_seq' },
+      /waiterTableName "jl_fencing_seq" collides with the fencing sequence of tableName "jl"/,
+    ],
+    [
+      { tableName: 'jobs_seq', waiterTableName: 'jobs' },
+      /tableName "jobs_seq" collides with the waiter sequence of waiterTableName "jobs"/,
+    ],
+    [{ tableName: 'w_order_idx', waiterTableName: 'w' }, /collides/],
+    [{ tableName: 'w_pkey', waiterTableName: 'w' }, /collides/],
   ])('bad options %p → LeaseConfigError with advice', (options, message) => {
     const dataSource = makeDataSource(db.url);
     expect(() => new LeaseService(dataSource, options)).toThrow(LeaseConfigError);

@@ -1,16 +1,16 @@
 import { LeaseLostError } from 'nest-pg-lease';
 import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { adminClient, createTestDatabase, eventually, ISOLATIONS, startService } from '../support/db.js';
 
 /** Holder heartbeats every 2 s: the test ages its row and races a takeover without a renewal in between. */
 const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
 
-describe('fenced writes', () => {
+describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', (isolation) => {
   let db: Awaited<ReturnType<typeof createTestDatabase>>;
   let admin: pg.Client;
 
   beforeAll(async () => {
-    db = await createTestDatabase('fencing');
+    db = await createTestDatabase('fencing', isolation);
     admin = await adminClient(db.url);
     await admin.query('CREATE TABLE job_result (target_id text, fencing_token bigint NOT NULL, data text)');
   });

@@ -133,7 +133,8 @@ describe('heartbeats and takeover', () => {
       sub.unsubscribe();
       const renewals = statements.filter((text) => /UPDATE .*job_lease.* SET updated_at/s.test(text));
       // Each renewal is framed by its short transaction (BEGIN … SET LOCAL timeouts, COMMIT); nothing else is sent.
-      const framing = (text: string) => /^BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL/.test(text) || text === 'COMMIT';
+      const framing = (text: string) =>
+        /^BEGIN ISOLATION LEVEL READ COMMITTED;\s+SET LOCAL/.test(text) || text === 'COMMIT';
       const others = statements.filter((text) => !/UPDATE .*job_lease.* SET updated_at/s.test(text) && !framing(text));
       // Every tick is a single statement for all 200 leases (the count may be one ahead of the observed ticks).
       expect(renewals.length).toBeGreaterThanOrEqual(5);

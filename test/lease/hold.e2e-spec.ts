@@ -27,12 +27,16 @@ describe('holdAtLeastMs', () => {
   });
 
   const acquiredAt = async (key: string) =>
-    (await admin.query<{ at: string }>(`SELECT acquired_at::text AS at FROM job_lease WHERE target_id = $1`, [key])).rows[0].at;
+    (await admin.query<{ at: string }>(`SELECT acquired_at::text AS at FROM job_lease WHERE target_id = $1`, [key]))
+      .rows[0].at;
   /** Milliseconds between two acquired_at values, by the database's arithmetic. */
   const between = async (from: string, to: string) =>
-    Number((await admin.query(`SELECT extract(epoch FROM $2::timestamptz - $1::timestamptz) * 1000 AS ms`, [from, to])).rows[0].ms);
+    Number(
+      (await admin.query(`SELECT extract(epoch FROM $2::timestamptz - $1::timestamptz) * 1000 AS ms`, [from, to]))
+        .rows[0].ms,
+    );
 
-  test('tryAcquire: released at once, the target stays taken until holdAtLeastMs after the acquisition, with no heartbeat', async () => {
+  test('tryAcquire: released at once, the target stays taken for holdAtLeastMs, with no heartbeat', async () => {
     const key = 'hold:try';
     const events: LeaseEvent[] = [];
     const sub = a.service.events$.subscribe((event) => events.push(event));
@@ -43,7 +47,13 @@ describe('holdAtLeastMs', () => {
     expect(a.service.heldLeases()).toEqual([]);
     expect(await b.service.tryAcquire(key)).toBeNull();
     expect(await b.service.tryAcquire(key, { holdAtLeastMs: 1_500 })).toBeNull();
-    const next = await eventually(() => b.service.tryAcquire(key), (got) => got !== null, 'the hold to end', 10_000, 50);
+    const next = await eventually(
+      () => b.service.tryAcquire(key),
+      (got) => got !== null,
+      'the hold to end',
+      10_000,
+      50,
+    );
     const second = await acquiredAt(key);
     sub.unsubscribe();
     expect(await between(first, second)).toBeGreaterThanOrEqual(1_500);
@@ -55,7 +65,9 @@ describe('holdAtLeastMs', () => {
   });
 
   test('run: work longer than the hold frees the target at release; short work holds it for the rest', async () => {
-    await a.service.run('hold:run-long', async () => new Promise((resolve) => setTimeout(resolve, 400)), { holdAtLeastMs: 200 });
+    await a.service.run('hold:run-long', async () => new Promise((resolve) => setTimeout(resolve, 400)), {
+      holdAtLeastMs: 200,
+    });
     const free = await b.service.tryAcquire('hold:run-long');
     expect(free).not.toBeNull();
     await free!.release();
@@ -63,7 +75,13 @@ describe('holdAtLeastMs', () => {
     await a.service.run('hold:run-short', async () => 'done', { holdAtLeastMs: 1_000 });
     const first = await acquiredAt('hold:run-short');
     expect(await b.service.tryAcquire('hold:run-short')).toBeNull();
-    const next = await eventually(() => b.service.tryAcquire('hold:run-short'), (got) => got !== null, 'the hold to end', 10_000, 50);
+    const next = await eventually(
+      () => b.service.tryAcquire('hold:run-short'),
+      (got) => got !== null,
+      'the hold to end',
+      10_000,
+      50,
+    );
     expect(await between(first, await acquiredAt('hold:run-short'))).toBeGreaterThanOrEqual(1_000);
     await next!.release();
   });
@@ -74,7 +92,11 @@ describe('holdAtLeastMs', () => {
     const first = await acquiredAt(key);
     // b polls every 5–10 s: only the hold's end, learnt from its own refused attempts, can wake it sooner.
     const waiting = b.service.acquire(key, { waitTimeoutMs: 20_000 });
-    await eventually(() => admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key]), (r) => r.rowCount === 1, 'b queued');
+    await eventually(
+      () => admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key]),
+      (r) => r.rowCount === 1,
+      'b queued',
+    );
     await lease.release();
     const granted = await waiting;
     const gap = (await between(first, await acquiredAt(key))) - 1_500;
@@ -89,16 +111,24 @@ describe('holdAtLeastMs', () => {
     const lease = await b.service.acquire(key, { waitTimeoutMs: 5_000, holdAtLeastMs: 1_000 });
     await lease.release();
     expect(await a.service.tryAcquire(key)).toBeNull();
-    const got = await a.service.run(key, async (held) => held.fencingToken, { waitTimeoutMs: 5_000, holdAtLeastMs: 1_000 });
+    const got = await a.service.run(key, async (held) => held.fencingToken, {
+      waitTimeoutMs: 5_000,
+      holdAtLeastMs: 1_000,
+    });
     expect(got).toBeGreaterThan(lease.fencingToken);
     expect(await b.service.tryAcquire(key)).toBeNull();
   });
 
-  test.each([-1, 1.5, Number.NaN, '100', 2 ** 31])('holdAtLeastMs %p → LeaseConfigError, nothing written', async (bad) => {
-    const holdAtLeastMs = bad as number;
-    await expect(a.service.tryAcquire('hold:bad', { holdAtLeastMs })).rejects.toBeInstanceOf(LeaseConfigError);
-    await expect(a.service.acquire('hold:bad', { holdAtLeastMs })).rejects.toThrow(/holdAtLeastMs must be/);
-    await expect(a.service.run('hold:bad', async () => 1, { holdAtLeastMs })).rejects.toBeInstanceOf(LeaseConfigError);
-    expect((await admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'hold:bad'`)).rowCount).toBe(0);
-  });
+  test.each([-1, 1.5, Number.NaN, '100', 2 ** 31])(
+    'holdAtLeastMs %p → LeaseConfigError, nothing written',
+    async (bad) => {
+      const holdAtLeastMs = bad as number;
+      await expect(a.service.tryAcquire('hold:bad', { holdAtLeastMs })).rejects.toBeInstanceOf(LeaseConfigError);
+      await expect(a.service.acquire('hold:bad', { holdAtLeastMs })).rejects.toThrow(/holdAtLeastMs must be/);
+      await expect(a.service.run('hold:bad', async () => 1, { holdAtLeastMs })).rejects.toBeInstanceOf(
+        LeaseConfigError,
+      );
+      expect((await admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'hold:bad'`)).rowCount).toBe(0);
+    },
+  );
 });

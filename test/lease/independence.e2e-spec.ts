@@ -25,12 +25,16 @@ describe('independence', () => {
 
   const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
   const updatedAt = async (key: string) =>
-    (await admin.query(`SELECT updated_at::text AS at FROM job_lease WHERE target_id = $1`, [key])).rows[0]?.at as string;
+    (await admin.query(`SELECT updated_at::text AS at FROM job_lease WHERE target_id = $1`, [key])).rows[0]
+      ?.at as string;
   const heartbeatBackends = async (app: string) =>
-    (await admin.query(`SELECT pid, state, wait_event_type FROM pg_stat_activity WHERE application_name = $1`, [`${app}:heartbeat`]))
-      .rows;
+    (
+      await admin.query(`SELECT pid, state, wait_event_type FROM pg_stat_activity WHERE application_name = $1`, [
+        `${app}:heartbeat`,
+      ])
+    ).rows;
 
-  test('a fenced transaction of 3 × leaseTimeoutMs costs no other lease; no backend is left behind; no ghost renewal', async () => {
+  test('a fence of 3 × leaseTimeoutMs costs no other lease; no backend left behind; no ghost renewal', async () => {
     const a = await startService(db.url, {}, 'indep-a'); // heartbeat 100 ms, lease 1 s
     try {
       const events: LeaseEvent[] = [];
@@ -77,7 +81,9 @@ describe('independence', () => {
       CREATE TRIGGER slow_waiter BEFORE UPDATE ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_waiter();`);
     try {
       const failures: LeaseEvent[] = [];
-      a.service.events$.subscribe((event) => (event.type === 'renew-failed' || event.type === 'lost') && failures.push(event));
+      a.service.events$.subscribe(
+        (event) => (event.type === 'renew-failed' || event.type === 'lost') && failures.push(event),
+      );
       const lease = (await a.service.tryAcquire('indep:held'))!;
       const busy = (await holder.service.tryAcquire('indep:busy'))!;
       const waiting = a.service.acquire('indep:busy', { waitTimeoutMs: 4_000 }).catch((error: unknown) => error);
@@ -98,13 +104,20 @@ describe('independence', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const lease = (await a.service.tryAcquire('indep:expired'))!;
-      await admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'indep:expired'`);
+      await admin.query(
+        `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'indep:expired'`,
+      );
       const before = await updatedAt('indep:expired');
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
       await store.renew(['indep:expired'], [lease.token], 5_000);
       expect(await updatedAt('indep:expired')).toBe(before);
       // The holder's own heartbeat finds it expired too: lost, and the row is free at once.
-      await eventually(() => lease.signal.aborted, (aborted) => aborted, 'the holder to notice', 5_000);
+      await eventually(
+        () => lease.signal.aborted,
+        (aborted) => aborted,
+        'the holder to notice',
+        5_000,
+      );
       expect(await updatedAt('indep:expired')).toBe(before);
       const b = await startService(db.url);
       const next = await b.service.tryAcquire('indep:expired');
@@ -137,7 +150,11 @@ describe('independence', () => {
             borrowed.fenced(async (inner) => {
               await inner.query(`INSERT INTO fenced_rows VALUES ('borrowed')`);
               // Two parts at once take turns on the one connection.
-              await Promise.all(['one', 'two'].map((label) => lease.fenced((part) => part.query(`INSERT INTO fenced_rows VALUES ($1)`, [label]))));
+              await Promise.all(
+                ['one', 'two'].map((label) =>
+                  lease.fenced((part) => part.query(`INSERT INTO fenced_rows VALUES ($1)`, [label])),
+                ),
+              );
             }),
           );
         });

@@ -36,7 +36,7 @@ describe('local safety', () => {
       ).rows[0].remaining,
     );
 
-  test('renewals impossible (row locked by another session): the signal aborts before the database lease expires', async () => {
+  test('renewals impossible (row locked by another session): the signal aborts before the lease expires', async () => {
     const a = await startService(db.url, OPTIONS);
     try {
       const lease = (await a.service.tryAcquire('blocked'))!;
@@ -63,11 +63,16 @@ describe('local safety', () => {
       expect(abortedAt - lastRenewal).toBeLessThan(OPTIONS.leaseTimeoutMs);
       expect(abortedAt - lockedAt).toBeLessThan(OPTIONS.leaseTimeoutMs);
       expect(remaining).toBeGreaterThan(0);
-      expect(events.filter((event) => event.type === 'lost')).toEqual([expect.objectContaining({ reason: 'renewal-deadline' })]);
-      console.log(`skipped renewals: aborted ${Math.round(abortedAt - lockedAt)} ms after the lock, ${Math.round(remaining)} ms before the database lease expired`);
+      const losses = events.filter((event) => event.type === 'lost');
+      expect(losses).toEqual([expect.objectContaining({ reason: 'renewal-deadline' })]);
+      console.log(
+        `skipped renewals: aborted ${Math.round(abortedAt - lockedAt)} ms after the lock, ` +
+          `${Math.round(remaining)} ms before the database lease expired`,
+      );
       await expect(lease.fenced(async () => 'never')).rejects.toBeInstanceOf(LeaseLostError);
       await lease.release();
-      expect((await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL`)).rows[0].n).toBe(0);
+      const held = await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL`);
+      expect(held.rows[0].n).toBe(0);
     } finally {
       await a.close();
     }
@@ -130,7 +135,8 @@ describe('asyncReleaseCommits', () => {
       expect(renewed).toBe(3);
       expect(lease.isHeld()).toBe(true);
       await lease.release();
-      expect((await admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].n).toBe(0);
+      const held = await admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
+      expect(held.rows[0].n).toBe(0);
     } finally {
       await a.close();
       await admin.end();

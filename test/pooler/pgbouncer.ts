@@ -19,6 +19,8 @@ export interface PgBouncerOptions {
   poolMode?: 'transaction' | 'session';
   /** Server connections per (database, user): small, so that clients share them. */
   poolSize?: number;
+  /** More `[pgbouncer]` settings, e.g. `server_login_retry` for a server that goes away and comes back. */
+  settings?: Record<string, string | number>;
 }
 
 /** Debian installs it in /usr/sbin, which a non-root PATH may lack. */
@@ -59,6 +61,7 @@ export async function startPgBouncer(serverUrl: string, options: PgBouncerOption
       `pidfile = ${join(dir, 'pgbouncer.pid')}`,
       'log_connections = 0',
       'log_disconnections = 0',
+      ...Object.entries(options.settings ?? {}).map(([name, value]) => `${name} = ${value}`),
       '',
     ].join('\n'),
   );

@@ -73,7 +73,10 @@ export async function untilQueued(admin: pg.Client, key: string, owner: string):
 
 /** Owner of the lease of `key`, or null (none, or released). */
 export async function holderOf(admin: pg.Client, key: string): Promise<string | null> {
-  const { rows } = await admin.query<{ owner: string }>('SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL', [key]);
+  const { rows } = await admin.query<{ owner: string }>(
+    'SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL',
+    [key],
+  );
   return rows[0]?.owner ?? null;
 }
 
@@ -119,6 +122,9 @@ export function track<T>(promise: Promise<T>): { promise: Promise<T>; settled: (
 export class FreezingProxy {
   private server?: Server;
   private frozen = false;
+  /** New connections are accepted but get no server until thawed (connection attempts stall); old ones flow. */
+  private stallingNew = false;
+  private readonly stalled: Array<() => void> = [];
   private readonly held: Array<() => void> = [];
   private readonly sockets = new Set<Socket>();
 
@@ -137,7 +143,15 @@ export class FreezingProxy {
       upstream.on('close', () => (this.frozen ? this.held.push(() => client.destroy()) : client.destroy()));
       client.on('data', (chunk) => this.forward(upstream, chunk));
       upstream.on('data', (chunk) => this.forward(client, chunk));
-      upstream.connect(Number(this.target.port || 5432), this.target.hostname);
+      const connect = () => {
+        client.resume();
+        upstream.connect(Number(this.target.port || 5432), this.target.hostname);
+      };
+      // A stalled connection's startup packet stays unread in the client socket until it connects.
+      if (this.stallingNew) {
+        client.pause();
+        this.stalled.push(connect);
+      } else connect();
     });
     await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
     const proxied = new URL(this.target);
@@ -152,7 +166,14 @@ export class FreezingProxy {
 
   thaw(): void {
     this.frozen = false;
+    this.stallingNew = false;
     for (const send of this.held.splice(0)) send();
+    for (const connect of this.stalled.splice(0)) connect();
+  }
+
+  /** New connections stall (their startup never answered) until `thaw()`; established ones keep working. */
+  stallNewConnections(): void {
+    this.stallingNew = true;
   }
 
   async stop(): Promise<void> {

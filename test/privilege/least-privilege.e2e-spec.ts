@@ -90,6 +90,8 @@ describe('least privilege', () => {
       await held.release();
       const granted: Lease = await waiting;
       expect(granted.fencingToken).toBeGreaterThan(held.fencingToken);
+      // The token's high bits are the server's timeline, read by the role inside the acquire statement.
+      expect([held.fencingToken >> 40n, granted.fencingToken >> 40n]).toEqual([1n, 1n]);
 
       // A waiter that gives up removes its own row.
       const late = a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 });
@@ -113,6 +115,45 @@ describe('least privilege', () => {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+
+  test('pg_control_system() revoked (as managed services may): heartbeats go on, the timeline decides', async () => {
+    // Function rights live in the database's own catalog: this changes only the test's database.
+    await admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
+    const a = await startService(appUrl, { createSchema: false, owner: 'a' });
+    try {
+      const lost: string[] = [];
+      let renewals = 0;
+      a.service.events$.subscribe((event) => {
+        if (event.type === 'lost') lost.push(event.reason);
+        if (event.type === 'renewed') renewals++;
+      });
+      const lease = (await a.service.tryAcquire('report:3'))!;
+      await eventually(() => renewals, (n) => n >= 3, 'three heartbeats');
+      expect(lost).toEqual([]);
+      expect(lease.isHeld()).toBe(true);
+      await lease.release();
+
+      // The application's role may read it, the heartbeat's (sessionUrl) may not: found out at the first renewal.
+      const mixed = await startService(db.url, { createSchema: false, owner: 'mixed', sessionUrl: appUrl });
+      try {
+        let mixedRenewals = 0;
+        const mixedLost: string[] = [];
+        mixed.service.events$.subscribe((event) => {
+          if (event.type === 'lost') mixedLost.push(event.reason);
+          if (event.type === 'renewed') mixedRenewals++;
+        });
+        const held = (await mixed.service.tryAcquire('report:4'))!;
+        await eventually(() => mixedRenewals, (n) => n >= 3, 'three heartbeats on the sessionUrl role');
+        expect(mixedLost).toEqual([]);
+        await held.release();
+      } finally {
+        await mixed.close();
+      }
+    } finally {
+      await a.close();
+      await admin.query('GRANT EXECUTE ON FUNCTION pg_control_system() TO PUBLIC');
     }
   });
 

@@ -10,10 +10,31 @@ export function serverUrl(): string {
   return url;
 }
 
-/** A database of its own for one test file, so files can run in parallel. */
-export async function createTestDatabase(prefix = 'test'): Promise<{ url: string; drop: () => Promise<void> }> {
+/** Server defaults of `default_transaction_isolation` to run suites under (ShedLock runs its suite serializable). */
+export const ISOLATIONS = ['read committed', 'serializable'] as const;
+export type Isolation = (typeof ISOLATIONS)[number];
+
+/**
+ * A database of its own for one test file, so files can run in parallel. `isolation` sets the database's default
+ * transaction isolation (for every session opened afterwards): the library must not depend on the server default.
+ */
+export async function createTestDatabase(
+  prefix = 'test',
+  isolation: Isolation = 'read committed',
+): Promise<{ url: string; drop: () => Promise<void> }> {
   const server = serverUrl();
   const url = await createDatabase(server, prefix);
+  if (isolation !== 'read committed') {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      const name = decodeURIComponent(new URL(url).pathname.slice(1));
+      const database = `"${name.replace(/"/g, '""')}"`;
+      await client.query(`ALTER DATABASE ${database} SET default_transaction_isolation = '${isolation}'`);
+    } finally {
+      await client.end();
+    }
+  }
   return { url, drop: () => dropDatabase(server, url) };
 }
 

@@ -208,15 +208,19 @@ export async function runTour(
 
     // Nothing left behind: every lease released, every waiter row gone.
     await until(async () => {
-      const { rows } = await db.query<{ n: number }>('SELECT (SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL) + (SELECT count(*) FROM job_lease_waiter) AS n');
+      const { rows } = await db.query<{ n: number }>(
+        `SELECT (SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL)
+          + (SELECT count(*) FROM job_lease_waiter) AS n`,
+      );
       return Number(rows[0].n) === 0 ? true : undefined;
     }, 'all leases released');
     const all = await db.query<{ user_id: number; fencing_token: string; instance: string; priority: number }>(
       'SELECT user_id, fencing_token, instance, priority FROM job_result ORDER BY fencing_token',
     );
     print('\njob_result (every committed save; no stale token ever committed):');
-    print('  user  token  instance  priority');
-    for (const row of all.rows) print(`  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(5)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`);
+    // Fencing tokens are (timeline << 40) | sequence value: 1099511627777 is the first of timeline 1.
+    print('  user          token  instance  priority');
+    for (const row of all.rows) print(`  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(13)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`);
     return {
       duplicate: { first, again, otherInstance },
       kill: { victimToken, takeoverToken: kill.token, refusedBeforeTakeover: kill.refused, takeoverAfterMs: kill.afterMs },

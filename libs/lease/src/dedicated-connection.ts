@@ -17,7 +17,9 @@ export class DedicatedConnection implements Queryable, SessionSource {
     private readonly connectTimeoutMs: number,
   ) {}
 
-  query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>> {
+  query<R extends pg.QueryResultRow = any>(
+    config: pg.QueryConfig & { query_timeout?: number },
+  ): Promise<pg.QueryResult<R>> {
     return this.withSession((session) => session.query<R>(config));
   }
 

@@ -37,7 +37,12 @@ export type LeaseLossReason =
   /** Renewals could not be confirmed before the local safety deadline (SPEC §3.4). */
   | 'renewal-deadline'
   /** The lease was released, or the service shut down, before the call completed. */
-  | 'released';
+  | 'released'
+  /**
+   * The database failed over (or the connection reached a standby): the lease was acquired under another history
+   * of the data than the server now serves, so its row may be gone or older than its holder believes.
+   */
+  | 'failover';
 
 /** The lease is no longer ours: the work must stop and its result must not be saved. */
 export class LeaseLostError extends LeaseError {
@@ -48,6 +53,7 @@ export class LeaseLostError extends LeaseError {
       'taken-over': 'another holder took it over',
       'renewal-deadline': 'its renewals could not be confirmed before the safety deadline',
       released: 'it was already released',
+      failover: 'the database failed over since it was acquired',
     };
     super(
       `Lease on "${targetKey}" was lost (${why[reason]}${detail ? `: ${detail}` : ''}); the result was discarded and nothing was written`,
@@ -88,5 +94,26 @@ export class LeaseKeyError extends LeaseError {
 export class LeaseQueueFullError extends LeaseBusyError {
   constructor(targetKey: string, retryAfterMs: number, detail: string) {
     super(targetKey, retryAfterMs, `Cannot wait for "${targetKey}": ${detail}`);
+  }
+}
+
+/**
+ * The database server accepts no writes — a standby in recovery (the application reached a replica, or a failover is
+ * under way) or a server set read-only — so no lease can be granted or written there. Transient: retry once the
+ * application reaches the primary. A waiting call keeps waiting.
+ */
+export class LeaseUnavailableError extends LeaseError {
+  /** A sensible delay before trying again. */
+  readonly retryAfterMs: number;
+
+  constructor(targetKey: string, detail: string, options?: { cause?: unknown }) {
+    super(
+      `No lease on "${targetKey}" can be granted now: the database server accepts no writes (${detail}) — a standby ` +
+        'in recovery, or a failover under way. Point the application at the primary (a multi-host URL with ' +
+        'target_session_attrs=read-write, or the cluster\'s read-write endpoint), then retry',
+      targetKey,
+      options,
+    );
+    this.retryAfterMs = 1_000;
   }
 }

@@ -6,7 +6,13 @@ import { catchError, defer, exhaustMap, filter, interval, map, type Observable, 
  */
 export type RenewOutcome =
   | ReadonlySet<string>
-  | { readonly kept: ReadonlySet<string>; readonly skipped?: ReadonlySet<string>; readonly expired?: ReadonlySet<string> };
+  | {
+      readonly kept: ReadonlySet<string>;
+      readonly skipped?: ReadonlySet<string>;
+      readonly expired?: ReadonlySet<string>;
+      /** Ids acquired under another history of the database than the server now has (a failover): lost. */
+      readonly failover?: ReadonlySet<string>;
+    };
 
 /** What one heartbeat tick did for its batch. */
 export interface HeartbeatTick<M> {
@@ -22,6 +28,8 @@ export interface HeartbeatTick<M> {
   readonly skipped?: ReadonlySet<string>;
   /** Ids whose row had already expired (database clock): not renewed, and never revived. */
   readonly expired?: ReadonlySet<string>;
+  /** Ids acquired under another history of the database (a failover): not renewed, lost. */
+  readonly failover?: ReadonlySet<string>;
   /** The error of a failed tick (transient until the local deadline; the next tick retries). */
   readonly error?: unknown;
 }
@@ -48,8 +56,11 @@ export function batchedHeartbeat<M>(
         map((outcome): HeartbeatTick<M> => {
           const latencyMs = performance.now() - sentAt;
           if (outcome instanceof Set) return { batch, sentAt, latencyMs, kept: outcome };
-          const { kept, skipped = NONE, expired = NONE } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
-          return { batch, sentAt, latencyMs, kept, skipped, expired };
+          const { kept, skipped = NONE, expired = NONE, failover = NONE } = outcome as Exclude<
+            RenewOutcome,
+            ReadonlySet<string>
+          >;
+          return { batch, sentAt, latencyMs, kept, skipped, expired, failover };
         }),
         catchError((error: unknown) => of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error })),
       );

@@ -16,6 +16,7 @@ export {
   LeaseConfigError,
   LeaseKeyError,
   LeaseQueueFullError,
+  LeaseUnavailableError,
   type LeaseLossReason,
 } from './errors.js';
 export { leaseMigrations, createLeaseMigrations } from './migrations/create-lease-tables.js';

@@ -32,6 +32,14 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
       if (this.options.dataSourceName) {
         throw new LeaseConfigError('Give either dataSource (the module creates its own) or dataSourceName (reuse one), not both');
       }
+      // Before the DataSource exists: TypeORM loads the driver package in its constructor, and a user who asked for
+      // another database would only hear "install mysql2".
+      if (this.options.dataSource.type !== 'postgres') {
+        throw new LeaseConfigError(
+          `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), ` +
+            `got "${String(this.options.dataSource.type)}": set dataSource.type to 'postgres'`,
+        );
+      }
       this.owned ??= new DataSource(this.options.dataSource);
       if (!this.owned.isInitialized) await this.owned.initialize();
       return this.owned;

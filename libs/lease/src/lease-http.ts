@@ -14,6 +14,7 @@ import {
   LeaseError,
   LeaseKeyError,
   LeaseLostError,
+  LeaseUnavailableError,
   LeaseWaitTimeoutError,
 } from './errors.js';
 
@@ -55,6 +56,11 @@ export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
   if (error instanceof LeaseConfigError) {
     return new InternalServerErrorException(body(500, 'Internal Server Error'), { cause: error });
   }
+  if (error instanceof LeaseUnavailableError) {
+    const retryAfterSeconds = Math.max(1, Math.ceil(error.retryAfterMs / 1000));
+    setHeader(response, 'Retry-After', String(retryAfterSeconds));
+    return new ServiceUnavailableException(body(503, 'Service Unavailable', { retryAfterSeconds }), { cause: error });
+  }
   return new ServiceUnavailableException(body(503, 'Service Unavailable'), { cause: error });
 }
 
@@ -69,6 +75,7 @@ export function leaseErrorBody(error: LeaseError): Record<string, unknown> {
   if (error instanceof LeaseBusyError) body.retryAfterMs = error.retryAfterMs;
   if (error instanceof LeaseLostError) Object.assign(body, { reason: error.reason, discarded: true });
   if (error instanceof LeaseWaitTimeoutError) body.waitTimeoutMs = error.waitTimeoutMs;
+  if (error instanceof LeaseUnavailableError) body.retryAfterMs = error.retryAfterMs;
   return body;
 }
 

@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
+import { LeaseConfigError, LeaseUnavailableError } from './errors.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
 
 /** The part of a `pg` pool (or client) the store needs. */
@@ -46,7 +47,33 @@ function poolSessions(pool: PoolLike): SessionSource {
   };
 }
 
-/** What one batched renewal found, by lease token (tokens absent from all three sets are lost: another token or no row). */
+/**
+ * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
+ * `default_transaction_isolation = serializable` (or repeatable read) concurrent acquisitions of one key raise
+ * 40001; the statements are correct under READ COMMITTED's row locks, so a fresh attempt is all they need.
+ */
+const RETRYABLE_SQLSTATES = new Set(['40001', '40P01']);
+const MAX_ATTEMPTS = 10;
+
+/** A serialization failure or deadlock: the statement (or transaction) was rolled back whole. */
+export function isSerializationFailure(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
+}
+
+/** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
+export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (error) {
+      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
+      if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
+    }
+  }
+}
+
+/** What one batched renewal found, by lease token (tokens in none of the sets are lost: another token, or no row). */
 export interface RenewResult {
   /** Renewed. */
   kept: Set<string>;
@@ -54,6 +81,116 @@ export interface RenewResult {
   skipped: Set<string>;
   /** Still carrying our token but expired by the database clock: never revived. */
   expired: Set<string>;
+  /**
+   * Acquired under another history of the database than the server now has (a failover): not renewed, lost. Set
+   * only when the renewal was given the leases' history (see `LeaseStore.renew`).
+   */
+  failover?: Set<string>;
+  /** What the server said of its history, when it was asked. */
+  history?: ServerHistory;
+}
+
+/**
+ * Where a server stands in the history of its data: a promoted standby starts a new timeline, and a server in
+ * recovery (a standby) can neither grant nor renew. Read by any role on PostgreSQL ≥ 15.
+ */
+export interface ServerHistory {
+  /** A standby, or a server still replaying WAL: read-only. */
+  recovery: boolean;
+  /** The timeline of the server's WAL (null in recovery, where the current WAL position is not defined). */
+  timeline: bigint | null;
+  /**
+   * `system_identifier` of `pg_control_system()` (set by initdb; the same on a primary and its standbys; another
+   * value means another database cluster). Null where the role may not call the function.
+   */
+  systemId: string | null;
+}
+
+/** What a renewal compares with the server's history (see `LeaseStore.renew`). */
+export interface LeaseHistory {
+  /** The leases' fencing tokens, in the order of the lease tokens: each carries the timeline it was drawn in. */
+  fencingTokens: bigint[];
+  /** The system identifier the leases were acquired under (null: unknown, not compared). */
+  systemId: string | null;
+}
+
+/** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
+export const FENCING_SEQUENCE_BITS = 40n;
+
+/** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
+export function timelineOf(fencingToken: bigint): bigint {
+  return fencingToken >> FENCING_SEQUENCE_BITS;
+}
+
+/**
+ * The timeline of the server's WAL: the first 8 hex digits of the current WAL file's name. Any role may call both
+ * functions; a promoted standby reports its new timeline at once (`pg_control_checkpoint()` lags until the next
+ * checkpoint). Fails in recovery.
+ */
+const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
+
+/**
+ * The server's history, in one row. `pg_control_system()` is executable by PUBLIC on a stock server, but a managed
+ * service may revoke it, and a function's right is checked when the statement starts, whichever branch runs: so the
+ * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is
+ * null, and the timeline and the recovery state decide alone.
+ */
+function serverHistorySql(readSystemId: boolean): string {
+  const systemId = readSystemId ? '(SELECT system_identifier FROM pg_catalog.pg_control_system())::text' : 'NULL::text';
+  return `SELECT pg_is_in_recovery() AS recovery,
+    CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline, ${systemId} AS system_id`;
+}
+
+/** A statement refused because the role may not call `pg_control_system()`. */
+function systemIdRefused(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  return code === '42501' && /pg_control_system/.test(message ?? '');
+}
+
+function serverHistory(row: { recovery: boolean; timeline: string | null; system_id: string | null }): ServerHistory {
+  const timeline = row.timeline === null ? null : BigInt(row.timeline);
+  return { recovery: row.recovery, timeline, systemId: row.system_id };
+}
+
+/**
+ * A number drawn from `sequence` that orders across failovers: `(timeline << 40) | nextval`. After an asynchronous
+ * failover the sequence resumes from what the standby had received, so its plain values can go back; the promoted
+ * server's timeline is larger, so these numbers never do. Values of versions before this layout (< 2⁴⁰) stay below
+ * every new one. The sequence is not reset by a failover: it has 2⁴⁰ values for the life of the table. A value
+ * that would not fit its 40 bits (or a timeline past 2²³, which would overflow a bigint) gives NULL, which the
+ * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
+ * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
+ * `sequence` is a quoted name, spliced as a string literal.
+ */
+function historyOrdered(sequence: string): string {
+  const limit = 1n << FENCING_SEQUENCE_BITS;
+  return `(SELECT CASE WHEN s.v BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
+      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | s.v END
+    FROM (SELECT nextval('${sequence.replace(/'/g, "''")}') AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+}
+
+/** The error of a statement that drew a number past the 40 bits of `historyOrdered` for `column`. */
+function exhausted(error: unknown, column: string, sequence: string): LeaseConfigError | undefined {
+  const { code, column: failed } = (error ?? {}) as { code?: string; column?: string };
+  if (code !== '23502' || failed !== column) return undefined;
+  return new LeaseConfigError(
+    `The sequence ${sequence} has passed 2^40 (or the server's timeline 2^23): nest-pg-lease refuses to hand out ` +
+      'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
+      'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
+      'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
+    { cause: error },
+  );
+}
+
+/**
+ * A write refused because the server accepts no writes: a standby in recovery (the application reached a replica,
+ * or a failover is under way), or a server set read-only.
+ */
+function readOnly(error: unknown, targetKey: string): LeaseUnavailableError | undefined {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  const recovery = code === '55000' && /recovery is in progress/.test(message ?? '');
+  if (code !== '25006' && !recovery) return undefined;
+  return new LeaseUnavailableError(targetKey, String(message), { cause: error });
 }
 
 /** Quotes a validated identifier. */
@@ -191,7 +328,8 @@ const MS = `* interval '1 millisecond'`;
 
 /** Lease row `alias` has a holder whose lease has not expired (database clock). */
 function live(alias: string): string {
-  return `(${alias}.lease_token IS NOT NULL AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
+  return `(${alias}.lease_token IS NOT NULL
+    AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
 }
 
 /** The acquisition of lease row `alias` asked the target to stay taken until `hold_ms` after it (holdAtLeastMs). */
@@ -227,6 +365,13 @@ export class LeaseStore {
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
+  private readonly dbSessions: SessionSource;
+  /** The application's pool, for single statements: retried after a serialization failure. */
+  private readonly pooled: Queryable;
+  /** Whether renewals read the system identifier: set by `serverHistory()`, cleared when a renewal is refused it. */
+  private systemIdReadable = true;
+  /** The server's default isolation is not READ COMMITTED (see `checkIsolation`): acquisitions frame it explicitly. */
+  private isolationFraming = false;
 
   /**
    * @param db the application's pool: acquisitions, releases, waiter changes, reads
@@ -245,6 +390,11 @@ export class LeaseStore {
     const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
+    this.dbSessions = poolSessions(db);
+    this.pooled = {
+      query: (config) =>
+        retryingSerializationFailures(() => (this.isolationFraming ? this.framed(config) : db.query(config))),
+    };
     this.n = leaseObjectNames(options);
     this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
   }
@@ -272,10 +422,18 @@ export class LeaseStore {
    * used only when the key has never had a row — then no earlier grant exists. Every later acquisition goes through
    * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
    * the key committed; that is why releases keep the row.
+   *
+   * The token carries the server's timeline in its high bits (see `historyOrdered`), so it also stays larger than
+   * every token of the history before a failover. On a server in recovery the statement fails at once
+   * (`LeaseUnavailableError`).
    */
-  async tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+  tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
+    return retryingSerializationFailures(() => this.acquireOnce(request));
+  }
+
+  private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
-    const seq = fencingSequence.replace(/'/g, "''");
+    const token = historyOrdered(fencingSequence);
     // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
     const mine = `coalesce((SELECT ${aged('me.queued_at', '$8')} FROM ${waiter} me
       WHERE me.target_id = $1 AND me.waiter_id = $6::uuid), $4::bigint)`;
@@ -288,7 +446,10 @@ export class LeaseStore {
     let broken: Error | undefined;
     const onError = (error: Error) => (broken = error);
     client.on('error', onError);
-    const sentAt = performance.now();
+    // Under a serializable (or repeatable read) server default, concurrent acquisitions of one key would mostly fail
+    // with 40001: frame the statement in a READ COMMITTED transaction instead (two more round trips, only then).
+    const framed = this.isolationFraming;
+    let sentAt = performance.now();
     let result: pg.QueryResult<{
       fencing_token: string | null;
       took_over: boolean | null;
@@ -296,7 +457,12 @@ export class LeaseStore {
       hold_left_ms: number | null;
     }>;
     try {
-      result = await client.query({
+      if (framed) {
+        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: this.acquireTimeoutMs };
+        await (client as Queryable).query(begin);
+        sentAt = performance.now();
+      }
+      result = await (client as Queryable).query({
       ...this.statement('acquire'),
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
@@ -312,10 +478,10 @@ export class LeaseStore {
         ), won AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, nextval('${seq}'), $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+          SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
           WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = nextval('${seq}'), owner = EXCLUDED.owner,
+            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -333,7 +499,8 @@ export class LeaseStore {
         FROM won
         UNION ALL
         -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
-        SELECT NULL, NULL, NULL, (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        SELECT NULL, NULL, NULL,
+          (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
         FROM ${lease} l
         WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
       values: [
@@ -347,17 +514,26 @@ export class LeaseStore {
         this.options.agingIntervalMs,
         request.holdMs,
       ],
+      // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
+      // and a row committed meanwhile expires by itself.
+      query_timeout: this.acquireTimeoutMs,
       });
+      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: this.acquireTimeoutMs });
     } catch (error) {
       broken ??= error as Error;
-      throw error;
+      throw exhausted(error, 'fencing_token', fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
     } finally {
       client.off('error', onError);
       client.release(broken);
     }
     const row = result.rows[0];
     if (!row || row.fencing_token === null) return { refused: true, holdLeftMs: row?.hold_left_ms ?? null };
-    return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: row.took_over === true, previousOwner: row.previous_owner };
+    return {
+      fencingToken: BigInt(row.fencing_token),
+      sentAt,
+      tookOver: row.took_over === true,
+      previousOwner: row.previous_owner,
+    };
   }
 
   /**
@@ -371,18 +547,38 @@ export class LeaseStore {
   private inShortTransaction<T>(
     source: SessionSource,
     timeoutMs: number,
-    work: (session: Queryable, left: () => number) => Promise<T>,
+    work: (session: Queryable, left: () => number, probed?: pg.QueryResultRow) => Promise<T>,
+    callOff?: AbortSignal,
+    probe?: string,
   ): Promise<T> {
     return source.withSession(async (session) => {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
       const ms = Math.max(1, Math.floor(timeoutMs));
-      await session.query({
-        text: `BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
-        query_timeout: left(),
-      });
-      const result = await work(session, left);
+      // Called off before COMMIT is sent: give up at once; the failure drops the session, so the server rolls back.
+      const unlessCalledOff = <R>(step: Promise<R>): Promise<R> => {
+        if (!callOff) return step;
+        step.catch(() => undefined);
+        return new Promise<R>((resolve, reject) => {
+          const onCallOff = () => reject(callOff.reason);
+          if (callOff.aborted) return onCallOff();
+          callOff.addEventListener('abort', onCallOff, { once: true });
+          step.then(resolve, reject).finally(() => callOff.removeEventListener('abort', onCallOff));
+        });
+      };
+      // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
+      const begun: unknown = await unlessCalledOff(
+        session.query({
+          text: `BEGIN ISOLATION LEVEL READ COMMITTED;
+            SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+            SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
+          query_timeout: left(),
+        }),
+      );
+      const probed = probe ? ([] as pg.QueryResult[]).concat(begun as pg.QueryResult).at(-1)?.rows[0] : undefined;
+      const result = await unlessCalledOff(work(session, left, probed));
+      callOff?.throwIfAborted();
+      // Once COMMIT is sent it is never abandoned for a call-off: the caller must learn whether it landed.
       await session.query({ text: 'COMMIT', query_timeout: left() });
       return result;
     });
@@ -393,36 +589,104 @@ export class LeaseStore {
    * transaction of this very process — are skipped, not waited for (SKIP LOCKED): one lease's long fence must not
    * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
    * already given it up locally, and reviving it would block the key for another timeout.
+   *
+   * With `history`, the renewal first asks the server where it stands, in the same transaction (so on the same
+   * server, even behind a pooler whose client connection survived a failover): a lease acquired under another
+   * history — another timeline than its fencing token carries, another system identifier, or any lease when the
+   * server is in recovery — is not renewed but reported in `failover`. Its row on a promoted server may be older than
+   * its holder believes (an asynchronous standby misses renewals), so the local deadline no longer protects it.
    */
-  async renew(targetKeys: string[], leaseTokens: string[], timeoutMs: number): Promise<RenewResult> {
+  async renew(
+    targetKeys: string[],
+    leaseTokens: string[],
+    timeoutMs: number,
+    history?: LeaseHistory,
+  ): Promise<RenewResult> {
+    try {
+      return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+    } catch (error) {
+      // The heartbeat's role (sessionUrl may name another) may not read the system identifier: go on without it.
+      if (!history || !systemIdRefused(error) || !this.systemIdReadable) throw error;
+      this.systemIdReadable = false;
+      return this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+    }
+  }
+
+  private async renewOnce(
+    targetKeys: string[],
+    leaseTokens: string[],
+    timeoutMs: number,
+    history?: LeaseHistory,
+  ): Promise<RenewResult> {
     const { lease } = this.n;
-    const result = await this.inShortTransaction(this.heartbeatDb, timeoutMs, (session, left) =>
-      session.query<{ lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' }>({
-        ...this.statement('renew'),
-        text: `WITH mine AS (
-            SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
-          ), lockable AS MATERIALIZED (
-            SELECT l.target_id FROM ${lease} l JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
-            WHERE ${live('l')}
-            FOR NO KEY UPDATE OF l SKIP LOCKED
-          ), renewed AS (
-            UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
-            WHERE l.target_id = lockable.target_id
-            RETURNING l.lease_token
-          )
-          SELECT mine.lease_token::text AS lease_token,
-            CASE WHEN EXISTS (SELECT 1 FROM renewed r WHERE r.lease_token = mine.lease_token) THEN 'kept'
-              WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
-              WHEN ${live('l')} THEN 'skipped'
-              ELSE 'expired' END AS outcome
-          FROM mine LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
-        values: [targetKeys, leaseTokens],
-        query_timeout: left(),
-      }),
-    );
     const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
-    for (const row of result.rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    type Row = { lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' };
+    const rows = await this.inShortTransaction(
+      this.heartbeatDb,
+      timeoutMs,
+      async (session, left, probed): Promise<Row[]> => {
+        let keys = targetKeys;
+        let tokens = leaseTokens;
+        if (history) {
+          const here = serverHistory(probed as Parameters<typeof serverHistory>[0]);
+          const failover = new Set<string>();
+          Object.assign(outcome, { history: here, failover });
+          const sameSystem = history.systemId === null || here.systemId === null || here.systemId === history.systemId;
+          const current = leaseTokens.map(
+            (_, i) => !here.recovery && sameSystem && timelineOf(history.fencingTokens[i]!) === here.timeline,
+          );
+          leaseTokens.forEach((token, i) => current[i] || failover.add(token));
+          keys = targetKeys.filter((_, i) => current[i]);
+          tokens = leaseTokens.filter((_, i) => current[i]);
+          if (keys.length === 0) return [];
+        }
+        const result = await session.query<Row>({
+          ...this.statement('renew'),
+          text: `WITH mine AS (
+              SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
+            ), lockable AS MATERIALIZED (
+              SELECT l.target_id FROM ${lease} l
+              JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
+              WHERE ${live('l')}
+              FOR NO KEY UPDATE OF l SKIP LOCKED
+            ), renewed AS (
+              UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+              WHERE l.target_id = lockable.target_id
+              RETURNING l.lease_token
+            )
+            SELECT mine.lease_token::text AS lease_token,
+              CASE WHEN r.lease_token IS NOT NULL THEN 'kept'
+                WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+                WHEN ${live('l')} THEN 'skipped'
+                ELSE 'expired' END AS outcome
+            FROM mine
+            LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+            LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
+          values: [keys, tokens],
+          query_timeout: left(),
+        });
+        return result.rows;
+      },
+      undefined,
+      history ? serverHistorySql(this.systemIdReadable) : undefined,
+    );
+    for (const row of rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
     return outcome;
+  }
+
+  /**
+   * Where the server stands in its history (bootstrap: the system identifier the leases are acquired under), and
+   * whether the role may read the system identifier at all.
+   */
+  async serverHistory(): Promise<ServerHistory> {
+    const { rows } = await this.db.query<{ readable: boolean }>({
+      text: `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS readable`,
+    });
+    this.systemIdReadable = rows[0]!.readable;
+    const result = await this.db.query<Parameters<typeof serverHistory>[0]>({
+      text: serverHistorySql(this.systemIdReadable),
+    });
+    return serverHistory(result.rows[0]!);
   }
 
   /**
@@ -432,10 +696,11 @@ export class LeaseStore {
    * token) when there are any. Returns whether our lease was released.
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    const result = await this.db.query<{ released: boolean }>({
+    const result = await this.pooled.query<{ released: boolean }>({
       ...this.statement('release'),
       text: `WITH gone AS (
-          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid RETURNING target_id
+          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
+          RETURNING target_id
         ), woke AS (
           SELECT pg_notify($3, gone.target_id) FROM gone
           WHERE $3::text IS NOT NULL AND EXISTS (SELECT 1 FROM ${this.n.waiter} w WHERE w.target_id = gone.target_id)
@@ -450,29 +715,50 @@ export class LeaseStore {
   }
 
   /**
-   * First statement of a fenced transaction: locks the lease row and reads its token. It also bounds how long the
-   * transaction may sit idle, so a holder paused inside it cannot block a takeover for ever.
+   * First statement of a fenced transaction: locks the lease row and reads its token, and the server's timeline (a
+   * lease of another timeline must not write: see `renew`). It also bounds how long the transaction may sit idle, so a
+   * holder paused inside it cannot block a takeover for ever. On a server in recovery: `LeaseUnavailableError`.
    */
-  async lockForFence(manager: EntityManager | QueryRunner, targetKey: string): Promise<string | null> {
-    const rows: Array<{ lease_token: string }> = await manager.query(
-      `SELECT lease_token::text AS lease_token, set_config('idle_in_transaction_session_timeout', $2, true)
-       FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE`,
-      [targetKey, String(this.options.fencedIdleTimeoutMs)],
-    );
-    return rows[0]?.lease_token ?? null;
+  async lockForFence(
+    manager: EntityManager | QueryRunner,
+    targetKey: string,
+  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
+    let rows: Array<{ lease_token: string | null; timeline: string }>;
+    try {
+      rows = await manager.query(
+        `SELECT (SELECT lease_token::text FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE) AS lease_token,
+           set_config('idle_in_transaction_session_timeout', $2, true), ${TIMELINE}::text AS timeline`,
+        [targetKey, String(this.options.fencedIdleTimeoutMs)],
+      );
+    } catch (error) {
+      throw readOnly(error, targetKey) ?? error;
+    }
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0]!.timeline) };
   }
 
   /**
    * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
    * Returns null when the target already has `maxWaitersPerTarget` live waiters.
+   *
+   * A short transaction of its own (see `inShortTransaction`), so a wait that gives up while its enqueue is in flight
+   * can call it off (`callOff`): rolled back, never a row inserted after its waiter left. Rejects when called off.
    */
-  async enqueue(targetKey: string, waiterId: string, priority: number, place?: WaiterPlace): Promise<WaiterPlace | null> {
+  async enqueue(
+    targetKey: string,
+    waiterId: string,
+    priority: number,
+    place: WaiterPlace | undefined,
+    callOff: AbortSignal,
+    timeoutMs: number,
+  ): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
-    const result = await this.db.query<{ seq: string; queued_at: Date }>({
+    // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
+    // failover never passes one queued before it that re-queues at its old place.
+    const statement = (left: () => number) => ({
       ...this.statement('enqueue'),
       text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, nextval('${waiterSequence.replace(/'/g, "''")}')), clock_timestamp()
+          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), clock_timestamp()
         WHERE (SELECT count(*) FROM ${waiter} c
                WHERE c.target_id = $1 AND c.heartbeat_at + c.timeout_ms ${MS} > clock_timestamp()) < $8
         ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = clock_timestamp()
@@ -487,6 +773,15 @@ export class LeaseStore {
         place ? place.seq.toString() : null,
         this.options.maxWaitersPerTarget,
       ],
+      query_timeout: left(),
+    });
+    const result = await this.inShortTransaction(
+      this.dbSessions,
+      timeoutMs,
+      (session, left) => session.query<{ seq: string; queued_at: Date }>(statement(left)),
+      callOff,
+    ).catch((error: unknown) => {
+      throw exhausted(error, 'seq', waiterSequence) ?? error;
     });
     const row = result.rows[0];
     return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
@@ -498,7 +793,7 @@ export class LeaseStore {
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { waiter } = this.n;
-    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) => session.query<{ waiter_id: string }>({
+    const statement = (left: () => number) => ({
       ...this.statement('renew_waiters'),
       text: `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
@@ -519,20 +814,24 @@ export class LeaseStore {
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
       values: [targetKeys, waiterIds, this.options.notify ? this.n.channel : null],
       query_timeout: left(),
-    }));
+    });
+    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) =>
+      session.query<{ waiter_id: string }>(statement(left)),
+    );
     return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
   /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
     const { lease, waiter } = this.n;
-    await this.db.query({
+    await this.pooled.query({
       ...this.statement('dequeue'),
       text: `WITH gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
         )
         SELECT pg_notify($3, gone.target_id) FROM gone
-        WHERE $3::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})`,
+        WHERE $3::text IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})`,
       values: [targetKey, waiterId, this.options.notify ? this.n.channel : null],
     });
   }
@@ -540,17 +839,20 @@ export class LeaseStore {
   /** Removes all the given waiter rows (shutdown). */
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
-    await this.db.query({
+    await this.pooled.query({
       text: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
       values: [waiterIds],
     });
   }
 
-  /** Holders (live or expired; released rows hold nothing) and waiters, each target's waiters in grant order; ages by the database clock. */
+  /**
+   * Holders (live or expired; released rows hold nothing) and waiters, each target's waiters in grant order; ages by
+   * the database clock.
+   */
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
     const { lease, waiter } = this.n;
     const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-    const result = await this.db.query<SnapshotRow>({
+    const result = await this.pooled.query<SnapshotRow>({
       text: `SELECT * FROM (
           SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
             fencing_token::text AS fencing_token, NULL::text AS seq,
@@ -567,9 +869,39 @@ export class LeaseStore {
     return result.rows;
   }
 
+  /** One statement in an explicit READ COMMITTED transaction (the server default is stricter: see checkIsolation). */
+  private framed<R extends pg.QueryResultRow>(
+    config: pg.QueryConfig & { query_timeout?: number },
+  ): Promise<pg.QueryResult<R>> {
+    return this.dbSessions.withSession(async (session) => {
+      await session.query({ text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout });
+      const result = await session.query<R>(config);
+      await session.query({ text: 'COMMIT', query_timeout: config.query_timeout });
+      return result;
+    });
+  }
+
+  private get acquireTimeoutMs(): number {
+    return this.options.leaseTimeoutMs - this.options.safetyMarginMs;
+  }
+
+  /**
+   * Reads the default isolation of the application's sessions (bootstrap): when it is not READ COMMITTED, the
+   * acquire, release and dequeue statements run in explicit READ COMMITTED transactions (two more round trips each;
+   * under the usual default they stay one statement). Serialization failures are retried either way.
+   */
+  async checkIsolation(): Promise<string> {
+    const result = await this.pooled.query<{ isolation: string }>({
+      text: `SELECT current_setting('default_transaction_isolation') AS isolation`,
+    });
+    const isolation = result.rows[0].isolation;
+    this.isolationFraming = isolation !== 'read committed';
+    return isolation;
+  }
+
   /** Which lease objects are missing (bootstrap check). */
   async missingObjects(): Promise<string[]> {
-    const result = await this.db.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
+    const result = await this.pooled.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
       text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
         to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
       values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
@@ -622,7 +954,7 @@ export class LeaseStore {
   /** Creates the objects (idempotent). */
   async createSchema(): Promise<void> {
     for (const statement of schemaStatements(this.options)) {
-      await this.db.query({ text: statement });
+      await this.pooled.query({ text: statement });
     }
   }
 }

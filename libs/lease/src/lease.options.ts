@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { DataSourceOptions } from 'typeorm';
 import { LeaseConfigError } from './errors.js';
+import { LONE_SURROGATE } from './target-key.js';
 
 /** Options of `LeaseModule.forRoot()` / `forRootAsync()` and of a hand-made `LeaseService`. */
 export interface LeaseModuleOptions {
@@ -208,6 +209,31 @@ function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number, sa
   return timeout;
 }
 
+/**
+ * The lease objects share one namespace per schema (tables, sequences, indexes): a table named like a derived object
+ * (`waiterTableName: 'jl_fencing_seq'` with `tableName: 'jl'`) would fail later with a raw error.
+ */
+function checkDerivedNames(table: string, waiterTable: string): void {
+  const objects: Array<[string, string]> = [
+    [table, `tableName "${table}"`],
+    [waiterTable, `waiterTableName "${waiterTable}"`],
+    [`${table}_fencing_seq`, `the fencing sequence of tableName "${table}"`],
+    [`${table}_pkey`, `the primary key index of tableName "${table}"`],
+    [`${waiterTable}_seq`, `the waiter sequence of waiterTableName "${waiterTable}"`],
+    [`${waiterTable}_order_idx`, `the order index of waiterTableName "${waiterTable}"`],
+    [`${waiterTable}_pkey`, `the primary key index of waiterTableName "${waiterTable}"`],
+  ];
+  for (const [i, [name, what]] of objects.entries()) {
+    const clash = objects.findIndex(([other], j) => j !== i && other === name);
+    if (clash >= 0 && clash < i) {
+      throw new LeaseConfigError(
+        `${objects[clash][1]} collides with ${what} (both are "${name}"): ` +
+          `choose table names that are not each other's derived names`,
+      );
+    }
+  }
+}
+
 function defaultOwner(): string {
   return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
 }
@@ -254,6 +280,15 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.owner !== undefined && (typeof options.owner !== 'string' || options.owner.length === 0)) {
     throw new LeaseConfigError('owner must be a non-empty string when given');
   }
+  // PostgreSQL text cannot hold NUL (every acquire would fail with a raw error), and a lone surrogate cannot be
+  // encoded: refuse both here, where the option is named.
+  if (options.owner?.includes('\0')) {
+    throw new LeaseConfigError('owner must not contain NUL characters: choose a printable process identity');
+  }
+  if (options.owner !== undefined && LONE_SURROGATE.test(options.owner)) {
+    throw new LeaseConfigError('owner must be well-formed UTF-16 (it contains a lone surrogate)');
+  }
+  checkDerivedNames(table, waiterTable);
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new LeaseConfigError('notify must be a boolean');
   }

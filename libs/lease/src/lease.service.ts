@@ -10,7 +10,14 @@ import {
 import type pg from 'pg';
 import { type Observable, Subject, type Subscription } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { LeaseBusyError, LeaseConfigError, LeaseError, LeaseLostError, LeaseWaitTimeoutError } from './errors.js';
+import {
+  LeaseBusyError,
+  LeaseConfigError,
+  LeaseError,
+  type LeaseLossReason,
+  LeaseLostError,
+  LeaseWaitTimeoutError,
+} from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseEngine } from './lease.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
@@ -18,7 +25,14 @@ import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js
 import { LeaseContext } from './lease-context.js';
 import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import { grantStatements, LeaseStore } from './lease-store.js';
+import {
+  grantStatements,
+  isSerializationFailure,
+  LeaseStore,
+  type RenewResult,
+  type ServerHistory,
+  timelineOf,
+} from './lease-store.js';
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
@@ -58,6 +72,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private readonly context = new LeaseContext();
   private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
+  /** Acquire statements in flight (settled, never rejecting): close() waits for them. */
+  private readonly attempts = new Set<Promise<void>>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
@@ -66,6 +82,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   private closing?: Promise<void>;
   private dataSource?: DataSource;
   private readonly dataSourceRef?: LeaseDataSourceRef;
+  /**
+   * The system identifier of the database cluster this process acquires leases in (null: not readable by the role).
+   * Each lease's timeline is in its fencing token; together they are the history a renewal checks.
+   */
+  private systemId: string | null = null;
+  /** What the last renewal that found another history said about it, for the loss messages. */
+  private failoverDetail?: string;
 
   constructor(
     @Inject(LEASE_DATA_SOURCE) dataSource: DataSource | LeaseDataSourceRef,
@@ -113,12 +136,14 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
+    await this.store.checkIsolation();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
       );
     }
     await this.checkPrivileges();
+    this.systemId = (await this.store.serverHistory()).systemId;
   }
 
   /**
@@ -160,6 +185,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   close(): Promise<void> {
     this.closing ??= (async () => {
       await this.queue.close();
+      // An acquisition in flight gives its row back itself when it lands (see attempt); wait for that while the pool
+      // still exists, but not for ever: what lands later expires by itself.
+      const giveUp = () => new Error(`acquisitions still in flight after ${this.options.heartbeatIntervalMs} ms`);
+      const until = performance.now() + this.options.heartbeatIntervalMs;
+      await settleBy(Promise.all(this.attempts), until, undefined, giveUp).catch((error: unknown) =>
+        this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
+      );
       await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
       this.stopHeartbeat();
       await this.heartbeatConnection.close();
@@ -197,8 +229,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     const priority = this.checkRequest(targetKey, options);
     const holdMs = options.holdAtLeastMs ?? 0;
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0) {
-      throw new LeaseConfigError(`waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`);
+    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
+      throw new LeaseConfigError(
+        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), ` +
+          `got ${String(options.waitTimeoutMs)}`,
+      );
     }
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(targetKey);
@@ -304,8 +339,41 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if (!lease.isHeld()) throw this.refuse(lease);
     const open = this.fences.getStore()?.get(lease);
     if (open && !open.closed) return this.joinFence(lease, open, work);
+    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
+    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
+    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
+    for (let attempt = 1; ; attempt++) {
+      let lockFailed = false;
+      try {
+        return await this.fencedOnce(lease, work, () => (lockFailed = true));
+      } catch (error) {
+        if (!lockFailed || attempt >= 10 || !isSerializationFailure(error)) throw error;
+        if (!lease.isHeld()) throw this.refuse(lease);
+      }
+    }
+  }
+
+  private fencedOnce<T>(
+    lease: HeldLease,
+    work: (manager: EntityManager) => Promise<T>,
+    onLockFailed: () => void,
+  ): Promise<T> {
     return this.requireDataSource().transaction(async (manager) => {
-      const token = await this.store.lockForFence(manager, lease.targetKey);
+      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
+      try {
+        locked = await this.store.lockForFence(manager, lease.targetKey);
+      } catch (error) {
+        onLockFailed();
+        throw error;
+      }
+      const { leaseToken: token, timeline } = locked;
+      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
+      const acquiredIn = timelineOf(lease.fencingToken);
+      if (timeline !== acquiredIn) {
+        const detail = `timeline ${acquiredIn} → ${timeline}`;
+        this.lose(lease, 'failover', detail);
+        throw new LeaseLostError(lease.targetKey, 'failover', detail);
+      }
       if (token !== lease.token) {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
@@ -319,7 +387,11 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   }
 
   /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
-  private async withinFence<T>(lease: HeldLease, manager: EntityManager, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  private async withinFence<T>(
+    lease: HeldLease,
+    manager: EntityManager,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
     const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
     const fences = new Map(this.fences.getStore());
     fences.set(lease, fence);
@@ -370,7 +442,23 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
-  private async attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
+  private attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
+    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter);
+    const settled = attempt.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.attempts.add(settled);
+    void settled.then(() => this.attempts.delete(settled));
+    return attempt;
+  }
+
+  private async attemptOnce(
+    targetKey: string,
+    priority: number,
+    holdMs: number,
+    waiter?: Waiter,
+  ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     const leaseToken = randomUUID();
     const row = await this.store.tryAcquire({
@@ -384,6 +472,16 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
       return null;
+    }
+    if (this.closing) {
+      // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
+      // exists), and never start a heartbeat.
+      await this.store.release(targetKey, leaseToken, this.options.heartbeatIntervalMs).catch((error: unknown) => {
+        this.logger.warn(
+          `Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`,
+        );
+      });
+      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
     }
     const lease = new HeldLease(
       targetKey,
@@ -404,21 +502,18 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     } else {
       this.emit({ type: 'acquired', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, at });
     }
-    if (this.closing) {
-      await this.release(lease);
-      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
-    }
     return lease;
   }
 
-  private lose(lease: HeldLease, reason: 'taken-over' | 'renewal-deadline'): void {
-    if (!lease.markLost(reason)) return;
+  private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string): void {
+    if (!lease.markLost(reason, detail)) return;
     this.forget(lease);
-    this.logger.warn(
-      reason === 'taken-over'
-        ? `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): another holder took it over`
-        : `Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): no renewal confirmed before the safety deadline`,
-    );
+    const why: Record<typeof reason, string> = {
+      'taken-over': 'another holder took it over',
+      'renewal-deadline': 'no renewal confirmed before the safety deadline',
+      failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
+    };
+    this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
     this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
   }
 
@@ -432,12 +527,31 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
       this.options.heartbeatIntervalMs,
       () => [...this.held.values()],
       (batch) =>
-        this.store.renew(
-          batch.map((lease) => lease.targetKey),
-          batch.map((lease) => lease.token),
-          this.options.heartbeatIntervalMs,
-        ),
+        this.store
+          .renew(
+            batch.map((lease) => lease.targetKey),
+            batch.map((lease) => lease.token),
+            this.options.heartbeatIntervalMs,
+            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
+          )
+          .then((result) => this.noteHistory(result)),
     ).subscribe((tick) => this.onHeartbeat(tick));
+  }
+
+  /**
+   * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
+   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
+   */
+  private noteHistory(result: RenewResult): RenewResult {
+    const here = result.history;
+    if (!here || !result.failover?.size) return result;
+    this.failoverDetail = describeChange(here, this.systemId);
+    this.logger.warn(
+      `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
+        'are lost (reason failover); their work must stop, their fenced writes are refused',
+    );
+    if (here.systemId !== null) this.systemId = here.systemId;
+    return result;
   }
 
   private stopHeartbeat(): void {
@@ -459,6 +573,8 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
         this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
       } else if (tick.skipped?.has(lease.token)) {
         // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
+      } else if (tick.failover?.has(lease.token)) {
+        this.lose(lease, 'failover', this.failoverDetail);
       } else if (tick.expired?.has(lease.token)) {
         this.lose(lease, 'renewal-deadline');
       } else {
@@ -513,4 +629,13 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
     }
     return pool;
   }
+}
+
+/** How the server's history differs from the leases': for log lines and `LeaseLostError` details. */
+function describeChange(here: ServerHistory, systemId: string | null): string {
+  if (here.recovery) return 'the server is in recovery: a standby, or a failover under way';
+  if (systemId !== null && here.systemId !== null && here.systemId !== systemId) {
+    return `another database cluster: system identifier ${systemId} → ${here.systemId}`;
+  }
+  return `the server is on timeline ${here.timeline}`;
 }

@@ -12,7 +12,13 @@ export type LeaseEvent =
     }
   | { type: 'renewed'; targetKey: string; fencingToken: bigint; latencyMs: number; at: Date }
   | { type: 'renew-failed'; leases: number; error: string; latencyMs: number; at: Date }
-  | { type: 'lost'; targetKey: string; fencingToken: bigint; reason: 'taken-over' | 'renewal-deadline'; at: Date }
+  | {
+      type: 'lost';
+      targetKey: string;
+      fencingToken: bigint;
+      reason: 'taken-over' | 'renewal-deadline' | 'failover';
+      at: Date;
+    }
   | { type: 'released'; targetKey: string; fencingToken: bigint; heldMs: number; at: Date }
   | { type: 'busy'; targetKey: string; at: Date }
   | { type: 'waiting'; targetKey: string; priority: number; at: Date }

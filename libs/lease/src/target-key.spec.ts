@@ -25,4 +25,10 @@ describe('target keys', () => {
     expect(() => assertTargetKey('')).toThrow(LeaseKeyError);
     expect(() => assertTargetKey(Symbol('k'))).toThrow(LeaseKeyError);
   });
+
+  test('keys must be well-formed UTF-16: a lone surrogate would become U+FFFD and collide with other keys', () => {
+    expect(() => assertTargetKey('a\uD800')).toThrow(/lone surrogate/);
+    expect(() => assertTargetKey('\uDFFFb')).toThrow(LeaseKeyError);
+    expect(() => assertTargetKey('emoji:\uD83D\uDE00')).not.toThrow();
+  });
 });

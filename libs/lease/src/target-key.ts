@@ -2,7 +2,10 @@ import { LeaseConfigError, LeaseKeyError } from './errors.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 
-/** Checks a target key before any SQL runs: a string of 1–255 bytes of UTF-8 without NUL. */
+/** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
+export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Checks a target key before any SQL runs: a well-formed string of 1–255 bytes of UTF-8 without NUL. */
 export function assertTargetKey(targetKey: unknown): asserts targetKey is string {
   if (typeof targetKey !== 'string') {
     throw new LeaseKeyError(`A target key must be a string, got ${targetKey === null ? 'null' : typeof targetKey}`);
@@ -12,6 +15,15 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   }
   if (targetKey.includes('\0')) {
     throw new LeaseKeyError('A target key must not contain NUL characters', targetKey.replace(/\0/g, '\\0'));
+  }
+  // Encoded to UTF-8, a lone surrogate becomes U+FFFD: two different keys would share one row, and the NOTIFY of a
+  // release would name a key no waiter is waiting for.
+  if (LONE_SURROGATE.test(targetKey)) {
+    throw new LeaseKeyError(
+      'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
+        'build keys from whole characters',
+      targetKey.replace(new RegExp(LONE_SURROGATE, 'g'), '\uFFFD'),
+    );
   }
   const bytes = Buffer.byteLength(targetKey, 'utf8');
   if (bytes > MAX_TARGET_KEY_BYTES) {
@@ -32,9 +44,11 @@ export function assertPriority(priority: unknown): asserts priority is number {
 /** Checks holdAtLeastMs: a non-negative integer that fits the lease row's `integer` column. */
 export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
   if (holdAtLeastMs === undefined) return;
-  if (typeof holdAtLeastMs !== 'number' || !Number.isInteger(holdAtLeastMs) || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+  const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
+  if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+    const got = typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs);
     throw new LeaseConfigError(
-      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs)}`,
+      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${got}`,
     );
   }
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
 import type { Subscription } from 'rxjs';
-import { LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError } from './errors.js';
+import { LeaseError, LeaseQueueFullError, LeaseUnavailableError, LeaseWaitTimeoutError } from './errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './lease.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
@@ -28,6 +28,24 @@ export interface Waiter {
 
 export type AttemptAsWaiter = (waiter: Waiter) => Promise<HeldLease | null>;
 
+/** setTimeout's longest delay; a longer one fires at once (with a warning). */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Calls `callback` once `ms` have passed, however long that is: a delay past setTimeout's range is covered by a chain
+ * of timers (a single one would fire at once). Returns the cancel function.
+ */
+export function longTimeout(callback: () => void, ms: number): () => void {
+  const due = performance.now() + Math.max(0, ms);
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    const left = due - performance.now();
+    timer = setTimeout(left > MAX_TIMER_MS ? arm : callback, Math.min(Math.max(0, left), MAX_TIMER_MS));
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
 /**
  * Settles with `work`, unless `until` (monotonic) passes or `signal` aborts first: then rejects with `onTimeout()` or
  * the signal's reason, and hands a value that arrives later to `discard` (a late lease must be released). A wait
@@ -40,10 +58,10 @@ export async function settleBy<T>(
   onTimeout: () => Error,
   discard: (late: T) => void = () => undefined,
 ): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
+  let cancelTimer: (() => void) | undefined;
   let onAbort: (() => void) | undefined;
   const cutoff = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(onTimeout()), Math.max(0, until - performance.now()));
+    cancelTimer = longTimeout(() => reject(onTimeout()), until - performance.now());
     if (signal) {
       onAbort = () => reject(signal.reason);
       if (signal.aborted) onAbort();
@@ -56,7 +74,7 @@ export async function settleBy<T>(
     won = true;
     return value;
   } finally {
-    clearTimeout(timer);
+    cancelTimer?.();
     if (onAbort) signal?.removeEventListener('abort', onAbort);
     if (!won) work.then(discard, () => undefined);
   }
@@ -68,6 +86,8 @@ export async function settleBy<T>(
  */
 class Notifier {
   private client?: pg.Client;
+  /** The client being connected, so close() can end it at once instead of waiting for a stalled network. */
+  private opening?: pg.Client;
   private connecting?: Promise<void>;
   private retryTimer?: NodeJS.Timeout;
   private backoffMs = 100;
@@ -79,6 +99,8 @@ class Notifier {
     private readonly onWake: (targetKey: string) => void,
     private readonly onReconnect: () => void,
     private readonly logger: Logger,
+    /** Bounds the connection and the LISTEN statement: a stalled network must not keep a start pending. */
+    private readonly timeoutMs: number,
   ) {}
 
   /** Connects once; resolves when listening or when the attempt failed (a retry is then scheduled). */
@@ -89,7 +111,8 @@ class Notifier {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client(this.connectionOptions());
+    const client = new pg.Client({ ...this.connectionOptions(), connectionTimeoutMillis: this.timeoutMs });
+    this.opening = client;
     client.on('notification', (message) => {
       if (message.channel === this.channel && message.payload) this.onWake(message.payload);
     });
@@ -97,9 +120,13 @@ class Notifier {
     client.on('end', () => this.lostConnection(client));
     try {
       await client.connect();
-      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+      const listen: pg.QueryConfig & { query_timeout: number } = {
+        text: `LISTEN ${quoteIdentifier(this.channel)}`,
+        query_timeout: this.timeoutMs,
+      };
+      await client.query(listen);
       if (this.closed) {
-        await client.end().catch(() => undefined);
+        this.endQuietly(client);
         return;
       }
       this.client = client;
@@ -107,9 +134,13 @@ class Notifier {
       this.onReconnect();
     } catch (error) {
       client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
-      this.logger.warn(`LISTEN connection failed (${String(error)}); waiters poll until it is back`);
-      this.scheduleRetry();
+      this.endQuietly(client);
+      if (!this.closed) {
+        this.logger.warn(`LISTEN connection failed (${String(error)}); waiters poll until it is back`);
+        this.scheduleRetry();
+      }
+    } finally {
+      if (this.opening === client) this.opening = undefined;
     }
   }
 
@@ -117,7 +148,7 @@ class Notifier {
     if (this.client !== client) return;
     this.client = undefined;
     client.removeAllListeners('end');
-    client.end().catch(() => undefined);
+    this.endQuietly(client);
     if (this.closed) return;
     this.logger.warn(`LISTEN connection lost${error ? ` (${String(error)})` : ''}; reconnecting`);
     this.scheduleRetry();
@@ -138,16 +169,26 @@ class Notifier {
     this.retryTimer.unref();
   }
 
+  /** Bounded whatever the network does: a client's end() can wait for a socket event that never comes. */
   async close(): Promise<void> {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    await this.connecting?.catch(() => undefined);
+    // Ending a client that is still connecting destroys its socket: connect() then fails at once.
+    if (this.opening) this.endQuietly(this.opening);
+    const giveUp = () => new Error('LISTEN connection still opening');
+    const until = performance.now() + this.timeoutMs;
+    await settleBy(this.connecting ?? Promise.resolve(), until, undefined, giveUp).catch(() => undefined);
     const client = this.client;
     this.client = undefined;
     if (client) {
       client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
+      await settleBy(client.end(), performance.now() + this.timeoutMs, undefined, giveUp).catch(() => undefined);
     }
+  }
+
+  /** Ends a client without waiting for it (errors ignored). */
+  private endQuietly(client: pg.Client): void {
+    client.end().catch(() => undefined);
   }
 }
 
@@ -162,6 +203,8 @@ export class WaitQueue {
   private notifier?: Notifier;
   private heartbeat?: Subscription;
   private closed = false;
+  /** Aborted by close(): every wait in flight gives up its statement at once. */
+  private readonly shutdown = new AbortController();
   /** Settles when each waiting call has settled (its row removed or granted). */
   private readonly inFlight = new Set<Promise<void>>();
 
@@ -219,6 +262,8 @@ export class WaitQueue {
     signal?.throwIfAborted();
     const timeout = () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
     const cutoff = until + this.graceMs;
+    // Every statement of the wait is given up at once when the caller aborts or the service shuts down.
+    const stop = signal ? AbortSignal.any([signal, this.shutdown.signal]) : this.shutdown.signal;
     const waiter: Waiter = { id: randomUUID(), targetKey, priority, holdAtLeastMs, evicted: false, pending: false };
     if (this.options.notify) {
       this.notifier ??= new Notifier(
@@ -227,8 +272,11 @@ export class WaitQueue {
         (key) => this.wakeTarget(key),
         () => this.wakeAll(),
         this.logger,
+        Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
       );
-      await this.notifier.start();
+      // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
+      // that cannot open must not hold the wait past its deadline (the poll covers it).
+      await settleBy(this.notifier.start(), cutoff, stop, timeout);
     }
     // Checked with no await before register(): calls arriving while the LISTEN connection opens must count too.
     if (this.waiters.size >= this.options.maxWaitersPerProcess) {
@@ -240,16 +288,22 @@ export class WaitQueue {
     }
     this.register(waiter);
     let lastError: unknown;
+    /** The last enqueue sent, and how to call it off while it is in flight. */
+    let enqueueing: Promise<WaiterPlace | null> | undefined;
+    let callOff: AbortController | undefined;
     try {
       while (true) {
-        signal?.throwIfAborted();
-        if (this.closed) throw new LeaseError('LeaseService is shutting down: the wait was cancelled', targetKey);
+        stop.throwIfAborted();
         const remaining = until - performance.now();
         if (remaining <= 0) throw new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
         waiter.pending = false;
         try {
           if (!waiter.place || waiter.evicted) {
-            const place = await settleBy(this.store.enqueue(targetKey, waiter.id, priority, waiter.place), cutoff, signal, timeout);
+            callOff = new AbortController();
+            // Bounded on the server as well: an enqueue has no business outliving the waiter timeout.
+            const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
+            enqueueing = this.store.enqueue(targetKey, waiter.id, priority, waiter.place, callOff.signal, limitMs);
+            const place = await settleBy(enqueueing, cutoff, stop, timeout);
             if (!place) {
               throw new LeaseQueueFullError(
                 targetKey,
@@ -261,7 +315,7 @@ export class WaitQueue {
             waiter.evicted = false;
           }
           waiter.holdLeftMs = undefined;
-          const lease = await settleBy(this.attempt(waiter), cutoff, signal, timeout, (late) => {
+          const lease = await settleBy(this.attempt(waiter), cutoff, stop, timeout, (late) => {
             void late?.release();
           });
           if (lease) {
@@ -269,21 +323,25 @@ export class WaitQueue {
             return lease;
           }
         } catch (error) {
-          if (error instanceof LeaseError || signal?.aborted) throw error;
-          // A database error is transient for a waiter: the wait deadline bounds the retries.
+          if ((error instanceof LeaseError && !(error instanceof LeaseUnavailableError)) || stop.aborted) throw error;
+          // A database error is transient for a waiter, and so is a server in recovery (a failover under way): the
+          // wait deadline bounds the retries.
           lastError = error;
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
         }
         const jitter = 0.5 + Math.random() * 0.5;
         // A hold's tail ends with no NOTIFY: wake for its end (a few ms after, the database clock decides).
         const holdEnds = waiter.holdLeftMs === undefined ? Infinity : waiter.holdLeftMs + 5;
-        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter, holdEnds), signal);
+        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter, holdEnds), stop);
       }
     } catch (error) {
       this.unregister(waiter);
-      if (waiter.place) {
-        // The row is gone before the promise rejects; if even that fails, the row dies with its heartbeat.
-        const gone = this.store.dequeue(targetKey, waiter.id);
+      // An enqueue still in flight is called off: rolled back unless its COMMIT is already on the way, whose outcome
+      // is then awaited. Either way the row is gone before the promise rejects, or dies with its heartbeat.
+      callOff?.abort();
+      if (enqueueing) {
+        const sent = enqueueing;
+        const gone = sent.catch(() => undefined).then(() => this.store.dequeue(targetKey, waiter.id));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(`Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`);
@@ -305,15 +363,21 @@ export class WaitQueue {
     for (const waiter of this.waiters.values()) this.wakeOne(waiter);
   }
 
-  /** Cancels every wait of this process and removes its rows (shutdown). */
+  /**
+   * Cancels every wait of this process and removes its rows (shutdown). Bounded whatever the network does: each wait
+   * gives up its statement at once and spends at most the grace on removing its row.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    this.shutdown.abort(new LeaseError('LeaseService is shutting down: the wait was cancelled'));
     const ids = [...this.waiters.values()].filter((waiter) => waiter.place).map((waiter) => waiter.id);
     this.wakeAll();
     this.heartbeat?.unsubscribe();
     this.heartbeat = undefined;
-    await this.store.dequeueAll(ids).catch((error: unknown) => {
-      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)})`);
+    const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
+    const removed = settleBy(this.store.dequeueAll(ids), performance.now() + this.graceMs, undefined, giveUp);
+    await removed.catch((error: unknown) => {
+      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)}); they expire`);
     });
     // A call caught mid-statement (say, inserting its row) was not in `ids`: it removes its own row, and must do so
     // before the caller destroys the pool.
@@ -369,12 +433,12 @@ export class WaitQueue {
     return new Promise((resolve) => {
       if (waiter.pending || signal?.aborted || this.closed) return resolve();
       const done = () => {
-        clearTimeout(timer);
+        cancel();
         signal?.removeEventListener('abort', done);
         waiter.wake = undefined;
         resolve();
       };
-      const timer = setTimeout(done, Math.max(0, ms));
+      const cancel = longTimeout(done, ms);
       signal?.addEventListener('abort', done, { once: true });
       waiter.wake = done;
     });

@@ -17,7 +17,11 @@
  * - two holders at once: a grant made while an earlier grant of the same key had not yet ended (signal not aborted);
  * - fenced exclusion within the promoted history: per key, in commit order, each lease's writes are one contiguous
  *   run (no lease writes again after a newer one has written), every counter equals its history rows, no refused
- *   write committed. This held before the failover work and must keep holding.
+ *   write committed. This held before the failover work and must keep holding;
+ * - old holders told: every lease of the old history still held at the switch ends (lost, or released by its holder)
+ *   within `toldWithinMs` of the switch, and none of its fenced writes sent to the promoted server commits. This is
+ *   what the library guarantees after an asynchronous failover, where "told before any newer grant" cannot be: the
+ *   promoted server may grant a key whose row it never received the instant it accepts connections.
  */
 import type { GrantRecord } from './load.js';
 
@@ -32,7 +36,8 @@ export interface FailoverMoments {
 /** A lease row of the promoted standby, read right after promotion. */
 export interface SurvivingRow {
   targetKey: string;
-  leaseToken: string;
+  /** Null for a released row. */
+  leaseToken: string | null;
   fencingToken: bigint;
   /** How much longer the row blocks its key (database clock at the time of reading), ms; 0 when expired. */
   blocksForMs: number;
@@ -76,6 +81,16 @@ export interface FailoverFindings {
   twoHolders: string[];
   /** Fenced exclusion within the promoted history (must stay empty). */
   exclusionViolations: string[];
+  /** Leases of the old history (granted before the switch) still held at the switch. */
+  oldHolders: number;
+  /** The longest time from the switch until one of them ended, ms (0 when none). */
+  oldHoldersEndedWithinMs: number;
+  /** How they ended: lost (by reason) or released by their holder. */
+  oldHoldersEndedBy: Record<string, number>;
+  /** Old holders that had not ended `toldWithinMs` after the switch. */
+  oldHoldersLate: string[];
+  /** Fenced writes of old-history leases sent after the switch (so to the promoted server) that committed. */
+  oldHistoryWritesAfterSwitch: string[];
 }
 
 const ms = (value: number) => `${Math.round(value)} ms`;
@@ -86,6 +101,7 @@ export function checkFailover(
   surviving: SurvivingRow[],
   history: HistoryRow[],
   counters: Map<string, bigint>,
+  toldWithinMs = Infinity,
 ): FailoverFindings {
   const before = grants.filter((g) => g.grantedAt < moments.switchAt);
   const after = grants.filter((g) => g.grantedAt >= moments.switchAt);
@@ -178,7 +194,9 @@ export function checkFailover(
     const blocker = surviving.find((row) => row.targetKey === old.key);
     const why = old.lostReason ?? old.endReason;
     const ended = old.endedAt === undefined ? 'never' : `${sinceSwitch(old.endedAt)} (${why})`;
-    const row = blocker ? `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}` : 'none';
+    const row = !blocker ? 'none' : blocker.leaseToken === null
+      ? `token ${blocker.fencingToken}, released`
+      : `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}`;
     const nextGrant = next ? `token ${next.fencingToken} at ${sinceSwitch(next.grantedAt)}` : 'none';
     cutOffDetails.push(`${old.key} token ${old.fencingToken} (client ${old.client}): `
       + `granted ${sinceSwitch(old.grantedAt)}, ended ${ended} relative to the switch; `
@@ -217,6 +235,26 @@ export function checkFailover(
     }
   }
 
+  // Old holders told: every lease of the old history held at the switch ends soon after it, and never writes there.
+  const oldAtSwitch = before.filter((g) => g.endedAt === undefined || g.endedAt > moments.switchAt);
+  const oldHoldersEndedBy: Record<string, number> = {};
+  const oldHoldersLate: string[] = [];
+  let oldHoldersEndedWithinMs = 0;
+  for (const old of oldAtSwitch) {
+    const how = old.endedAt === undefined ? 'never' : old.endReason === 'lost' ? `lost: ${old.lostReason}` : 'released';
+    oldHoldersEndedBy[how] = (oldHoldersEndedBy[how] ?? 0) + 1;
+    const after = old.endedAt === undefined ? Infinity : old.endedAt - moments.switchAt;
+    oldHoldersEndedWithinMs = Math.max(oldHoldersEndedWithinMs, after);
+    if (after > toldWithinMs) {
+      oldHoldersLate.push(`${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ended `
+        + `${old.endedAt === undefined ? 'never' : `${ms(after)} after the switch (${how})`}`);
+    }
+  }
+  const oldHistoryWritesAfterSwitch = before.flatMap((g) => g.writes
+    .filter((w) => w.startedAt >= moments.switchAt && w.outcome === 'ack')
+    .map((w) => `${g.key}: write ${w.opId} of token ${g.fencingToken} (granted before the switch) committed `
+      + `${ms(w.settledAt - moments.switchAt)} after it`));
+
   return {
     grantsBefore: before.length,
     grantsAfter: after.length,
@@ -236,5 +274,10 @@ export function checkFailover(
     notToldInTime,
     twoHolders,
     exclusionViolations,
+    oldHolders: oldAtSwitch.length,
+    oldHoldersEndedWithinMs,
+    oldHoldersEndedBy,
+    oldHoldersLate,
+    oldHistoryWritesAfterSwitch,
   };
 }

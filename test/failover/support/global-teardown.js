@@ -9,6 +9,15 @@ const range = (values) => {
   return min === max ? String(min) : `${min}–${max}`;
 };
 
+/** How the old holders ended, summed over the runs: "lost: failover 21, released 4". */
+const endedBy = (runs) => {
+  const total = {};
+  for (const run of runs) {
+    for (const [how, n] of Object.entries(run.oldHoldersEndedBy ?? {})) total[how] = (total[how] ?? 0) + n;
+  }
+  return Object.entries(total).map(([how, n]) => `${how} ${n}`).join(', ') || 'none';
+};
+
 // The issue's columns first, then what tells how each run went.
 const HEADERS = [
   'replication, window of WAL lost',
@@ -20,7 +29,9 @@ const HEADERS = [
   'holders cut off: told / ended by own release',
   'cut-off holders not told before a newer write',
   'exclusion violations in the promoted history',
-  'heartbeat backends on the primary at the crash (normal: one per process renewing)',
+  'old holders at the switch: all ended within (how)',
+  'old-history fenced writes committed after the switch',
+  'heartbeat backends on the primary at the crash (most in one process)',
   'grants/s',
   'outage ms',
 ];
@@ -47,7 +58,9 @@ export default async function globalTeardown() {
         `${of('cutOffHolders')}: ${of('cutOffLost')} / ${of('cutOffReleased')}`,
         of('notToldInTime'),
         of('exclusionViolations'),
-        of('heartbeatBackends'),
+        `${of('oldHolders')}: ${range(runs.map((r) => r.oldHoldersEndedWithinMs ?? Infinity))} ms (${endedBy(runs)})`,
+        of('oldHistoryWritesAfterSwitch'),
+        `${of('heartbeatBackends')} (${of('heartbeatBackendsPerProcess')})`,
         of('grantRate'),
         of('outageMs'),
       ];

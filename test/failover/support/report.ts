@@ -26,6 +26,13 @@ export interface SummaryRow {
   exclusionViolations: number;
   grantRate: number;
   heartbeatBackends: number;
+  heartbeatBackendsPerProcess: number;
+  /** Leases of the old history held at the switch, the longest until one ended (ms), how they ended. */
+  oldHolders: number;
+  oldHoldersEndedWithinMs: number;
+  oldHoldersEndedBy: Record<string, number>;
+  oldHoldersLate: number;
+  oldHistoryWritesAfterSwitch: number;
   outageMs: number;
   wallMs: number;
 }
@@ -55,6 +62,12 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
     exclusionViolations: f.exclusionViolations.length,
     grantRate: Math.round(result.grantRate),
     heartbeatBackends: result.heartbeatBackends,
+    heartbeatBackendsPerProcess: result.heartbeatBackendsPerProcess,
+    oldHolders: f.oldHolders,
+    oldHoldersEndedWithinMs: Math.round(f.oldHoldersEndedWithinMs),
+    oldHoldersEndedBy: f.oldHoldersEndedBy,
+    oldHoldersLate: f.oldHoldersLate.length,
+    oldHistoryWritesAfterSwitch: f.oldHistoryWritesAfterSwitch.length,
     outageMs: Math.round(result.outageMs),
     wallMs: Math.round(result.wallMs),
   };
@@ -66,7 +79,10 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
     + `released rows back ${row.releasedRowsBack} `
     + `(blocking ≤ ${row.releasedRowBlocksMs} ms); two holders ${row.twoHolders}; cut-off holders ${row.cutOffHolders} `
     + `(told ${row.cutOffLost}, released ${row.cutOffReleased}, not told in time ${row.notToldInTime}); exclusion `
-    + `violations ${row.exclusionViolations}; heartbeat backends at the crash ${row.heartbeatBackends}; `
+    + `violations ${row.exclusionViolations}; old holders at the switch ${row.oldHolders}, all ended within `
+    + `${row.oldHoldersEndedWithinMs} ms (${JSON.stringify(row.oldHoldersEndedBy)}; late ${row.oldHoldersLate}, `
+    + `old-history writes committed after the switch ${row.oldHistoryWritesAfterSwitch}); heartbeat backends at the `
+    + `crash ${row.heartbeatBackends} (at most ${row.heartbeatBackendsPerProcess} per process); `
     + `${row.grantRate} grants/s; outage ${row.outageMs} ms; ${(row.wallMs / 1000).toFixed(1)} s`);
   return row;
 }

@@ -59,7 +59,7 @@ export class LeaseMetrics implements OnModuleDestroy {
     });
     const lost = new Counter({
       name: metricName('lost_total'),
-      help: 'Leases lost before release, by reason (taken-over, renewal-deadline)',
+      help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover)',
       labelNames: ['reason'],
       registers,
     });
@@ -97,7 +97,7 @@ export class LeaseMetrics implements OnModuleDestroy {
       },
     });
     // Labelled series start at zero, so a dashboard sees them before the first loss or wait.
-    for (const reason of ['taken-over', 'renewal-deadline']) lost.inc({ reason }, 0);
+    for (const reason of ['taken-over', 'renewal-deadline', 'failover']) lost.inc({ reason }, 0);
     for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome }, 0);
 
     this.subscription = leases.events$.subscribe((event) => {
