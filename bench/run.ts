@@ -2,7 +2,7 @@
  * `npm run bench` (full, a few minutes) / `npm run bench:quick` (CI size, under two minutes).
  *
  * Every scenario runs against one PostgreSQL (DATABASE_URL, else an embedded one) in this one process run, with the
- * implementations interleaved round by round. Prints the table and the goals of issue 7, and writes
+ * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
  * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http (a subset, for development).
@@ -25,7 +25,7 @@ import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
 import type { BenchContext, Row } from './support/measure.js';
-import { goalLines, goals, table } from './support/report.js';
+import { goalRows, goals, goalTable, table } from './support/report.js';
 
 const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   acquire: acquireRelease,
@@ -94,7 +94,9 @@ async function main(): Promise<void> {
   log('');
   log(table(rows));
   log('');
-  log(goalLines(judged));
+  log('Goals of issue 14 (same run):');
+  log('');
+  log(goalTable(goalRows(rows)));
   log(`\nOne durable commit p50: ${durableCommitP50Ms.start.toFixed(3)} ms at the start, ${durableCommitP50Ms.end.toFixed(3)} ms at the end.`);
   const seconds = (performance.now() - started) / 1000;
   log(`\nTotal ${seconds.toFixed(0)} s.`);
