@@ -1,7 +1,7 @@
 /** The headline ratios as a plain SVG: one panel per goal, bars per implementation, the goal as a dashed line. */
 import { LEASE_IMPLEMENTATIONS } from '../scenarios/acquire-release.js';
 import { HANDOFF_SCENARIO } from '../scenarios/handoff.js';
-import { HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
+import { HTTP_PROTOTYPE, HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
 import { PRIORITY_SCENARIO } from '../scenarios/priority.js';
 import type { Row } from './measure.js';
 import { find, type Goal } from './report.js';
@@ -82,9 +82,9 @@ function panels(rows: Row[]): Panel[] {
   const handoffs = rows.filter((row) => row.scenario === HANDOFF_SCENARIO || row.scenario === PRIORITY_SCENARIO);
   if (handoffs.length) {
     out.push({
-      title: 'handoff: release → grant p50, ms (log scale)',
+      title: 'handoff: release → grant p50, ms (log scale); 1 hot key, 8 clients unless said',
       bars: handoffs.map((row) => ({
-        label: row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : `${row.implementation}, 8 clients`,
+        label: row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : row.implementation,
         value: row.p50Ms,
         text: `${row.p50Ms < 10 ? row.p50Ms.toFixed(2) : row.p50Ms.toFixed(0)} ms${row.opsPerSec ? `, ${Math.round(row.opsPerSec)}/s` : ''}`,
         ours: isOurs(row.implementation),
@@ -107,7 +107,7 @@ function panels(rows: Row[]): Panel[] {
     if (!plain?.opsPerSec) continue;
     for (const row of rows.filter((candidate) => candidate.scenario === scenario && candidate.opsPerSec)) {
       const share = (row.opsPerSec! / plain.opsPerSec) * 100;
-      http.push({ label: `${handler}: ${row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
+      http.push({ label: `${handler}: ${row.implementation === HTTP_PROTOTYPE ? 'prototype lease, group commit' : row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
     }
   }
   if (http.length) {
