@@ -2,14 +2,14 @@
  * `npm run bench` (full, a few minutes) / `npm run bench:quick` (CI size, under two minutes).
  *
  * Every scenario runs against one PostgreSQL (DATABASE_URL, else an embedded one) in this one process run, with the
- * implementations interleaved round by round. Prints the table and the goals of issue 7, and writes
+ * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
  * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http (a subset, for development).
  */
 import 'reflect-metadata';
 import { writeFile, mkdir } from 'node:fs/promises';
-import { cpus } from 'node:os';
+import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LeaseService } from 'nest-pg-lease';
@@ -25,7 +25,7 @@ import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
 import type { BenchContext, Row } from './support/measure.js';
-import { goalLines, goals, table } from './support/report.js';
+import { goalRows, goals, goalTable, table } from './support/report.js';
 
 const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   acquire: acquireRelease,
@@ -73,6 +73,8 @@ async function main(): Promise<void> {
   log(`Node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? 'unknown'}), mode ${quick ? 'quick' : 'full'}`);
   const rows: Row[] = [];
   const durableCommitP50Ms = { start: Number.NaN, end: Number.NaN };
+  // The machine may be shared: the load average (1 min) at the start and the end says how much.
+  const load = { start: loadavg()[0], end: Number.NaN };
   try {
     await createTables(db);
     durableCommitP50Ms.start = await db.durableCommitP50();
@@ -86,6 +88,7 @@ async function main(): Promise<void> {
       log(`  (${((performance.now() - t0) / 1000).toFixed(1)} s)`);
     }
     durableCommitP50Ms.end = await db.durableCommitP50();
+    load.end = loadavg()[0];
   } finally {
     await db.close();
   }
@@ -94,8 +97,11 @@ async function main(): Promise<void> {
   log('');
   log(table(rows));
   log('');
-  log(goalLines(judged));
+  log('Goals of issue 14 (same run):');
+  log('');
+  log(goalTable(goalRows(rows)));
   log(`\nOne durable commit p50: ${durableCommitP50Ms.start.toFixed(3)} ms at the start, ${durableCommitP50Ms.end.toFixed(3)} ms at the end.`);
+  log(`Load average (1 min, ${cpus().length} CPUs): ${load.start.toFixed(1)} at the start, ${load.end.toFixed(1)} at the end.`);
   const seconds = (performance.now() - started) / 1000;
   log(`\nTotal ${seconds.toFixed(0)} s.`);
 
@@ -112,6 +118,7 @@ async function main(): Promise<void> {
     cpuModel: cpus()[0]?.model,
     durationSeconds: Math.round(seconds),
     durableCommitP50Ms,
+    loadAverage: load,
     goals: judged,
     rows,
   };

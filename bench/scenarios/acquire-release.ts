@@ -1,9 +1,19 @@
 /**
- * Uncontended acquire + release on distinct keys, 1 and 16 clients: the fixed cost of a lease, next to an advisory
- * lock + unlock, the seed's upsert + delete and @verrou/core.
+ * Uncontended acquire + release on distinct keys, 1, 16 and 64 clients in one process: the fixed cost of a lease,
+ * next to an advisory lock + unlock, the seed's upsert + delete, @verrou/core, and the group-commit prototype of
+ * issue 14 (bench/prototype: one statement and one commit for all acquisitions queued while one is in flight).
  */
 import { randomUUID } from 'node:crypto';
-import { advisory, openAdvisory, openLeases, openPool, openVerrou, seed, type LeaseVariant } from '../support/contenders.js';
+import {
+  advisory,
+  openAdvisory,
+  openLeases,
+  openPool,
+  openPrototype,
+  openVerrou,
+  seed,
+  type LeaseVariant,
+} from '../support/contenders.js';
 import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
 
 const WARM_UP = 5;
@@ -15,10 +25,13 @@ export const LEASE_IMPLEMENTATIONS: Record<LeaseVariant, string> = {
   'fillfactor-80': 'nest-pg-lease, fillfactor 80 (previous setting)',
 };
 
+export const PROTOTYPE_GROUP_COMMIT = 'prototype: group commit (issue 14)';
+export const PROTOTYPE_SINGLE = 'prototype: same statements, one per call';
+
 export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {
   const rows: Row[] = [];
-  for (const clients of [1, 16]) {
-    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_000) : ctx.quick ? 40 : 150;
+  for (const clients of [1, 16, 64]) {
+    const perClient = clients === 1 ? (ctx.quick ? 300 : 1_000) : Math.round((ctx.quick ? 640 : 2_400) / clients);
     const rounds = ctx.quick ? 2 : 4;
     const scenario = `acquire + release, ${clients} client${clients > 1 ? 's' : ''}`;
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} ops`);
@@ -105,5 +118,30 @@ function contendersFor(ctx: BenchContext, clients: number, perClient: number): C
     },
   };
 
-  return [lease('shipped'), advisoryLocks, lease('async-release'), lease('unlogged'), seedUpsert, verrou];
+  const prototype = (groupCommit: boolean): Contender => ({
+    name: groupCommit ? PROTOTYPE_GROUP_COMMIT : PROTOTYPE_SINGLE,
+    workload: (round): Workload => {
+      const open = openPrototype(url, clients, { groupCommit });
+      const cycle = run(async (c, i, warm) => {
+        const held = await open.leases.tryAcquire(`ar:${clients}:${round}:${warm ? 'w' : 'm'}:${groupCommit ? 'g' : 's'}:${c}:${i}`);
+        if (!held) throw new Error('uncontended prototype acquire refused');
+        if (!(await open.leases.release(held))) throw new Error('prototype release found no lease');
+      });
+      return {
+        setup: cycle.warm,
+        run: async () => {
+          const before = open.leases.stats();
+          const result = await cycle.measured();
+          const after = open.leases.stats();
+          const batches = after.acquire.batches - before.acquire.batches;
+          return { ...result, extra: { acquirePerBatch: (after.acquire.items - before.acquire.items) / Math.max(1, batches) } };
+        },
+        teardown: () => open.close(),
+      };
+    },
+  });
+
+  // 64 clients: the library, its floor (advisory locks), the seed's SQL and the prototype; the rest add nothing new.
+  if (clients === 64) return [lease('shipped'), advisoryLocks, seedUpsert, prototype(true), prototype(false)];
+  return [lease('shipped'), advisoryLocks, lease('async-release'), lease('unlogged'), seedUpsert, verrou, prototype(true), prototype(false)];
 }

@@ -5,13 +5,15 @@
  * are blocking `pg_advisory_lock` (the lock manager's own queue) and @verrou/core, which polls (default 250 ms).
  */
 import type { Lock } from '@verrou/core';
-import { advisory, openAdvisory, openLeases, openVerrou, type OpenLeases } from '../support/contenders.js';
+import { advisory, openAdvisory, openLeases, openPrototype, openVerrou, type OpenLeases, type OpenPrototype } from '../support/contenders.js';
 import { interleaved, summarize, type BenchContext, type Contender, type Row, type RunResult, type Workload } from '../support/measure.js';
 import { LEASE_IMPLEMENTATIONS } from './acquire-release.js';
 
 export const CLIENTS = 8;
 export const HANDOFF_SCENARIO = `handoff, 1 hot key, ${CLIENTS} clients`;
 export const VERROU_HANDOFF = '@verrou/core (knex store, 250 ms retry)';
+export const PROTOTYPE_HEAD_ONLY = 'prototype: head-only NOTIFY + group commit';
+export const PROTOTYPE_WAKE_ALL = 'prototype: NOTIFY wakes every waiter + group commit';
 
 /**
  * `CLIENTS` loops of acquire → release until `durationMs` is over; samples release call → next grant. A client that
@@ -125,7 +127,33 @@ export async function handoff(ctx: BenchContext): Promise<Row[]> {
     },
   };
 
-  const contenders = [lease, blockingAdvisory, verrou];
+  /** Issue 14's prototype: 8 engines with their own pools and LISTEN connections, as the library's clients. */
+  const prototype = (headOnly: boolean): Contender => ({
+    name: headOnly ? PROTOTYPE_HEAD_ONLY : PROTOTYPE_WAKE_ALL,
+    workload: (round): Workload => {
+      const open: OpenPrototype[] = [];
+      const key = `hot:${headOnly ? 'head' : 'all'}:${round}`;
+      const take = async (client: number) => {
+        const { leases } = open[client];
+        const held = await leases.acquire(key, { waitTimeoutMs: 30_000 });
+        return async () => void (await leases.release(held));
+      };
+      return {
+        setup: async () => {
+          for (let client = 0; client < CLIENTS; client++) open.push(openPrototype(url, 2, { headOnly }));
+          await Promise.all(open.map((one) => one.leases.listen()));
+          for (let client = 0; client < CLIENTS; client++) await (await take(client))();
+          return CLIENTS;
+        },
+        run: () => handoffs(durationMs, take),
+        teardown: async () => {
+          await Promise.all(open.map((one) => one.close()));
+        },
+      };
+    },
+  });
+
+  const contenders = [lease, blockingAdvisory, verrou, prototype(true), prototype(false)];
   const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
   return contenders.map((contender) => summarize(HANDOFF_SCENARIO, contender.name, 'handoff', results.get(contender.name)!));
 }

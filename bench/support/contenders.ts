@@ -9,6 +9,7 @@ import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import { PrototypeLeases, type PrototypeOptions } from '../prototype/prototype-leases.js';
 
 /** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
 export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
@@ -49,6 +50,29 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
     close: async () => {
       await service.close();
       if (dataSource.isInitialized) await dataSource.destroy();
+    },
+  };
+}
+
+/** The library's default table names: the prototype works on the very tables the shipped library uses. */
+export const DEFAULT_TABLES = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
+
+export interface OpenPrototype {
+  leases: PrototypeLeases;
+  pool: pg.Pool;
+  close(): Promise<void>;
+}
+
+/** The group-commit prototype (bench/prototype) on a pool of its own. */
+export function openPrototype(url: string, poolSize: number, options: Partial<PrototypeOptions> = {}): OpenPrototype {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  const leases = new PrototypeLeases(pool, { names: DEFAULT_TABLES, ...options });
+  return {
+    leases,
+    pool,
+    close: async () => {
+      await leases.close();
+      await pool.end();
     },
   };
 }

@@ -55,8 +55,9 @@ export class BenchDatabase {
     private readonly probe: pg.Client,
   ) {}
 
-  static async open(): Promise<BenchDatabase> {
-    const server = await startPostgres();
+  /** `settings`: extra `postgres -c` settings for an embedded server (ignored with DATABASE_URL). */
+  static async open(settings?: Record<string, string | number>): Promise<BenchDatabase> {
+    const server = await startPostgres(settings ? { settings } : {});
     const url = await createDatabase(server.url, 'bench');
     const probe = new pg.Client({ connectionString: url, application_name: 'bench-probe' });
     (probe as unknown as Record<symbol, boolean>)[UNCOUNTED] = true;
