@@ -36,7 +36,8 @@ import {
 import { DedicatedConnection } from './dedicated-connection.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
-import { settleBy, type Waiter, WaitQueue } from './waiting.js';
+import { settleBy } from './settle-by.js';
+import { type Waiter, WaitQueue } from './wait-queue.js';
 
 /** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
 interface OpenFence {

@@ -1,0 +1,51 @@
+/** setTimeout's longest delay; a longer one fires at once (with a warning). */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Calls `callback` once `ms` have passed, however long that is: a delay past setTimeout's range is covered by a chain
+ * of timers (a single one would fire at once). Returns the cancel function.
+ */
+export function longTimeout(callback: () => void, ms: number): () => void {
+  const due = performance.now() + Math.max(0, ms);
+  let timer: NodeJS.Timeout;
+  const arm = () => {
+    const left = due - performance.now();
+    timer = setTimeout(left > MAX_TIMER_MS ? arm : callback, Math.min(Math.max(0, left), MAX_TIMER_MS));
+  };
+  arm();
+  return () => clearTimeout(timer);
+}
+
+/**
+ * Settles with `work`, unless `until` (monotonic) passes or `signal` aborts first: then rejects with `onTimeout()` or
+ * the signal's reason, and hands a value that arrives later to `discard` (a late lease must be released). A wait
+ * must settle on time even when the database stops answering in the middle of a statement.
+ */
+export async function settleBy<T>(
+  work: Promise<T>,
+  until: number,
+  signal: AbortSignal | undefined,
+  onTimeout: () => Error,
+  discard: (late: T) => void = () => undefined,
+): Promise<T> {
+  let cancelTimer: (() => void) | undefined;
+  let onAbort: (() => void) | undefined;
+  const cutoff = new Promise<never>((_, reject) => {
+    cancelTimer = longTimeout(() => reject(onTimeout()), until - performance.now());
+    if (signal) {
+      onAbort = () => reject(signal.reason);
+      if (signal.aborted) onAbort();
+      else signal.addEventListener('abort', onAbort, { once: true });
+    }
+  });
+  let won = false;
+  try {
+    const value = await Promise.race([work, cutoff]);
+    won = true;
+    return value;
+  } finally {
+    cancelTimer?.();
+    if (onAbort) signal?.removeEventListener('abort', onAbort);
+    if (!won) work.then(discard, () => undefined);
+  }
+}
