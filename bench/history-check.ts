@@ -38,7 +38,9 @@ async function main(): Promise<void> {
   const url = await createDatabase(serverUrl, 'bench_history');
   const dataSource = new DataSource({ type: 'postgres', url, entities: [...leaseEntities], extra: { max: 4 } });
   await dataSource.initialize();
-  const options = { heartbeatIntervalMs: 60_000, leaseTimeoutMs: 600_000 };
+  // The service's own heartbeat must stay away for the whole run: its tick locks the rows, and the bench's renewal
+  // then skips them (SKIP LOCKED) — rightly not counted as kept.
+  const options = { heartbeatIntervalMs: 3_600_000, leaseTimeoutMs: 36_000_000 };
   const service = new LeaseService(dataSource, { ...options, createSchema: true });
   const client = new pg.Client({ connectionString: url, application_name: 'bench-history' });
   try {
