@@ -1,7 +1,7 @@
 /** The headline ratios as a plain SVG: one panel per goal, bars per implementation, the goal as a dashed line. */
 import { LEASE_IMPLEMENTATIONS } from '../scenarios/acquire-release.js';
 import { HANDOFF_SCENARIO } from '../scenarios/handoff.js';
-import { HTTP_PROTOTYPE, HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
+import { HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
 import { PRIORITY_SCENARIO } from '../scenarios/priority.js';
 import type { Row } from './measure.js';
 import { find, type Goal } from './report.js';
@@ -30,7 +30,7 @@ const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;
 
 function panels(rows: Row[]): Panel[] {
   const out: Panel[] = [];
-  const isOurs = (implementation: string) => implementation.startsWith('nest-pg-lease') || implementation.startsWith('prototype');
+  const isOurs = (implementation: string) => implementation.startsWith('nest-pg-lease');
   for (const [clients, goal] of [
     [16, 0.5],
     [64, 1.0],
@@ -107,7 +107,7 @@ function panels(rows: Row[]): Panel[] {
     if (!plain?.opsPerSec) continue;
     for (const row of rows.filter((candidate) => candidate.scenario === scenario && candidate.opsPerSec)) {
       const share = (row.opsPerSec! / plain.opsPerSec) * 100;
-      http.push({ label: `${handler}: ${row.implementation === HTTP_PROTOTYPE ? 'prototype lease, group commit' : row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
+      http.push({ label: `${handler}: ${row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
     }
   }
   if (http.length) {
@@ -161,7 +161,7 @@ export function chart(
   const met = goals.filter((goal) => goal.met).length;
   const footer = [
     `${met} of ${goals.length} goals met. ${meta.mode} run, ${meta.generatedAt.slice(0, 16).replace('T', ' ')} UTC; medians of interleaved rounds; one durable commit p50 ${meta.durableCommitP50Ms.start.toFixed(2)} → ${meta.durableCommitP50Ms.end.toFixed(2)} ms.`,
-    `${meta.server.version.split(' on ')[0]} (${meta.server.source}); blue: ${LEASE_IMPLEMENTATIONS.shipped} and prototypes (bench/prototype: issue 14), grey: baselines.`,
+    `${meta.server.version.split(' on ')[0]} (${meta.server.source}); blue: ${LEASE_IMPLEMENTATIONS.shipped} and its variants, grey: baselines.`,
   ];
   const height = top + 44;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="system-ui, sans-serif">

@@ -9,7 +9,6 @@ import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { PrototypeLeases, type PrototypeOptions } from '../prototype/prototype-leases.js';
 
 /** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
 export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
@@ -21,8 +20,9 @@ export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10
  * - `unlogged`: prototype; the lease table is UNLOGGED (no WAL, emptied by crash recovery), the fencing sequence
  *   stays logged.
  * - `fillfactor-80`: the lease table with the previous fillfactor 80 instead of the shipped 50, for comparison.
+ * - `unbatched`: `maxBatchSize: 1`, group commit off: every acquisition and release its own statement and commit.
  */
-export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80';
+export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80' | 'unbatched';
 
 export const UNLOGGED_TABLES = { tableName: 'bench_unlogged_lease', waiterTableName: 'bench_unlogged_lease_waiter' };
 export const FILLFACTOR_80_TABLES = { tableName: 'bench_ff80_lease', waiterTableName: 'bench_ff80_lease_waiter' };
@@ -41,6 +41,7 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
     'async-release': { asyncReleaseCommits: true },
     unlogged: UNLOGGED_TABLES,
     'fillfactor-80': FILLFACTOR_80_TABLES,
+    unbatched: { maxBatchSize: 1 },
   };
   const service = new LeaseService(dataSource, { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options });
   await service.init();
@@ -50,29 +51,6 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
     close: async () => {
       await service.close();
       if (dataSource.isInitialized) await dataSource.destroy();
-    },
-  };
-}
-
-/** The library's default table names: the prototype works on the very tables the shipped library uses. */
-export const DEFAULT_TABLES = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-
-export interface OpenPrototype {
-  leases: PrototypeLeases;
-  pool: pg.Pool;
-  close(): Promise<void>;
-}
-
-/** The group-commit prototype (bench/prototype) on a pool of its own. */
-export function openPrototype(url: string, poolSize: number, options: Partial<PrototypeOptions> = {}): OpenPrototype {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize });
-  const leases = new PrototypeLeases(pool, { names: DEFAULT_TABLES, ...options });
-  return {
-    leases,
-    pool,
-    close: async () => {
-      await leases.close();
-      await pool.end();
     },
   };
 }

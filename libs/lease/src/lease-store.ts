@@ -382,7 +382,7 @@ function historyToken(v: string): string {
 
 /**
  * A batch's callers travel as ONE jsonb parameter, filtered by a range the planner cannot judge; both are about the
- * plan cache (measured in bench/prototype, issue 14 part 1). `unnest($1::text[])` is estimated at the array's length
+ * plan cache (measured by the prototype of issue 14 part 1). `unnest($1::text[])` is estimated at the array's length
  * in a custom plan but at 10 rows in the generic one, so a prepared statement would be planned afresh on every call
  * (1.5 ms of planning for 0.5 ms of execution); `jsonb_to_recordset` costs the same in both and the generic plan is
  * kept. And a generic plan made while the table was small must still probe the primary key per caller rather than
@@ -741,9 +741,6 @@ export class LeaseStore {
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { lease, waiter, fencingSequence } = this.n;
     const token = historyOrdered(fencingSequence);
-    // The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
-    const mine = `coalesce((SELECT ${aged('me.queued_at', '$8')} FROM ${waiter} me
-      WHERE me.target_id = $1 AND me.waiter_id = $6::uuid), $4::bigint)`;
     // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
     // could have written updated_at at the earliest.
     const client = await this.db.connect();
@@ -773,20 +770,21 @@ export class LeaseStore {
       ...this.statement('acquire'),
       text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
-        ), ahead AS (
-          SELECT 1 FROM ${waiter} w
-          WHERE w.target_id = $1 AND w.waiter_id IS DISTINCT FROM $6::uuid
-            AND w.heartbeat_at + w.timeout_ms ${MS} > clock_timestamp()
-            AND (${aged('w.queued_at', '$8')} > ${mine} OR (${aged('w.queued_at', '$8')} = ${mine}
-              AND w.seq < coalesce($7::bigint, 9223372036854775807)))
-          LIMIT 1
-        ), previous AS (
-          SELECT owner, lease_token IS NOT NULL AS was_held FROM ${lease} WHERE target_id = $1
+        ), line AS MATERIALIZED (
+          -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
+          SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
+          FROM ${waiter} w WHERE w.target_id = $1
+        ), me AS (
+          -- The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
+          SELECT CASE WHEN $6::uuid IS NULL THEN $4::bigint
+            ELSE coalesce((SELECT eff FROM line WHERE waiter_id = $6::uuid), $4::bigint) END AS eff
         ), won AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          WHERE NOT EXISTS (SELECT 1 FROM held) AND NOT EXISTS (SELECT 1 FROM ahead)
+          WHERE NOT EXISTS (SELECT 1 FROM held)
+            AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
+              AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
           ON CONFLICT (target_id) DO UPDATE SET
             lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
@@ -794,14 +792,19 @@ export class LeaseStore {
           WHERE NOT ${taken('l')}
           RETURNING l.fencing_token, (l.xmax <> 0) AS updated
         ), granted AS (
-          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them.
-          DELETE FROM ${waiter} w WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM won)
-            AND (w.waiter_id = $6::uuid OR w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp())
+          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
+          -- when the target has a line at all (the uncontended path skips the probe).
+          DELETE FROM ${waiter} w
+          WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
+            AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
         )
-        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder.
+        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder. The
+        -- statement's snapshot still shows the row as it was; read only when a row was updated.
         SELECT won.fencing_token::text AS fencing_token,
-          (won.updated AND coalesce((SELECT was_held FROM previous), false)) AS took_over,
-          CASE WHEN won.updated THEN (SELECT owner FROM previous WHERE was_held) END AS previous_owner,
+          CASE WHEN won.updated THEN coalesce((SELECT p.lease_token IS NOT NULL FROM ${lease} p WHERE p.target_id = $1),
+            false) ELSE false END AS took_over,
+          CASE WHEN won.updated THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL)
+            END AS previous_owner,
           NULL::float8 AS hold_left_ms
         FROM won
         UNION ALL
