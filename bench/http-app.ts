@@ -17,7 +17,12 @@ if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started
 countStatements();
 /** The handlers' own database work, on a pool of its own (the lease module owns its DataSource). */
 const appPool = new pg.Pool({ connectionString: url, max: 16 });
-const write = (k: string) => appPool.query({ name: 'bench_write', text: 'UPDATE bench_counter SET n = n + 1 WHERE id = $1', values: [Number(k) % 64] });
+const write = (k: string) =>
+  appPool.query({
+    name: 'bench_write',
+    text: 'UPDATE bench_counter SET n = n + 1 WHERE id = $1',
+    values: [Number(k) % 64],
+  });
 
 @Controller()
 class BenchController {

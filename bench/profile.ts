@@ -322,11 +322,7 @@ async function main(): Promise<void> {
     await explainLibrary(db.url, explained);
     for (const line of explained) log(line);
 
-    const implementations = (tag: string) => [
-      library(db.url, tag),
-      seedSql(db.url, tag),
-      floorSql(db.url, tag),
-    ];
+    const implementations = (tag: string) => [library(db.url, tag), seedSql(db.url, tag), floorSql(db.url, tag)];
     const cpu = new Map<string, number[]>();
     const latency = new Map<string, number[]>();
     if (stats) await db.query('SELECT pg_stat_statements_reset()');

@@ -13,7 +13,15 @@ import {
   seed,
   type LeaseVariant,
 } from '../support/contenders.js';
-import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  loops,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type Workload,
+} from '../support/measure.js';
 
 const WARM_UP = 5;
 
@@ -34,7 +42,8 @@ export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} ops`);
     const contenders = contendersFor(ctx, clients, perClient);
     const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
-    for (const contender of contenders) rows.push(summarize(scenario, contender.name, 'acquire + release', results.get(contender.name)!));
+    for (const contender of contenders)
+      rows.push(summarize(scenario, contender.name, 'acquire + release', results.get(contender.name)!));
   }
   return rows;
 }
@@ -117,5 +126,13 @@ function contendersFor(ctx: BenchContext, clients: number, perClient: number): C
 
   // 64 clients: the library, its floor (advisory locks), the seed's SQL and the library unbatched; the rest add nothing.
   if (clients === 64) return [lease('shipped'), advisoryLocks, seedUpsert, lease('unbatched')];
-  return [lease('shipped'), advisoryLocks, lease('async-release'), lease('unlogged'), seedUpsert, verrou, lease('unbatched')];
+  return [
+    lease('shipped'),
+    advisoryLocks,
+    lease('async-release'),
+    lease('unlogged'),
+    seedUpsert,
+    verrou,
+    lease('unbatched'),
+  ];
 }

@@ -7,7 +7,15 @@
  */
 import type { Lock } from '@verrou/core';
 import { advisory, openAdvisory, openLeases, openVerrou, type OpenLeases } from '../support/contenders.js';
-import { interleaved, summarize, type BenchContext, type Contender, type Row, type RunResult, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type RunResult,
+  type Workload,
+} from '../support/measure.js';
 import { LEASE_IMPLEMENTATIONS } from './acquire-release.js';
 
 export const CLIENTS = 8;
@@ -26,7 +34,10 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
-async function handoffs(durationMs: number, take: (client: number) => Promise<() => Promise<void>>): Promise<RunResult> {
+async function handoffs(
+  durationMs: number,
+  take: (client: number) => Promise<() => Promise<void>>,
+): Promise<RunResult> {
   const latenciesMs: number[] = [];
   let releasedAt: number | undefined;
   let nextGrant = signal();
@@ -128,5 +139,7 @@ export async function handoff(ctx: BenchContext): Promise<Row[]> {
 
   const contenders = [lease, blockingAdvisory, verrou];
   const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
-  return contenders.map((contender) => summarize(HANDOFF_SCENARIO, contender.name, 'handoff', results.get(contender.name)!));
+  return contenders.map((contender) =>
+    summarize(HANDOFF_SCENARIO, contender.name, 'handoff', results.get(contender.name)!),
+  );
 }

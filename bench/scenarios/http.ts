@@ -93,12 +93,16 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           hotUpdates: 0,
           tableOps: ops,
         });
-        ctx.log(`    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`);
+        ctx.log(
+          `    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`,
+        );
       }
     }
   } finally {
     child.kill('SIGTERM');
     if (child.exitCode === null) await once(child, 'exit');
   }
-  return VARIANTS.map((variant) => summarize(variant.scenario, variant.name, 'request', results.get(variant.path)!, { noDeadTuples: true }));
+  return VARIANTS.map((variant) =>
+    summarize(variant.scenario, variant.name, 'request', results.get(variant.path)!, { noDeadTuples: true }),
+  );
 }

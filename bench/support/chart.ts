@@ -45,7 +45,12 @@ function panels(rows: Row[]): Panel[] {
         text: `${(row.opsPerSec! / base!.opsPerSec!).toFixed(2)}× (${Math.round(row.opsPerSec!)}/s)`,
         ours: isOurs(row.implementation),
       }));
-    if (bars.length) out.push({ title: `${scenario}: throughput ÷ advisory lock + unlock`, bars, goal: { value: goal, label: `goal ≥ ${goal}×` } });
+    if (bars.length)
+      out.push({
+        title: `${scenario}: throughput ÷ advisory lock + unlock`,
+        bars,
+        goal: { value: goal, label: `goal ≥ ${goal}×` },
+      });
   }
   const one = 'acquire + release, 1 client';
   const seedOne = find(rows, one, 'seed upsert + delete (raw SQL)');
@@ -57,12 +62,22 @@ function panels(rows: Row[]): Panel[] {
       text: `${(row.p50Ms / seedOne!.p50Ms).toFixed(2)}× (${row.p50Ms.toFixed(3)} ms)`,
       ours: isOurs(row.implementation),
     }));
-  if (oneBars.length) out.push({ title: `${one}: p50 latency ÷ the seed's raw SQL`, bars: oneBars, goal: { value: 1.1, label: 'goal ≤ 1.1×' } });
+  if (oneBars.length)
+    out.push({
+      title: `${one}: p50 latency ÷ the seed's raw SQL`,
+      bars: oneBars,
+      goal: { value: 1.1, label: 'goal ≤ 1.1×' },
+    });
   const failed = rows.filter((row) => row.scenario === 'failed acquire on a held key');
   if (failed.length) {
     out.push({
       title: 'failed acquire on a held key: WAL bytes per refused attempt',
-      bars: failed.map((row) => ({ label: row.implementation, value: row.walBytesPerOp, text: `${row.walBytesPerOp.toFixed(1)} B`, ours: isOurs(row.implementation) })),
+      bars: failed.map((row) => ({
+        label: row.implementation,
+        value: row.walBytesPerOp,
+        text: `${row.walBytesPerOp.toFixed(1)} B`,
+        ours: isOurs(row.implementation),
+      })),
       goal: { value: 0, label: 'goal 0 B' },
     });
   }
@@ -84,7 +99,8 @@ function panels(rows: Row[]): Panel[] {
     out.push({
       title: 'handoff: release → grant p50, ms (log scale); 1 hot key, 8 clients unless said',
       bars: handoffs.map((row) => ({
-        label: row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : row.implementation,
+        label:
+          row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : row.implementation,
         value: row.p50Ms,
         text: `${row.p50Ms < 10 ? row.p50Ms.toFixed(2) : row.p50Ms.toFixed(0)} ms${row.opsPerSec ? `, ${Math.round(row.opsPerSec)}/s` : ''}`,
         ours: isOurs(row.implementation),
@@ -97,21 +113,38 @@ function panels(rows: Row[]): Panel[] {
   if (handoffRows.length) {
     out.push({
       title: 'handoff, 1 hot key, 8 clients: statements per handoff',
-      bars: handoffRows.map((row) => ({ label: row.implementation, value: row.roundTripsPerOp, text: row.roundTripsPerOp.toFixed(2), ours: isOurs(row.implementation) })),
+      bars: handoffRows.map((row) => ({
+        label: row.implementation,
+        value: row.roundTripsPerOp,
+        text: row.roundTripsPerOp.toFixed(2),
+        ours: isOurs(row.implementation),
+      })),
       goal: { value: 5, label: 'goal ≤ 5' },
     });
   }
   const http: Bar[] = [];
-  for (const [scenario, handler] of [[HTTP_SCENARIO, 'handler returns at once'], [HTTP_WRITE_SCENARIO, 'handler writes a row']]) {
+  for (const [scenario, handler] of [
+    [HTTP_SCENARIO, 'handler returns at once'],
+    [HTTP_WRITE_SCENARIO, 'handler writes a row'],
+  ]) {
     const plain = find(rows, scenario, 'undecorated');
     if (!plain?.opsPerSec) continue;
     for (const row of rows.filter((candidate) => candidate.scenario === scenario && candidate.opsPerSec)) {
       const share = (row.opsPerSec! / plain.opsPerSec) * 100;
-      http.push({ label: `${handler}: ${row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
+      http.push({
+        label: `${handler}: ${row.implementation}`,
+        value: share,
+        text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`,
+        ours: row !== plain,
+      });
     }
   }
   if (http.length) {
-    out.push({ title: 'HTTP endpoint throughput, % of the same endpoint undecorated', bars: http, goal: { value: 60, label: 'goal ≥ 60 % (writes a row)' } });
+    out.push({
+      title: 'HTTP endpoint throughput, % of the same endpoint undecorated',
+      bars: http,
+      goal: { value: 60, label: 'goal ≥ 60 % (writes a row)' },
+    });
   }
   return out;
 }
@@ -149,7 +182,12 @@ function drawPanel(panel: Panel, top: number): { svg: string; height: number } {
 export function chart(
   rows: Row[],
   goals: Goal[],
-  meta: { generatedAt: string; mode: string; server: { version: string; source: string }; durableCommitP50Ms: { start: number; end: number } },
+  meta: {
+    generatedAt: string;
+    mode: string;
+    server: { version: string; source: string };
+    durableCommitP50Ms: { start: number; end: number };
+  },
 ): string {
   let top = 48;
   const body: string[] = [];

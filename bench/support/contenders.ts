@@ -33,7 +33,12 @@ export interface OpenLeases {
   close(): Promise<void>;
 }
 
-export async function openLeases(url: string, poolSize: number, options: LeaseModuleOptions = {}, variant: LeaseVariant = 'shipped'): Promise<OpenLeases> {
+export async function openLeases(
+  url: string,
+  poolSize: number,
+  options: LeaseModuleOptions = {},
+  variant: LeaseVariant = 'shipped',
+): Promise<OpenLeases> {
   const dataSource = new DataSource({ type: 'postgres', url, extra: { max: poolSize } });
   await dataSource.initialize();
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
@@ -61,7 +66,10 @@ export function openPool(url: string, max: number): pg.Pool {
 }
 
 /** Session-level advisory locks need the same connection for lock and unlock: each client keeps one. */
-export async function openAdvisory(url: string, clients: number): Promise<{ sessions: pg.PoolClient[]; close(): Promise<void> }> {
+export async function openAdvisory(
+  url: string,
+  clients: number,
+): Promise<{ sessions: pg.PoolClient[]; close(): Promise<void> }> {
   const pool = openPool(url, clients);
   const sessions = await Promise.all(Array.from({ length: clients }, () => pool.connect()));
   return {
@@ -75,7 +83,11 @@ export async function openAdvisory(url: string, clients: number): Promise<{ sess
 
 export const advisory = {
   tryLock: (session: pg.PoolClient, key: number) =>
-    session.query<{ ok: boolean }>({ name: 'adv_try', text: 'SELECT pg_try_advisory_lock($1::bigint) AS ok', values: [key] }),
+    session.query<{ ok: boolean }>({
+      name: 'adv_try',
+      text: 'SELECT pg_try_advisory_lock($1::bigint) AS ok',
+      values: [key],
+    }),
   lock: (session: pg.PoolClient, key: number) =>
     session.query({ name: 'adv_lock', text: 'SELECT pg_advisory_lock($1::bigint)', values: [key] }),
   unlock: (session: pg.PoolClient, key: number) =>
@@ -95,7 +107,11 @@ export const seed = {
       values: [key, token],
     }),
   release: (pool: pg.Pool, key: string, token: string) =>
-    pool.query({ name: 'seed_release', text: 'DELETE FROM seed_lease WHERE target_id = $1 AND lease_token = $2', values: [key, token] }),
+    pool.query({
+      name: 'seed_release',
+      text: 'DELETE FROM seed_lease WHERE target_id = $1 AND lease_token = $2',
+      values: [key, token],
+    }),
 };
 
 export interface OpenVerrou {
@@ -115,7 +131,11 @@ export function openVerrou(url: string, poolSize: number): OpenVerrou {
 }
 
 /** Runs `op` for 0 … total−1 with at most `concurrency` in flight. */
-export async function forEachConcurrently(total: number, concurrency: number, op: (i: number) => Promise<void>): Promise<void> {
+export async function forEachConcurrently(
+  total: number,
+  concurrency: number,
+  op: (i: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(concurrency, total) }, async () => {

@@ -5,7 +5,19 @@ import { HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
 import { fixed, type Row } from './measure.js';
 
 export function table(rows: Row[]): string {
-  const header = ['scenario', 'implementation', 'ops/s', 'p50 ms', 'p99 ms', 'RT/op', 'xact/op', 'WAL B/op', 'dead/op', 'HOT %', 'CPU µs/op'];
+  const header = [
+    'scenario',
+    'implementation',
+    'ops/s',
+    'p50 ms',
+    'p99 ms',
+    'RT/op',
+    'xact/op',
+    'WAL B/op',
+    'dead/op',
+    'HOT %',
+    'CPU µs/op',
+  ];
   const body = rows.map((row) => [
     row.scenario,
     row.implementation,

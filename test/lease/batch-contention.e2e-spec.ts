@@ -10,7 +10,6 @@ import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
-
 const CHILD = fileURLToPath(new URL('./support/batch-contention-child.ts', import.meta.url));
 const PROCESSES = 4;
 
@@ -49,8 +48,10 @@ describe('batches of several processes on the same keys', () => {
 
   test('no deadlock, one holder per key at a time, tokens strictly increasing per key', async () => {
     const deadlocks = async () =>
-      Number((await admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
-        .deadlocks);
+      Number(
+        (await admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
+          .deadlocks,
+      );
     const deadlocksBefore = await deadlocks();
     const keys = Array.from({ length: 6 }, (_, i) => `contended:${i}`);
     const reports: Array<Promise<Report>> = [];
@@ -86,9 +87,12 @@ describe('batches of several processes on the same keys', () => {
     expect(Math.max(...done.map((report) => report.stats.acquire.largest))).toBeGreaterThan(1);
     expect(await deadlocks()).toBe(deadlocksBefore);
 
-    const { rows } = await admin.query<{ target_id: string; old_token: string | null; new_token: string | null; fencing_token: string }>(
-      `SELECT target_id, old_token::text, new_token::text, fencing_token::text FROM history ORDER BY seq`,
-    );
+    const { rows } = await admin.query<{
+      target_id: string;
+      old_token: string | null;
+      new_token: string | null;
+      fencing_token: string;
+    }>(`SELECT target_id, old_token::text, new_token::text, fencing_token::text FROM history ORDER BY seq`);
     const acquired = done.reduce((sum, report) => sum + report.counts.acquired, 0);
     let acquisitions = 0;
     const last = new Map<string, bigint>();

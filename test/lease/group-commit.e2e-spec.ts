@@ -10,7 +10,6 @@ import { resolveLeaseOptions, type LeaseModuleOptions } from '../../libs/lease/s
 import { LeaseStore, type AcquireRequest, type AcquiredRow, type Refusal } from '../../libs/lease/src/lease-store.js';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 
-
 const SLOW_MS = 400;
 
 function request(targetKey: string, extra: Partial<AcquireRequest> = {}): AcquireRequest {
@@ -79,14 +78,16 @@ describe('group commit', () => {
       expect(won(first)).toBe(true);
     }
     await admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id LIKE 'batch:old:%'`);
-    const { rows: before } = await admin.query<{ max: string }>(`SELECT max(fencing_token)::text AS max FROM job_lease`);
+    const { rows: before } = await admin.query<{ max: string }>(
+      `SELECT max(fencing_token)::text AS max FROM job_lease`,
+    );
     const keys = [...old, ...Array.from({ length: 10 }, (_, i) => `batch:new:${i}`)];
     const outcomes = await behindStall(s, () => Promise.all(keys.map((key) => s.tryAcquire(request(key)))));
     expect(s.batchStats.acquire.largest).toBe(keys.length);
     expect(outcomes.every(won)).toBe(true);
     const tokens = (outcomes as AcquiredRow[]).map((outcome) => outcome.fencingToken);
     expect(new Set(tokens).size).toBe(keys.length);
-    for (const token of tokens) expect(token).toBeGreaterThan(BigInt(before[0]!.max));
+    for (const token of tokens) expect(token).toBeGreaterThan(BigInt(before[0].max));
     // The database agrees: each key's row carries the token its caller was given.
     const { rows } = await admin.query<{ target_id: string; fencing_token: string }>(
       `SELECT target_id, fencing_token::text FROM job_lease WHERE target_id LIKE 'batch:%'`,
@@ -100,14 +101,17 @@ describe('group commit', () => {
     const released = (await s.tryAcquire(request('dup:released'))) as AcquiredRow;
     await admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id = 'dup:released'`);
     expect(won(released)).toBe(true);
-    const requests = [...Array.from({ length: 6 }, () => request('dup:new')), ...Array.from({ length: 6 }, () => request('dup:released'))];
+    const requests = [
+      ...Array.from({ length: 6 }, () => request('dup:new')),
+      ...Array.from({ length: 6 }, () => request('dup:released')),
+    ];
     const outcomes = await behindStall(s, () => Promise.all(requests.map((r) => s.tryAcquire(r))));
     expect(s.batchStats.acquire.largest).toBe(requests.length);
     for (const key of ['dup:new', 'dup:released']) {
-      const winners = requests.flatMap((r, i) => (r.targetKey === key && won(outcomes[i]!) ? [r] : []));
+      const winners = requests.flatMap((r, i) => (r.targetKey === key && won(outcomes[i]) ? [r] : []));
       expect(winners).toHaveLength(1);
       const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = $1`, [key]);
-      expect(rows[0].lease_token).toBe(winners[0]!.leaseToken);
+      expect(rows[0].lease_token).toBe(winners[0].leaseToken);
     }
   });
 
@@ -156,8 +160,12 @@ describe('group commit', () => {
   test('an expired row is taken over by a batch, with the previous owner reported', async () => {
     const s = store();
     await store({ owner: 'gone-owner' }).tryAcquire(request('takeover:a'));
-    await admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'takeover:a'`);
-    const [outcome] = await behindStall(s, () => Promise.all([s.tryAcquire(request('takeover:a')), s.tryAcquire(request('takeover:b'))]));
+    await admin.query(
+      `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'takeover:a'`,
+    );
+    const [outcome] = await behindStall(s, () =>
+      Promise.all([s.tryAcquire(request('takeover:a')), s.tryAcquire(request('takeover:b'))]),
+    );
     expect(s.batchStats.acquire.largest).toBe(2);
     expect(outcome).toMatchObject({ tookOver: true, previousOwner: 'gone-owner' });
   });
@@ -171,10 +179,10 @@ describe('group commit', () => {
       await locker.query('BEGIN');
       await locker.query(`SELECT 1 FROM job_lease WHERE target_id = 'locked:a' FOR UPDATE`);
       let lockedDone = false;
-      const [lockedCall, others] = await behindStall(s, async () => {
+      const [lockedCall, others] = await behindStall(s, () => {
         const lockedCall = s.tryAcquire(request('locked:a')).finally(() => (lockedDone = true));
         const others = Promise.all([s.tryAcquire(request('locked:b')), s.tryAcquire(request('locked:c'))]);
-        return [lockedCall, others] as const;
+        return Promise.resolve([lockedCall, others] as const);
       });
       expect((await others).every(won)).toBe(true);
       expect(lockedDone).toBe(false);
@@ -190,11 +198,16 @@ describe('group commit', () => {
     const s = store();
     const keys = Array.from({ length: 8 }, (_, i) => `rel:${i}`);
     const slowKeys = [`slow:${randomUUID()}`, `slow:${randomUUID()}`];
-    const leases = (await Promise.all([...slowKeys, ...keys].map((key) => s.tryAcquire(request(key))))) as AcquiredRow[];
+    const leases = (await Promise.all(
+      [...slowKeys, ...keys].map((key) => s.tryAcquire(request(key))),
+    )) as AcquiredRow[];
     expect(leases.every(won)).toBe(true);
     const tokens = new Map(
-      (await admin.query<{ target_id: string; lease_token: string }>(`SELECT target_id, lease_token::text FROM job_lease`))
-        .rows.map((row) => [row.target_id, row.lease_token]),
+      (
+        await admin.query<{ target_id: string; lease_token: string }>(
+          `SELECT target_id, lease_token::text FROM job_lease`,
+        )
+      ).rows.map((row) => [row.target_id, row.lease_token]),
     );
     const stalled = slowKeys.map((key) => s.release(key, tokens.get(key)!, 5_000));
     const released = await Promise.all([
@@ -227,11 +240,19 @@ describe('group commit', () => {
       await s.enqueue('head:a', later, 7, undefined, signal, 5_000);
       const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
       expect(await s.release('head:a', rows[0].lease_token, 5_000)).toBe(true);
-      await eventually(() => heard.length, (n) => n >= 1, 'the NOTIFY');
+      await eventually(
+        () => heard.length,
+        (n) => n >= 1,
+        'the NOTIFY',
+      );
       expect(heard).toEqual([{ channel: 'job_lease_next', payload: `${high} head:a` }]);
       // The head gives up: the line moved, and the NOTIFY names the new head only.
       await s.dequeue('head:a', high);
-      await eventually(() => heard.length, (n) => n >= 2, 'the second NOTIFY');
+      await eventually(
+        () => heard.length,
+        (n) => n >= 2,
+        'the second NOTIFY',
+      );
       expect(heard[1]).toEqual({ channel: 'job_lease_next', payload: `${later} head:a` });
     } finally {
       await listener.end();

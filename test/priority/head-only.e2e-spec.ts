@@ -23,7 +23,7 @@ async function lastStatementAt(p: Proc): Promise<string> {
     [p.owner],
   );
   expect(rows).toHaveLength(1);
-  return rows[0]!.at;
+  return rows[0].at;
 }
 
 beforeAll(async () => {
@@ -47,19 +47,19 @@ test('only the named waiter attempts: the others stay asleep through two handoff
   const waiters = [await proc('w1', slow, 1), await proc('w2', slow, 1), await proc('w3', slow, 1)];
   const calls = waiters.map((w, i) => track(w.service.acquire(key, { priority: i + 1, waitTimeoutMs: 60_000 })));
   for (const w of waiters) await untilAsleep(admin, key, w);
-  const lowestAsleepSince = await lastStatementAt(waiters[0]!);
-  const middleAsleepSince = await lastStatementAt(waiters[1]!);
+  const lowestAsleepSince = await lastStatementAt(waiters[0]);
+  const middleAsleepSince = await lastStatementAt(waiters[1]);
 
   await held.release();
-  const first = await calls[2]!.promise;
+  const first = await calls[2].promise;
   // Neither other waiter was woken by the first handoff: no statement since they went to sleep.
-  expect(await lastStatementAt(waiters[1]!)).toBe(middleAsleepSince);
-  expect(await lastStatementAt(waiters[0]!)).toBe(lowestAsleepSince);
+  expect(await lastStatementAt(waiters[1])).toBe(middleAsleepSince);
+  expect(await lastStatementAt(waiters[0])).toBe(lowestAsleepSince);
   await first.release();
-  const second = await calls[1]!.promise;
-  expect(await lastStatementAt(waiters[0]!)).toBe(lowestAsleepSince);
+  const second = await calls[1].promise;
+  expect(await lastStatementAt(waiters[0])).toBe(lowestAsleepSince);
   await second.release();
-  const third = await calls[0]!.promise;
+  const third = await calls[0].promise;
   await third.release();
   expect(calls.every((call) => call.settled())).toBe(true);
 });
@@ -77,7 +77,11 @@ test('a dropped head-only notification is covered by the poll', async () => {
   await untilAsleep(admin, key, waiter);
   const released = performance.now();
   await held.release();
-  await eventually(() => dropped.length, (n) => n === 1, 'the NOTIFY naming the waiter (dropped)');
+  await eventually(
+    () => dropped.length,
+    (n) => n === 1,
+    'the NOTIFY naming the waiter (dropped)',
+  );
   const lease = await call.promise;
   const handoffMs = performance.now() - released;
   console.log(`handoff with the NOTIFY dropped: ${handoffMs.toFixed(0)} ms (poll 2 s, jittered 1–2 s)`);

@@ -562,7 +562,11 @@ function batchReleaseSql(n: ReturnType<typeof leaseObjectNames>): string {
 /** A head-only NOTIFY payload: `<waiter id> <target key>` (on the channel `LeaseStore.headChannel`). */
 export function parseHeadPayload(payload: string): { waiterId: string; targetKey: string } | undefined {
   const match = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) (.+)$/s.exec(payload);
-  return match ? { waiterId: match[1]!, targetKey: match[2]! } : undefined;
+  return match ? { waiterId: match[1], targetKey: match[2] } : undefined;
+}
+
+function outOfOrder(index: number): Error {
+  return new Error(`nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`);
 }
 
 /**
@@ -676,7 +680,7 @@ export class LeaseStore {
     requests: AcquireRequest[],
   ): Promise<Array<ItemOutcome<AcquiredRow | Refusal | 'retry'>>> {
     if (requests.length === 1) {
-      return [{ ok: true, value: await retryingSerializationFailures(() => this.acquireOnce(requests[0]!)) }];
+      return [{ ok: true, value: await retryingSerializationFailures(() => this.acquireOnce(requests[0])) }];
     }
     const batch: AcquireBatchItem[] = requests.map((request, index) => ({
       i: index + 1,
@@ -695,7 +699,7 @@ export class LeaseStore {
     });
     return requests.map((_, index): ItemOutcome<AcquiredRow | Refusal | 'retry'> => {
       const row = rows[index];
-      if (row?.i !== index + 1) return { ok: false, error: new Error(`nest-pg-lease: batch row ${index} out of order`) };
+      if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
       if (row.outcome === 'retry') return { ok: true, value: 'retry' };
       if (row.outcome === 'refused') return { ok: true, value: { refused: true, holdLeftMs: row.hold_left_ms } };
       const value = {
@@ -723,7 +727,8 @@ export class LeaseStore {
     try {
       const framed = this.isolationFraming;
       if (framed) {
-        await (client as Queryable).query({ text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout });
+        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout };
+        await (client as Queryable).query(begin);
       }
       const sentAt = performance.now();
       const { rows } = await (client as Queryable).query<R>(config);
@@ -803,8 +808,9 @@ export class LeaseStore {
         SELECT won.fencing_token::text AS fencing_token,
           CASE WHEN won.updated THEN coalesce((SELECT p.lease_token IS NOT NULL FROM ${lease} p WHERE p.target_id = $1),
             false) ELSE false END AS took_over,
-          CASE WHEN won.updated THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL)
-            END AS previous_owner,
+          CASE WHEN won.updated
+            THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL) END
+            AS previous_owner,
           NULL::float8 AS hold_left_ms
         FROM won
         UNION ALL
@@ -1018,18 +1024,23 @@ export class LeaseStore {
       const [item] = items as [ReleaseItem];
       return [{ ok: true, value: await this.releaseOnce(item.targetKey, item.leaseToken, item.timeoutMs) }];
     }
-    const batch = items.map((item, index) => ({ i: index + 1, target_id: item.targetKey, lease_token: item.leaseToken }));
+    const batch = items.map((item, index) => ({
+      i: index + 1,
+      target_id: item.targetKey,
+      lease_token: item.leaseToken,
+    }));
+    const { asyncReleaseCommits, agingIntervalMs } = this.options;
     const { rows } = await retryingSerializationFailures(() =>
       this.onClient<{ i: number; outcome: 'released' | 'gone' | 'retry' }>({
         ...this.statement('release_batch'),
         text: batchReleaseSql(this.n),
-        values: [JSON.stringify(batch), this.notifyChannel, this.options.asyncReleaseCommits, this.options.agingIntervalMs],
+        values: [JSON.stringify(batch), this.notifyChannel, asyncReleaseCommits, agingIntervalMs],
         query_timeout: Math.min(...items.map((item) => item.timeoutMs)),
       }),
     );
     return items.map((_, index): ItemOutcome<boolean | 'retry'> => {
       const row = rows[index];
-      if (row?.i !== index + 1) return { ok: false, error: new Error(`nest-pg-lease: batch row ${index} out of order`) };
+      if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
       return { ok: true, value: row.outcome === 'retry' ? 'retry' : row.outcome === 'released' };
     });
   }
@@ -1050,7 +1061,13 @@ export class LeaseStore {
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
         SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`,
-      values: [targetKey, leaseToken, this.notifyChannel, this.options.asyncReleaseCommits, this.options.agingIntervalMs],
+      values: [
+        targetKey,
+        leaseToken,
+        this.notifyChannel,
+        this.options.asyncReleaseCommits,
+        this.options.agingIntervalMs,
+      ],
       query_timeout: timeoutMs,
     });
     return result.rows[0]?.released === true;

@@ -31,7 +31,7 @@ const until = performance.now() + config.durationMs;
 await Promise.all(
   Array.from({ length: config.workers }, async () => {
     while (performance.now() < until) {
-      const targetKey = config.keys[Math.floor(Math.random() * config.keys.length)]!;
+      const targetKey = config.keys[Math.floor(Math.random() * config.keys.length)];
       const leaseToken = randomUUID();
       try {
         const outcome = await store.tryAcquire({ targetKey, leaseToken, priority: 0, holdMs: 0 });
