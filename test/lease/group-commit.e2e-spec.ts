@@ -11,6 +11,8 @@ import { LeaseStore, type AcquireRequest, type AcquiredRow, type Refusal } from 
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 
 const SLOW_MS = 400;
+/** Far longer than the group commit's stall bound (min(heartbeatIntervalMs, 1 s)). */
+const STALL_MS = 6_000;
 
 function request(targetKey: string, extra: Partial<AcquireRequest> = {}): AcquireRequest {
   return { targetKey, leaseToken: randomUUID(), priority: 0, holdMs: 0, ...extra };
@@ -33,6 +35,7 @@ describe('group commit', () => {
     await admin.query(`CREATE FUNCTION gc_stall() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.target_id LIKE 'slow:%' THEN PERFORM pg_sleep(${SLOW_MS / 1000}); END IF;
+        IF NEW.target_id LIKE 'stall:%' THEN PERFORM pg_sleep(${STALL_MS / 1000}); END IF;
         IF NEW.target_id LIKE 'bad:%' THEN RAISE EXCEPTION 'bad row %', NEW.target_id USING ERRCODE = 'P0001'; END IF;
         RETURN NEW;
       END $$`);
@@ -135,6 +138,23 @@ describe('group commit', () => {
     expect(outcomes.every(won)).toBe(true);
     expect(s.batchStats.acquire.largest).toBe(4);
     expect(s.batchStats.acquire.items).toBe(keys.length + 2);
+  });
+
+  test('stalled batches stop holding back the calls queued behind them (independence)', async () => {
+    const s = store();
+    let stalledDone = false;
+    const stalled = Promise.all([
+      s.tryAcquire(request(`stall:${randomUUID()}`)),
+      s.tryAcquire(request(`stall:${randomUUID()}`)),
+    ]).finally(() => (stalledDone = true));
+    const started = performance.now();
+    const fast = await s.tryAcquire(request('unstalled'));
+    const waitedMs = performance.now() - started;
+    expect(won(fast)).toBe(true);
+    // Served once the stall bound passed, long before the stalled statements return.
+    expect(stalledDone).toBe(false);
+    console.log(`call queued behind two stalled batches served after ${waitedMs.toFixed(0)} ms`);
+    expect((await stalled).every(won)).toBe(true);
   });
 
   test('maxBatchSize 1 sends every call alone', async () => {
