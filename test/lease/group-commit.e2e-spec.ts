@@ -151,8 +151,11 @@ describe('group commit', () => {
     const fast = await s.tryAcquire(request('unstalled'));
     const waitedMs = performance.now() - started;
     expect(won(fast)).toBe(true);
-    // Served once the stall bound passed, long before the stalled statements return.
+    // Served once the stall bound passed, long before the stalled statements return (they still run in PostgreSQL).
     expect(stalledDone).toBe(false);
+    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event = 'PgSleep'`);
+    expect(rows[0].n).toBe(2);
     console.log(`call queued behind two stalled batches served after ${waitedMs.toFixed(0)} ms`);
     expect((await stalled).every(won)).toBe(true);
   });

@@ -49,10 +49,19 @@ export interface GroupCommitStats {
   splits: number;
 }
 
+/** A batch in flight; `counted` while it holds back the queue (until it returns or stalls). */
+interface InFlight {
+  startedAt: number;
+  counted: boolean;
+}
+
 export class GroupCommit<I, O> {
   private readonly queue: Array<Entry<I, O>> = [];
+  private readonly running = new Set<InFlight>();
   /** Batches in flight that still hold back the queue (not stalled). */
   private inFlight = 0;
+  /** Armed only while calls wait behind full slots: the lone-call path sets no timer. */
+  private watchdog?: NodeJS.Timeout;
   readonly stats: GroupCommitStats = { batches: 0, items: 0, largest: 0, last: 0, splits: 0 };
 
   constructor(
@@ -75,26 +84,46 @@ export class GroupCommit<I, O> {
   private pump(): void {
     while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.options.maxBatch);
+      const flight: InFlight = { startedAt: performance.now(), counted: true };
+      this.running.add(flight);
       this.inFlight++;
       this.stats.batches++;
       this.stats.items += batch.length;
       this.stats.last = batch.length;
       this.stats.largest = Math.max(this.stats.largest, batch.length);
-      let counted = true;
-      const done = () => {
-        if (!counted) return;
-        counted = false;
-        this.inFlight--;
-        this.pump();
-      };
       // Never rejects: every outcome is handed to its caller inside run().
-      const timer = setTimeout(done, this.options.stallMs);
-      timer.unref();
       void this.run(batch).finally(() => {
-        clearTimeout(timer);
-        done();
+        this.running.delete(flight);
+        if (flight.counted) this.inFlight--;
+        this.pump();
       });
     }
+    if (this.queue.length > 0) this.arm();
+    else if (this.watchdog) {
+      clearTimeout(this.watchdog);
+      this.watchdog = undefined;
+    }
+  }
+
+  /** When the oldest counted batch passes `stallMs`, it stops holding back the calls queued behind it. */
+  private arm(): void {
+    if (this.watchdog) return;
+    let oldest = Infinity;
+    for (const flight of this.running) if (flight.counted) oldest = Math.min(oldest, flight.startedAt);
+    if (oldest === Infinity) return;
+    const delay = Math.max(0, oldest + this.options.stallMs - performance.now());
+    this.watchdog = setTimeout(() => {
+      this.watchdog = undefined;
+      const now = performance.now();
+      for (const flight of this.running) {
+        if (flight.counted && now - flight.startedAt >= this.options.stallMs) {
+          flight.counted = false;
+          this.inFlight--;
+        }
+      }
+      this.pump();
+    }, delay);
+    this.watchdog.unref();
   }
 
   private async run(batch: Array<Entry<I, O>>): Promise<void> {
