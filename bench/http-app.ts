@@ -4,13 +4,12 @@
  * 127.0.0.1. Prints `listening <port>`.
  */
 import 'reflect-metadata';
-import { ConflictException, Controller, Get, Module, Query } from '@nestjs/common';
+import { Controller, Get, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Exclusive, LeaseModule } from 'nest-pg-lease';
 import pg from 'pg';
 import { countStatements, statementsSoFar } from './support/db.js';
-import { BENCH_LEASE_OPTIONS, DEFAULT_TABLES } from './support/contenders.js';
-import { PrototypeLeases } from './prototype/prototype-leases.js';
+import { BENCH_LEASE_OPTIONS } from './support/contenders.js';
 
 const url = process.env.BENCH_DATABASE_URL;
 if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started by bench/run.ts');
@@ -18,10 +17,12 @@ if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started
 countStatements();
 /** The handlers' own database work, on a pool of its own (the lease module owns its DataSource). */
 const appPool = new pg.Pool({ connectionString: url, max: 16 });
-/** Issue 14's prototype engine (group commit) on a pool as large as the lease module's. */
-const protoPool = new pg.Pool({ connectionString: url, max: 16 });
-const proto = new PrototypeLeases(protoPool, { names: DEFAULT_TABLES });
-const write = (k: string) => appPool.query({ name: 'bench_write', text: 'UPDATE bench_counter SET n = n + 1 WHERE id = $1', values: [Number(k) % 64] });
+const write = (k: string) =>
+  appPool.query({
+    name: 'bench_write',
+    text: 'UPDATE bench_counter SET n = n + 1 WHERE id = $1',
+    values: [Number(k) % 64],
+  });
 
 @Controller()
 class BenchController {
@@ -49,19 +50,6 @@ class BenchController {
     return { k };
   }
 
-  /** What `@Exclusive('bench:{k}')` does around the handler, written by hand over the prototype engine. */
-  @Get('proto-write')
-  async protoWrite(@Query('k') k: string) {
-    const lease = await proto.tryAcquire(`bench:p:${k}`);
-    if (!lease) throw new ConflictException(`bench:p:${k} is busy`);
-    try {
-      await write(k);
-      return { k };
-    } finally {
-      await proto.release(lease);
-    }
-  }
-
   /** Statements this process has sent so far: the parent turns differences into round trips per request. */
   @Get('statements')
   statements() {
@@ -79,7 +67,6 @@ const app = await NestFactory.create(BenchAppModule, { logger: ['error', 'warn']
 app.enableShutdownHooks();
 process.once('SIGTERM', () => {
   void appPool.end();
-  void proto.close().then(() => protoPool.end());
 });
 await app.listen(0, '127.0.0.1');
 console.log(`listening ${(app.getHttpServer().address() as { port: number }).port}`);

@@ -1,6 +1,6 @@
 /**
  * Profile of one uncontended acquire + release (issue 14, item 2): what the database does for each statement the
- * library sends, and what the client spends per operation, next to the seed's raw SQL and the group-commit prototype.
+ * library sends, and what the client spends per operation, next to the seed's raw SQL and the floor of the data model.
  *
  *   npm run bench:profile [-- --cycles=2000 --rounds=4 --cpu-profile]
  *
@@ -25,12 +25,10 @@ import { fileURLToPath } from 'node:url';
 import { LeaseService } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { PrototypeLeases } from './prototype/prototype-leases.js';
 import { seed } from './support/contenders.js';
 import { BenchDatabase } from './support/db.js';
 import { median } from './support/measure.js';
 
-const NAMES = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
 const LEASE_OPTIONS = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
 
 interface Captured {
@@ -72,7 +70,7 @@ function library(url: string, tag: string): Cycle {
   let dataSource: DataSource | undefined;
   let service: LeaseService | undefined;
   return {
-    name: 'nest-pg-lease (main)',
+    name: 'nest-pg-lease',
     setup: async () => {
       dataSource = new DataSource({ type: 'postgres', url, extra: { max: 1 } });
       await dataSource.initialize();
@@ -106,28 +104,6 @@ function seedSql(url: string, tag: string): Cycle {
       await seed.release(pool!, key, token);
     },
     teardown: async () => pool?.end(),
-  };
-}
-
-function prototype(url: string, tag: string, groupCommit: boolean): Cycle {
-  let pool: pg.Pool | undefined;
-  let leases: PrototypeLeases | undefined;
-  return {
-    name: groupCommit ? 'prototype, group commit' : 'prototype, one statement per call',
-    setup: () => {
-      pool = new pg.Pool({ connectionString: url, max: 1 });
-      leases = new PrototypeLeases(pool, { names: NAMES, groupCommit });
-      return Promise.resolve();
-    },
-    cycle: async (i) => {
-      const lease = await leases!.tryAcquire(`${tag}:proto${groupCommit ? 'g' : 's'}:${i}`);
-      if (!lease) throw new Error('uncontended prototype acquire refused');
-      await leases!.release(lease);
-    },
-    teardown: async () => {
-      await leases?.close();
-      await pool?.end();
-    },
   };
 }
 
@@ -346,13 +322,7 @@ async function main(): Promise<void> {
     await explainLibrary(db.url, explained);
     for (const line of explained) log(line);
 
-    const implementations = (tag: string) => [
-      library(db.url, tag),
-      seedSql(db.url, tag),
-      floorSql(db.url, tag),
-      prototype(db.url, tag, false),
-      prototype(db.url, tag, true),
-    ];
+    const implementations = (tag: string) => [library(db.url, tag), seedSql(db.url, tag), floorSql(db.url, tag)];
     const cpu = new Map<string, number[]>();
     const latency = new Map<string, number[]>();
     if (stats) await db.query('SELECT pg_stat_statements_reset()');

@@ -1,7 +1,7 @@
 /**
  * Uncontended acquire + release on distinct keys, 1, 16 and 64 clients in one process: the fixed cost of a lease,
- * next to an advisory lock + unlock, the seed's upsert + delete, @verrou/core, and the group-commit prototype of
- * issue 14 (bench/prototype: one statement and one commit for all acquisitions queued while one is in flight).
+ * next to an advisory lock + unlock, the seed's upsert + delete and @verrou/core; and the library with group commit
+ * off (`maxBatchSize: 1`, every call its own statement and commit), to show what batching buys.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -9,12 +9,19 @@ import {
   openAdvisory,
   openLeases,
   openPool,
-  openPrototype,
   openVerrou,
   seed,
   type LeaseVariant,
 } from '../support/contenders.js';
-import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  loops,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type Workload,
+} from '../support/measure.js';
 
 const WARM_UP = 5;
 
@@ -23,10 +30,8 @@ export const LEASE_IMPLEMENTATIONS: Record<LeaseVariant, string> = {
   'async-release': 'nest-pg-lease, asyncReleaseCommits',
   unlogged: 'nest-pg-lease, UNLOGGED table (prototype)',
   'fillfactor-80': 'nest-pg-lease, fillfactor 80 (previous setting)',
+  unbatched: 'nest-pg-lease, maxBatchSize 1 (no group commit)',
 };
-
-export const PROTOTYPE_GROUP_COMMIT = 'prototype: group commit (issue 14)';
-export const PROTOTYPE_SINGLE = 'prototype: same statements, one per call';
 
 export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {
   const rows: Row[] = [];
@@ -37,7 +42,8 @@ export async function acquireRelease(ctx: BenchContext): Promise<Row[]> {
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} ops`);
     const contenders = contendersFor(ctx, clients, perClient);
     const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
-    for (const contender of contenders) rows.push(summarize(scenario, contender.name, 'acquire + release', results.get(contender.name)!));
+    for (const contender of contenders)
+      rows.push(summarize(scenario, contender.name, 'acquire + release', results.get(contender.name)!));
   }
   return rows;
 }
@@ -54,7 +60,7 @@ function contendersFor(ctx: BenchContext, clients: number, perClient: number): C
     workload: (round): Workload => {
       let open: Awaited<ReturnType<typeof openLeases>> | undefined;
       const cycle = run(async (c, i, warm) => {
-        const held = await open!.service.tryAcquire(`ar:${clients}:${round}:${warm ? 'w' : 'm'}:${c}:${i}`);
+        const held = await open!.service.tryAcquire(`ar:${clients}:${round}:${variant}:${warm ? 'w' : 'm'}:${c}:${i}`);
         if (!held) throw new Error('uncontended tryAcquire returned null');
         await held.release();
       });
@@ -118,30 +124,15 @@ function contendersFor(ctx: BenchContext, clients: number, perClient: number): C
     },
   };
 
-  const prototype = (groupCommit: boolean): Contender => ({
-    name: groupCommit ? PROTOTYPE_GROUP_COMMIT : PROTOTYPE_SINGLE,
-    workload: (round): Workload => {
-      const open = openPrototype(url, clients, { groupCommit });
-      const cycle = run(async (c, i, warm) => {
-        const held = await open.leases.tryAcquire(`ar:${clients}:${round}:${warm ? 'w' : 'm'}:${groupCommit ? 'g' : 's'}:${c}:${i}`);
-        if (!held) throw new Error('uncontended prototype acquire refused');
-        if (!(await open.leases.release(held))) throw new Error('prototype release found no lease');
-      });
-      return {
-        setup: cycle.warm,
-        run: async () => {
-          const before = open.leases.stats();
-          const result = await cycle.measured();
-          const after = open.leases.stats();
-          const batches = after.acquire.batches - before.acquire.batches;
-          return { ...result, extra: { acquirePerBatch: (after.acquire.items - before.acquire.items) / Math.max(1, batches) } };
-        },
-        teardown: () => open.close(),
-      };
-    },
-  });
-
-  // 64 clients: the library, its floor (advisory locks), the seed's SQL and the prototype; the rest add nothing new.
-  if (clients === 64) return [lease('shipped'), advisoryLocks, seedUpsert, prototype(true), prototype(false)];
-  return [lease('shipped'), advisoryLocks, lease('async-release'), lease('unlogged'), seedUpsert, verrou, prototype(true), prototype(false)];
+  // 64 clients: the library, its floor (advisory locks), the seed's SQL and the library unbatched; the rest add nothing.
+  if (clients === 64) return [lease('shipped'), advisoryLocks, seedUpsert, lease('unbatched')];
+  return [
+    lease('shipped'),
+    advisoryLocks,
+    lease('async-release'),
+    lease('unlogged'),
+    seedUpsert,
+    verrou,
+    lease('unbatched'),
+  ];
 }

@@ -1,19 +1,26 @@
 /**
  * One hot key, 8 clients that each take it, release it at once and queue again: handoffs per second and the
  * latency from the holder's release call to the next holder's grant. nest-pg-lease clients are 8 services (8
- * "processes": own pool, own LISTEN connection) waiting in the priority line and woken by NOTIFY; the baselines
+ * "processes": own pool, own LISTEN connection) waiting in the priority line; a release's NOTIFY names the next
+ * waiter only (head-only handoff), so the others stay asleep. The baselines
  * are blocking `pg_advisory_lock` (the lock manager's own queue) and @verrou/core, which polls (default 250 ms).
  */
 import type { Lock } from '@verrou/core';
-import { advisory, openAdvisory, openLeases, openPrototype, openVerrou, type OpenLeases, type OpenPrototype } from '../support/contenders.js';
-import { interleaved, summarize, type BenchContext, type Contender, type Row, type RunResult, type Workload } from '../support/measure.js';
+import { advisory, openAdvisory, openLeases, openVerrou, type OpenLeases } from '../support/contenders.js';
+import {
+  interleaved,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type RunResult,
+  type Workload,
+} from '../support/measure.js';
 import { LEASE_IMPLEMENTATIONS } from './acquire-release.js';
 
 export const CLIENTS = 8;
 export const HANDOFF_SCENARIO = `handoff, 1 hot key, ${CLIENTS} clients`;
 export const VERROU_HANDOFF = '@verrou/core (knex store, 250 ms retry)';
-export const PROTOTYPE_HEAD_ONLY = 'prototype: head-only NOTIFY + group commit';
-export const PROTOTYPE_WAKE_ALL = 'prototype: NOTIFY wakes every waiter + group commit';
 
 /**
  * `CLIENTS` loops of acquire → release until `durationMs` is over; samples release call → next grant. A client that
@@ -27,7 +34,10 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
-async function handoffs(durationMs: number, take: (client: number) => Promise<() => Promise<void>>): Promise<RunResult> {
+async function handoffs(
+  durationMs: number,
+  take: (client: number) => Promise<() => Promise<void>>,
+): Promise<RunResult> {
   const latenciesMs: number[] = [];
   let releasedAt: number | undefined;
   let nextGrant = signal();
@@ -127,33 +137,9 @@ export async function handoff(ctx: BenchContext): Promise<Row[]> {
     },
   };
 
-  /** Issue 14's prototype: 8 engines with their own pools and LISTEN connections, as the library's clients. */
-  const prototype = (headOnly: boolean): Contender => ({
-    name: headOnly ? PROTOTYPE_HEAD_ONLY : PROTOTYPE_WAKE_ALL,
-    workload: (round): Workload => {
-      const open: OpenPrototype[] = [];
-      const key = `hot:${headOnly ? 'head' : 'all'}:${round}`;
-      const take = async (client: number) => {
-        const { leases } = open[client];
-        const held = await leases.acquire(key, { waitTimeoutMs: 30_000 });
-        return async () => void (await leases.release(held));
-      };
-      return {
-        setup: async () => {
-          for (let client = 0; client < CLIENTS; client++) open.push(openPrototype(url, 2, { headOnly }));
-          await Promise.all(open.map((one) => one.leases.listen()));
-          for (let client = 0; client < CLIENTS; client++) await (await take(client))();
-          return CLIENTS;
-        },
-        run: () => handoffs(durationMs, take),
-        teardown: async () => {
-          await Promise.all(open.map((one) => one.close()));
-        },
-      };
-    },
-  });
-
-  const contenders = [lease, blockingAdvisory, verrou, prototype(true), prototype(false)];
+  const contenders = [lease, blockingAdvisory, verrou];
   const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
-  return contenders.map((contender) => summarize(HANDOFF_SCENARIO, contender.name, 'handoff', results.get(contender.name)!));
+  return contenders.map((contender) =>
+    summarize(HANDOFF_SCENARIO, contender.name, 'handoff', results.get(contender.name)!),
+  );
 }

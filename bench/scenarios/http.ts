@@ -15,15 +15,12 @@ import { summarize, type BenchContext, type Measurement, type Row } from '../sup
 export const HTTP_SCENARIO = '@Exclusive HTTP endpoint';
 const CONNECTIONS = 16;
 export const HTTP_WRITE_SCENARIO = '@Exclusive HTTP endpoint that writes a row';
-/** Issue 14's prototype: the same handler with acquire + release written around it by hand, with group commit. */
-export const HTTP_PROTOTYPE = 'prototype lease around the handler (group commit)';
 /** The goal's pair (a handler that does nothing), and a pair whose handler does one UPDATE, like a real endpoint. */
 const VARIANTS = [
   { scenario: HTTP_SCENARIO, name: 'undecorated', path: 'plain' },
   { scenario: HTTP_SCENARIO, name: '@Exclusive', path: 'exclusive' },
   { scenario: HTTP_WRITE_SCENARIO, name: 'undecorated', path: 'plain-write' },
   { scenario: HTTP_WRITE_SCENARIO, name: '@Exclusive', path: 'exclusive-write' },
-  { scenario: HTTP_WRITE_SCENARIO, name: HTTP_PROTOTYPE, path: 'proto-write' },
 ] as const;
 
 const benchDir = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -96,12 +93,16 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           hotUpdates: 0,
           tableOps: ops,
         });
-        ctx.log(`    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`);
+        ctx.log(
+          `    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`,
+        );
       }
     }
   } finally {
     child.kill('SIGTERM');
     if (child.exitCode === null) await once(child, 'exit');
   }
-  return VARIANTS.map((variant) => summarize(variant.scenario, variant.name, 'request', results.get(variant.path)!, { noDeadTuples: true }));
+  return VARIANTS.map((variant) =>
+    summarize(variant.scenario, variant.name, 'request', results.get(variant.path)!, { noDeadTuples: true }),
+  );
 }

@@ -1,7 +1,7 @@
 /** The headline ratios as a plain SVG: one panel per goal, bars per implementation, the goal as a dashed line. */
 import { LEASE_IMPLEMENTATIONS } from '../scenarios/acquire-release.js';
 import { HANDOFF_SCENARIO } from '../scenarios/handoff.js';
-import { HTTP_PROTOTYPE, HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
+import { HTTP_SCENARIO, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
 import { PRIORITY_SCENARIO } from '../scenarios/priority.js';
 import type { Row } from './measure.js';
 import { find, type Goal } from './report.js';
@@ -30,7 +30,7 @@ const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;
 
 function panels(rows: Row[]): Panel[] {
   const out: Panel[] = [];
-  const isOurs = (implementation: string) => implementation.startsWith('nest-pg-lease') || implementation.startsWith('prototype');
+  const isOurs = (implementation: string) => implementation.startsWith('nest-pg-lease');
   for (const [clients, goal] of [
     [16, 0.5],
     [64, 1.0],
@@ -45,7 +45,12 @@ function panels(rows: Row[]): Panel[] {
         text: `${(row.opsPerSec! / base!.opsPerSec!).toFixed(2)}× (${Math.round(row.opsPerSec!)}/s)`,
         ours: isOurs(row.implementation),
       }));
-    if (bars.length) out.push({ title: `${scenario}: throughput ÷ advisory lock + unlock`, bars, goal: { value: goal, label: `goal ≥ ${goal}×` } });
+    if (bars.length)
+      out.push({
+        title: `${scenario}: throughput ÷ advisory lock + unlock`,
+        bars,
+        goal: { value: goal, label: `goal ≥ ${goal}×` },
+      });
   }
   const one = 'acquire + release, 1 client';
   const seedOne = find(rows, one, 'seed upsert + delete (raw SQL)');
@@ -57,12 +62,22 @@ function panels(rows: Row[]): Panel[] {
       text: `${(row.p50Ms / seedOne!.p50Ms).toFixed(2)}× (${row.p50Ms.toFixed(3)} ms)`,
       ours: isOurs(row.implementation),
     }));
-  if (oneBars.length) out.push({ title: `${one}: p50 latency ÷ the seed's raw SQL`, bars: oneBars, goal: { value: 1.1, label: 'goal ≤ 1.1×' } });
+  if (oneBars.length)
+    out.push({
+      title: `${one}: p50 latency ÷ the seed's raw SQL`,
+      bars: oneBars,
+      goal: { value: 1.1, label: 'goal ≤ 1.1×' },
+    });
   const failed = rows.filter((row) => row.scenario === 'failed acquire on a held key');
   if (failed.length) {
     out.push({
       title: 'failed acquire on a held key: WAL bytes per refused attempt',
-      bars: failed.map((row) => ({ label: row.implementation, value: row.walBytesPerOp, text: `${row.walBytesPerOp.toFixed(1)} B`, ours: isOurs(row.implementation) })),
+      bars: failed.map((row) => ({
+        label: row.implementation,
+        value: row.walBytesPerOp,
+        text: `${row.walBytesPerOp.toFixed(1)} B`,
+        ours: isOurs(row.implementation),
+      })),
       goal: { value: 0, label: 'goal 0 B' },
     });
   }
@@ -84,7 +99,8 @@ function panels(rows: Row[]): Panel[] {
     out.push({
       title: 'handoff: release → grant p50, ms (log scale); 1 hot key, 8 clients unless said',
       bars: handoffs.map((row) => ({
-        label: row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : row.implementation,
+        label:
+          row.scenario === PRIORITY_SCENARIO ? `${row.implementation}, 2 processes, waiter asleep` : row.implementation,
         value: row.p50Ms,
         text: `${row.p50Ms < 10 ? row.p50Ms.toFixed(2) : row.p50Ms.toFixed(0)} ms${row.opsPerSec ? `, ${Math.round(row.opsPerSec)}/s` : ''}`,
         ours: isOurs(row.implementation),
@@ -97,21 +113,38 @@ function panels(rows: Row[]): Panel[] {
   if (handoffRows.length) {
     out.push({
       title: 'handoff, 1 hot key, 8 clients: statements per handoff',
-      bars: handoffRows.map((row) => ({ label: row.implementation, value: row.roundTripsPerOp, text: row.roundTripsPerOp.toFixed(2), ours: isOurs(row.implementation) })),
+      bars: handoffRows.map((row) => ({
+        label: row.implementation,
+        value: row.roundTripsPerOp,
+        text: row.roundTripsPerOp.toFixed(2),
+        ours: isOurs(row.implementation),
+      })),
       goal: { value: 5, label: 'goal ≤ 5' },
     });
   }
   const http: Bar[] = [];
-  for (const [scenario, handler] of [[HTTP_SCENARIO, 'handler returns at once'], [HTTP_WRITE_SCENARIO, 'handler writes a row']]) {
+  for (const [scenario, handler] of [
+    [HTTP_SCENARIO, 'handler returns at once'],
+    [HTTP_WRITE_SCENARIO, 'handler writes a row'],
+  ]) {
     const plain = find(rows, scenario, 'undecorated');
     if (!plain?.opsPerSec) continue;
     for (const row of rows.filter((candidate) => candidate.scenario === scenario && candidate.opsPerSec)) {
       const share = (row.opsPerSec! / plain.opsPerSec) * 100;
-      http.push({ label: `${handler}: ${row.implementation === HTTP_PROTOTYPE ? 'prototype lease, group commit' : row.implementation}`, value: share, text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`, ours: row !== plain });
+      http.push({
+        label: `${handler}: ${row.implementation}`,
+        value: share,
+        text: `${share.toFixed(0)} % (${Math.round(row.opsPerSec!)} req/s)`,
+        ours: row !== plain,
+      });
     }
   }
   if (http.length) {
-    out.push({ title: 'HTTP endpoint throughput, % of the same endpoint undecorated', bars: http, goal: { value: 60, label: 'goal ≥ 60 % (writes a row)' } });
+    out.push({
+      title: 'HTTP endpoint throughput, % of the same endpoint undecorated',
+      bars: http,
+      goal: { value: 60, label: 'goal ≥ 60 % (writes a row)' },
+    });
   }
   return out;
 }
@@ -149,7 +182,12 @@ function drawPanel(panel: Panel, top: number): { svg: string; height: number } {
 export function chart(
   rows: Row[],
   goals: Goal[],
-  meta: { generatedAt: string; mode: string; server: { version: string; source: string }; durableCommitP50Ms: { start: number; end: number } },
+  meta: {
+    generatedAt: string;
+    mode: string;
+    server: { version: string; source: string };
+    durableCommitP50Ms: { start: number; end: number };
+  },
 ): string {
   let top = 48;
   const body: string[] = [];
@@ -161,7 +199,7 @@ export function chart(
   const met = goals.filter((goal) => goal.met).length;
   const footer = [
     `${met} of ${goals.length} goals met. ${meta.mode} run, ${meta.generatedAt.slice(0, 16).replace('T', ' ')} UTC; medians of interleaved rounds; one durable commit p50 ${meta.durableCommitP50Ms.start.toFixed(2)} → ${meta.durableCommitP50Ms.end.toFixed(2)} ms.`,
-    `${meta.server.version.split(' on ')[0]} (${meta.server.source}); blue: ${LEASE_IMPLEMENTATIONS.shipped} and prototypes (bench/prototype: issue 14), grey: baselines.`,
+    `${meta.server.version.split(' on ')[0]} (${meta.server.source}); blue: ${LEASE_IMPLEMENTATIONS.shipped} and its variants, grey: baselines.`,
   ];
   const height = top + 44;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" font-family="system-ui, sans-serif">

@@ -9,7 +9,6 @@ import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { PrototypeLeases, type PrototypeOptions } from '../prototype/prototype-leases.js';
 
 /** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
 export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
@@ -21,8 +20,9 @@ export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10
  * - `unlogged`: prototype; the lease table is UNLOGGED (no WAL, emptied by crash recovery), the fencing sequence
  *   stays logged.
  * - `fillfactor-80`: the lease table with the previous fillfactor 80 instead of the shipped 50, for comparison.
+ * - `unbatched`: `maxBatchSize: 1`, group commit off: every acquisition and release its own statement and commit.
  */
-export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80';
+export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80' | 'unbatched';
 
 export const UNLOGGED_TABLES = { tableName: 'bench_unlogged_lease', waiterTableName: 'bench_unlogged_lease_waiter' };
 export const FILLFACTOR_80_TABLES = { tableName: 'bench_ff80_lease', waiterTableName: 'bench_ff80_lease_waiter' };
@@ -33,7 +33,12 @@ export interface OpenLeases {
   close(): Promise<void>;
 }
 
-export async function openLeases(url: string, poolSize: number, options: LeaseModuleOptions = {}, variant: LeaseVariant = 'shipped'): Promise<OpenLeases> {
+export async function openLeases(
+  url: string,
+  poolSize: number,
+  options: LeaseModuleOptions = {},
+  variant: LeaseVariant = 'shipped',
+): Promise<OpenLeases> {
   const dataSource = new DataSource({ type: 'postgres', url, extra: { max: poolSize } });
   await dataSource.initialize();
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
@@ -41,6 +46,7 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
     'async-release': { asyncReleaseCommits: true },
     unlogged: UNLOGGED_TABLES,
     'fillfactor-80': FILLFACTOR_80_TABLES,
+    unbatched: { maxBatchSize: 1 },
   };
   const service = new LeaseService(dataSource, { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options });
   await service.init();
@@ -54,36 +60,16 @@ export async function openLeases(url: string, poolSize: number, options: LeaseMo
   };
 }
 
-/** The library's default table names: the prototype works on the very tables the shipped library uses. */
-export const DEFAULT_TABLES = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-
-export interface OpenPrototype {
-  leases: PrototypeLeases;
-  pool: pg.Pool;
-  close(): Promise<void>;
-}
-
-/** The group-commit prototype (bench/prototype) on a pool of its own. */
-export function openPrototype(url: string, poolSize: number, options: Partial<PrototypeOptions> = {}): OpenPrototype {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize });
-  const leases = new PrototypeLeases(pool, { names: DEFAULT_TABLES, ...options });
-  return {
-    leases,
-    pool,
-    close: async () => {
-      await leases.close();
-      await pool.end();
-    },
-  };
-}
-
 /** A pg pool for the raw-SQL baselines. */
 export function openPool(url: string, max: number): pg.Pool {
   return new pg.Pool({ connectionString: url, max });
 }
 
 /** Session-level advisory locks need the same connection for lock and unlock: each client keeps one. */
-export async function openAdvisory(url: string, clients: number): Promise<{ sessions: pg.PoolClient[]; close(): Promise<void> }> {
+export async function openAdvisory(
+  url: string,
+  clients: number,
+): Promise<{ sessions: pg.PoolClient[]; close(): Promise<void> }> {
   const pool = openPool(url, clients);
   const sessions = await Promise.all(Array.from({ length: clients }, () => pool.connect()));
   return {
@@ -97,7 +83,11 @@ export async function openAdvisory(url: string, clients: number): Promise<{ sess
 
 export const advisory = {
   tryLock: (session: pg.PoolClient, key: number) =>
-    session.query<{ ok: boolean }>({ name: 'adv_try', text: 'SELECT pg_try_advisory_lock($1::bigint) AS ok', values: [key] }),
+    session.query<{ ok: boolean }>({
+      name: 'adv_try',
+      text: 'SELECT pg_try_advisory_lock($1::bigint) AS ok',
+      values: [key],
+    }),
   lock: (session: pg.PoolClient, key: number) =>
     session.query({ name: 'adv_lock', text: 'SELECT pg_advisory_lock($1::bigint)', values: [key] }),
   unlock: (session: pg.PoolClient, key: number) =>
@@ -117,7 +107,11 @@ export const seed = {
       values: [key, token],
     }),
   release: (pool: pg.Pool, key: string, token: string) =>
-    pool.query({ name: 'seed_release', text: 'DELETE FROM seed_lease WHERE target_id = $1 AND lease_token = $2', values: [key, token] }),
+    pool.query({
+      name: 'seed_release',
+      text: 'DELETE FROM seed_lease WHERE target_id = $1 AND lease_token = $2',
+      values: [key, token],
+    }),
 };
 
 export interface OpenVerrou {
@@ -137,7 +131,11 @@ export function openVerrou(url: string, poolSize: number): OpenVerrou {
 }
 
 /** Runs `op` for 0 … total−1 with at most `concurrency` in flight. */
-export async function forEachConcurrently(total: number, concurrency: number, op: (i: number) => Promise<void>): Promise<void> {
+export async function forEachConcurrently(
+  total: number,
+  concurrency: number,
+  op: (i: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: Math.min(concurrency, total) }, async () => {

@@ -1,11 +1,23 @@
 /** The printed table and the goals of issue 14, judged from the rows of one run. */
-import { LEASE_IMPLEMENTATIONS, PROTOTYPE_GROUP_COMMIT, PROTOTYPE_SINGLE } from '../scenarios/acquire-release.js';
-import { CLIENTS, HANDOFF_SCENARIO, PROTOTYPE_HEAD_ONLY, PROTOTYPE_WAKE_ALL } from '../scenarios/handoff.js';
-import { HTTP_PROTOTYPE, HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
+import { LEASE_IMPLEMENTATIONS } from '../scenarios/acquire-release.js';
+import { CLIENTS, HANDOFF_SCENARIO } from '../scenarios/handoff.js';
+import { HTTP_WRITE_SCENARIO } from '../scenarios/http.js';
 import { fixed, type Row } from './measure.js';
 
 export function table(rows: Row[]): string {
-  const header = ['scenario', 'implementation', 'ops/s', 'p50 ms', 'p99 ms', 'RT/op', 'xact/op', 'WAL B/op', 'dead/op', 'HOT %', 'CPU µs/op'];
+  const header = [
+    'scenario',
+    'implementation',
+    'ops/s',
+    'p50 ms',
+    'p99 ms',
+    'RT/op',
+    'xact/op',
+    'WAL B/op',
+    'dead/op',
+    'HOT %',
+    'CPU µs/op',
+  ];
   const body = rows.map((row) => [
     row.scenario,
     row.implementation,
@@ -44,16 +56,16 @@ const ADVISORY = 'advisory lock (pg_try_advisory_lock + unlock)';
 const SEED = 'seed upsert + delete (raw SQL)';
 
 /**
- * One line of issue 14's goals table: the figure for the library on main ("today") and, where the prototype of
- * bench/prototype implements the change, for the prototype, both from the same run.
+ * One line of issue 14's goals table: the figure for the library ("today": this branch, group commit on) and, where
+ * it tells something, the same figure for the library with group commit off (`maxBatchSize: 1`), both from one run.
  */
 export interface GoalRow {
   figure: string;
   goal: string;
   today: string;
   todayMet: boolean | null;
-  prototype: string;
-  prototypeMet: boolean | null;
+  comparison: string;
+  comparisonMet: boolean | null;
   /** For the chart: today's headline number and the goal's limit. */
   value: number;
   limit: number;
@@ -68,11 +80,11 @@ function ratioRow(
   limit: number,
   value: (impl: string) => number | undefined,
   text: (impl: string, ratio: number) => string,
-  prototypes: string[],
+  comparisons: string[],
 ): GoalRow | undefined {
   const today = value(LEASE);
   if (today === undefined || Number.isNaN(today)) return undefined;
-  const candidates = prototypes
+  const candidates = comparisons
     .map((name) => ({ name, ratio: value(name) }))
     .filter((c): c is { name: string; ratio: number } => c.ratio !== undefined && !Number.isNaN(c.ratio));
   return {
@@ -80,8 +92,8 @@ function ratioRow(
     goal,
     today: text(LEASE, today),
     todayMet: judge(today),
-    prototype: candidates.map((c) => text(c.name, c.ratio)).join('; ') || '—',
-    prototypeMet: candidates.length ? candidates.some((c) => judge(c.ratio)) : null,
+    comparison: candidates.map((c) => text(c.name, c.ratio)).join('; ') || '—',
+    comparisonMet: candidates.length ? candidates.some((c) => judge(c.ratio)) : null,
     value: today,
     limit,
   };
@@ -90,8 +102,8 @@ function ratioRow(
 /** Issue 14's goals, judged from the rows of one run. */
 export function goalRows(rows: Row[]): GoalRow[] {
   const out: Array<GoalRow | undefined> = [];
-  const prototypes = [PROTOTYPE_GROUP_COMMIT, PROTOTYPE_SINGLE];
-  const short = (impl: string) => (impl === PROTOTYPE_GROUP_COMMIT ? 'group commit' : impl === PROTOTYPE_SINGLE ? 'one per call' : '');
+  const comparisons = [LEASE_IMPLEMENTATIONS.unbatched];
+  const short = (impl: string) => (impl === LEASE_IMPLEMENTATIONS.unbatched ? 'maxBatchSize 1' : '');
   for (const [clients, limit] of [
     [16, 0.5],
     [64, 1.0],
@@ -111,7 +123,7 @@ export function goalRows(rows: Row[]): GoalRow[] {
         (impl, ratio) =>
           `${ratio.toFixed(2)}× (${fixed(find(rows, scenario, impl)?.opsPerSec, 0)} vs ${fixed(base?.opsPerSec, 0)}/s)` +
           (short(impl) ? ` ${short(impl)}` : ''),
-        prototypes,
+        comparisons,
       ),
     );
   }
@@ -130,7 +142,7 @@ export function goalRows(rows: Row[]): GoalRow[] {
       (impl, ratio) =>
         `${ratio.toFixed(2)}× (${fixed(find(rows, one, impl)?.p50Ms, 3)} vs ${fixed(seedOne?.p50Ms, 3)} ms)` +
         (short(impl) ? ` ${short(impl)}` : ''),
-      prototypes,
+      comparisons,
     ),
   );
   for (const clients of [1, 16, 64]) {
@@ -149,7 +161,7 @@ export function goalRows(rows: Row[]): GoalRow[] {
         (impl, ratio) =>
           `${ratio.toFixed(2)}× (${fixed(find(rows, scenario, impl)?.clientCpuUsPerOp, 0)} vs ` +
           `${fixed(seedRow?.clientCpuUsPerOp, 0)} µs)${short(impl) ? ` ${short(impl)}` : ''}`,
-        prototypes,
+        comparisons,
       ),
     );
   }
@@ -162,10 +174,9 @@ export function goalRows(rows: Row[]): GoalRow[] {
       (impl) => find(rows, HANDOFF_SCENARIO, impl)?.roundTripsPerOp,
       (impl, value) => {
         const row = find(rows, HANDOFF_SCENARIO, impl);
-        const name = impl === PROTOTYPE_HEAD_ONLY ? ' head-only' : impl === PROTOTYPE_WAKE_ALL ? ' wake all' : '';
-        return `${value.toFixed(2)} (${fixed(row?.opsPerSec, 0)}/s, p50 ${fixed(row?.p50Ms, 2)} ms)${name}`;
+        return `${value.toFixed(2)} (${fixed(row?.opsPerSec, 0)}/s, p50 ${fixed(row?.p50Ms, 2)} ms)`;
       },
-      [PROTOTYPE_HEAD_ONLY, PROTOTYPE_WAKE_ALL],
+      [],
     ),
   );
   const plainWrite = find(rows, HTTP_WRITE_SCENARIO, 'undecorated');
@@ -181,8 +192,8 @@ export function goalRows(rows: Row[]): GoalRow[] {
       },
       (impl, share) =>
         `${(share * 100).toFixed(0)} % (${fixed(find(rows, HTTP_WRITE_SCENARIO, impl === LEASE ? '@Exclusive' : impl)?.opsPerSec, 0)}` +
-        ` vs ${fixed(plainWrite?.opsPerSec, 0)} req/s)${impl === LEASE ? '' : ' lease by hand, group commit'}`,
-      [HTTP_PROTOTYPE],
+        ` vs ${fixed(plainWrite?.opsPerSec, 0)} req/s)`,
+      [],
     ),
   );
   const failed = find(rows, 'failed acquire on a held key', LEASE);
@@ -193,8 +204,8 @@ export function goalRows(rows: Row[]): GoalRow[] {
       today: `${fixed(failed.walBytesPerOp, 2)} B, ${fixed(failed.writeTransactionsPerOp, 2)} write xact/attempt`,
       // Below one byte per attempt is background WAL of the server (checkpoints, running-xacts records), not ours.
       todayMet: failed.walBytesPerOp < 1 && failed.writeTransactionsPerOp === 0,
-      prototype: 'same pre-check (see bench/prototype)',
-      prototypeMet: null,
+      comparison: '—',
+      comparisonMet: null,
       value: failed.walBytesPerOp,
       limit: 0,
     });
@@ -209,8 +220,8 @@ export function goalRows(rows: Row[]): GoalRow[] {
         `${fixed(heartbeat.roundTripsPerOp, 2)} round trips (1 renewal statement in BEGIN/SET LOCAL … COMMIT), ` +
         `${fixed(hot * 100, 1)} % HOT, tick p50 ${fixed(heartbeat.p50Ms, 1)} ms`,
       todayMet: heartbeat.roundTripsPerOp === 1 && hot >= 0.99,
-      prototype: '—',
-      prototypeMet: null,
+      comparison: '—',
+      comparisonMet: null,
       value: heartbeat.roundTripsPerOp,
       limit: 1,
     });
@@ -221,11 +232,11 @@ export function goalRows(rows: Row[]): GoalRow[] {
 export function goalTable(list: GoalRow[]): string {
   const verdict = (met: boolean | null) => (met === null ? '—' : met ? 'met' : 'missed');
   return [
-    '| figure (same run) | goal | today (main) | verdict | prototype (bench/prototype) | verdict |',
+    '| figure (same run) | goal | nest-pg-lease | verdict | same, maxBatchSize 1 (no group commit) | verdict |',
     '|---|---|---|---|---|---|',
     ...list.map(
       (row) =>
-        `| ${row.figure} | ${row.goal} | ${row.today} | ${verdict(row.todayMet)} | ${row.prototype} | ${verdict(row.prototypeMet)} |`,
+        `| ${row.figure} | ${row.goal} | ${row.today} | ${verdict(row.todayMet)} | ${row.comparison} | ${verdict(row.comparisonMet)} |`,
     ),
   ].join('\n');
 }

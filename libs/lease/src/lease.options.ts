@@ -66,6 +66,13 @@ export interface LeaseModuleOptions {
    */
   asyncReleaseCommits?: boolean;
   /**
+   * Group commit: while an acquisition (or a release) of this process is in flight, further ones queue and then go
+   * together in one statement and one commit, at most this many at once. A lone call is sent at once, alone. 1 turns
+   * batching off (every call its own statement and commit); at most 1,000 (a batch locks its rows in one statement).
+   * @default 64
+   */
+  maxBatchSize?: number;
+  /**
    * Opt-in aging against starvation: a waiter's effective priority grows by one for every `agingIntervalMs` it has
    * waited since it first queued. Off by default (strict priority).
    * @default undefined (off)
@@ -152,6 +159,7 @@ export interface ResolvedLeaseOptions {
   readonly owner: string;
   readonly fencedIdleTimeoutMs: number;
   readonly asyncReleaseCommits: boolean;
+  readonly maxBatchSize: number;
   readonly pooler: 'none' | 'transaction';
   /** null: heartbeats and LISTEN use the application's DataSource settings. */
   readonly sessionUrl: string | null;
@@ -312,6 +320,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     owner: options.owner ?? defaultOwner(),
     fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs, safetyMarginMs, heartbeatIntervalMs),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
+    maxBatchSize: positiveInteger('maxBatchSize', options.maxBatchSize ?? 64, 1_000),
     pooler,
     sessionUrl,
   };

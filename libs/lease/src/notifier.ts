@@ -1,11 +1,13 @@
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
-import { quoteIdentifier } from './lease-store.js';
+import { parseHeadPayload, quoteIdentifier } from './lease-store.js';
 import { settleBy } from './settle-by.js';
 
 /**
- * One LISTEN connection per process. A notification carries only a target key; it is a hint to try again, never a
- * grant. After a (re)connect every waiter is woken, since notifications sent meanwhile are lost.
+ * One LISTEN connection per process. A notification is a hint to try again, never a grant, and never carries a token.
+ * Head-only handoff: releases, dequeues and dead-waiter removals name the next waiter (`<waiter id> <key>` on the
+ * head channel), so only that waiter attempts; a target key alone (on the key channel, sent by older versions) wakes
+ * every waiter of the key. After a (re)connect every waiter is woken, since notifications sent meanwhile are lost.
  */
 export class Notifier {
   private client?: pg.Client;
@@ -24,6 +26,8 @@ export class Notifier {
     private readonly logger: Logger,
     /** Bounds the connection and the LISTEN statement: a stalled network must not keep a start pending. */
     private readonly timeoutMs: number,
+    /** The head channel and what to do with a waiter it names (see the class note). */
+    private readonly head?: { channel: string; onHead: (waiterId: string, targetKey: string) => void },
   ) {}
 
   /** Connects once; resolves when listening or when the attempt failed (a retry is then scheduled). */
@@ -37,14 +41,21 @@ export class Notifier {
     const client = new pg.Client({ ...this.connectionOptions(), connectionTimeoutMillis: this.timeoutMs });
     this.opening = client;
     client.on('notification', (message) => {
-      if (message.channel === this.channel && message.payload) this.onWake(message.payload);
+      if (!message.payload) return;
+      if (message.channel === this.channel) this.onWake(message.payload);
+      else if (message.channel === this.head?.channel) {
+        const named = parseHeadPayload(message.payload);
+        if (named) this.head.onHead(named.waiterId, named.targetKey);
+      }
     });
     client.on('error', (error) => this.lostConnection(client, error));
     client.on('end', () => this.lostConnection(client));
     try {
       await client.connect();
       const listen: pg.QueryConfig & { query_timeout: number } = {
-        text: `LISTEN ${quoteIdentifier(this.channel)}`,
+        text: [this.channel, this.head?.channel]
+          .flatMap((channel) => (channel ? [`LISTEN ${quoteIdentifier(channel)}`] : []))
+          .join('; '),
         query_timeout: this.timeoutMs,
       };
       await client.query(listen);

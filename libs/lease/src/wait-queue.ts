@@ -111,6 +111,7 @@ export class WaitQueue {
         () => this.wakeAll(),
         this.logger,
         Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
+        { channel: this.store.headChannel, onHead: (waiterId) => this.wakeWaiter(waiterId) },
       );
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).
@@ -195,6 +196,15 @@ export class WaitQueue {
   /** A NOTIFY (or anything else) says the line for `targetKey` may have moved. */
   wakeTarget(targetKey: string): void {
     for (const waiter of this.byTarget.get(targetKey) ?? []) this.wakeOne(waiter);
+  }
+
+  /**
+   * A head-only NOTIFY names this waiter as the next in line: only it attempts. A stale name (the waiter left, or is
+   * of another process) wakes nobody; a missed one is covered by the poll.
+   */
+  wakeWaiter(waiterId: string): void {
+    const waiter = this.waiters.get(waiterId);
+    if (waiter) this.wakeOne(waiter);
   }
 
   wakeAll(): void {

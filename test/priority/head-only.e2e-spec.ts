@@ -1,0 +1,91 @@
+/**
+ * Head-only handoff (issue 14 item 3): a release names the next waiter in its NOTIFY; only that waiter attempts, the
+ * others stay asleep; a missed or stale notification is still covered by the poll.
+ */
+import type pg from 'pg';
+import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { type Proc, startProc, track, untilAsleep } from './helpers.js';
+
+let db: Awaited<ReturnType<typeof createTestDatabase>>;
+let admin: pg.Client;
+const procs: Proc[] = [];
+
+async function proc(name: string, options = {}, poolSize?: number): Promise<Proc> {
+  const started = await startProc(db.url, name, options, poolSize);
+  procs.push(started);
+  return started;
+}
+
+/** When the pooled backend of `p` (pool of one) last started a statement. */
+async function lastStatementAt(p: Proc): Promise<string> {
+  const { rows } = await admin.query<{ at: string }>(
+    `SELECT query_start::text AS at FROM pg_stat_activity WHERE application_name = $1`,
+    [p.owner],
+  );
+  expect(rows).toHaveLength(1);
+  return rows[0].at;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase('headonly');
+  admin = await adminClient(db.url);
+});
+
+afterAll(async () => {
+  for (const p of procs.reverse()) await p.close().catch(() => undefined);
+  await admin?.end();
+  await db?.drop();
+});
+
+test('only the named waiter attempts: the others stay asleep through two handoffs', async () => {
+  const key = 'head:asleep';
+  const holder = await proc('holder');
+  const held = (await holder.service.tryAcquire(key))!;
+  expect(held).not.toBeNull();
+  // Polls far away (10–20 s): only a NOTIFY can wake these waiters within the test.
+  const slow = { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 };
+  const waiters = [await proc('w1', slow, 1), await proc('w2', slow, 1), await proc('w3', slow, 1)];
+  const calls = waiters.map((w, i) => track(w.service.acquire(key, { priority: i + 1, waitTimeoutMs: 60_000 })));
+  for (const w of waiters) await untilAsleep(admin, key, w);
+  const lowestAsleepSince = await lastStatementAt(waiters[0]);
+  const middleAsleepSince = await lastStatementAt(waiters[1]);
+
+  await held.release();
+  const first = await calls[2].promise;
+  // Neither other waiter was woken by the first handoff: no statement since they went to sleep.
+  expect(await lastStatementAt(waiters[1])).toBe(middleAsleepSince);
+  expect(await lastStatementAt(waiters[0])).toBe(lowestAsleepSince);
+  await first.release();
+  const second = await calls[1].promise;
+  expect(await lastStatementAt(waiters[0])).toBe(lowestAsleepSince);
+  await second.release();
+  const third = await calls[0].promise;
+  await third.release();
+  expect(calls.every((call) => call.settled())).toBe(true);
+});
+
+test('a dropped head-only notification is covered by the poll', async () => {
+  const key = 'head:dropped';
+  const holder = await proc('holder');
+  const held = (await holder.service.tryAcquire(key))!;
+  const waiter = await proc('dropper', { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 }, 1);
+  // The named waiter's wake-up never reaches it (a lost NOTIFY, as far as the wait can tell).
+  const queue = (waiter.service as unknown as { queue: { wakeWaiter: (waiterId: string) => void } }).queue;
+  const dropped: string[] = [];
+  queue.wakeWaiter = (waiterId) => void dropped.push(waiterId);
+  const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+  await untilAsleep(admin, key, waiter);
+  const released = performance.now();
+  await held.release();
+  await eventually(
+    () => dropped.length,
+    (n) => n === 1,
+    'the NOTIFY naming the waiter (dropped)',
+  );
+  const lease = await call.promise;
+  const handoffMs = performance.now() - released;
+  console.log(`handoff with the NOTIFY dropped: ${handoffMs.toFixed(0)} ms (poll 2 s, jittered 1–2 s)`);
+  // Only the poll could have woken it: at least half a poll interval after the release.
+  expect(handoffMs).toBeGreaterThanOrEqual(900);
+  await lease.release();
+});
