@@ -7,6 +7,7 @@ import { LeaseConfigError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lea
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { FreezingProxy, type Proc, rowsOf, startProc, track } from './helpers.js';
+import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -189,11 +190,11 @@ describe('close() during an acquisition', () => {
         p.owner,
       ]);
       expect(held.rows).toEqual([]);
-      expect((p.service as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
       expect(p.service.heldLeases()).toEqual([]);
       // Nothing restarts afterwards either.
       await sleep(300);
-      expect((p.service as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
     } finally {
       await admin.query('DROP TRIGGER slow_acquire_closing ON job_lease; DROP FUNCTION slow_acquire_closing()');
     }

@@ -11,8 +11,8 @@ import {
   type ExclusiveMetadata,
   targetKeyOf,
 } from './exclusive.metadata.js';
-import { leaseServiceFor } from './lease.explorer.js';
-import type { LeaseEntry, LeaseService } from './lease.service.js';
+import { leaseEngineFor } from './lease.explorer.js';
+import type { LeaseEngine, LeaseEntry } from './lease-engine.js';
 
 /**
  * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
@@ -69,7 +69,7 @@ export async function callExclusive(
   const call = claim(wrapped);
   const owner = self !== null && typeof self === 'object' ? (self.constructor as Function) : declaringClass;
   const plan = planOf(owner, methodName, wrapped);
-  const leases = leaseServiceFor(self, plan.label);
+  const leases = leaseEngineFor(self, plan.label);
   const targetKey = targetKeyOf(metadata, plan, args);
   let entry: LeaseEntry;
   try {
@@ -152,7 +152,7 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
 function holdWhileSubscribed(
   source: Observable<unknown>,
   entry: LeaseEntry,
-  leases: LeaseService,
+  leases: LeaseEngine,
   call?: HandlerCall,
 ): Observable<unknown> {
   const { lease } = entry;

@@ -2,7 +2,8 @@ import { Global, Module } from '@nestjs/common';
 import { DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { ExclusiveInterceptor } from './interceptors/exclusive.interceptor.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
-import { ModuleDataSourceRef } from './lease-data-source.js';
+import { type LeaseDataSourceRef, ModuleDataSourceRef } from './lease-database.js';
+import { LeaseEngine } from './lease-engine.js';
 import { ExclusiveExplorer } from './lease.explorer.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import type { LeaseModuleOptions } from './lease.options.js';
@@ -26,7 +27,14 @@ import { LeaseService } from './lease.service.js';
       inject: [MODULE_OPTIONS_TOKEN, ModuleRef],
       useFactory: (options: LeaseModuleOptions, moduleRef: ModuleRef) => new ModuleDataSourceRef(options ?? {}, moduleRef),
     },
-    LeaseService,
+    // The engine is the provider with the lifecycle hooks (init at bootstrap, close at shutdown); LeaseService is its
+    // public face, and the doors use the engine itself.
+    {
+      provide: LeaseEngine,
+      inject: [LEASE_DATA_SOURCE, MODULE_OPTIONS_TOKEN],
+      useFactory: (source: LeaseDataSourceRef, options: LeaseModuleOptions) => new LeaseEngine(source, options ?? {}),
+    },
+    { provide: LeaseService, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new LeaseService(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
   ],

@@ -23,7 +23,7 @@ export interface Lease {
 }
 
 /** What a lease handle needs from the engine that made it. */
-export interface LeaseEngine {
+export interface LeaseHandleOwner {
   fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T>;
   release(lease: HeldLease): Promise<void>;
 }
@@ -47,7 +47,7 @@ export class HeldLease implements Lease {
     sentAt: number,
     /** leaseTimeoutMs − safetyMarginMs */
     private readonly localLimitMs: number,
-    private readonly engine: LeaseEngine,
+    private readonly engine: LeaseHandleOwner,
     private readonly onDeadline: (lease: HeldLease) => void,
   ) {
     this.signal = this.controller.signal;
