@@ -221,7 +221,7 @@ describe('@Exclusive over HTTP', () => {
     const result = await answer;
     expect(result.status).toBe(409);
     expect(result.body).toMatchObject({ error: 'Lease Lost', code: 'LeaseLostError', discarded: true, targetKey: 'slow:1' });
-    expect(result.body.message).toMatch(/discarded/);
+    expect(result.body.message).toMatch(/fenced writes are refused/);
     // Give the handler time to try its fenced save after the abort: it must be refused.
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect((await admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '1'`)).rows[0].n).toBe(0);

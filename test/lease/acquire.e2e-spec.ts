@@ -1,4 +1,11 @@
-import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseLostError, LeaseService } from 'nest-pg-lease';
+import {
+  LeaseArgumentError,
+  LeaseKeyError,
+  LeaseBusyError,
+  LeaseConfigError,
+  LeaseLostError,
+  LeaseService,
+} from 'nest-pg-lease';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
@@ -170,9 +177,12 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     await lease!.release();
   });
 
-  test('bad priority → LeaseKeyError, nothing written', async () => {
-    await expect(a.service.tryAcquire('p', { priority: 1.5 })).rejects.toBeInstanceOf(LeaseKeyError);
-    await expect(a.service.tryAcquire('p', { priority: 2 ** 31 })).rejects.toBeInstanceOf(LeaseKeyError);
+  test('bad priority → LeaseArgumentError (400; not a key error), nothing written', async () => {
+    for (const priority of [1.5, 2 ** 31]) {
+      const error = await a.service.tryAcquire('p', { priority }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LeaseArgumentError);
+      expect(error).not.toBeInstanceOf(LeaseKeyError);
+    }
     expect(await rowCount()).toBe(0);
   });
 

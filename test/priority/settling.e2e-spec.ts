@@ -3,7 +3,7 @@
  * open, an enqueue still in flight when the wait gives up, wait times past setTimeout's range, and shutdown in the
  * middle of an acquisition.
  */
-import { LeaseConfigError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
 import { FreezingProxy, type Proc, rowsOf, startProc, track } from './helpers.js';
@@ -130,7 +130,7 @@ describe('no phantom waiter', () => {
 });
 
 describe('wait times past the range of setTimeout', () => {
-  test('waitTimeoutMs 2^31 − 1 is honoured (no instant timeout); 2^31 is refused with LeaseConfigError', async () => {
+  test('waitTimeoutMs 2^31 − 1 is honoured (no instant timeout); 2^31 is refused with LeaseArgumentError', async () => {
     const key = 'huge:a';
     const holder = await proc('holder');
     await holder.service.tryAcquire(key);
@@ -143,7 +143,7 @@ describe('wait times past the range of setTimeout', () => {
     controller.abort(reason);
     await eventually(() => call.settled(), Boolean, 'the abort to settle the wait', 3_000);
     expect(call.error).toBe(reason);
-    await expect(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 })).rejects.toBeInstanceOf(LeaseConfigError);
+    await expect(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 })).rejects.toBeInstanceOf(LeaseArgumentError);
   });
 
   test('defaultWaitTimeoutMs 2^31 − 1 is honoured too', async () => {

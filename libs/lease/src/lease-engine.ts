@@ -4,12 +4,15 @@ import { type BeforeApplicationShutdown, Logger, type OnModuleInit } from '@nest
 import { type Observable, Subject, type Subscription } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
 import {
+  LeaseArgumentError,
   LeaseBusyError,
   LeaseConfigError,
-  LeaseError,
   type LeaseLossReason,
   LeaseLostError,
+  LeaseShutdownError,
   LeaseWaitTimeoutError,
+  messages,
+  unavailableOr,
 } from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './lease.js';
@@ -270,7 +273,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
   async list(targetKey?: string): Promise<LeaseSnapshot[]> {
-    const rows = await this.store.snapshot(targetKey);
+    const rows = await this.store.snapshot(targetKey).catch((error: unknown) => {
+      throw unavailableOr(error, targetKey, targetKey === undefined ? 'list leases' : 'list the leases of');
+    });
     const positions = new Map<string, number>();
     return rows.map((row) => {
       const live = row.since_heartbeat_ms < row.timeout_ms;
@@ -435,15 +440,12 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     holdMs: number,
     waiter?: Waiter,
   ): Promise<HeldLease | null> {
-    if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
+    if (this.closing) throw new LeaseShutdownError(targetKey);
     const leaseToken = randomUUID();
-    const row = await this.store.tryAcquire({
-      targetKey,
-      leaseToken,
-      priority,
-      waiterId: waiter?.id,
-      waiterSeq: waiter?.place?.seq,
-      holdMs,
+    const request = { targetKey, leaseToken, priority, waiterId: waiter?.id, waiterSeq: waiter?.place?.seq, holdMs };
+    // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
+    const row = await this.store.tryAcquire(request).catch((error: unknown) => {
+      throw unavailableOr(error, targetKey, 'acquire a lease on');
     });
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
@@ -457,7 +459,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
           `Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`,
         );
       });
-      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
+      throw new LeaseShutdownError(targetKey);
     }
     const lease = new HeldLease(
       targetKey,
@@ -570,10 +572,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private waitTimeoutOf(options: AcquireOptions): number {
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
     if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
-      throw new LeaseConfigError(
-        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), ` +
-          `got ${String(options.waitTimeoutMs)}`,
-      );
+      throw new LeaseArgumentError(messages.waitTimeoutArgument(options.waitTimeoutMs));
     }
     return waitTimeoutMs;
   }

@@ -1,4 +1,4 @@
-import { LeaseConfigError, LeaseKeyError } from './errors.js';
+import { LeaseArgumentError, LeaseConfigError, LeaseKeyError, messages } from './errors.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 
@@ -37,7 +37,7 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
 /** Checks a priority: an integer in PostgreSQL's `integer` range. */
 export function assertPriority(priority: unknown): asserts priority is number {
   if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
-    throw new LeaseKeyError(`priority must be an integer between -2147483648 and 2147483647, got ${String(priority)}`);
+    throw new LeaseArgumentError(messages.priorityArgument(priority));
   }
 }
 
@@ -46,10 +46,7 @@ export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeast
   if (holdAtLeastMs === undefined) return;
   const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
   if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
-    const got = typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs);
-    throw new LeaseConfigError(
-      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${got}`,
-    );
+    throw new LeaseArgumentError(messages.holdArgument(holdAtLeastMs));
   }
 }
 
