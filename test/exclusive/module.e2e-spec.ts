@@ -112,7 +112,17 @@ describe('LeaseModule wiring', () => {
   });
 
   test('dataSource options: the module owns a DataSource and destroys it on shutdown', async () => {
-    const { app } = await startApp([LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } } })], [], [Jobs]);
+    const { app } = await startApp(
+      [
+        LeaseModule.forRoot({
+          ...FAST,
+          createSchema: true,
+          dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } },
+        }),
+      ],
+      [],
+      [Jobs],
+    );
     await expect(app.get(Jobs).rebuild('owned')).resolves.toBe('job:owned');
     await app.close();
     await eventually(
@@ -139,7 +149,9 @@ describe('LeaseModule wiring', () => {
       ],
     })
     class BadOptions {}
-    await expect(NestFactory.create(BadOptions, { logger: false, abortOnError: false })).rejects.toThrow(/at least 3 × heartbeatIntervalMs/);
+    await expect(NestFactory.create(BadOptions, { logger: false, abortOnError: false })).rejects.toThrow(
+      /at least 3 × heartbeatIntervalMs/,
+    );
   });
 
   test('app shutdown aborts and releases held leases (controller and provider): another app acquires at once', async () => {
@@ -153,7 +165,11 @@ describe('LeaseModule wiring', () => {
       const jobs = first.app.get(Jobs);
       const httpHold = post(`${first.url}/hold`);
       const providerHold = jobs.hold('x').catch((error: unknown) => error);
-      await eventually(() => jobs.gate.entered, (n) => n === 2, 'both holds to start');
+      await eventually(
+        () => jobs.gate.entered,
+        (n) => n === 2,
+        'both holds to start',
+      );
       const held = first.app.get(LeaseService).heldLeases();
       expect(held.map((lease: Lease) => lease.targetKey).sort()).toEqual(['hold:http', 'hold:x']);
       const signals = held.map((lease: Lease) => lease.signal);
@@ -161,7 +177,11 @@ describe('LeaseModule wiring', () => {
       expect(await other.tryAcquire('hold:x')).toBeNull();
 
       const closing = first.app.close();
-      await eventually(() => signals.every((signal) => signal.aborted), (all) => all, 'the held leases to be aborted');
+      await eventually(
+        () => signals.every((signal) => signal.aborted),
+        (all) => all,
+        'the held leases to be aborted',
+      );
       const heldRows = () => admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
       await eventually(heldRows, (result) => result.rows[0].n === 0, 'rows released');
       const taken = await other.tryAcquire('hold:x');

@@ -20,7 +20,12 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
   });
 
   const results = async (key: string) =>
-    (await admin.query('SELECT fencing_token::text, data FROM job_result WHERE target_id = $1 ORDER BY fencing_token', [key])).rows;
+    (
+      await admin.query(
+        'SELECT fencing_token::text, data FROM job_result WHERE target_id = $1 ORDER BY fencing_token',
+        [key],
+      )
+    ).rows;
 
   test('a takeover racing a fenced write blocks on the row lock until the fenced transaction ends', async () => {
     const a = await startService(db.url, SLOW, 'holder-a');
@@ -59,9 +64,14 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
       expect(taker).not.toBeNull();
       expect(taker!.fencingToken).toBeGreaterThan(old.fencingToken);
       // Consistent: the old holder's write committed before the new acquisition, and it cannot write again.
-      await expect(old.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('race', $1, 'late')`, [old.fencingToken.toString()])))
-        .rejects.toBeInstanceOf(LeaseLostError);
-      await taker!.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('race', $1, 'new')`, [taker!.fencingToken.toString()]));
+      await expect(
+        old.fenced(async (manager) =>
+          manager.query(`INSERT INTO job_result VALUES ('race', $1, 'late')`, [old.fencingToken.toString()]),
+        ),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+      await taker!.fenced(async (manager) =>
+        manager.query(`INSERT INTO job_result VALUES ('race', $1, 'new')`, [taker!.fencingToken.toString()]),
+      );
       expect(await results('race')).toEqual([
         { fencing_token: old.fencingToken.toString(), data: 'old' },
         { fencing_token: taker!.fencingToken.toString(), data: 'new' },
@@ -74,7 +84,7 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
     }
   });
 
-  test('when the takeover commits first, the old holder\'s fenced write is refused and leaves nothing', async () => {
+  test("when the takeover commits first, the old holder's fenced write is refused and leaves nothing", async () => {
     const a = await startService(db.url, SLOW);
     const b = await startService(db.url);
     try {
@@ -103,7 +113,9 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
       const lease = (await a.service.tryAcquire('rollback'))!;
       await expect(
         lease.fenced(async (manager) => {
-          await manager.query(`INSERT INTO job_result VALUES ('rollback', $1, 'partial')`, [lease.fencingToken.toString()]);
+          await manager.query(`INSERT INTO job_result VALUES ('rollback', $1, 'partial')`, [
+            lease.fencingToken.toString(),
+          ]);
           throw new Error('validation failed');
         }),
       ).rejects.toThrow('validation failed');

@@ -120,7 +120,11 @@ describe('asyncReleaseCommits', () => {
   test('leases work as usual with asynchronously committed releases', async () => {
     const db = await createTestDatabase('async');
     const admin = await adminClient(db.url);
-    const a = await startService(db.url, { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true }, 'async-commits');
+    const a = await startService(
+      db.url,
+      { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true },
+      'async-commits',
+    );
     try {
       const lease = (await a.service.tryAcquire('async'))!;
       const renewed = await new Promise<number>((resolve) => {

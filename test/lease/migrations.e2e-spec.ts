@@ -6,19 +6,31 @@ describe('schema migrations', () => {
   test('leaseMigrations create the tables, the sequences and only the primary key on the lease table; revert drops them', async () => {
     const db = await createTestDatabase('migrations');
     const admin = await adminClient(db.url);
-    const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], migrations: [...leaseMigrations] });
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      entities: [...leaseEntities],
+      migrations: [...leaseMigrations],
+    });
     await dataSource.initialize();
     try {
       expect(await dataSource.runMigrations()).toHaveLength(1);
-      const tables = await admin.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`);
+      const tables = await admin.query(
+        `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
+      );
       expect(tables.rows).toEqual([
         { relname: 'job_lease', reloptions: ['fillfactor=50'] },
         { relname: 'job_lease_waiter', reloptions: ['fillfactor=80'] },
       ]);
       const indexes = await admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease'`);
       expect(indexes.rows).toEqual([{ indexname: 'job_lease_pkey' }]);
-      const waiterIndexes = await admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease_waiter' ORDER BY 1`);
-      expect(waiterIndexes.rows.map((row) => row.indexname)).toEqual(['job_lease_waiter_order_idx', 'job_lease_waiter_pkey']);
+      const waiterIndexes = await admin.query(
+        `SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease_waiter' ORDER BY 1`,
+      );
+      expect(waiterIndexes.rows.map((row) => row.indexname)).toEqual([
+        'job_lease_waiter_order_idx',
+        'job_lease_waiter_pkey',
+      ]);
 
       const service = new LeaseService(dataSource, { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
       await service.init(); // finds everything it needs

@@ -99,7 +99,7 @@ describe('the published type declarations', () => {
     expect(names.sort()).toEqual([...EXPORTS].sort());
   });
 
-  it("give LeaseService exactly the documented members and one public constructor", () => {
+  it('give LeaseService exactly the documented members and one public constructor', () => {
     const service = moduleExports('index.d.ts').find((symbol) => symbol.getName() === 'LeaseService')!;
     const resolved = service.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(service) : service;
     const instance = checker.getDeclaredTypeOfSymbol(resolved);

@@ -49,7 +49,11 @@ async function raceNewcomers(key: string, newcomerPriority: number) {
       }
     }
   });
-  await eventually(() => attempts, (n) => n >= 30, 'newcomers looping');
+  await eventually(
+    () => attempts,
+    (n) => n >= 30,
+    'newcomers looping',
+  );
   const before = attempts;
   await held.release();
   const lease = await waiting.promise;

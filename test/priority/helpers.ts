@@ -23,7 +23,12 @@ export interface Proc {
  * A LeaseService on a DataSource of its own. `poolSize: 1` makes the pool's one backend show, in pg_stat_activity,
  * the last statement of the wait loop (see `untilAsleep`); heartbeats and LISTEN use connections of their own.
  */
-export async function startProc(url: string, name: string, options: LeaseModuleOptions = {}, poolSize = 4): Promise<Proc> {
+export async function startProc(
+  url: string,
+  name: string,
+  options: LeaseModuleOptions = {},
+  poolSize = 4,
+): Promise<Proc> {
   const owner = `${name}-${randomBytes(3).toString('hex')}`;
   const dataSource = new DataSource({ type: 'postgres', url, applicationName: owner, extra: { max: poolSize } });
   await dataSource.initialize();
@@ -67,7 +72,11 @@ export async function rowsOf(admin: pg.Client, key: string, owner: string): Prom
 
 /** Resolves with the waiter row of `owner` once it is visible. */
 export async function untilQueued(admin: pg.Client, key: string, owner: string): Promise<WaiterRow> {
-  const rows = await eventually(() => rowsOf(admin, key, owner), (found) => found.length === 1, `${owner} queued for ${key}`);
+  const rows = await eventually(
+    () => rowsOf(admin, key, owner),
+    (found) => found.length === 1,
+    `${owner} queued for ${key}`,
+  );
   return rows[0];
 }
 
@@ -95,13 +104,19 @@ export async function untilAsleep(admin: pg.Client, key: string, proc: Proc): Pr
           [proc.owner],
         )
       ).rows,
-    (backends) => backends.length === 1 && backends[0].state === 'idle' && backends[0].query.trimStart().startsWith('WITH held AS'),
+    (backends) =>
+      backends.length === 1 && backends[0].state === 'idle' && backends[0].query.trimStart().startsWith('WITH held AS'),
     `${proc.owner} asleep in line for ${key}`,
   );
 }
 
 /** Tracks a promise's outcome without awaiting it. */
-export function track<T>(promise: Promise<T>): { promise: Promise<T>; settled: () => boolean; value?: T; error?: unknown } {
+export function track<T>(promise: Promise<T>): {
+  promise: Promise<T>;
+  settled: () => boolean;
+  value?: T;
+  error?: unknown;
+} {
   const state: { promise: Promise<T>; settled: () => boolean; value?: T; error?: unknown; done: boolean } = {
     promise,
     done: false,

@@ -38,7 +38,10 @@ export async function createTestDatabase(
   return { url, drop: () => dropDatabase(server, url) };
 }
 
-export function makeDataSource(url: string, extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {}): DataSource {
+export function makeDataSource(
+  url: string,
+  extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {},
+): DataSource {
   return new DataSource({
     type: 'postgres',
     url,
@@ -48,7 +51,12 @@ export function makeDataSource(url: string, extra: Partial<{ poolSize: number; e
 }
 
 /** Test options: short intervals, generous ratios. */
-export const FAST: LeaseModuleOptions = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 };
+export const FAST: LeaseModuleOptions = {
+  heartbeatIntervalMs: 100,
+  leaseTimeoutMs: 1_000,
+  waiterTimeoutMs: 600,
+  waitPollIntervalMs: 200,
+};
 
 /** A LeaseService on its own DataSource (a "process" of its own as far as the database can tell). */
 export async function startService(
@@ -78,12 +86,19 @@ export async function adminClient(url: string): Promise<pg.Client> {
 }
 
 /** Resolves when `predicate` holds, polling every `everyMs`; rejects after `timeoutMs` with `what`. */
-export async function eventually<T>(probe: () => Promise<T> | T, predicate: (value: T) => boolean, what: string, timeoutMs = 10_000, everyMs = 20): Promise<T> {
+export async function eventually<T>(
+  probe: () => Promise<T> | T,
+  predicate: (value: T) => boolean,
+  what: string,
+  timeoutMs = 10_000,
+  everyMs = 20,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (predicate(value)) return value;
-    if (Date.now() > until) throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what} (last: ${String(value)})`);
+    if (Date.now() > until)
+      throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what} (last: ${String(value)})`);
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }

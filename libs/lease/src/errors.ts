@@ -42,9 +42,9 @@ export const messages = {
   waitTimeout: (targetKey: string, waitTimeoutMs: number) =>
     `Gave up waiting for "${targetKey}" after ${waitTimeoutMs} ms: raise waitTimeoutMs or the priority, or try later`,
   readOnly: (targetKey: string | undefined, detail: string) =>
-    `No lease${targetKey === undefined ? '' : ` on "${targetKey}"`} can be granted now: the database server accepts ` +
-    `no writes (${detail}) — a standby in recovery, or a failover under way. Point the application at the primary (a ` +
-    "multi-host URL with target_session_attrs=read-write, or the cluster's read-write endpoint), then retry",
+    `No lease${targetKey === undefined ? '' : ` on "${targetKey}"`} can be granted now: the database server ` +
+    `accepts no writes (${detail}) — a standby in recovery, or a failover under way. Point the application at the ` +
+    "primary (a multi-host URL with target_session_attrs=read-write, or the cluster's read-write endpoint), then retry",
   databaseFailing: (targetKey: string | undefined, operation: string, detail: string) =>
     `Could not ${operation}${targetKey === undefined ? '' : ` "${targetKey}"`}: the database is unreachable or ` +
     `failing (${detail}). Transient: retry later; if it lasts, check the database and the connection settings`,
@@ -164,6 +164,12 @@ export class LeaseShutdownError extends LeaseError {
   constructor(targetKey: string | undefined, what: 'leases' | 'waits' | 'cancelled' = 'leases') {
     super(messages.shutdown(what), targetKey);
   }
+}
+
+/** An error (or any thrown value) as one line of a log message. */
+export function errorText(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return typeof error === 'string' ? error : (JSON.stringify(error) ?? typeof error);
 }
 
 /**

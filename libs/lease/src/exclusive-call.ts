@@ -67,7 +67,7 @@ export async function callExclusive(
   args: unknown[],
 ): Promise<unknown> {
   const call = claim(wrapped);
-  const owner = self !== null && typeof self === 'object' ? (self.constructor as Function) : declaringClass;
+  const owner = self !== null && typeof self === 'object' ? self.constructor : declaringClass;
   const plan = planOf(owner, methodName, wrapped);
   const leases = leaseEngineFor(self, plan.label);
   const targetKey = targetKeyOf(metadata, plan, args);
@@ -130,9 +130,10 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
       void entry.exit().finally(finish);
     };
     const onLost = () => {
-      if (lease.signal.reason instanceof LeaseLostError) settle(() => reject(lease.signal.reason));
+      const reason: unknown = lease.signal.reason;
+      if (reason instanceof LeaseLostError) settle(() => reject(reason));
     };
-    const onGone = () => settle(() => reject(call.signal.reason));
+    const onGone = () => settle(() => reject(call.signal.reason as Error));
     lease.signal.addEventListener('abort', onLost);
     call.signal.addEventListener('abort', onGone);
     if (lease.signal.aborted) onLost();

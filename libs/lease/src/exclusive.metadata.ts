@@ -173,8 +173,10 @@ export function argumentPlan(
   }
   if (!routeArgs) {
     // Without parameter decorators Nest passes (socket, data, ack) to a gateway and (data, context) to a microservice.
-    if (door === 'ws') (wholes.push({ index: 1, label: 'the message data', rank: 0 }), positions.add(0).add(1));
-    if (door === 'rpc') (wholes.push({ index: 0, label: 'the message data', rank: 0 }), positions.add(0).add(1));
+    if (door === 'ws' || door === 'rpc') {
+      wholes.push({ index: door === 'ws' ? 1 : 0, label: 'the message data', rank: 0 });
+      positions.add(0).add(1);
+    }
   }
   wholes.sort((a, b) => a.rank - b.rank);
   return { door, label, named, wholes, positions, leaseSlots };

@@ -11,6 +11,7 @@ import {
   LeaseLostError,
   LeaseShutdownError,
   LeaseWaitTimeoutError,
+  errorText,
   messages,
   unavailableOr,
 } from './errors.js';
@@ -125,7 +126,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       this.logger.warn(
         "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
           'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
-          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
+          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, ` +
+          'for both',
       );
     }
     if (this.options.createSchema) await this.createSchema();
@@ -133,7 +135,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     await this.store.checkIsolation();
     if (missing.length > 0) {
       throw new LeaseConfigError(
-        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
+        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
+          'run them, or set createSchema: true',
       );
     }
     await this.checkPrivileges();
@@ -228,7 +231,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const waitTimeoutMs = waits ? this.waitTimeoutOf(options) : 0;
     if (waits) options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
-    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: async () => undefined };
+    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
     const lease = waits ? await this.waitFor(request, waitTimeoutMs, options.signal) : await this.tryOnce(request);
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
@@ -413,7 +416,13 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       const deleted = await this.store.release(lease.targetKey, lease.token, this.options.heartbeatIntervalMs);
       if (deleted) {
         const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
-        this.emit({ type: 'released', targetKey: lease.targetKey, fencingToken: lease.fencingToken, heldMs, at: new Date() });
+        this.emit({
+          type: 'released',
+          targetKey: lease.targetKey,
+          fencingToken: lease.fencingToken,
+          heldMs,
+          at: new Date(),
+        });
       }
     } catch (error) {
       // The lease is already gone locally; its row expires by itself. Failing the caller's finally would only mask
@@ -475,10 +484,28 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.startHeartbeat();
     const at = new Date();
     if (row.tookOver) {
-      this.logger.log(`Took over expired lease on "${targetKey}" from ${row.previousOwner ?? 'unknown'} (fencing token ${row.fencingToken})`);
-      this.emit({ type: 'taken-over', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, previousOwner: row.previousOwner, at });
+      this.logger.log(
+        `Took over expired lease on "${targetKey}" from ${row.previousOwner ?? 'unknown'} ` +
+          `(fencing token ${row.fencingToken})`,
+      );
+      this.emit({
+        type: 'taken-over',
+        targetKey,
+        fencingToken: row.fencingToken,
+        priority,
+        owner: this.options.owner,
+        previousOwner: row.previousOwner,
+        at,
+      });
     } else {
-      this.emit({ type: 'acquired', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, at });
+      this.emit({
+        type: 'acquired',
+        targetKey,
+        fencingToken: row.fencingToken,
+        priority,
+        owner: this.options.owner,
+        at,
+      });
     }
     return lease;
   }
@@ -540,15 +567,29 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
     const at = new Date();
     if (tick.error !== undefined) {
-      this.logger.warn(`Heartbeat of ${tick.batch.length} lease(s) failed (${String(tick.error)}); retrying next tick`);
-      this.emit({ type: 'renew-failed', leases: tick.batch.length, error: String(tick.error), latencyMs: tick.latencyMs, at });
+      this.logger.warn(
+        `Heartbeat of ${tick.batch.length} lease(s) failed (${errorText(tick.error)}); retrying next tick`,
+      );
+      this.emit({
+        type: 'renew-failed',
+        leases: tick.batch.length,
+        error: errorText(tick.error),
+        latencyMs: tick.latencyMs,
+        at,
+      });
       return;
     }
     for (const lease of tick.batch) {
       if (!lease.active) continue;
       if (tick.kept?.has(lease.token)) {
         lease.confirm(tick.sentAt);
-        this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
+        this.emit({
+          type: 'renewed',
+          targetKey: lease.targetKey,
+          fencingToken: lease.fencingToken,
+          latencyMs: tick.latencyMs,
+          at,
+        });
       } else if (tick.skipped?.has(lease.token)) {
         // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
       } else if (tick.failover?.has(lease.token)) {
@@ -577,8 +618,20 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return waitTimeoutMs;
   }
 
-  private emitWaitEnded(targetKey: string, priority: number, outcome: 'granted' | 'timeout' | 'aborted' | 'error', started: number): void {
-    this.emit({ type: 'wait-ended', targetKey, priority, outcome, waitedMs: performance.now() - started, at: new Date() });
+  private emitWaitEnded(
+    targetKey: string,
+    priority: number,
+    outcome: 'granted' | 'timeout' | 'aborted' | 'error',
+    started: number,
+  ): void {
+    this.emit({
+      type: 'wait-ended',
+      targetKey,
+      priority,
+      outcome,
+      waitedMs: performance.now() - started,
+      at: new Date(),
+    });
   }
 
   private emit(event: LeaseEvent): void {

@@ -64,7 +64,11 @@ describe('lease errors over HTTP, WebSocket and RPC, class by class as the READM
 
     const body = leaseErrorBody(error);
     const base = ['status', 'code', 'message', 'targetKey'];
-    expect(Object.keys(body).filter((key) => !base.includes(key)).sort()).toEqual(row.wsFields);
+    expect(
+      Object.keys(body)
+        .filter((key) => !base.includes(key))
+        .sort(),
+    ).toEqual(row.wsFields);
     expect(body).toMatchObject({ status: 'error', code: name, message: error.message });
   });
 

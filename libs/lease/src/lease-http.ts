@@ -114,8 +114,9 @@ export async function leaseErrorToTransport(error: unknown, type: string, respon
 
 /**
  * Optional: maps `LeaseError`s thrown by `@Exclusive` provider methods (or `LeaseService.run`) called from
- * undecorated controllers, the same way `@Exclusive` handlers do. `app.useGlobalFilters(new LeaseExceptionFilter(httpAdapter))`
- * or `{ provide: APP_FILTER, useClass: LeaseExceptionFilter }`.
+ * undecorated controllers, the same way `@Exclusive` handlers do.
+ * `app.useGlobalFilters(new LeaseExceptionFilter(httpAdapter))`, or
+ * `{ provide: APP_FILTER, useClass: LeaseExceptionFilter }`.
  */
 @Catch(LeaseError)
 export class LeaseExceptionFilter extends BaseExceptionFilter {

@@ -30,7 +30,9 @@ export interface LeaseWaiterRow {
 }
 
 /** Entity schemas of the two tables, so a DataSource knows them (and schema diffing leaves them alone). */
-export function createLeaseEntities(names: Partial<LeaseNames> = {}): [EntitySchema<LeaseRow>, EntitySchema<LeaseWaiterRow>] {
+export function createLeaseEntities(
+  names: Partial<LeaseNames> = {},
+): [EntitySchema<LeaseRow>, EntitySchema<LeaseWaiterRow>] {
   const { schema, tableName, waiterTableName } = resolveLeaseOptions(names);
   const lease = new EntitySchema<LeaseRow>({
     name: `LeaseRow:${schema}.${tableName}`,

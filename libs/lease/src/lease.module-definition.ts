@@ -14,7 +14,10 @@ export const {
 /**
  * A class that `LeaseModule.forRootAsync({ useClass })` (or `useExisting`) instantiates for the options.
  *
- * @example class LeaseConfig implements LeaseOptionsFactory { createLeaseOptions() { return { leaseTimeoutMs: 60_000 } } }
+ * @example
+ * class LeaseConfig implements LeaseOptionsFactory {
+ *   createLeaseOptions() { return { leaseTimeoutMs: 60_000 }; }
+ * }
  */
 export interface LeaseOptionsFactory {
   createLeaseOptions(): LeaseModuleOptions | Promise<LeaseModuleOptions>;

@@ -13,7 +13,11 @@ import { LeaseService } from './lease.service.js';
  * Heartbeat leases in PostgreSQL rows. Global: import it once.
  *
  * @example LeaseModule.forRoot({ heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 })
- * @example LeaseModule.forRootAsync({ inject: [ConfigService], useFactory: (c: ConfigService) => ({ leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') }) })
+ * @example
+ * LeaseModule.forRootAsync({
+ *   inject: [ConfigService],
+ *   useFactory: (c: ConfigService) => ({ leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') }),
+ * })
  *
  * By default it reuses the application's default `@nestjs/typeorm` DataSource; `dataSourceName` picks a named one;
  * `dataSource` (TypeORM options) makes the module create, own and destroy its own.
@@ -25,7 +29,8 @@ import { LeaseService } from './lease.service.js';
     {
       provide: LEASE_DATA_SOURCE,
       inject: [MODULE_OPTIONS_TOKEN, ModuleRef],
-      useFactory: (options: LeaseModuleOptions, moduleRef: ModuleRef) => new ModuleDataSourceRef(options ?? {}, moduleRef),
+      useFactory: (options: LeaseModuleOptions, moduleRef: ModuleRef) =>
+        new ModuleDataSourceRef(options ?? {}, moduleRef),
     },
     // The engine is the provider with the lifecycle hooks (init at bootstrap, close at shutdown); LeaseService is its
     // public face, and the doors use the engine itself.

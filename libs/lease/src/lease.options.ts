@@ -186,7 +186,8 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
   const bytes = Buffer.byteLength(value, 'utf8');
   if (bytes > room) {
     throw new LeaseConfigError(
-      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
+      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ` +
+        `${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
     );
   }
   return value;
@@ -198,12 +199,19 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
  * the transaction an idle timeout after its last statement, at most one interval later). Its lease counts from when
  * its acquire was sent, so the bound keeps at least one interval of it usable.
  */
-function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number, safetyMarginMs: number, intervalMs: number): number {
+function fencedIdleTimeout(
+  value: number | undefined,
+  leaseTimeoutMs: number,
+  safetyMarginMs: number,
+  intervalMs: number,
+): number {
   const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
   const max = 2 * leaseTimeoutMs - safetyMarginMs - 2 * intervalMs;
   if (timeout > max) {
     throw new LeaseConfigError(
-      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would receive a lease already past its deadline`,
+      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
+        `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
+        'receive a lease already past its deadline',
     );
   }
   return timeout;
@@ -250,7 +258,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   const leaseTimeoutMs = positiveInteger('leaseTimeoutMs', options.leaseTimeoutMs ?? DEFAULT_LEASE_TIMEOUT_MS);
   if (leaseTimeoutMs < 3 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not taken for a dead holder`,
+      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
+        `${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
+        'taken for a dead holder',
     );
   }
   const safetyMarginMs = positiveInteger('safetyMarginMs', options.safetyMarginMs ?? heartbeatIntervalMs);
@@ -258,7 +268,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   // (or its retry) time to be confirmed before the local deadline.
   if (leaseTimeoutMs - safetyMarginMs < 2 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
+      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
+        `before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at ` +
+        `most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
     );
   }
   if (options.asyncReleaseCommits !== undefined && typeof options.asyncReleaseCommits !== 'boolean') {
@@ -304,13 +316,19 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     notify,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
-    agingIntervalMs: options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
+    agingIntervalMs:
+      options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
     schema: checkIdentifier('schema', options.schema ?? 'public'),
     tableName: table,
     waiterTableName: waiterTable,
     createSchema: options.createSchema ?? false,
     owner: options.owner ?? defaultOwner(),
-    fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs, safetyMarginMs, heartbeatIntervalMs),
+    fencedIdleTimeoutMs: fencedIdleTimeout(
+      options.fencedIdleTimeoutMs,
+      leaseTimeoutMs,
+      safetyMarginMs,
+      heartbeatIntervalMs,
+    ),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
     pooler,
     sessionUrl,

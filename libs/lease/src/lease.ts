@@ -134,12 +134,24 @@ export class HeldLease implements Lease {
 /** A reentrant view of a lease held further up the same call chain: releasing it is left to its owner. */
 export class BorrowedLease implements Lease {
   constructor(private readonly held: Lease) {}
-  get targetKey() { return this.held.targetKey; }
-  get token() { return this.held.token; }
-  get fencingToken() { return this.held.fencingToken; }
-  get signal() { return this.held.signal; }
-  isHeld() { return this.held.isHeld(); }
-  fenced<T>(work: (manager: EntityManager) => Promise<T>) { return this.held.fenced(work); }
+  get targetKey() {
+    return this.held.targetKey;
+  }
+  get token() {
+    return this.held.token;
+  }
+  get fencingToken() {
+    return this.held.fencingToken;
+  }
+  get signal() {
+    return this.held.signal;
+  }
+  isHeld() {
+    return this.held.isHeld();
+  }
+  fenced<T>(work: (manager: EntityManager) => Promise<T>) {
+    return this.held.fenced(work);
+  }
   async release(): Promise<void> {
     // The outer call that acquired the lease releases it when it ends.
   }

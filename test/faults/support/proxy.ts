@@ -26,7 +26,10 @@ export class TcpProxy {
   private server?: Server;
   port = 0;
 
-  constructor(private readonly targetHost: string, private readonly targetPort: number) {}
+  constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {}
 
   /** Starts listening; resolves with a URL like `url` but pointing at the proxy. */
   async start(url: string): Promise<string> {

@@ -12,8 +12,13 @@ const CREATED_AT = 1764374400000;
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const resolved = resolveLeaseOptions(names);
-  const fixed: LeaseNames = { schema: resolved.schema, tableName: resolved.tableName, waiterTableName: resolved.waiterTableName };
-  const isDefault = fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
+  const fixed: LeaseNames = {
+    schema: resolved.schema,
+    tableName: resolved.tableName,
+    waiterTableName: resolved.waiterTableName,
+  };
+  const isDefault =
+    fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
   const suffix = isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
   const name = `CreateLeaseTables${suffix}${CREATED_AT}`;
   class CreateLeaseTables implements MigrationInterface {
