@@ -1,5 +1,12 @@
-import { createLeaseMigrations, LeaseService, leaseEntities, leaseMigrations } from 'nest-pg-lease';
+import {
+  createLeaseEntities,
+  createLeaseMigrations,
+  LeaseService,
+  leaseEntities,
+  leaseMigrations,
+} from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
+import { columnCheckName } from '../../libs/lease/src/lease-schema.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 describe('schema migrations', () => {
@@ -55,4 +62,58 @@ describe('schema migrations', () => {
     expect(new custom().name).toMatch(/\d{13}$/);
     expect(() => createLeaseMigrations({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);
   });
+});
+
+/**
+ * One schema, one source: after the migrations, TypeORM's own schema diff (what `synchronize` and
+ * `migration:generate` run) finds nothing to change — no dropped CHECK constraint, no index or column rewritten.
+ */
+describe('the entities match the migrations', () => {
+  test.each([
+    ['default names', {}],
+    ['custom names', { schema: 'jobs', tableName: 'lease', waiterTableName: 'lease_waiter' }],
+    [
+      'the longest names (constraint names cut to 63 bytes)',
+      { tableName: 'l'.repeat(51), waiterTableName: 'w'.repeat(51) },
+    ],
+  ])('%s: after the migration the schema builder has no pending queries', async (_, names) => {
+    const db = await createTestDatabase('schema-diff');
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      entities: [...createLeaseEntities(names)],
+      migrations: [...createLeaseMigrations(names)],
+    });
+    await dataSource.initialize();
+    try {
+      await dataSource.runMigrations();
+      const pending = await dataSource.driver.createSchemaBuilder().log();
+      expect(pending.upQueries.map((query) => query.query)).toEqual([]);
+    } finally {
+      await dataSource.destroy();
+      await db.drop();
+    }
+  });
+});
+
+test('the CHECK constraint names written in the DDL are the ones PostgreSQL gives unnamed column checks (tables made by earlier versions)', async () => {
+  const db = await createTestDatabase('check-names');
+  const admin = await adminClient(db.url);
+  try {
+    for (const table of ['job_lease', 'l'.repeat(51), 'é'.repeat(25), 'x'.repeat(40)]) {
+      for (const column of ['target_id', 'lease_timeout_ms', 'hold_ms', 'timeout_ms']) {
+        const quoted = `"${table}"`;
+        await admin.query(`CREATE TABLE ${quoted} (${column} integer CHECK (${column} > 0))`);
+        const { rows } = await admin.query(
+          `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`,
+          [quoted],
+        );
+        expect(rows).toEqual([{ conname: columnCheckName(table, column) }]);
+        await admin.query(`DROP TABLE ${quoted}`);
+      }
+    }
+  } finally {
+    await admin.end();
+    await db.drop();
+  }
 });

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { DataSourceOptions } from 'typeorm';
+import type { LeaseNames } from './lease-schema.js';
 import { LeaseConfigError } from './errors.js';
 import { LONE_SURROGATE } from './target-key.js';
 
@@ -247,6 +248,24 @@ function defaultOwner(): string {
 }
 
 /** Applies defaults and validates, throwing `LeaseConfigError` with advice. The only place that knows defaults. */
+/**
+ * The schema and table names with their defaults, validated (and their derived objects' names checked for clashes):
+ * all the migrations and entities need — no owner identity, no timing options.
+ */
+export function resolveLeaseNames(names: Partial<LeaseNames> = {}): LeaseNames {
+  if (typeof names !== 'object' || names === null) {
+    throw new LeaseConfigError('The lease table names must be an object: { schema, tableName, waiterTableName }');
+  }
+  const room = IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX;
+  const tableName = checkIdentifier('tableName', names.tableName ?? 'job_lease', room);
+  const waiterTableName = checkIdentifier('waiterTableName', names.waiterTableName ?? 'job_lease_waiter', room);
+  if (tableName === waiterTableName) {
+    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${tableName}")`);
+  }
+  checkDerivedNames(tableName, waiterTableName);
+  return { schema: checkIdentifier('schema', names.schema ?? 'public'), tableName, waiterTableName };
+}
+
 export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {
   if (typeof options !== 'object' || options === null) {
     throw new LeaseConfigError('LeaseModule options must be an object');
@@ -280,15 +299,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (waiterTimeoutMs < 30) {
     throw new LeaseConfigError(`waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`);
   }
-  const table = checkIdentifier('tableName', options.tableName ?? 'job_lease', IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX);
-  const waiterTable = checkIdentifier(
-    'waiterTableName',
-    options.waiterTableName ?? 'job_lease_waiter',
-    IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX,
-  );
-  if (table === waiterTable) {
-    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${table}")`);
-  }
+  const { schema, tableName: table, waiterTableName: waiterTable } = resolveLeaseNames(options);
   if (options.owner !== undefined && (typeof options.owner !== 'string' || options.owner.length === 0)) {
     throw new LeaseConfigError('owner must be a non-empty string when given');
   }
@@ -300,7 +311,6 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.owner !== undefined && LONE_SURROGATE.test(options.owner)) {
     throw new LeaseConfigError('owner must be well-formed UTF-16 (it contains a lone surrogate)');
   }
-  checkDerivedNames(table, waiterTable);
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new LeaseConfigError('notify must be a boolean');
   }
@@ -318,7 +328,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
     agingIntervalMs:
       options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
-    schema: checkIdentifier('schema', options.schema ?? 'public'),
+    schema,
     tableName: table,
     waiterTableName: waiterTable,
     createSchema: options.createSchema ?? false,

@@ -7,7 +7,7 @@ import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { resolveLeaseOptions, type LeaseModuleOptions } from '../../../libs/lease/src/lease.options.js';
-import { schemaStatements } from '../../../libs/lease/src/lease-store.js';
+import { schemaStatements } from '../../../libs/lease/src/lease-schema.js';
 import type { Command, LoopPlan, ParentMessage, WorkerConfig, WorkerMessage } from './protocol.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'faults');
