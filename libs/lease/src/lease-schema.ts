@@ -202,14 +202,14 @@ export function leaseEntitySchemas<L, W>(names: LeaseNames): [EntitySchema<L>, E
     name: `LeaseRow:${schema}.${tableName}`,
     tableName,
     schema,
-    columns: entityColumns(LEASE_TABLE) as never,
+    columns: entityColumns(LEASE_TABLE),
     checks: entityChecks(tableName, LEASE_TABLE),
   });
   const waiter = new EntitySchema<W>({
     name: `LeaseWaiterRow:${schema}.${waiterTableName}`,
     tableName: waiterTableName,
     schema,
-    columns: entityColumns(WAITER_TABLE) as never,
+    columns: entityColumns(WAITER_TABLE),
     checks: entityChecks(waiterTableName, WAITER_TABLE),
     indices: [{ name: `${waiterTableName}_order_idx`, columns: WAITER_ORDER.columns.map(property) as never }],
   });
