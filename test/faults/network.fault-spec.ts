@@ -19,7 +19,7 @@ import {
   startScripted,
   type Worker,
 } from './support/harness.js';
-import { TcpProxy } from './support/proxy.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { recordScenario } from './support/report.js';
 
 const KEY = 'net:k';

@@ -13,7 +13,8 @@ import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { FreezingProxy, holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -37,7 +38,7 @@ interface Model {
 
 interface Participant {
   proc: Proc;
-  proxy?: FreezingProxy;
+  proxy?: TcpProxy;
   call?: ReturnType<typeof track<Lease>>;
 }
 
@@ -55,8 +56,8 @@ function grantOrder(model: Readonly<Model>): ModelWaiter[] {
 
 async function participant(real: Real, prefix: string, proxied: boolean): Promise<Participant> {
   const name = `${prefix}${++real.created}`;
-  const proxy = proxied ? new FreezingProxy(new URL(db.url)) : undefined;
-  const url = proxy ? await proxy.start() : db.url;
+  const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
+  const url = proxy ? await proxy.start(db.url) : db.url;
   const proc = await startProc(url, name, { ...OPTIONS, createSchema: false }, 2);
   const entry = { proc, proxy };
   real.participants.set(name, entry);

@@ -6,7 +6,8 @@
 import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { FreezingProxy, type Proc, rowsOf, startProc, track } from './helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { type Proc, rowsOf, startProc, track } from './helpers.js';
 import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -42,8 +43,8 @@ describe('waits settle while new connections never open', () => {
     const holder = await proc('holder');
     await holder.service.tryAcquire('stall:a');
     await holder.service.tryAcquire('stall:b');
-    const proxy = new FreezingProxy(new URL(db.url));
-    const cut = await startProc(await proxy.start(), 'stalled-net', {}, 4);
+    const proxy = TcpProxy.forUrl(db.url);
+    const cut = await startProc(await proxy.start(db.url), 'stalled-net', {}, 4);
     try {
       // Warm the pool: its connections keep working; only new ones (LISTEN, heartbeats) stall.
       await Promise.all([1, 2, 3].map(() => cut.dataSource.query('SELECT 1')));

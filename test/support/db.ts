@@ -58,13 +58,24 @@ export const FAST: LeaseModuleOptions = {
   waitPollIntervalMs: 200,
 };
 
-/** A LeaseService on its own DataSource (a "process" of its own as far as the database can tell). */
-export async function startService(
+/** A LeaseService of its own, with its DataSource, and how to close both. */
+export interface OpenedService {
+  readonly service: LeaseService;
+  readonly dataSource: DataSource;
+  close(): Promise<void>;
+}
+
+/**
+ * The one way the suites open a LeaseService (a "process" of its own as far as the database can tell): its own
+ * DataSource (`applicationName` names its pooled connections), the test timings (`FAST`) and `createSchema`, then
+ * `init()` — the standalone use the README documents. `close()` closes the service, then the DataSource.
+ */
+export async function openLeaseService(
   url: string,
   options: LeaseModuleOptions = {},
-  applicationName = 'lease-test',
-): Promise<{ service: LeaseService; dataSource: DataSource; close: () => Promise<void> }> {
-  const dataSource = makeDataSource(url, { applicationName });
+  { applicationName = 'lease-test', poolSize = 10 }: { applicationName?: string; poolSize?: number } = {},
+): Promise<OpenedService> {
+  const dataSource = makeDataSource(url, { applicationName, poolSize });
   await dataSource.initialize();
   const service = new LeaseService(dataSource, { createSchema: true, ...FAST, ...options });
   await service.init();
@@ -76,6 +87,11 @@ export async function startService(
       if (dataSource.isInitialized) await dataSource.destroy();
     },
   };
+}
+
+/** `openLeaseService` with the default pool. */
+export function startService(url: string, options: LeaseModuleOptions = {}, applicationName = 'lease-test') {
+  return openLeaseService(url, options, { applicationName });
 }
 
 /** A plain client for inspecting and poking the database from the test. */
