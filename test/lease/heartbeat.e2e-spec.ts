@@ -1,6 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { eventually, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * Heartbeats keep a lease; a takeover is noticed by the next heartbeat; a stale holder can neither save, renew nor
@@ -10,23 +10,14 @@ import { adminClient, createTestDatabase, eventually, startService } from '../su
 const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
 
 describe('heartbeats and takeover', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-
-  beforeAll(async () => {
-    db = await createTestDatabase('heartbeat');
-    admin = await adminClient(db.url);
-    await admin.query('CREATE TABLE job_result (target_id text PRIMARY KEY, fencing_token bigint NOT NULL, data text)');
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('heartbeat', 'read committed', (admin) =>
+    admin.query('CREATE TABLE job_result (target_id text PRIMARY KEY, fencing_token bigint NOT NULL, data text)'),
+  );
 
   const age = (key: string) =>
-    admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [key]);
+    db.admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [key]);
   const results = async () =>
-    (await admin.query('SELECT target_id, fencing_token::text FROM job_result ORDER BY 1')).rows;
+    (await db.admin.query('SELECT target_id, fencing_token::text FROM job_result ORDER BY 1')).rows;
 
   test('heartbeats keep a lease alive well past leaseTimeoutMs', async () => {
     const a = await startService(db.url); // heartbeat 100 ms, timeout 1000 ms
@@ -41,7 +32,7 @@ describe('heartbeats and takeover', () => {
       expect(lease!.isHeld()).toBe(true);
       expect(lease!.signal.aborted).toBe(false);
       expect(await b.service.tryAcquire('alive')).toBeNull();
-      const { rows } = await admin.query(
+      const { rows } = await db.admin.query(
         `SELECT extract(epoch FROM clock_timestamp() - updated_at) * 1000 AS since FROM job_lease WHERE target_id = 'alive'`,
       );
       expect(Number(rows[0].since)).toBeLessThan(1_000);
@@ -84,7 +75,7 @@ describe('heartbeats and takeover', () => {
 
       // The stale release touches nobody else's row.
       await old.release();
-      const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:7'`);
+      const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:7'`);
       expect(rows).toEqual([{ lease_token: taker.token }]);
       expect(taker.isHeld()).toBe(true);
       expect(events.some((event) => event.type === 'lost' && event.targetKey === 'report:7')).toBe(true);
@@ -114,7 +105,8 @@ describe('heartbeats and takeover', () => {
       // Its later heartbeats leave the new lease alone: the new holder still has its row.
       await new Promise((resolve) => setTimeout(resolve, 300));
       expect(
-        (await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:8'`)).rows[0].lease_token,
+        (await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:8'`)).rows[0]
+          .lease_token,
       ).toBe(taker.token);
       await taker.release();
     } finally {
@@ -136,9 +128,11 @@ describe('heartbeats and takeover', () => {
     try {
       const leases = await Promise.all(Array.from({ length: 200 }, (_, i) => a.service.tryAcquire(`many:${i}`)));
       expect(leases.every(Boolean)).toBe(true);
-      const before = await admin
+      const before = await db.admin
         .query(`SELECT pg_stat_force_next_flush()`)
-        .then(() => admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`));
+        .then(() =>
+          db.admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`),
+        );
       statements.length = 0;
       let ticks = 0;
       const sub = a.service.events$.subscribe(
@@ -162,7 +156,7 @@ describe('heartbeats and takeover', () => {
       // Other backends' statistics reach the shared view within a few seconds (PostgreSQL batches their flushes).
       const after = await eventually(
         () =>
-          admin.query(
+          db.admin.query(
             `SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE relname = 'job_lease'`,
           ),
         (result) => result.rows[0].upd - before.rows[0].upd >= 200 * 5,
@@ -193,11 +187,11 @@ describe('heartbeats and takeover', () => {
         if (event.type === 'renewed' && killed) renewedAfterKill.push(event);
       });
       await eventually(
-        () => admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`),
+        () => db.admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`),
         (result) => result.rows.length === 1,
         'heartbeat connection to appear',
       );
-      await admin.query(
+      await db.admin.query(
         `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`,
       );
       killed = true;

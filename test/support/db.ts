@@ -94,6 +94,55 @@ export function startService(url: string, options: LeaseModuleOptions = {}, appl
   return openLeaseService(url, options, { applicationName });
 }
 
+/** A test database with its admin client, from `useTestDatabase`. */
+export interface TestDatabase {
+  readonly url: string;
+  readonly admin: pg.Client;
+  /** `startService` on this database, closed by the helper before the database is dropped. */
+  open(options?: LeaseModuleOptions, applicationName?: string): Promise<OpenedService>;
+}
+
+/**
+ * The hooks of a test file (or describe block) that needs a database of its own: created before its tests with an
+ * admin client (and `setup` run through it), dropped after them — once every service opened through `open()` is
+ * closed, so the file's own hooks need no particular order.
+ */
+export function useTestDatabase(
+  prefix: string,
+  isolation: Isolation = 'read committed',
+  setup?: (admin: pg.Client) => Promise<unknown>,
+): TestDatabase {
+  let created: { url: string; drop: () => Promise<void> } | undefined;
+  let client: pg.Client | undefined;
+  const opened: OpenedService[] = [];
+  beforeAll(async () => {
+    created = await createTestDatabase(prefix, isolation);
+    client = await adminClient(created.url);
+    await setup?.(client);
+  });
+  afterAll(async () => {
+    await Promise.all(opened.splice(0).map((service) => service.close()));
+    await client?.end();
+    await created?.drop();
+  });
+  const database: TestDatabase = {
+    get url() {
+      if (!created) throw new Error('useTestDatabase: the database exists from beforeAll on');
+      return created.url;
+    },
+    get admin() {
+      if (!client) throw new Error('useTestDatabase: the admin client exists from beforeAll on');
+      return client;
+    },
+    async open(options = {}, applicationName?: string) {
+      const service = await startService(database.url, options, applicationName);
+      opened.push(service);
+      return service;
+    },
+  };
+  return database;
+}
+
 /** A plain client for inspecting and poking the database from the test. */
 export async function adminClient(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url });
