@@ -21,7 +21,7 @@ import { recordScenario } from './support/report.js';
 const KEY = 'process:k';
 const TIMEOUT = LEASE.leaseTimeoutMs!;
 const INTERVAL = LEASE.heartbeatIntervalMs!;
-/** Scheduling slack on a loaded 2-core machine; the bound itself is SPEC §3.6's. */
+/** Scheduling slack on a loaded 2-core machine; the bound itself is the README's (Guarantees — and their limits). */
 const ALLOWANCE = 1_000;
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;

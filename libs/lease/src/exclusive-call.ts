@@ -10,7 +10,7 @@ import {
   doorOf,
   type ExclusiveMetadata,
   targetKeyOf,
-} from './exclusive.metadata.js';
+} from './exclusive-keys.js';
 import { leaseEngineFor } from './lease.explorer.js';
 import type { LeaseEngine, LeaseEntry } from './lease-engine.js';
 

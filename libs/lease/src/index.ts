@@ -6,7 +6,7 @@ export type { LeaseModuleAsyncOptions, LeaseOptionsFactory } from './lease.modul
 export type { AcquireOptions, LeaseEvent, LeaseEventType, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
 export { Exclusive } from './decorators/exclusive.decorator.js';
 export { CurrentLease } from './decorators/current-lease.decorator.js';
-export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive.metadata.js';
+export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive-keys.js';
 export { ExclusiveInterceptor } from './interceptors/exclusive.interceptor.js';
 export { LeaseExceptionFilter, leaseErrorToHttp } from './lease-http.js';
 export {

@@ -4,7 +4,7 @@ import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from './errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from './lease.constants.js';
 import { LeaseEngine } from './lease-engine.js';
-import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './exclusive.metadata.js';
+import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './exclusive-keys.js';
 import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
 
 /** A running application's lease engine, and the modules (lazily loaded ones included) it serves. */

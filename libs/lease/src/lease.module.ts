@@ -10,7 +10,9 @@ import type { LeaseModuleOptions } from './lease.options.js';
 import { LeaseService } from './lease.service.js';
 
 /**
- * Heartbeat leases in PostgreSQL rows. Global: import it once.
+ * Heartbeat leases in PostgreSQL rows. Import it once, in the root module. It is global so that `LeaseService` can be
+ * injected everywhere, and because the explorer relies on it: Nest runs global modules' `onModuleInit` hooks first,
+ * so the engine is initialized and registered before any other provider's `onModuleInit` calls an `@Exclusive` method.
  *
  * @example LeaseModule.forRoot({ heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 })
  * @example

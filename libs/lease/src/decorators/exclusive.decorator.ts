@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError } from '../errors.js';
 import { callExclusive } from '../exclusive-call.js';
-import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive.metadata.js';
+import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive-keys.js';
 import { ExclusiveInterceptor } from '../interceptors/exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
 

@@ -1,3 +1,8 @@
+/**
+ * How `@Exclusive` finds a call's target key: the decorator's arguments checked once (`exclusiveMetadata`), the door
+ * a method is reached through (`doorOf`), where each placeholder of its key template comes from (`argumentPlan`,
+ * decided by the signature, checked at bootstrap by `checkKeyTemplate`), and the key of one call (`targetKeyOf`).
+ */
 import 'reflect-metadata';
 import {
   CUSTOM_ROUTE_ARGS_METADATA,
