@@ -2,8 +2,7 @@ import { Controller, Inject, Injectable, Module, type OnApplicationBootstrap, Po
 import { NestFactory, Reflector } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type Lease } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
 const AUDIT = 'audit:action';
@@ -51,17 +50,7 @@ class HoldController {
 }
 
 describe('LeaseModule wiring', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-
-  beforeAll(async () => {
-    db = await createTestDatabase('module');
-    admin = await adminClient(db.url);
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('module');
 
   test('forRootAsync with useFactory reading a config provider; provider methods run under the lease, even from onApplicationBootstrap; other metadata survives the wrapping', async () => {
     const { app } = await startApp(
@@ -126,7 +115,7 @@ describe('LeaseModule wiring', () => {
     await expect(app.get(Jobs).rebuild('owned')).resolves.toBe('job:owned');
     await app.close();
     await eventually(
-      () => admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'owned-ds%'`),
+      () => db.admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'owned-ds%'`),
       (result) => result.rows[0].n === 0,
       'the owned DataSource to close its connections',
     );
@@ -182,7 +171,7 @@ describe('LeaseModule wiring', () => {
         (all) => all,
         'the held leases to be aborted',
       );
-      const heldRows = () => admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
+      const heldRows = () => db.admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
       await eventually(heldRows, (result) => result.rows[0].n === 0, 'rows released');
       const taken = await other.tryAcquire('hold:x');
       expect(taken).not.toBeNull();
