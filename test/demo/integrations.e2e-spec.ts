@@ -37,7 +37,8 @@ describe('LeaseMetrics', () => {
     const { service, close } = await startService(db.url);
     const registry = new Registry();
     const metrics = new LeaseMetrics(service, { registry });
-    const read = async (name: string, labels?: Record<string, string>) => sample(await registry.metrics(), name, labels);
+    const read = async (name: string, labels?: Record<string, string>) =>
+      sample(await registry.metrics(), name, labels);
     try {
       expect(await read('lease_acquisitions_total')).toBe(0);
 
@@ -47,11 +48,19 @@ describe('LeaseMetrics', () => {
       expect(await read('lease_acquisitions_total')).toBe(1);
       expect(await read('lease_busy_total')).toBe(1);
       expect(await read('lease_held')).toBe(1);
-      await eventually(() => read('lease_heartbeat_latency_seconds_count'), (count) => count > 0, 'a renewal');
+      await eventually(
+        () => read('lease_heartbeat_latency_seconds_count'),
+        (count) => count > 0,
+        'a renewal',
+      );
 
       // Someone else's token on the row: the next heartbeat finds the lease taken over.
       await admin.query("UPDATE job_lease SET lease_token = gen_random_uuid() WHERE target_id = 'metrics:a'");
-      await eventually(() => read('lease_lost_total', { reason: 'taken-over' }), (lost) => lost === 1, 'the loss');
+      await eventually(
+        () => read('lease_lost_total', { reason: 'taken-over' }),
+        (lost) => lost === 1,
+        'the loss',
+      );
       expect(await read('lease_held')).toBe(0);
 
       await foreignLease('metrics:dead', 'dead');
@@ -80,7 +89,10 @@ describe('LeaseMetrics', () => {
 describe('LeaseHealthIndicator', () => {
   test('up with the held count; down when a heartbeat is late; down when the database is gone', async () => {
     // Heartbeats every 10 s: nothing renews the lease during the test, so its heartbeat age only grows.
-    const { service, dataSource, close } = await startService(db.url, { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 });
+    const { service, dataSource, close } = await startService(db.url, {
+      heartbeatIntervalMs: 10_000,
+      leaseTimeoutMs: 60_000,
+    });
     const indicator = new LeaseHealthIndicator(service, new HealthIndicatorService());
     try {
       const lease = await service.tryAcquire('health:a');

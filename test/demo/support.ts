@@ -11,7 +11,8 @@ function newestSource(dir: string): number {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
     if (entry.isDirectory()) newest = Math.max(newest, newestSource(path));
-    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts')) newest = Math.max(newest, statSync(path).mtimeMs);
+    else if (entry.name.endsWith('.ts') && !entry.name.endsWith('.spec.ts'))
+      newest = Math.max(newest, statSync(path).mtimeMs);
   }
   return newest;
 }
@@ -47,7 +48,9 @@ export async function ensureDemoBuilt(): Promise<void> {
     if (stale()) execFileSync('npm', ['run', 'build'], { cwd: root, stdio: 'pipe' });
   } catch (error) {
     const output = error as { stdout?: Buffer; stderr?: Buffer };
-    throw new Error(`npm run build failed:\n${output.stdout?.toString() ?? ''}${output.stderr?.toString() ?? ''}`);
+    throw new Error(`npm run build failed:\n${output.stdout?.toString() ?? ''}${output.stderr?.toString() ?? ''}`, {
+      cause: error,
+    });
   } finally {
     rmSync(lock, { recursive: true, force: true });
   }
@@ -55,7 +58,9 @@ export async function ensureDemoBuilt(): Promise<void> {
 
 /** The value of one sample in Prometheus text format, e.g. `sample(text, 'lease_lost_total', { reason: 'taken-over' })`. */
 export function sample(text: string, name: string, labels: Record<string, string> = {}): number {
-  const wanted = Object.entries(labels).map(([key, value]) => `${key}="${value}"`).join(',');
+  const wanted = Object.entries(labels)
+    .map(([key, value]) => `${key}="${value}"`)
+    .join(',');
   const series = wanted ? `${name}{${wanted}}` : name;
   const line = text.split('\n').find((row) => row.startsWith(`${series} `));
   if (!line) throw new Error(`No sample ${series} in:\n${text}`);

@@ -50,13 +50,16 @@ describe('the tour', () => {
     try {
       facts = await runTour(stack!, db!.url, { print: (line) => timeline.push(line) });
     } catch (error) {
-      throw new Error(`${String(error)}\n${timeline.join('\n')}\n${stack!.output()}`);
+      throw new Error(`${String(error)}\n${timeline.join('\n')}\n${stack!.output()}`, { cause: error });
     }
   }, 120_000);
 
   test('1: a duplicate click and the same user on the other instance are refused with 409', () => {
     expect(facts.duplicate.first.status).toBe(202);
-    expect(facts.duplicate.again).toMatchObject({ status: 409, body: { code: 'LeaseBusyError', targetKey: 'report:user:1' } });
+    expect(facts.duplicate.again).toMatchObject({
+      status: 409,
+      body: { code: 'LeaseBusyError', targetKey: 'report:user:1' },
+    });
     expect(facts.duplicate.otherInstance).toMatchObject({ status: 409, body: { code: 'LeaseBusyError' } });
   });
 
@@ -83,15 +86,24 @@ describe('the tour', () => {
   });
 
   test('4: waiters were granted by priority: the saves in fencing-token order have priorities 0, 10, 5, 1', async () => {
-    const saved = await rows('SELECT fencing_token::text AS token, instance, priority FROM job_result WHERE user_id = 3 ORDER BY fencing_token');
-    expect(saved.map((row) => [row.instance, row.priority])).toEqual([['A', 0], ['A', 10], ['B', 5], ['B', 1]]);
+    const saved = await rows(
+      'SELECT fencing_token::text AS token, instance, priority FROM job_result WHERE user_id = 3 ORDER BY fencing_token',
+    );
+    expect(saved.map((row) => [row.instance, row.priority])).toEqual([
+      ['A', 0],
+      ['A', 10],
+      ['B', 5],
+      ['B', 1],
+    ]);
     expect(BigInt(saved[0].token)).toBe(facts.priority.holderToken);
   });
 
   test('nothing is left behind: no lease, no waiter; tokens of all saves are distinct', async () => {
     expect(await rows('SELECT target_id FROM job_lease WHERE lease_token IS NOT NULL')).toEqual([]);
     expect(await rows('SELECT target_id FROM job_lease_waiter')).toEqual([]);
-    const [{ saves, tokens }] = await rows('SELECT count(*)::int AS saves, count(DISTINCT fencing_token)::int AS tokens FROM job_result');
+    const [{ saves, tokens }] = await rows(
+      'SELECT count(*)::int AS saves, count(DISTINCT fencing_token)::int AS tokens FROM job_result',
+    );
     expect(saves).toBe(6);
     expect(tokens).toBe(6);
   });
@@ -106,21 +118,31 @@ describe('the tour', () => {
     expect(sample(b, 'lease_waits_total', { outcome: 'granted' })).toBe(2);
     expect(sample(b, 'lease_heartbeat_latency_seconds_count')).toBeGreaterThan(0);
     expect(sample(a, 'lease_acquisitions_total')).toBe(3);
-    expect(sample(a, 'lease_lost_total', { reason: 'renewal-deadline' }) + sample(a, 'lease_lost_total', { reason: 'taken-over' })).toBe(1);
+    expect(
+      sample(a, 'lease_lost_total', { reason: 'renewal-deadline' }) +
+        sample(a, 'lease_lost_total', { reason: 'taken-over' }),
+    ).toBe(1);
     expect(sample(a, 'lease_waits_total', { outcome: 'granted' })).toBe(1);
     for (const text of [a, b]) {
       expect(sample(text, 'lease_held')).toBe(0);
       expect(sample(text, 'lease_waiters')).toBe(0);
     }
     for (const url of Object.values(stack!.urls)) {
-      expect(JSON.parse((await get(`${url}/health`)).text)).toMatchObject({ status: 'ok', info: { leases: { status: 'up' } } });
+      expect(JSON.parse((await get(`${url}/health`)).text)).toMatchObject({
+        status: 'ok',
+        info: { leases: { status: 'up' } },
+      });
     }
   });
 });
 
 describe('the other doors into the same lease', () => {
   const post = async (url: string, body: unknown) => {
-    const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
     return { status: response.status, body: (await response.json()) as Record<string, any> };
   };
 
@@ -132,13 +154,15 @@ describe('the other doors into the same lease', () => {
     expect(refused).toMatchObject({ status: 409, body: { code: 'LeaseBusyError', targetKey: 'report:user:4' } });
     // Once the background run has saved and released, the synchronous variant runs and answers with its save.
     let answer = refused;
-    for (const until = Date.now() + 20_000; answer.status !== 201 && Date.now() < until; ) {
+    for (const until = Date.now() + 20_000; answer.status !== 201 && Date.now() < until;) {
       await new Promise((resolve) => setTimeout(resolve, 200));
       answer = await post(`${B}/api/users/4/report/sync`, { latencyMs: 0 });
     }
     expect(answer).toMatchObject({ status: 201, body: { userId: 4, instance: 'B' } });
     expect(BigInt(answer.body.fencingToken)).toBeGreaterThan(BigInt(background.body.fencingToken));
-    expect(await rows('SELECT fencing_token, instance FROM job_result WHERE user_id = 4 ORDER BY fencing_token')).toEqual([
+    expect(
+      await rows('SELECT fencing_token, instance FROM job_result WHERE user_id = 4 ORDER BY fencing_token'),
+    ).toEqual([
       { fencing_token: String(background.body.fencingToken), instance: 'A' },
       { fencing_token: String(answer.body.fencingToken), instance: 'B' },
     ]);

@@ -29,7 +29,10 @@ export class Gate {
   }
 }
 
-export async function post(url: string, body?: unknown): Promise<{ status: number; body: any; retryAfter: string | null }> {
+export async function post(
+  url: string,
+  body?: unknown,
+): Promise<{ status: number; body: any; retryAfter: string | null }> {
   const response = await fetch(url, {
     method: 'POST',
     headers: body === undefined ? {} : { 'content-type': 'application/json' },

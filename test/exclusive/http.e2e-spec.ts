@@ -98,7 +98,9 @@ class ReportController {
       lease.signal.addEventListener('abort', () => resolve());
       void g.opened.then(() => resolve());
     });
-    await lease.fenced((manager) => manager.query(`INSERT INTO job_result VALUES ($1, $2)`, [id, lease.fencingToken.toString()]));
+    await lease.fenced((manager) =>
+      manager.query(`INSERT INTO job_result VALUES ($1, $2)`, [id, lease.fencingToken.toString()]),
+    );
     return { saved: true };
   }
 
@@ -163,7 +165,11 @@ describe('@Exclusive over HTTP', () => {
     // The 19 refusals answer while the winner still holds the lease; then the test opens the gate.
     const answers: Array<Awaited<ReturnType<typeof post>>> = [];
     const tracked = requests.map((request) => request.then((answer) => (answers.push(answer), answer)));
-    await eventually(() => answers.length, (n) => n === 19, '19 refusals');
+    await eventually(
+      () => answers.length,
+      (n) => n === 19,
+      '19 refusals',
+    );
     expect(g.entered).toBe(1);
     g.release();
     await Promise.all(tracked);
@@ -182,7 +188,11 @@ describe('@Exclusive over HTTP', () => {
   test('20 concurrent POSTs with different ids: all 2xx', async () => {
     const g = gate('different');
     const requests = Array.from({ length: 20 }, (_, i) => post(`${url}/reports/d${i}?gate=different`));
-    await eventually(() => g.entered, (n) => n === 20, 'all 20 handlers to hold their lease');
+    await eventually(
+      () => g.entered,
+      (n) => n === 20,
+      'all 20 handlers to hold their lease',
+    );
     expect(await leaseRows()).toBe(20);
     g.release();
     const answers = await Promise.all(requests);
@@ -202,7 +212,11 @@ describe('@Exclusive over HTTP', () => {
   test('a decorated service method called concurrently from a controller and from another provider: one runs, the other is refused', async () => {
     const g = gate('svc');
     const viaHttp = post(`${url}/svc/7?gate=svc`);
-    await eventually(() => g.entered, (n) => n === 1, 'the HTTP call to hold the lease');
+    await eventually(
+      () => g.entered,
+      (n) => n === 1,
+      'the HTTP call to hold the lease',
+    );
     await expect(other.call('7', 'svc')).rejects.toBeInstanceOf(LeaseBusyError);
     await expect(reports.build({ id: '7', gate: 'svc' })).rejects.toBeInstanceOf(LeaseBusyError);
     g.release();
@@ -215,13 +229,22 @@ describe('@Exclusive over HTTP', () => {
 
   test('a handler whose lease is taken over mid-call: its signal aborts, its save writes nothing, the client gets 409 "discarded"', async () => {
     const answer = post(`${url}/slow/1`);
-    await eventually(() => gate('slow:1').entered, (n) => n === 1, 'the handler to start its slow call');
+    await eventually(
+      () => gate('slow:1').entered,
+      (n) => n === 1,
+      'the handler to start its slow call',
+    );
     const stolen = await admin.query(stealSql, ['slow:1']);
     expect(stolen.rows).toHaveLength(1);
     const result = await answer;
     expect(result.status).toBe(409);
-    expect(result.body).toMatchObject({ error: 'Lease Lost', code: 'LeaseLostError', discarded: true, targetKey: 'slow:1' });
-    expect(result.body.message).toMatch(/discarded/);
+    expect(result.body).toMatchObject({
+      error: 'Lease Lost',
+      code: 'LeaseLostError',
+      discarded: true,
+      targetKey: 'slow:1',
+    });
+    expect(result.body.message).toMatch(/fenced writes are refused/);
     // Give the handler time to try its fenced save after the abort: it must be refused.
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect((await admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '1'`)).rows[0].n).toBe(0);
@@ -231,7 +254,11 @@ describe('@Exclusive over HTTP', () => {
 
   test('an undisturbed slow handler saves with its fencing token', async () => {
     const answer = post(`${url}/slow/2`);
-    await eventually(() => gate('slow:2').entered, (n) => n === 1, 'the handler to start');
+    await eventually(
+      () => gate('slow:2').entered,
+      (n) => n === 1,
+      'the handler to start',
+    );
     gate('slow:2').release();
     expect((await answer).status).toBe(201);
     expect((await admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '2'`)).rows[0].n).toBe(1);
@@ -263,7 +290,11 @@ describe('@Exclusive over HTTP', () => {
   test('with a priority the second request waits its turn instead of being refused', async () => {
     const first = gate('q1');
     const a = post(`${url}/queued/1?gate=q1`);
-    await eventually(() => first.entered, (n) => n === 1, 'the first to hold');
+    await eventually(
+      () => first.entered,
+      (n) => n === 1,
+      'the first to hold',
+    );
     gate('q2').release();
     const b = post(`${url}/queued/1?gate=q2`);
     await eventually(

@@ -132,7 +132,7 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
 
   const get = async (path: string) => {
     const response = await fetch(`${url}${path}`);
-    return { status: response.status, body: (await response.json()) as any };
+    return { status: response.status, body: await response.json() };
   };
 
   test('/report/7 and /report/007 (ParseIntPipe) hold one lease: the second is refused while the first runs', async () => {

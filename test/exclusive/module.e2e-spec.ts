@@ -2,8 +2,7 @@ import { Controller, Inject, Injectable, Module, type OnApplicationBootstrap, Po
 import { NestFactory, Reflector } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type Lease } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
 const AUDIT = 'audit:action';
@@ -51,17 +50,7 @@ class HoldController {
 }
 
 describe('LeaseModule wiring', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-
-  beforeAll(async () => {
-    db = await createTestDatabase('module');
-    admin = await adminClient(db.url);
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('module');
 
   test('forRootAsync with useFactory reading a config provider; provider methods run under the lease, even from onApplicationBootstrap; other metadata survives the wrapping', async () => {
     const { app } = await startApp(
@@ -112,11 +101,21 @@ describe('LeaseModule wiring', () => {
   });
 
   test('dataSource options: the module owns a DataSource and destroys it on shutdown', async () => {
-    const { app } = await startApp([LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } } })], [], [Jobs]);
+    const { app } = await startApp(
+      [
+        LeaseModule.forRoot({
+          ...FAST,
+          createSchema: true,
+          dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } },
+        }),
+      ],
+      [],
+      [Jobs],
+    );
     await expect(app.get(Jobs).rebuild('owned')).resolves.toBe('job:owned');
     await app.close();
     await eventually(
-      () => admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'owned-ds%'`),
+      () => db.admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'owned-ds%'`),
       (result) => result.rows[0].n === 0,
       'the owned DataSource to close its connections',
     );
@@ -139,7 +138,9 @@ describe('LeaseModule wiring', () => {
       ],
     })
     class BadOptions {}
-    await expect(NestFactory.create(BadOptions, { logger: false, abortOnError: false })).rejects.toThrow(/at least 3 × heartbeatIntervalMs/);
+    await expect(NestFactory.create(BadOptions, { logger: false, abortOnError: false })).rejects.toThrow(
+      /at least 3 × heartbeatIntervalMs/,
+    );
   });
 
   test('app shutdown aborts and releases held leases (controller and provider): another app acquires at once', async () => {
@@ -153,7 +154,11 @@ describe('LeaseModule wiring', () => {
       const jobs = first.app.get(Jobs);
       const httpHold = post(`${first.url}/hold`);
       const providerHold = jobs.hold('x').catch((error: unknown) => error);
-      await eventually(() => jobs.gate.entered, (n) => n === 2, 'both holds to start');
+      await eventually(
+        () => jobs.gate.entered,
+        (n) => n === 2,
+        'both holds to start',
+      );
       const held = first.app.get(LeaseService).heldLeases();
       expect(held.map((lease: Lease) => lease.targetKey).sort()).toEqual(['hold:http', 'hold:x']);
       const signals = held.map((lease: Lease) => lease.signal);
@@ -161,8 +166,12 @@ describe('LeaseModule wiring', () => {
       expect(await other.tryAcquire('hold:x')).toBeNull();
 
       const closing = first.app.close();
-      await eventually(() => signals.every((signal) => signal.aborted), (all) => all, 'the held leases to be aborted');
-      const heldRows = () => admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
+      await eventually(
+        () => signals.every((signal) => signal.aborted),
+        (all) => all,
+        'the held leases to be aborted',
+      );
+      const heldRows = () => db.admin.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL');
       await eventually(heldRows, (result) => result.rows[0].n === 0, 'rows released');
       const taken = await other.tryAcquire('hold:x');
       expect(taken).not.toBeNull();

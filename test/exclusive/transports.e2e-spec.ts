@@ -85,7 +85,7 @@ class JobsController {
 async function wsClient(url: string) {
   const socket = new WebSocket(url);
   const frames: Array<{ event: string; data: any }> = [];
-  socket.on('message', (raw) => frames.push(JSON.parse(raw.toString())));
+  socket.on('message', (raw: Buffer) => frames.push(JSON.parse(raw.toString())));
   await new Promise<void>((resolve, reject) => {
     socket.once('open', () => resolve());
     socket.once('error', reject);

@@ -13,18 +13,40 @@ function write(startedAt: number, outcome: WriteRecord['outcome'] = 'ack'): Writ
   return { opId: `op-${++ops}`, startedAt, settledAt: startedAt + 5, outcome };
 }
 
-function grant(key: string, token: number, grantedAt: number, endedAt: number | undefined, writes: WriteRecord[] = [],
-  extra: Partial<GrantRecord> = {}): GrantRecord {
+function grant(
+  key: string,
+  token: number,
+  grantedAt: number,
+  endedAt: number | undefined,
+  writes: WriteRecord[] = [],
+  extra: Partial<GrantRecord> = {},
+): GrantRecord {
   return {
-    client: 0, process: 0, key, fencingToken: BigInt(token), leaseToken: `lease-${key}-${token}-${grantedAt}`,
-    grantedAt, endedAt, endReason: endedAt === undefined ? undefined : 'released', writes, ...extra,
+    client: 0,
+    process: 0,
+    key,
+    fencingToken: BigInt(token),
+    leaseToken: `lease-${key}-${token}-${grantedAt}`,
+    grantedAt,
+    endedAt,
+    endReason: endedAt === undefined ? undefined : 'released',
+    writes,
+    ...extra,
   };
 }
 
 function historyOf(grants: GrantRecord[], order?: string[]): HistoryRow[] {
-  const rows = grants.flatMap((g) => g.writes.filter((w) => w.outcome === 'ack').map((w) => ({
-    opId: w.opId, target: g.key, fencingToken: g.fencingToken, leaseToken: g.leaseToken, commitSeq: 0n,
-  })));
+  const rows = grants.flatMap((g) =>
+    g.writes
+      .filter((w) => w.outcome === 'ack')
+      .map((w) => ({
+        opId: w.opId,
+        target: g.key,
+        fencingToken: g.fencingToken,
+        leaseToken: g.leaseToken,
+        commitSeq: 0n,
+      })),
+  );
   const ordered = order ? order.map((opId) => rows.find((row) => row.opId === opId)!) : rows;
   return ordered.map((row, i) => ({ ...row, commitSeq: BigInt(i + 1) }));
 }
@@ -44,8 +66,15 @@ test('a healthy failover history has no findings', () => {
   const history = historyOf(grants);
   const f = checkFailover(grants, moments, [], history, counters(history));
   expect(f).toMatchObject({
-    tokensAgain: 0, tokenViolations: [], twoHolders: [], notToldInTime: [], exclusionViolations: [],
-    acknowledgedWritesLost: { before: 0, after: 0 }, cutOffHolders: 0, acknowledgedReleasesBack: 0 });
+    tokensAgain: 0,
+    tokenViolations: [],
+    twoHolders: [],
+    notToldInTime: [],
+    exclusionViolations: [],
+    acknowledgedWritesLost: { before: 0, after: 0 },
+    cutOffHolders: 0,
+    acknowledgedReleasesBack: 0,
+  });
 });
 
 test('tokens handed out again after the failover', () => {
@@ -87,15 +116,20 @@ test('a cut-off holder not told before a newer grant wrote, and two holders at o
   expect(told.notToldInTime).toEqual([]);
   expect(told.twoHolders).toEqual([]);
   // Its row survived: not cut off.
-  const kept = checkFailover([{ ...old, endedAt: 1_350 }, newer], moments,
-    [{ targetKey: 'k', leaseToken: old.leaseToken, fencingToken: 9n, blocksForMs: 0 }], history, counters(history));
+  const kept = checkFailover(
+    [{ ...old, endedAt: 1_350 }, newer],
+    moments,
+    [{ targetKey: 'k', leaseToken: old.leaseToken, fencingToken: 9n, blocksForMs: 0 }],
+    history,
+    counters(history),
+  );
   expect(kept.cutOffHolders).toBe(0);
 });
 
 test('fenced exclusion broken within the promoted history: an older lease writes after a newer one', () => {
   const a = grant('k', 1, 1_400, 1_600, [write(1_410), write(1_480)]);
   const b = grant('k', 2, 1_420, 1_500, [write(1_430)]);
-  const history = historyOf([a, b], [a.writes[0]!.opId, b.writes[0]!.opId, a.writes[1]!.opId]);
+  const history = historyOf([a, b], [a.writes[0].opId, b.writes[0].opId, a.writes[1].opId]);
   const f = checkFailover([a, b], moments, [], history, counters(history));
   expect(f.exclusionViolations).toEqual(['k: lease with token 1 wrote again at #3 after a newer lease wrote']);
 });
@@ -103,11 +137,13 @@ test('fenced exclusion broken within the promoted history: an older lease writes
 test('a lost update and a refused write that committed', () => {
   const a = grant('k', 1, 1_400, 1_500, [write(1_450)]);
   const refused = grant('k', 2, 1_600, 1_700, [write(1_650, 'refused')]);
-  const history = [...historyOf([a]), { opId: refused.writes[0]!.opId, target: 'k', fencingToken: 2n,
-    leaseToken: refused.leaseToken, commitSeq: 2n }];
+  const history = [
+    ...historyOf([a]),
+    { opId: refused.writes[0].opId, target: 'k', fencingToken: 2n, leaseToken: refused.leaseToken, commitSeq: 2n },
+  ];
   const f = checkFailover([a, refused], moments, [], history, new Map([['k', 1n]]));
   expect(f.exclusionViolations).toEqual([
-    `refused write ${refused.writes[0]!.opId} on k (token 2) committed`,
+    `refused write ${refused.writes[0].opId} on k (token 2) committed`,
     'k: counter 1 but 2 history rows (lost update)',
   ]);
 });
@@ -124,7 +160,7 @@ test('an old holder told late after the switch, and an old-history write committ
     'k: holder of token 9 (client 0) ended 1200 ms after the switch (lost: taken-over)',
   ]);
   expect(f.oldHistoryWritesAfterSwitch).toEqual([
-    `k: write ${late.writes[0]!.opId} of token 9 (granted before the switch) committed 55 ms after it`,
+    `k: write ${late.writes[0].opId} of token 9 (granted before the switch) committed 55 ms after it`,
   ]);
   // Told 400 ms after the switch, its write refused: quiet.
   const told = grant('k', 9, 800, 1_700, [write(1_350, 'refused')], { endReason: 'lost', lostReason: 'failover' });

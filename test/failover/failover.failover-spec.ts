@@ -36,10 +36,16 @@ const expected = expectations();
 // The library's log lines (lost leases, failed heartbeats, takeovers) go to a file, not through Jest's console.
 mkdirSync(ARTIFACTS, { recursive: true });
 const libraryLog = createWriteStream(join(ARTIFACTS, 'library.log'));
-const line = (level: string) => (message: unknown, ...rest: unknown[]) =>
-  libraryLog.write(`${new Date().toISOString()} ${level} ${String(message)} ${rest.map(String).join(' ')}\n`);
+const line =
+  (level: string) =>
+  (message: unknown, ...rest: unknown[]) =>
+    libraryLog.write(`${new Date().toISOString()} ${level} ${String(message)} ${rest.map(String).join(' ')}\n`);
 const fileLogger: LoggerService = {
-  log: line('log'), warn: line('warn'), error: line('error'), debug: line('debug'), verbose: line('verbose'),
+  log: line('log'),
+  warn: line('warn'),
+  error: line('error'),
+  debug: line('debug'),
+  verbose: line('verbose'),
 };
 
 beforeAll(() => Logger.overrideLogger(fileLogger));
@@ -57,7 +63,8 @@ describe.each(SCENARIOS)('$name', (scenario) => {
       expect(f.grantsAfter).toBeGreaterThan(50);
       expect(result.timeline).toBe(2);
       result.writesAfterSwitchByProcess.forEach((writes, process) =>
-        expect({ process, workingAfterSwitch: writes > 0 }).toEqual({ process, workingAfterSwitch: true }));
+        expect({ process, workingAfterSwitch: writes > 0 }).toEqual({ process, workingAfterSwitch: true }),
+      );
 
       // Fenced exclusion within the promoted history, and nothing the promoted server acknowledged is lost.
       expect(f.exclusionViolations).toEqual([]);

@@ -112,7 +112,8 @@ async function once<T>(what: string, attempt: () => Promise<T>, until = (_: unkn
       return await attempt();
     } catch (error) {
       if (until(error)) throw error;
-      if (performance.now() > deadline) throw new Error(`${what}: still failing after 30 s (${String(error)})`);
+      if (performance.now() > deadline)
+        throw new Error(`${what}: still failing after 30 s (${String(error)})`, { cause: error });
       await sleep(50);
     }
   }
@@ -161,7 +162,10 @@ test('every holder of the old history is told at its first renewal on the promot
     );
     expect(rows).toEqual([{ target_id: 'told:kept' }]); // its row survived, with its token
     await eventually(() => keptSeen.ended && cutSeen.ended, Boolean, 'both holders told', 15_000);
-    for (const [key, seen] of [['told:kept', keptSeen], ['told:cut', cutSeen]] as const) {
+    for (const [key, seen] of [
+      ['told:kept', keptSeen],
+      ['told:cut', cutSeen],
+    ] as const) {
       const { at, reason } = seen.ended!;
       const inTime = at - switchAt < TOLD_WITHIN_MS;
       expect({ key, reason, inTime }).toEqual({ key, reason: 'failover', inTime: true });
@@ -307,7 +311,7 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
     const second = late.service.acquire('line', { priority: 1, waitTimeoutMs: 60_000 });
     const line = await eventually(lineOnPromoted, (rows) => rows.length === 2, 'both waiters queued', 20_000);
     const seq = Object.fromEntries(line.map((row) => [row.owner, BigInt(row.seq)]));
-    expect(low(seq.late!)).toBeLessThan(low(seq.early!)); // the waiter sequence did go back
+    expect(low(seq.late)).toBeLessThan(low(seq.early)); // the waiter sequence did go back
     // The holder's pool reaches the promoted server before it releases (a failed release only logs).
     await once('the holder on the promoted server', () => holder.dataSource.query('SELECT 1'));
     const order: string[] = [];
@@ -319,7 +323,7 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
     const winner = await Promise.race(granted);
     expect(order).toEqual(['early']);
     await winner.release();
-    await (await granted[1]!).release();
+    await (await granted[1]).release();
     expect(order).toEqual(['early', 'late']);
   } finally {
     await late?.close();

@@ -5,7 +5,6 @@
  * the kills stop and every process must commit again (the pools recovered). Writes whose COMMIT was cut off are
  * resolved from the history; the checker must find nothing.
  */
-import type pg from 'pg';
 import { createTestDatabase } from '../support/db.js';
 import { check } from './support/checker.js';
 import { connect, LEASE, prepareTables, runFleet, sleep, terminateBackends } from './support/harness.js';
@@ -13,7 +12,15 @@ import type { LoopPlan } from './support/protocol.js';
 import { recordScenario } from './support/report.js';
 
 const KEYS = Array.from({ length: 6 }, (_, i) => `kill:${i}`);
-const PLAN: LoopPlan = { loops: 4, keys: KEYS, iterations: 100_000, durationMs: 17_000, workMs: 20, writesPerLease: 2, waitTimeoutMs: 3_000 };
+const PLAN: LoopPlan = {
+  loops: 4,
+  keys: KEYS,
+  iterations: 100_000,
+  durationMs: 17_000,
+  workMs: 20,
+  writesPerLease: 2,
+  waitTimeoutMs: 3_000,
+};
 /** Kills go on for at least this long, and until every phase was hit, but never longer than the cap. */
 const KILLING_MS = 10_000;
 const KILLING_CAP_MS = 13_000;
@@ -41,8 +48,13 @@ test('pg_terminate_backend during acquire, heartbeat, fenced write and release: 
         // Acquires and fenced writes are short and their connections soon reused, so a kill finds one less often
         // than a heartbeat or LISTEN connection: they get a round each out of three.
         const others = Object.keys(PHASES).slice(2);
-        const phase = round % 3 === 0 ? 'acquire' : round % 3 === 1 ? 'fenced write' : others[Math.floor(round / 3) % others.length]!;
-        kills[phase]! += await terminateBackends(admin, 'kill-', PHASES[phase]);
+        const phase =
+          round % 3 === 0
+            ? 'acquire'
+            : round % 3 === 1
+              ? 'fenced write'
+              : others[Math.floor(round / 3) % others.length];
+        kills[phase] += await terminateBackends(admin, 'kill-', PHASES[phase]);
         await sleep(60 + Math.random() * 120);
       }
       killsEndedAt = performance.now();
@@ -52,18 +64,26 @@ test('pg_terminate_backend during acquire, heartbeat, fenced write and release: 
     const total = Object.values(kills).reduce((a, b) => a + b, 0);
     recordScenario({
       scenario: 'backend kills',
-      faults: `${total} sessions killed (${Object.entries(kills).map(([p, n]) => `${p} ${n}`).join(', ')})`,
+      faults: `${total} sessions killed (${Object.entries(kills)
+        .map(([p, n]) => `${p} ${n}`)
+        .join(', ')})`,
       writes: `${result.writes} / ${result.refused}; ${result.unknown.committed + result.unknown.notCommitted} cut-off commits resolved (${result.unknown.committed} committed)`,
       violations: result.violations.length,
       wallMs: run.wallMs,
     });
     expect(result.violations).toEqual([]);
     expect(total).toBeGreaterThanOrEqual(30);
-    for (const phase of Object.keys(PHASES)) expect({ phase, killed: kills[phase]! > 0 }).toEqual({ phase, killed: true });
+    for (const phase of Object.keys(PHASES))
+      expect({ phase, killed: kills[phase] > 0 }).toEqual({ phase, killed: true });
     // Every process commits again once the kills stop.
     for (const worker of run.workers) {
-      const recovered = worker.messages().filter((r) => r.at > killsEndedAt && r.msg.t === 'write' && r.msg.outcome === 'ack');
-      expect({ worker: worker.name, recovered: recovered.length > 0 }).toEqual({ worker: worker.name, recovered: true });
+      const recovered = worker
+        .messages()
+        .filter((r) => r.at > killsEndedAt && r.msg.t === 'write' && r.msg.outcome === 'ack');
+      expect({ worker: worker.name, recovered: recovered.length > 0 }).toEqual({
+        worker: worker.name,
+        recovered: true,
+      });
     }
   } finally {
     await admin.end();

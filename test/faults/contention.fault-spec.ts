@@ -16,30 +16,40 @@ const keys = (n: number) => Array.from({ length: n }, (_, i) => `contention:${i}
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
 
-async function scenario(name: string, plan: LoopPlan, options: { unfenced?: boolean; pauses?: number } = {}): Promise<CheckResult & { pauses: number }> {
+async function scenario(
+  name: string,
+  plan: LoopPlan,
+  options: { unfenced?: boolean; pauses?: number } = {},
+): Promise<CheckResult & { pauses: number }> {
   db = await createTestDatabase('faults');
   await prepareTables(db.url, plan.keys);
   admin = await connect(db.url);
   let pauses = 0;
-  const run = await runFleet({ url: db.url, processes: 4, plan, lease: LEASE, unfenced: options.unfenced, prefix: name }, async (workers) => {
-    for (let i = 0; i < (options.pauses ?? 0); i++) {
-      // Pause a process right after one of its loops acquired: it holds a lease and has not written yet.
-      const victim: Worker = workers[i % workers.length]!;
-      await victim.waitFor((m) => m.t === 'acquired', 'an acquisition', 20_000, performance.now());
-      await pause(victim, 2 * LEASE.leaseTimeoutMs!);
-      pauses++;
-      await sleep(300);
-    }
-  });
+  const run = await runFleet(
+    { url: db.url, processes: 4, plan, lease: LEASE, unfenced: options.unfenced, prefix: name },
+    async (workers) => {
+      for (let i = 0; i < (options.pauses ?? 0); i++) {
+        // Pause a process right after one of its loops acquired: it holds a lease and has not written yet.
+        const victim: Worker = workers[i % workers.length];
+        await victim.waitFor((m) => m.t === 'acquired', 'an acquisition', 20_000, performance.now());
+        await pause(victim, 2 * LEASE.leaseTimeoutMs!);
+        pauses++;
+        await sleep(300);
+      }
+    },
+  );
   const result = await check(admin, run.log);
   recordScenario({
     scenario: name,
-    faults: pauses ? `${pauses} × SIGSTOP ${2 * LEASE.leaseTimeoutMs!} ms after an acquisition${options.unfenced ? '; fence switched off' : ''}` : 'none (contention only)',
+    faults: pauses
+      ? `${pauses} × SIGSTOP ${2 * LEASE.leaseTimeoutMs!} ms after an acquisition${options.unfenced ? '; fence switched off' : ''}`
+      : 'none (contention only)',
     writes: `${result.writes} / ${result.refused}`,
     violations: result.violations.length,
     wallMs: run.wallMs,
   });
-  if (result.violations.length) console.log(`[faults] ${name} violations (first 5):\n${result.violations.slice(0, 5).join('\n')}`);
+  if (result.violations.length)
+    console.log(`[faults] ${name} violations (first 5):\n${result.violations.slice(0, 5).join('\n')}`);
   return { ...result, pauses };
 }
 
@@ -50,7 +60,15 @@ afterEach(async () => {
 
 // 32 loops × 20 leases × 4 writes = 2,560 fenced writes. On one key the loops wait in line (every lease is a
 // handoff); on 100 keys they try once and move on when busy. The duration is only a cap for a very loaded machine.
-const contention = (keyCount: number): LoopPlan => ({ loops: 8, keys: keys(keyCount), iterations: 20, durationMs: 90_000, workMs: 2, writesPerLease: 4, waitTimeoutMs: keyCount === 1 ? 20_000 : 0 });
+const contention = (keyCount: number): LoopPlan => ({
+  loops: 8,
+  keys: keys(keyCount),
+  iterations: 20,
+  durationMs: 90_000,
+  workMs: 2,
+  writesPerLease: 4,
+  waitTimeoutMs: keyCount === 1 ? 20_000 : 0,
+});
 
 test('contention on 1 key: 4 processes × 8 loops, ≥ 2,000 fenced writes, no violation', async () => {
   const result = await scenario('contention 1 key', contention(1));
@@ -66,7 +84,15 @@ test('contention on 100 keys: 4 processes × 8 loops, ≥ 2,000 fenced writes, n
   expect(result.acked).toBe(result.writes);
 });
 
-const paused: LoopPlan = { loops: 8, keys: keys(4), iterations: 10_000, durationMs: 20_000, workMs: 40, writesPerLease: 2, waitTimeoutMs: 0 };
+const paused: LoopPlan = {
+  loops: 8,
+  keys: keys(4),
+  iterations: 10_000,
+  durationMs: 20_000,
+  workMs: 40,
+  writesPerLease: 2,
+  waitTimeoutMs: 0,
+};
 
 test('holders paused past their lease timeout, fenced: stale writes are refused, no violation', async () => {
   const result = await scenario('pauses, fenced', paused, { pauses: 4 });

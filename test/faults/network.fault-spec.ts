@@ -9,8 +9,17 @@ import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
 import { createTestDatabase, makeDataSource } from '../support/db.js';
 import { check } from './support/checker.js';
-import { connect, LEASE, ms, prepareTables, type Received, sleep, startScripted, type Worker } from './support/harness.js';
-import { TcpProxy } from './support/proxy.js';
+import {
+  connect,
+  LEASE,
+  ms,
+  prepareTables,
+  type Received,
+  sleep,
+  startScripted,
+  type Worker,
+} from './support/harness.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { recordScenario } from './support/report.js';
 
 const KEY = 'net:k';
@@ -119,7 +128,9 @@ test('stale release ABA: a release whose reply was lost, a new acquisition, then
     await first.release();
 
     await sleep(3 * LEASE.heartbeatIntervalMs!);
-    const rows = (await admin.query('SELECT lease_token::text, fencing_token::text FROM job_lease WHERE target_id = $1', [KEY])).rows;
+    const rows = (
+      await admin.query('SELECT lease_token::text, fencing_token::text FROM job_lease WHERE target_id = $1', [KEY])
+    ).rows;
     expect(rows).toEqual([{ lease_token: second.token, fencing_token: second.fencingToken.toString() }]);
     expect(second.isHeld()).toBe(true);
     await second.fenced((manager) => manager.query('UPDATE fault_counter SET n = n + 1 WHERE target = $1', [KEY]));

@@ -6,13 +6,22 @@ import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { createTestDatabase, eventually } from '../support/db.js';
 import { check } from './support/checker.js';
-import { connect, LEASE, ms, prepareTables, type Received, sleep, startScripted, type Worker } from './support/harness.js';
+import {
+  connect,
+  LEASE,
+  ms,
+  prepareTables,
+  type Received,
+  sleep,
+  startScripted,
+  type Worker,
+} from './support/harness.js';
 import { recordScenario } from './support/report.js';
 
 const KEY = 'process:k';
 const TIMEOUT = LEASE.leaseTimeoutMs!;
 const INTERVAL = LEASE.heartbeatIntervalMs!;
-/** Scheduling slack on a loaded 2-core machine; the bound itself is SPEC §3.6's. */
+/** Scheduling slack on a loaded 2-core machine; the bound itself is the README's (Guarantees — and their limits). */
 const ALLOWANCE = 1_000;
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -87,14 +96,21 @@ test('SIGSTOP inside a fenced transaction: the taker blocks on the row lock unti
   await a.waitFor((m) => m.t === 'inside' && m.opId === pausedOp, 'inside the fenced transaction');
   a.signal('SIGSTOP');
   const stoppedAt = performance.now();
-  const [{ pid: pausedBackend }] = (await admin.query(
-    `SELECT pid FROM pg_stat_activity WHERE application_name = 'fenced-stop-A' AND state = 'idle in transaction'`,
-  )).rows;
+  const [{ pid: pausedBackend }] = (
+    await admin.query(
+      `SELECT pid FROM pg_stat_activity WHERE application_name = 'fenced-stop-A' AND state = 'idle in transaction'`,
+    )
+  ).rows;
   expect(pausedBackend).toBeDefined();
 
   const acquired = b.command<string>({ op: 'acquire', key: KEY, waitTimeoutMs: 20_000 });
   await eventually(
-    async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = 'fenced-stop-B' AND wait_event_type = 'Lock'`)).rowCount,
+    async () =>
+      (
+        await admin.query(
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'fenced-stop-B' AND wait_event_type = 'Lock'`,
+        )
+      ).rowCount,
     (n) => n === 1,
     'the taker blocked on the paused transaction row lock',
     2 * idleMs,
@@ -150,7 +166,9 @@ test('SIGKILL the holder: the waiting worker takes over within leaseTimeout + he
     takeoverMs: takeovers.map(ms).join(', '),
     wallMs: performance.now() - started,
   });
-  console.log(`[faults] SIGKILL takeover times: ${takeovers.map(ms).join(', ')} ms (bound ${TIMEOUT} + ${INTERVAL} + allowance ${ALLOWANCE})`);
+  console.log(
+    `[faults] SIGKILL takeover times: ${takeovers.map(ms).join(', ')} ms (bound ${TIMEOUT} + ${INTERVAL} + allowance ${ALLOWANCE})`,
+  );
   expect(result.violations).toEqual([]);
   for (const takeover of takeovers) expect(takeover).toBeLessThanOrEqual(TIMEOUT + INTERVAL + ALLOWANCE);
 });

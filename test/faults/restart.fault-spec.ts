@@ -12,52 +12,75 @@ import { recordScenario } from './support/report.js';
 
 const KEYS = Array.from({ length: 24 }, (_, i) => `restart:${i}`);
 // Work long enough that the outage finds holders mid-work, whose leases then run out.
-const PLAN: LoopPlan = { loops: 4, keys: KEYS, iterations: 100_000, durationMs: 18_000, workMs: 2_000, writesPerLease: 2, waitTimeoutMs: 0 };
+const PLAN: LoopPlan = {
+  loops: 4,
+  keys: KEYS,
+  iterations: 100_000,
+  durationMs: 18_000,
+  workMs: 2_000,
+  writesPerLease: 2,
+  waitTimeoutMs: 0,
+};
 const DOWN_MS = 2 * LEASE.leaseTimeoutMs!;
 const external = Boolean(process.env.DATABASE_URL);
 
 if (external) {
-  console.log('[faults] PostgreSQL restart scenario skipped: DATABASE_URL names an external server, which this suite cannot restart');
+  console.log(
+    '[faults] PostgreSQL restart scenario skipped: DATABASE_URL names an external server, which this suite cannot restart',
+  );
 }
 
-(external ? test.skip : test)('PostgreSQL stopped and restarted while leases are held: holders abort or recover, no violation', async () => {
-  const server = await startPostgres();
-  try {
-    const url = await createDatabase(server.url, 'faults');
-    await prepareTables(url, KEYS);
-    let restartedAt = 0;
-    let downMs = 0;
-    const run = await runFleet({ url, processes: 3, plan: PLAN, lease: LEASE, prefix: 'restart' }, async (workers) => {
-      await Promise.all(workers.map((w) => w.waitFor((m) => m.t === 'write' && m.outcome === 'ack', 'a first commit')));
-      const stoppedAt = performance.now();
-      await server.stop();
-      await sleep(DOWN_MS);
-      await server.start();
-      restartedAt = performance.now();
-      downMs = restartedAt - stoppedAt;
-    });
-
-    const admin = await connect(url);
+(external ? test.skip : test)(
+  'PostgreSQL stopped and restarted while leases are held: holders abort or recover, no violation',
+  async () => {
+    const server = await startPostgres();
     try {
-      const result = await check(admin, run.log);
-      recordScenario({
-        scenario: 'PostgreSQL restart',
-        faults: `server down ${ms(downMs)} ms (fast shutdown, then start) with leases held; ${result.lostEvents} leases lost`,
-        writes: `${result.writes} / ${result.refused}; ${result.unknown.committed + result.unknown.notCommitted} cut-off commits resolved (${result.unknown.committed} committed)`,
-        violations: result.violations.length,
-        wallMs: run.wallMs,
-      });
-      expect(result.violations).toEqual([]);
-      // Leases held across the outage could not be renewed: their holders were told.
-      expect(result.lostEvents).toBeGreaterThan(0);
-      for (const worker of run.workers) {
-        const after = worker.messages().filter((r) => r.at > restartedAt && r.msg.t === 'write' && r.msg.outcome === 'ack');
-        expect({ worker: worker.name, recovered: after.length > 0 }).toEqual({ worker: worker.name, recovered: true });
+      const url = await createDatabase(server.url, 'faults');
+      await prepareTables(url, KEYS);
+      let restartedAt = 0;
+      let downMs = 0;
+      const run = await runFleet(
+        { url, processes: 3, plan: PLAN, lease: LEASE, prefix: 'restart' },
+        async (workers) => {
+          await Promise.all(
+            workers.map((w) => w.waitFor((m) => m.t === 'write' && m.outcome === 'ack', 'a first commit')),
+          );
+          const stoppedAt = performance.now();
+          await server.stop();
+          await sleep(DOWN_MS);
+          await server.start();
+          restartedAt = performance.now();
+          downMs = restartedAt - stoppedAt;
+        },
+      );
+
+      const admin = await connect(url);
+      try {
+        const result = await check(admin, run.log);
+        recordScenario({
+          scenario: 'PostgreSQL restart',
+          faults: `server down ${ms(downMs)} ms (fast shutdown, then start) with leases held; ${result.lostEvents} leases lost`,
+          writes: `${result.writes} / ${result.refused}; ${result.unknown.committed + result.unknown.notCommitted} cut-off commits resolved (${result.unknown.committed} committed)`,
+          violations: result.violations.length,
+          wallMs: run.wallMs,
+        });
+        expect(result.violations).toEqual([]);
+        // Leases held across the outage could not be renewed: their holders were told.
+        expect(result.lostEvents).toBeGreaterThan(0);
+        for (const worker of run.workers) {
+          const after = worker
+            .messages()
+            .filter((r) => r.at > restartedAt && r.msg.t === 'write' && r.msg.outcome === 'ack');
+          expect({ worker: worker.name, recovered: after.length > 0 }).toEqual({
+            worker: worker.name,
+            recovered: true,
+          });
+        }
+      } finally {
+        await admin.end();
       }
     } finally {
-      await admin.end();
+      await server.destroy();
     }
-  } finally {
-    await server.destroy();
-  }
-});
+  },
+);

@@ -1,4 +1,11 @@
-import { LeaseKeyError, LeaseBusyError, LeaseConfigError, LeaseLostError, LeaseService } from 'nest-pg-lease';
+import {
+  LeaseArgumentError,
+  LeaseKeyError,
+  LeaseBusyError,
+  LeaseConfigError,
+  LeaseLostError,
+  LeaseService,
+} from 'nest-pg-lease';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
@@ -43,8 +50,16 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     expect(first).not.toBeNull();
     expect(second).toBeNull();
     expect(first!.isHeld()).toBe(true);
-    const row = (await admin.query('SELECT lease_token::text, fencing_token::text, owner FROM job_lease WHERE target_id = $1', ['report:user:1'])).rows[0];
-    expect(row).toEqual({ lease_token: first!.token, fencing_token: first!.fencingToken.toString(), owner: 'process-a' });
+    const row = (
+      await admin.query('SELECT lease_token::text, fencing_token::text, owner FROM job_lease WHERE target_id = $1', [
+        'report:user:1',
+      ])
+    ).rows[0];
+    expect(row).toEqual({
+      lease_token: first!.token,
+      fencing_token: first!.fencingToken.toString(),
+      owner: 'process-a',
+    });
 
     await first!.release();
     expect(first!.isHeld()).toBe(false);
@@ -121,7 +136,11 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     expect(a.service.current()).toBeUndefined();
     expect(await rowCount()).toBe(0);
 
-    await expect(a.service.run('job:run', async () => { throw new Error('work failed'); })).rejects.toThrow('work failed');
+    await expect(
+      a.service.run('job:run', async () => {
+        throw new Error('work failed');
+      }),
+    ).rejects.toThrow('work failed');
     expect(await rowCount()).toBe(0);
   });
 
@@ -170,9 +189,12 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     await lease!.release();
   });
 
-  test('bad priority → LeaseKeyError, nothing written', async () => {
-    await expect(a.service.tryAcquire('p', { priority: 1.5 })).rejects.toBeInstanceOf(LeaseKeyError);
-    await expect(a.service.tryAcquire('p', { priority: 2 ** 31 })).rejects.toBeInstanceOf(LeaseKeyError);
+  test('bad priority → LeaseArgumentError (400; not a key error), nothing written', async () => {
+    for (const priority of [1.5, 2 ** 31]) {
+      const error = await a.service.tryAcquire('p', { priority }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LeaseArgumentError);
+      expect(error).not.toBeInstanceOf(LeaseKeyError);
+    }
     expect(await rowCount()).toBe(0);
   });
 
@@ -184,7 +206,10 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     [{ tableName: 'x'.repeat(60) }, /tableName .* bytes/],
     [{ schema: '' }, /schema must be a non-empty string/],
     [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
-    [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 }, /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/],
+    [
+      { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 },
+      /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/,
+    ],
     [{ owner: 'host\0:1' }, /owner must not contain NUL/],
     [{ owner: 42 as unknown as string }, /owner must be a non-empty string/],
     [

@@ -15,18 +15,32 @@ describe('aging', () => {
     try {
       const held = (await holder.service.tryAcquire('aging'))!;
       const lowWait = low.service.acquire('aging', { priority: 0, waitTimeoutMs: 20_000 });
-      await eventually(() => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`), (r) => r.rows[0].n === 1, 'low to queue');
+      await eventually(
+        () => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`),
+        (r) => r.rows[0].n === 1,
+        'low to queue',
+      );
       await new Promise((resolve) => setTimeout(resolve, 1_300)); // ≥ 6 aging steps of 200 ms
       const highWait = high.service.acquire('aging', { priority: 3, waitTimeoutMs: 20_000 });
-      await eventually(() => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`), (r) => r.rows[0].n === 2, 'high to queue');
+      await eventually(
+        () => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`),
+        (r) => r.rows[0].n === 2,
+        'high to queue',
+      );
       const listed = (await holder.service.list('aging')).filter((row) => row.state === 'waiting');
       expect(listed.map((row) => row.priority)).toEqual(agingIntervalMs ? [0, 3] : [3, 0]);
       if (agingIntervalMs) expect(listed[0].effectivePriority).toBeGreaterThanOrEqual(6);
       else expect(listed.map((row) => row.effectivePriority)).toEqual([3, 0]);
 
       const order: string[] = [];
-      const lowDone = lowWait.then(async (lease) => { order.push('low'); await lease.release(); });
-      const highDone = highWait.then(async (lease) => { order.push('high'); await lease.release(); });
+      const lowDone = lowWait.then(async (lease) => {
+        order.push('low');
+        await lease.release();
+      });
+      const highDone = highWait.then(async (lease) => {
+        order.push('high');
+        await lease.release();
+      });
       await held.release();
       await Promise.all([lowDone, highDone]);
       expect(order).toEqual(agingIntervalMs ? ['low', 'high'] : ['high', 'low']);

@@ -1,33 +1,28 @@
 import { LeaseLostError } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, ISOLATIONS, startService } from '../support/db.js';
+import { eventually, ISOLATIONS, startService, useTestDatabase } from '../support/db.js';
 
 /** Holder heartbeats every 2 s: the test ages its row and races a takeover without a renewal in between. */
 const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
 
 describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', (isolation) => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-
-  beforeAll(async () => {
-    db = await createTestDatabase('fencing', isolation);
-    admin = await adminClient(db.url);
-    await admin.query('CREATE TABLE job_result (target_id text, fencing_token bigint NOT NULL, data text)');
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('fencing', isolation, (admin) =>
+    admin.query('CREATE TABLE job_result (target_id text, fencing_token bigint NOT NULL, data text)'),
+  );
 
   const results = async (key: string) =>
-    (await admin.query('SELECT fencing_token::text, data FROM job_result WHERE target_id = $1 ORDER BY fencing_token', [key])).rows;
+    (
+      await db.admin.query(
+        'SELECT fencing_token::text, data FROM job_result WHERE target_id = $1 ORDER BY fencing_token',
+        [key],
+      )
+    ).rows;
 
   test('a takeover racing a fenced write blocks on the row lock until the fenced transaction ends', async () => {
     const a = await startService(db.url, SLOW, 'holder-a');
     const b = await startService(db.url, {}, 'taker-b');
     try {
       const old = (await a.service.tryAcquire('race'))!;
-      await admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'race'`);
+      await db.admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'race'`);
       let letGo!: () => void;
       const gate = new Promise<void>((resolve) => (letGo = resolve));
       let inside!: () => void;
@@ -43,7 +38,7 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
       // The taker's upsert waits for the fenced transaction's row lock.
       const blocking = await eventually(
         () =>
-          admin.query(`
+          db.admin.query(`
             SELECT w.pid, pg_blocking_pids(w.pid) AS blockers,
               (SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = 'holder-a') AS holders
             FROM pg_stat_activity w WHERE w.application_name = 'taker-b' AND w.wait_event_type = 'Lock'`),
@@ -59,9 +54,14 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
       expect(taker).not.toBeNull();
       expect(taker!.fencingToken).toBeGreaterThan(old.fencingToken);
       // Consistent: the old holder's write committed before the new acquisition, and it cannot write again.
-      await expect(old.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('race', $1, 'late')`, [old.fencingToken.toString()])))
-        .rejects.toBeInstanceOf(LeaseLostError);
-      await taker!.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('race', $1, 'new')`, [taker!.fencingToken.toString()]));
+      await expect(
+        old.fenced(async (manager) =>
+          manager.query(`INSERT INTO job_result VALUES ('race', $1, 'late')`, [old.fencingToken.toString()]),
+        ),
+      ).rejects.toBeInstanceOf(LeaseLostError);
+      await taker!.fenced(async (manager) =>
+        manager.query(`INSERT INTO job_result VALUES ('race', $1, 'new')`, [taker!.fencingToken.toString()]),
+      );
       expect(await results('race')).toEqual([
         { fencing_token: old.fencingToken.toString(), data: 'old' },
         { fencing_token: taker!.fencingToken.toString(), data: 'new' },
@@ -74,12 +74,14 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
     }
   });
 
-  test('when the takeover commits first, the old holder\'s fenced write is refused and leaves nothing', async () => {
+  test("when the takeover commits first, the old holder's fenced write is refused and leaves nothing", async () => {
     const a = await startService(db.url, SLOW);
     const b = await startService(db.url);
     try {
       const old = (await a.service.tryAcquire('race2'))!;
-      await admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'race2'`);
+      await db.admin.query(
+        `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'race2'`,
+      );
       const taker = (await b.service.tryAcquire('race2'))!;
       let ran = false;
       await expect(
@@ -103,7 +105,9 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
       const lease = (await a.service.tryAcquire('rollback'))!;
       await expect(
         lease.fenced(async (manager) => {
-          await manager.query(`INSERT INTO job_result VALUES ('rollback', $1, 'partial')`, [lease.fencingToken.toString()]);
+          await manager.query(`INSERT INTO job_result VALUES ('rollback', $1, 'partial')`, [
+            lease.fencingToken.toString(),
+          ]);
           throw new Error('validation failed');
         }),
       ).rejects.toThrow('validation failed');

@@ -1,6 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { eventually, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * Heartbeats keep a lease; a takeover is noticed by the next heartbeat; a stale holder can neither save, renew nor
@@ -10,21 +10,14 @@ import { adminClient, createTestDatabase, eventually, startService } from '../su
 const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
 
 describe('heartbeats and takeover', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('heartbeat', 'read committed', (admin) =>
+    admin.query('CREATE TABLE job_result (target_id text PRIMARY KEY, fencing_token bigint NOT NULL, data text)'),
+  );
 
-  beforeAll(async () => {
-    db = await createTestDatabase('heartbeat');
-    admin = await adminClient(db.url);
-    await admin.query('CREATE TABLE job_result (target_id text PRIMARY KEY, fencing_token bigint NOT NULL, data text)');
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
-
-  const age = (key: string) => admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [key]);
-  const results = async () => (await admin.query('SELECT target_id, fencing_token::text FROM job_result ORDER BY 1')).rows;
+  const age = (key: string) =>
+    db.admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [key]);
+  const results = async () =>
+    (await db.admin.query('SELECT target_id, fencing_token::text FROM job_result ORDER BY 1')).rows;
 
   test('heartbeats keep a lease alive well past leaseTimeoutMs', async () => {
     const a = await startService(db.url); // heartbeat 100 ms, timeout 1000 ms
@@ -39,7 +32,9 @@ describe('heartbeats and takeover', () => {
       expect(lease!.isHeld()).toBe(true);
       expect(lease!.signal.aborted).toBe(false);
       expect(await b.service.tryAcquire('alive')).toBeNull();
-      const { rows } = await admin.query(`SELECT extract(epoch FROM clock_timestamp() - updated_at) * 1000 AS since FROM job_lease WHERE target_id = 'alive'`);
+      const { rows } = await db.admin.query(
+        `SELECT extract(epoch FROM clock_timestamp() - updated_at) * 1000 AS since FROM job_lease WHERE target_id = 'alive'`,
+      );
       expect(Number(rows[0].since)).toBeLessThan(1_000);
       await lease!.release();
     } finally {
@@ -63,7 +58,9 @@ describe('heartbeats and takeover', () => {
 
       // The stale holder's save is refused under the row lock, and nothing is written.
       await expect(
-        old.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'stale')`, [old.fencingToken.toString()])),
+        old.fenced(async (manager) =>
+          manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'stale')`, [old.fencingToken.toString()]),
+        ),
       ).rejects.toBeInstanceOf(LeaseLostError);
       expect(await results()).toEqual([]);
       expect(old.signal.aborted).toBe(true);
@@ -71,12 +68,14 @@ describe('heartbeats and takeover', () => {
       expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
 
       // The new holder saves.
-      await taker.fenced(async (manager) => manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'fresh')`, [taker.fencingToken.toString()]));
+      await taker.fenced(async (manager) =>
+        manager.query(`INSERT INTO job_result VALUES ('report:7', $1, 'fresh')`, [taker.fencingToken.toString()]),
+      );
       expect(await results()).toEqual([{ target_id: 'report:7', fencing_token: taker.fencingToken.toString() }]);
 
       // The stale release touches nobody else's row.
       await old.release();
-      const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:7'`);
+      const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:7'`);
       expect(rows).toEqual([{ lease_token: taker.token }]);
       expect(taker.isHeld()).toBe(true);
       expect(events.some((event) => event.type === 'lost' && event.targetKey === 'report:7')).toBe(true);
@@ -96,14 +95,19 @@ describe('heartbeats and takeover', () => {
       await age('report:8');
       const taker = (await b.service.tryAcquire('report:8'))!;
       const takenAt = performance.now();
-      const abortedAt = await new Promise<number>((resolve) => old.signal.addEventListener('abort', () => resolve(performance.now())));
+      const abortedAt = await new Promise<number>((resolve) =>
+        old.signal.addEventListener('abort', () => resolve(performance.now())),
+      );
       // One interval, plus an allowance for the renewal's round trip on a loaded machine.
       expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.heartbeatIntervalMs + 1_000);
       expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
       expect(old.isHeld()).toBe(false);
       // Its later heartbeats leave the new lease alone: the new holder still has its row.
       await new Promise((resolve) => setTimeout(resolve, 300));
-      expect((await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:8'`)).rows[0].lease_token).toBe(taker.token);
+      expect(
+        (await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'report:8'`)).rows[0]
+          .lease_token,
+      ).toBe(taker.token);
       await taker.release();
     } finally {
       await a.close();
@@ -124,12 +128,21 @@ describe('heartbeats and takeover', () => {
     try {
       const leases = await Promise.all(Array.from({ length: 200 }, (_, i) => a.service.tryAcquire(`many:${i}`)));
       expect(leases.every(Boolean)).toBe(true);
-      const before = await admin.query(`SELECT pg_stat_force_next_flush()`).then(() =>
-        admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`));
+      const before = await db.admin
+        .query(`SELECT pg_stat_force_next_flush()`)
+        .then(() =>
+          db.admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`),
+        );
       statements.length = 0;
       let ticks = 0;
-      const sub = a.service.events$.subscribe((event) => event.type === 'renewed' && event.targetKey === 'many:0' && ticks++);
-      await eventually(() => ticks, (n) => n >= 5, '5 heartbeat ticks');
+      const sub = a.service.events$.subscribe(
+        (event) => event.type === 'renewed' && event.targetKey === 'many:0' && ticks++,
+      );
+      await eventually(
+        () => ticks,
+        (n) => n >= 5,
+        '5 heartbeat ticks',
+      );
       sub.unsubscribe();
       const renewals = statements.filter((text) => /UPDATE .*job_lease.* SET updated_at/s.test(text));
       // Each renewal is framed by its short transaction (BEGIN … SET LOCAL timeouts, COMMIT); nothing else is sent.
@@ -142,14 +155,19 @@ describe('heartbeats and takeover', () => {
       expect(others).toEqual([]);
       // Other backends' statistics reach the shared view within a few seconds (PostgreSQL batches their flushes).
       const after = await eventually(
-        () => admin.query(`SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE relname = 'job_lease'`),
+        () =>
+          db.admin.query(
+            `SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE relname = 'job_lease'`,
+          ),
         (result) => result.rows[0].upd - before.rows[0].upd >= 200 * 5,
         'the renewals to show in pg_stat_user_tables',
         20_000,
         200,
       );
       const updated = after.rows[0].upd - before.rows[0].upd;
-      console.log(`200 leases: ${renewals.length} heartbeat statements for ${ticks} observed ticks; ${updated} rows renewed; HOT updates so far ${after.rows[0].hot}/${after.rows[0].upd}`);
+      console.log(
+        `200 leases: ${renewals.length} heartbeat statements for ${ticks} observed ticks; ${updated} rows renewed; HOT updates so far ${after.rows[0].hot}/${after.rows[0].upd}`,
+      );
       await Promise.all(leases.map((lease) => lease!.release()));
     } finally {
       pg.Client.prototype.query = original;
@@ -169,13 +187,19 @@ describe('heartbeats and takeover', () => {
         if (event.type === 'renewed' && killed) renewedAfterKill.push(event);
       });
       await eventually(
-        () => admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`),
+        () => db.admin.query(`SELECT pid FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`),
         (result) => result.rows.length === 1,
         'heartbeat connection to appear',
       );
-      await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`);
+      await db.admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'transient:heartbeat'`,
+      );
       killed = true;
-      await eventually(() => renewedAfterKill.length, (n) => n >= 3, 'renewals after the kill');
+      await eventually(
+        () => renewedAfterKill.length,
+        (n) => n >= 3,
+        'renewals after the kill',
+      );
       sub.unsubscribe();
       expect(lease.isHeld()).toBe(true);
       expect(lease.signal.aborted).toBe(false);

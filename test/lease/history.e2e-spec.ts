@@ -34,7 +34,7 @@ describe('fencing tokens and the server history', () => {
         await admin.query<{ timeline: string }>(
           `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint::text AS timeline`,
         )
-      ).rows[0]!.timeline,
+      ).rows[0].timeline,
     );
 
   test('a fencing token is (timeline << 40) | the sequence value, on the insert and the update path', async () => {
@@ -61,7 +61,7 @@ describe('fencing tokens and the server history', () => {
     await taker.release();
   });
 
-  test('a waiter\'s place in line carries the timeline too', async () => {
+  test("a waiter's place in line carries the timeline too", async () => {
     const holder = (await a.service.tryAcquire('history:line'))!;
     const waiting = a.service.acquire('history:line', { priority: 1, waitTimeoutMs: 10_000 });
     const queued = async () =>
@@ -71,7 +71,7 @@ describe('fencing tokens and the server history', () => {
       if (i > 200) throw new Error('the waiter never queued');
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    expect(BigInt((await queued())[0]!.seq) >> 40n).toBe(await timeline());
+    expect(BigInt((await queued())[0].seq) >> 40n).toBe(await timeline());
     await holder.release();
     await (await waiting).release();
   });
@@ -97,7 +97,7 @@ describe('fencing tokens and the server history', () => {
       expect((await admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows).toEqual(before);
     });
 
-    test('a waiter\'s place: the wait ends at once with a LeaseConfigError, no row left', async () => {
+    test("a waiter's place: the wait ends at once with a LeaseConfigError, no row left", async () => {
       const holder = (await a.service.tryAcquire('history:full:line'))!;
       await admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 40n) - 1n})`);
       const started = performance.now();
@@ -128,7 +128,7 @@ describe('fencing tokens and the server history', () => {
 
     const updatedAt = async (key: string) =>
       (await admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key]))
-        .rows[0]!.t;
+        .rows[0].t;
 
     test('a lease whose token carries another timeline is reported as failover and not renewed', async () => {
       const lease = (await quiet.service.tryAcquire('history:renew:timeline'))!;
@@ -156,10 +156,12 @@ describe('fencing tokens and the server history', () => {
       const lease = (await quiet.service.tryAcquire('history:renew:system'))!;
       try {
         const before = await updatedAt('history:renew:system');
-        const { systemId } = (await store.renew(['history:renew:system'], [lease.token], 5_000, {
-          fencingTokens: [lease.fencingToken],
-          systemId: null,
-        })).history!;
+        const { systemId } = (
+          await store.renew(['history:renew:system'], [lease.token], 5_000, {
+            fencingTokens: [lease.fencingToken],
+            systemId: null,
+          })
+        ).history!;
         const moved = await updatedAt('history:renew:system');
         expect(moved).not.toBe(before); // same history: renewed
         const result = await store.renew(['history:renew:system'], [lease.token], 5_000, {

@@ -1,4 +1,4 @@
-import { LeaseConfigError, type LeaseEvent } from 'nest-pg-lease';
+import { LeaseArgumentError, type LeaseEvent } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
 
@@ -120,13 +120,13 @@ describe('holdAtLeastMs', () => {
   });
 
   test.each([-1, 1.5, Number.NaN, '100', 2 ** 31])(
-    'holdAtLeastMs %p → LeaseConfigError, nothing written',
+    'holdAtLeastMs %p → LeaseArgumentError, nothing written',
     async (bad) => {
       const holdAtLeastMs = bad as number;
-      await expect(a.service.tryAcquire('hold:bad', { holdAtLeastMs })).rejects.toBeInstanceOf(LeaseConfigError);
+      await expect(a.service.tryAcquire('hold:bad', { holdAtLeastMs })).rejects.toBeInstanceOf(LeaseArgumentError);
       await expect(a.service.acquire('hold:bad', { holdAtLeastMs })).rejects.toThrow(/holdAtLeastMs must be/);
       await expect(a.service.run('hold:bad', async () => 1, { holdAtLeastMs })).rejects.toBeInstanceOf(
-        LeaseConfigError,
+        LeaseArgumentError,
       );
       expect((await admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'hold:bad'`)).rowCount).toBe(0);
     },

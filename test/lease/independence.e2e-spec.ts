@@ -2,7 +2,7 @@ import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, eventually, FAST, startService } from '../support/db.js';
+import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * Guarantees 4/6 and invariant 9: one lease's fate never depends on another's — not on a long fenced transaction of
@@ -10,26 +10,17 @@ import { adminClient, createTestDatabase, eventually, FAST, startService } from 
  * waits for itself.
  */
 describe('independence', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-
-  beforeAll(async () => {
-    db = await createTestDatabase('independence');
-    admin = await adminClient(db.url);
-    await admin.query('CREATE TABLE fenced_rows (label text NOT NULL)');
-  });
-  afterAll(async () => {
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('independence', 'read committed', (admin) =>
+    admin.query('CREATE TABLE fenced_rows (label text NOT NULL)'),
+  );
 
   const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
   const updatedAt = async (key: string) =>
-    (await admin.query(`SELECT updated_at::text AS at FROM job_lease WHERE target_id = $1`, [key])).rows[0]
+    (await db.admin.query(`SELECT updated_at::text AS at FROM job_lease WHERE target_id = $1`, [key])).rows[0]
       ?.at as string;
   const heartbeatBackends = async (app: string) =>
     (
-      await admin.query(`SELECT pid, state, wait_event_type FROM pg_stat_activity WHERE application_name = $1`, [
+      await db.admin.query(`SELECT pid, state, wait_event_type FROM pg_stat_activity WHERE application_name = $1`, [
         `${app}:heartbeat`,
       ])
     ).rows;
@@ -75,7 +66,7 @@ describe('independence', () => {
     const holder = await startService(db.url, { owner: 'other' });
     const a = await startService(db.url, { owner: 'slow-waiter' }, 'slow-waiter');
     // Test instrumentation: every waiter renewal of this owner takes a second (its heartbeat runs every 200 ms).
-    await admin.query(`
+    await db.admin.query(`
       CREATE FUNCTION slow_waiter() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner = 'slow-waiter' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$;
       CREATE TRIGGER slow_waiter BEFORE UPDATE ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_waiter();`);
@@ -93,7 +84,7 @@ describe('independence', () => {
       await lease.release();
       await busy.release();
     } finally {
-      await admin.query('DROP TRIGGER slow_waiter ON job_lease_waiter; DROP FUNCTION slow_waiter()');
+      await db.admin.query('DROP TRIGGER slow_waiter ON job_lease_waiter; DROP FUNCTION slow_waiter()');
       await a.close();
       await holder.close();
     }
@@ -104,7 +95,7 @@ describe('independence', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const lease = (await a.service.tryAcquire('indep:expired'))!;
-      await admin.query(
+      await db.admin.query(
         `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'indep:expired'`,
       );
       const before = await updatedAt('indep:expired');
@@ -161,7 +152,7 @@ describe('independence', () => {
         expect(lease.isHeld()).toBe(true);
       });
       expect(performance.now() - started).toBeLessThan(500);
-      const rows = (await admin.query('SELECT label FROM fenced_rows ORDER BY label')).rows.map((row) => row.label);
+      const rows = (await db.admin.query('SELECT label FROM fenced_rows ORDER BY label')).rows.map((row) => row.label);
       expect(rows).toEqual(['borrowed', 'inner', 'one', 'outer', 'two']);
     } finally {
       await a.close();

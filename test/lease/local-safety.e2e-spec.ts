@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { adminClient, createTestDatabase, startService } from '../support/db.js';
 
 /**
- * SPEC §3.4: a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
+ * The README's guarantee (Guarantees — and their limits): a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
  * since its last confirmed renewal was sent — before the database would let anyone take it over.
  */
 // A 1 s margin leaves the test's own query (run after the abort) time to see the database lease still alive.
@@ -120,7 +120,11 @@ describe('asyncReleaseCommits', () => {
   test('leases work as usual with asynchronously committed releases', async () => {
     const db = await createTestDatabase('async');
     const admin = await adminClient(db.url);
-    const a = await startService(db.url, { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true }, 'async-commits');
+    const a = await startService(
+      db.url,
+      { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true },
+      'async-commits',
+    );
     try {
       const lease = (await a.service.tryAcquire('async'))!;
       const renewed = await new Promise<number>((resolve) => {

@@ -1,24 +1,43 @@
-import { createLeaseMigrations, LeaseService, leaseEntities, leaseMigrations } from 'nest-pg-lease';
+import {
+  createLeaseEntities,
+  createLeaseMigrations,
+  LeaseService,
+  leaseEntities,
+  leaseMigrations,
+} from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
+import { columnCheckName } from '../../libs/lease/src/lease-schema.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 describe('schema migrations', () => {
   test('leaseMigrations create the tables, the sequences and only the primary key on the lease table; revert drops them', async () => {
     const db = await createTestDatabase('migrations');
     const admin = await adminClient(db.url);
-    const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], migrations: [...leaseMigrations] });
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      entities: [...leaseEntities],
+      migrations: [...leaseMigrations],
+    });
     await dataSource.initialize();
     try {
       expect(await dataSource.runMigrations()).toHaveLength(1);
-      const tables = await admin.query(`SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`);
+      const tables = await admin.query(
+        `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
+      );
       expect(tables.rows).toEqual([
         { relname: 'job_lease', reloptions: ['fillfactor=50'] },
         { relname: 'job_lease_waiter', reloptions: ['fillfactor=80'] },
       ]);
       const indexes = await admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease'`);
       expect(indexes.rows).toEqual([{ indexname: 'job_lease_pkey' }]);
-      const waiterIndexes = await admin.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease_waiter' ORDER BY 1`);
-      expect(waiterIndexes.rows.map((row) => row.indexname)).toEqual(['job_lease_waiter_order_idx', 'job_lease_waiter_pkey']);
+      const waiterIndexes = await admin.query(
+        `SELECT indexname FROM pg_indexes WHERE tablename = 'job_lease_waiter' ORDER BY 1`,
+      );
+      expect(waiterIndexes.rows.map((row) => row.indexname)).toEqual([
+        'job_lease_waiter_order_idx',
+        'job_lease_waiter_pkey',
+      ]);
 
       const service = new LeaseService(dataSource, { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
       await service.init(); // finds everything it needs
@@ -43,4 +62,58 @@ describe('schema migrations', () => {
     expect(new custom().name).toMatch(/\d{13}$/);
     expect(() => createLeaseMigrations({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);
   });
+});
+
+/**
+ * One schema, one source: after the migrations, TypeORM's own schema diff (what `synchronize` and
+ * `migration:generate` run) finds nothing to change — no dropped CHECK constraint, no index or column rewritten.
+ */
+describe('the entities match the migrations', () => {
+  test.each([
+    ['default names', {}],
+    ['custom names', { schema: 'jobs', tableName: 'lease', waiterTableName: 'lease_waiter' }],
+    [
+      'the longest names (constraint names cut to 63 bytes)',
+      { tableName: 'l'.repeat(51), waiterTableName: 'w'.repeat(51) },
+    ],
+  ])('%s: after the migration the schema builder has no pending queries', async (_, names) => {
+    const db = await createTestDatabase('schema-diff');
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      entities: [...createLeaseEntities(names)],
+      migrations: [...createLeaseMigrations(names)],
+    });
+    await dataSource.initialize();
+    try {
+      await dataSource.runMigrations();
+      const pending = await dataSource.driver.createSchemaBuilder().log();
+      expect(pending.upQueries.map((query) => query.query)).toEqual([]);
+    } finally {
+      await dataSource.destroy();
+      await db.drop();
+    }
+  });
+});
+
+test('the CHECK constraint names written in the DDL are the ones PostgreSQL gives unnamed column checks (tables made by earlier versions)', async () => {
+  const db = await createTestDatabase('check-names');
+  const admin = await adminClient(db.url);
+  try {
+    for (const table of ['job_lease', 'l'.repeat(51), 'é'.repeat(25), 'x'.repeat(40)]) {
+      for (const column of ['target_id', 'lease_timeout_ms', 'hold_ms', 'timeout_ms']) {
+        const quoted = `"${table}"`;
+        await admin.query(`CREATE TABLE ${quoted} (${column} integer CHECK (${column} > 0))`);
+        const { rows } = await admin.query(
+          `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c'`,
+          [quoted],
+        );
+        expect(rows).toEqual([{ conname: columnCheckName(table, column) }]);
+        await admin.query(`DROP TABLE ${quoted}`);
+      }
+    }
+  } finally {
+    await admin.end();
+    await db.drop();
+  }
 });

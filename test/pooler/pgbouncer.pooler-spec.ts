@@ -286,11 +286,19 @@ describe('behind PgBouncer in transaction mode', () => {
     const high = await instance('high', options);
     const lease = (await holder.service.tryAcquire('prio'))!;
     const lowWait = low.service.acquire('prio', { priority: 1, waitTimeoutMs: 30_000 });
-    await eventually(() => waiterRows(admin), (n) => n === 1, 'low waiter queued');
+    await eventually(
+      () => waiterRows(admin),
+      (n) => n === 1,
+      'low waiter queued',
+    );
     const highWait = high.service
       .acquire('prio', { priority: 5, waitTimeoutMs: 30_000 })
       .then((granted) => ({ granted, at: performance.now() }));
-    await eventually(() => waiterRows(admin), (n) => n === 2, 'high waiter queued');
+    await eventually(
+      () => waiterRows(admin),
+      (n) => n === 2,
+      'high waiter queued',
+    );
     await sleep(300); // both are asleep in their 10 s poll
     const released = performance.now();
     await lease.release();
@@ -321,11 +329,17 @@ describe('behind PgBouncer in transaction mode', () => {
     const waiting = waiter.service
       .acquire('poll', { priority: 1, waitTimeoutMs: 30_000 })
       .then((granted) => ({ granted, at: performance.now() }));
-    await eventually(() => waiterRows(admin), (n) => n === 1, 'waiter queued');
+    await eventually(
+      () => waiterRows(admin),
+      (n) => n === 1,
+      'waiter queued',
+    );
     const released = performance.now();
     await lease.release();
     const { granted, at } = await waiting;
-    console.log(`[pooler] without sessionUrl, waiter granted by its poll ${(at - released).toFixed(0)} ms after release`);
+    console.log(
+      `[pooler] without sessionUrl, waiter granted by its poll ${(at - released).toFixed(0)} ms after release`,
+    );
     expect(at - released).toBeLessThan(3_000);
     await granted.release();
   });

@@ -126,7 +126,9 @@ function postgresIds(): { uid: number; gid: number } {
   const uid = id('-u');
   const gid = id('-g');
   if (!Number.isInteger(uid) || uid === 0) {
-    throw new Error('PgBouncer refuses to run as root and there is no `postgres` user to run it as (install pgbouncer)');
+    throw new Error(
+      'PgBouncer refuses to run as root and there is no `postgres` user to run it as (install pgbouncer)',
+    );
   }
   return { uid, gid };
 }

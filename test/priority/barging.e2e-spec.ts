@@ -49,7 +49,11 @@ async function raceNewcomers(key: string, newcomerPriority: number) {
       }
     }
   });
-  await eventually(() => attempts, (n) => n >= 30, 'newcomers looping');
+  await eventually(
+    () => attempts,
+    (n) => n >= 30,
+    'newcomers looping',
+  );
   const before = attempts;
   await held.release();
   const lease = await waiting.promise;
@@ -87,7 +91,7 @@ test('the acquire statement itself refuses lower and equal newcomers on a free t
   expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
   expect(await newcomer.service.tryAcquire(key, { priority: 5 })).toBeNull();
   expect(await newcomer.service.tryAcquire(key)).toBeNull();
-  // SPEC §3.7 forbids passing a waiter of higher or equal priority only: a strictly higher newcomer may go first.
+  // The grant order (README, Guarantees) forbids passing a waiter of higher or equal priority only: a strictly higher newcomer may go first.
   const higher = await newcomer.service.tryAcquire(key, { priority: 6 });
   expect(higher).not.toBeNull();
   expect(waiting.settled()).toBe(false);

@@ -30,7 +30,12 @@ function spawnWaiter(key: string, priority: number, name: string): Child {
         key,
         priority,
         owner,
-        options: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS, waitPollIntervalMs: 200 },
+        options: {
+          heartbeatIntervalMs: 100,
+          leaseTimeoutMs: 1_000,
+          waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
+          waitPollIntervalMs: 200,
+        },
       }),
     },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -42,9 +47,12 @@ function spawnWaiter(key: string, priority: number, name: string): Child {
     process: child,
     owner,
     next: (type) =>
-      eventually(() => messages.find((message) => message.type === type), (found) => found !== undefined, `${owner}: ${type}`, 30_000).then(
-        (message) => message!,
-      ),
+      eventually(
+        () => messages.find((message) => message.type === type),
+        (found) => found !== undefined,
+        `${owner}: ${type}`,
+        30_000,
+      ).then((message) => message!),
   };
 }
 
@@ -89,7 +97,8 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
     // Once none of its statements is running, its row's heartbeat can no longer move.
     await eventually(
       () => backendsOf(dead.owner),
-      (backends) => (signal === 'SIGKILL' ? backends.length === 0 : backends.every((backend) => backend.state === 'idle')),
+      (backends) =>
+        signal === 'SIGKILL' ? backends.length === 0 : backends.every((backend) => backend.state === 'idle'),
       `${dead.owner} silent`,
     );
     const [{ heartbeat_at: lastHeartbeat }] = (
@@ -109,10 +118,16 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
        FROM job_lease WHERE target_id = $1`,
       [key, lastHeartbeat, CHILD_WAITER_TIMEOUT_MS],
     );
-    console.log(`${signal}: next waiter granted ${rows[0].gap_ms.toFixed(0)} ms after the dead waiter's last heartbeat`);
+    console.log(
+      `${signal}: next waiter granted ${rows[0].gap_ms.toFixed(0)} ms after the dead waiter's last heartbeat`,
+    );
     expect(rows[0].waited).toBe(true);
     // The live waiter's heartbeat (whoever looks next) removed the dead row.
-    await eventually(() => rowsOf(admin, key, dead.owner), (found) => found.length === 0, 'dead row removed');
+    await eventually(
+      () => rowsOf(admin, key, dead.owner),
+      (found) => found.length === 0,
+      'dead row removed',
+    );
 
     if (signal === 'SIGSTOP') {
       // Woken up, the slow waiter finds its row gone and re-queues at its old place instead of being lost.

@@ -90,8 +90,11 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     expect(age(w3.proc.owner)).toBeGreaterThanOrEqual(age(w5b.proc.owner));
     console.log(
       snapshot
-        .map((s) => `${s.state.padEnd(7)} ${s.owner.padEnd(16)} priority ${s.priority}` +
-          ` position ${s.position ?? '-'} age ${s.ageMs} ms`)
+        .map(
+          (s) =>
+            `${s.state.padEnd(7)} ${s.owner.padEnd(16)} priority ${s.priority}` +
+            ` position ${s.position ?? '-'} age ${s.ageMs} ms`,
+        )
         .join('\n'),
     );
   });

@@ -13,7 +13,8 @@ import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { FreezingProxy, holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -37,7 +38,7 @@ interface Model {
 
 interface Participant {
   proc: Proc;
-  proxy?: FreezingProxy;
+  proxy?: TcpProxy;
   call?: ReturnType<typeof track<Lease>>;
 }
 
@@ -55,8 +56,8 @@ function grantOrder(model: Readonly<Model>): ModelWaiter[] {
 
 async function participant(real: Real, prefix: string, proxied: boolean): Promise<Participant> {
   const name = `${prefix}${++real.created}`;
-  const proxy = proxied ? new FreezingProxy(new URL(db.url)) : undefined;
-  const url = proxy ? await proxy.start() : db.url;
+  const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
+  const url = proxy ? await proxy.start(db.url) : db.url;
   const proc = await startProc(url, name, { ...OPTIONS, createSchema: false }, 2);
   const entry = { proc, proxy };
   real.participants.set(name, entry);
@@ -69,13 +70,18 @@ const executed = new Map<string, number>();
 async function checkInvariants(model: Readonly<Model>, real: Real, step: string): Promise<void> {
   executed.set(step, (executed.get(step) ?? 0) + 1);
   const heldLocally = [...real.participants.entries()].flatMap(([name, p]) =>
-    p.proc.service.heldLeases().filter((lease) => lease.targetKey === real.key && lease.isHeld()).map(() => name),
+    p.proc.service
+      .heldLeases()
+      .filter((lease) => lease.targetKey === real.key && lease.isHeld())
+      .map(() => name),
   );
   expect(heldLocally.length).toBeLessThanOrEqual(1);
   expect(heldLocally).toEqual(model.holder ? [model.holder] : []);
   const owner = await holderOf(admin, real.key);
   expect(owner).toBe(model.holder ? real.participants.get(model.holder)!.proc.owner : null);
-  const line = (await observer.service.list(real.key)).filter((s) => s.state === 'waiting' && s.live).map((s) => s.owner);
+  const line = (await observer.service.list(real.key))
+    .filter((s) => s.state === 'waiting' && s.live)
+    .map((s) => s.owner);
   expect(line).toEqual(grantOrder(model).map((w) => real.participants.get(w.name)!.proc.owner));
   for (const waiter of model.waiters) expect(real.participants.get(waiter.name)!.call!.settled()).toBe(false);
 }
@@ -107,7 +113,12 @@ class ReleaseCommand implements fc.AsyncCommand<Model, Real> {
     model.holder = null;
     if (next) {
       const call = real.participants.get(next.name)!.call!;
-      await eventually(() => call.settled(), Boolean, `grant to ${next.name} (p${next.priority}, queued #${next.queued})`, 10_000);
+      await eventually(
+        () => call.settled(),
+        Boolean,
+        `grant to ${next.name} (p${next.priority}, queued #${next.queued})`,
+        10_000,
+      );
       expect(call.error).toBeUndefined();
       real.holder = { name: next.name, lease: call.value! };
       model.holder = next.name;
@@ -152,7 +163,10 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
       real.holder = { name: entry.proc.name, lease: await call };
       model.holder = entry.proc.name;
     } else {
-      const error = await call.then(() => undefined, (e: unknown) => e);
+      const error = await call.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
       expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
       expect(await rowsOf(admin, real.key, entry.proc.owner)).toEqual([]);
     }
@@ -209,5 +223,7 @@ test('grants follow priority then first-queued order, with at most one holder, u
     }),
     { numRuns: 25, endOnFailure: true },
   );
-  console.log(`${run} runs, commands executed: ${[...executed].map(([step, n]) => `${step} ${n}`).join(', ')}, in ${((performance.now() - started) / 1_000).toFixed(1)} s`);
+  console.log(
+    `${run} runs, commands executed: ${[...executed].map(([step, n]) => `${step} ${n}`).join(', ')}, in ${((performance.now() - started) / 1_000).toFixed(1)} s`,
+  );
 }, 240_000);

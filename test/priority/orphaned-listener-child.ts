@@ -13,7 +13,12 @@ const owner = `orphan-${process.pid}`;
 const start = async (name: string) => {
   const dataSource = new DataSource({ type: 'postgres', url, applicationName: name });
   await dataSource.initialize();
-  const service = new LeaseService(dataSource, { owner: name, createSchema: true, heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
+  const service = new LeaseService(dataSource, {
+    owner: name,
+    createSchema: true,
+    heartbeatIntervalMs: 100,
+    leaseTimeoutMs: 1_000,
+  });
   await service.init();
   return { dataSource, service };
 };

@@ -8,7 +8,8 @@
 import { LeaseWaitTimeoutError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { FreezingProxy, type Proc, startProc, track, untilQueued } from './helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { type Proc, startProc, track, untilQueued } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -25,12 +26,12 @@ afterAll(async () => {
 
 test('waitTimeoutMs and abort settle the wait on time while the database does not answer', async () => {
   const holder = await startProc(db.url, 'holder');
-  const proxy = new FreezingProxy(new URL(db.url));
+  const proxy = TcpProxy.forUrl(db.url);
   let cut: Proc | undefined;
   try {
     await holder.service.tryAcquire('partition:a');
     await holder.service.tryAcquire('partition:b');
-    cut = await startProc(await proxy.start(), 'cut-off');
+    cut = await startProc(await proxy.start(db.url), 'cut-off');
     const queued = track(cut.service.acquire('partition:a', { waitTimeoutMs: 1_000 }));
     await untilQueued(admin, 'partition:a', cut.owner);
     proxy.freeze();

@@ -3,10 +3,12 @@
  * open, an enqueue still in flight when the wait gives up, wait times past setTimeout's range, and shutdown in the
  * middle of an acquisition.
  */
-import { LeaseConfigError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { FreezingProxy, type Proc, rowsOf, startProc, track } from './helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { type Proc, rowsOf, startProc, track } from './helpers.js';
+import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -41,8 +43,8 @@ describe('waits settle while new connections never open', () => {
     const holder = await proc('holder');
     await holder.service.tryAcquire('stall:a');
     await holder.service.tryAcquire('stall:b');
-    const proxy = new FreezingProxy(new URL(db.url));
-    const cut = await startProc(await proxy.start(), 'stalled-net', {}, 4);
+    const proxy = TcpProxy.forUrl(db.url);
+    const cut = await startProc(await proxy.start(db.url), 'stalled-net', {}, 4);
     try {
       // Warm the pool: its connections keep working; only new ones (LISTEN, heartbeats) stall.
       await Promise.all([1, 2, 3].map(() => cut.dataSource.query('SELECT 1')));
@@ -129,7 +131,7 @@ describe('no phantom waiter', () => {
 });
 
 describe('wait times past the range of setTimeout', () => {
-  test('waitTimeoutMs 2^31 − 1 is honoured (no instant timeout); 2^31 is refused with LeaseConfigError', async () => {
+  test('waitTimeoutMs 2^31 − 1 is honoured (no instant timeout); 2^31 is refused with LeaseArgumentError', async () => {
     const key = 'huge:a';
     const holder = await proc('holder');
     await holder.service.tryAcquire(key);
@@ -142,7 +144,7 @@ describe('wait times past the range of setTimeout', () => {
     controller.abort(reason);
     await eventually(() => call.settled(), Boolean, 'the abort to settle the wait', 3_000);
     expect(call.error).toBe(reason);
-    await expect(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 })).rejects.toBeInstanceOf(LeaseConfigError);
+    await expect(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 })).rejects.toBeInstanceOf(LeaseArgumentError);
   });
 
   test('defaultWaitTimeoutMs 2^31 − 1 is honoured too', async () => {
@@ -189,11 +191,11 @@ describe('close() during an acquisition', () => {
         p.owner,
       ]);
       expect(held.rows).toEqual([]);
-      expect((p.service as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
       expect(p.service.heldLeases()).toEqual([]);
       // Nothing restarts afterwards either.
       await sleep(300);
-      expect((p.service as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
     } finally {
       await admin.query('DROP TRIGGER slow_acquire_closing ON job_lease; DROP FUNCTION slow_acquire_closing()');
     }

@@ -18,7 +18,12 @@ const send = (message: Record<string, unknown>) => process.send?.(message);
 process.on('disconnect', () => process.exit(0));
 setTimeout(() => process.exit(0), 120_000).unref();
 
-const dataSource = new DataSource({ type: 'postgres', url: config.url, applicationName: config.owner, extra: { max: 2 } });
+const dataSource = new DataSource({
+  type: 'postgres',
+  url: config.url,
+  applicationName: config.owner,
+  extra: { max: 2 },
+});
 await dataSource.initialize();
 const service = new LeaseService(dataSource, { ...config.options, owner: config.owner });
 await service.init();

@@ -118,14 +118,22 @@ describe('giving up removes the row before the promise settles', () => {
     const waiter = await proc('abort');
     const controller = new AbortController();
     const reason = new Error('the user went away');
-    const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }));
+    const result = outcome(
+      key,
+      waiter.owner,
+      waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }),
+    );
     await untilQueued(admin, key, waiter.owner);
     controller.abort(reason);
     const { error, rowsLeft } = await result;
     expect(error).toBe(reason);
     expect(rowsLeft).toBe(0);
     // An already aborted signal never queues.
-    const again = await outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, signal: controller.signal }));
+    const again = await outcome(
+      key,
+      waiter.owner,
+      waiter.service.acquire(key, { priority: 1, signal: controller.signal }),
+    );
     expect(again).toEqual({ error: reason, rowsLeft: 0 });
   });
 
@@ -150,12 +158,19 @@ describe('giving up removes the row before the promise settles', () => {
     await admin.query(`
       CREATE FUNCTION slow_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'slowq-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
-    await admin.query('CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()');
+    await admin.query(
+      'CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()',
+    );
     try {
       const waiter = await proc('slowq', {}, 1);
       const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
       await eventually(
-        async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [waiter.owner])).rowCount,
+        async () =>
+          (
+            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
+              waiter.owner,
+            ])
+          ).rowCount,
         (n) => n === 1,
         'enqueue in progress',
       );
@@ -179,7 +194,11 @@ describe('bounds', () => {
       await untilQueued(admin, key, p.owner);
     }
     const third = await proc('third', { maxWaitersPerTarget: 2 });
-    const { error, rowsLeft } = await outcome(key, third.owner, third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }));
+    const { error, rowsLeft } = await outcome(
+      key,
+      third.owner,
+      third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }),
+    );
     expect(error).toBeInstanceOf(LeaseQueueFullError);
     expect(error).toBeInstanceOf(LeaseBusyError);
     expect((error as LeaseQueueFullError).message).toBe(
@@ -212,9 +231,17 @@ describe('bounds', () => {
     await heldTarget(key);
     const p = await proc('burst', { maxWaitersPerProcess: 2 });
     const calls = [1, 2, 3, 4].map(() => track(p.service.acquire(key, { waitTimeoutMs: 30_000 })));
-    await eventually(() => calls.filter((call) => call.settled()).length, (n) => n === 2, 'two calls refused');
+    await eventually(
+      () => calls.filter((call) => call.settled()).length,
+      (n) => n === 2,
+      'two calls refused',
+    );
     expect(calls.filter((call) => call.error instanceof LeaseQueueFullError)).toHaveLength(2);
-    await eventually(() => rowsOf(admin, key, p.owner), (rows) => rows.length === 2, 'two rows');
+    await eventually(
+      () => rowsOf(admin, key, p.owner),
+      (rows) => rows.length === 2,
+      'two rows',
+    );
     expect(p.service.waitingCount()).toBe(2);
   });
 });

@@ -80,7 +80,11 @@ describe('least privilege', () => {
       const held = (await a.service.tryAcquire('report:1'))!;
       expect(held).not.toBeNull();
       expect(await b.service.tryAcquire('report:1')).toBeNull();
-      await eventually(() => renewed.length, (n) => n >= 3, 'three heartbeats');
+      await eventually(
+        () => renewed.length,
+        (n) => n >= 3,
+        'three heartbeats',
+      );
 
       // A waiter: queued, heartbeating, granted on release (NOTIFY), its row deleted.
       const waiting = b.service.acquire('report:1', { priority: 5, waitTimeoutMs: 20_000 });
@@ -130,7 +134,11 @@ describe('least privilege', () => {
         if (event.type === 'renewed') renewals++;
       });
       const lease = (await a.service.tryAcquire('report:3'))!;
-      await eventually(() => renewals, (n) => n >= 3, 'three heartbeats');
+      await eventually(
+        () => renewals,
+        (n) => n >= 3,
+        'three heartbeats',
+      );
       expect(lost).toEqual([]);
       expect(lease.isHeld()).toBe(true);
       await lease.release();
@@ -145,7 +153,11 @@ describe('least privilege', () => {
           if (event.type === 'renewed') mixedRenewals++;
         });
         const held = (await mixed.service.tryAcquire('report:4'))!;
-        await eventually(() => mixedRenewals, (n) => n >= 3, 'three heartbeats on the sessionUrl role');
+        await eventually(
+          () => mixedRenewals,
+          (n) => n >= 3,
+          'three heartbeats on the sessionUrl role',
+        );
         expect(mixedLost).toEqual([]);
         await held.release();
       } finally {
@@ -162,24 +174,31 @@ describe('least privilege', () => {
   });
 
   test.each([
-    ['DELETE on the waiter table', `REVOKE DELETE ON job_lease_waiter FROM ${role}`, /DELETE on "public"\."job_lease_waiter"/],
+    [
+      'DELETE on the waiter table',
+      `REVOKE DELETE ON job_lease_waiter FROM ${role}`,
+      /DELETE on "public"\."job_lease_waiter"/,
+    ],
     [
       'USAGE on the fencing sequence',
       `REVOKE USAGE ON SEQUENCE job_lease_fencing_seq FROM ${role}`,
       /USAGE on sequence "public"\."job_lease_fencing_seq"/,
     ],
     ['UPDATE on the lease table', `REVOKE UPDATE ON job_lease FROM ${role}`, /UPDATE on "public"\."job_lease"/],
-  ])('a role without %s is refused at bootstrap with a LeaseConfigError naming the right', async (_what, revoke, named) => {
-    await admin.query(revoke);
-    try {
-      const error = await bootstrapError({ createSchema: false });
-      expect(error).toBeInstanceOf(LeaseConfigError);
-      expect(String((error as Error).message)).toMatch(named);
-      expect(String((error as Error).message)).toMatch(new RegExp(`GRANT .* TO "?${role}"?`));
-    } finally {
-      for (const grant of grants) await admin.query(grant);
-    }
-  });
+  ])(
+    'a role without %s is refused at bootstrap with a LeaseConfigError naming the right',
+    async (_what, revoke, named) => {
+      await admin.query(revoke);
+      try {
+        const error = await bootstrapError({ createSchema: false });
+        expect(error).toBeInstanceOf(LeaseConfigError);
+        expect(String((error as Error).message)).toMatch(named);
+        expect(String((error as Error).message)).toMatch(new RegExp(`GRANT .* TO "?${role}"?`));
+      } finally {
+        for (const grant of grants) await admin.query(grant);
+      }
+    },
+  );
 
   test('createSchema: true with tables missing and no CREATE right: a LeaseConfigError naming CREATE on the schema', async () => {
     const missingTables = { tableName: 'other_lease', waiterTableName: 'other_waiter' };

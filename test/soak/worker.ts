@@ -41,7 +41,7 @@ export type SoakWorkerMessage =
 
 export type SoakParentMessage = { t: 'sample' } | { t: 'stop' };
 
-const config = JSON.parse(process.argv[2]!) as SoakWorkerConfig;
+const config = JSON.parse(process.argv[2]) as SoakWorkerConfig;
 
 // Leave without cleanup if the runner is gone or this process ran far too long (the leases expire by themselves).
 const parentPid = process.ppid;

@@ -38,7 +38,10 @@ export async function createTestDatabase(
   return { url, drop: () => dropDatabase(server, url) };
 }
 
-export function makeDataSource(url: string, extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {}): DataSource {
+export function makeDataSource(
+  url: string,
+  extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {},
+): DataSource {
   return new DataSource({
     type: 'postgres',
     url,
@@ -48,15 +51,31 @@ export function makeDataSource(url: string, extra: Partial<{ poolSize: number; e
 }
 
 /** Test options: short intervals, generous ratios. */
-export const FAST: LeaseModuleOptions = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 };
+export const FAST: LeaseModuleOptions = {
+  heartbeatIntervalMs: 100,
+  leaseTimeoutMs: 1_000,
+  waiterTimeoutMs: 600,
+  waitPollIntervalMs: 200,
+};
 
-/** A LeaseService on its own DataSource (a "process" of its own as far as the database can tell). */
-export async function startService(
+/** A LeaseService of its own, with its DataSource, and how to close both. */
+export interface OpenedService {
+  readonly service: LeaseService;
+  readonly dataSource: DataSource;
+  close(): Promise<void>;
+}
+
+/**
+ * The one way the suites open a LeaseService (a "process" of its own as far as the database can tell): its own
+ * DataSource (`applicationName` names its pooled connections), the test timings (`FAST`) and `createSchema`, then
+ * `init()` — the standalone use the README documents. `close()` closes the service, then the DataSource.
+ */
+export async function openLeaseService(
   url: string,
   options: LeaseModuleOptions = {},
-  applicationName = 'lease-test',
-): Promise<{ service: LeaseService; dataSource: DataSource; close: () => Promise<void> }> {
-  const dataSource = makeDataSource(url, { applicationName });
+  { applicationName = 'lease-test', poolSize = 10 }: { applicationName?: string; poolSize?: number } = {},
+): Promise<OpenedService> {
+  const dataSource = makeDataSource(url, { applicationName, poolSize });
   await dataSource.initialize();
   const service = new LeaseService(dataSource, { createSchema: true, ...FAST, ...options });
   await service.init();
@@ -70,6 +89,60 @@ export async function startService(
   };
 }
 
+/** `openLeaseService` with the default pool. */
+export function startService(url: string, options: LeaseModuleOptions = {}, applicationName = 'lease-test') {
+  return openLeaseService(url, options, { applicationName });
+}
+
+/** A test database with its admin client, from `useTestDatabase`. */
+export interface TestDatabase {
+  readonly url: string;
+  readonly admin: pg.Client;
+  /** `startService` on this database, closed by the helper before the database is dropped. */
+  open(options?: LeaseModuleOptions, applicationName?: string): Promise<OpenedService>;
+}
+
+/**
+ * The hooks of a test file (or describe block) that needs a database of its own: created before its tests with an
+ * admin client (and `setup` run through it), dropped after them — once every service opened through `open()` is
+ * closed, so the file's own hooks need no particular order.
+ */
+export function useTestDatabase(
+  prefix: string,
+  isolation: Isolation = 'read committed',
+  setup?: (admin: pg.Client) => Promise<unknown>,
+): TestDatabase {
+  let created: { url: string; drop: () => Promise<void> } | undefined;
+  let client: pg.Client | undefined;
+  const opened: OpenedService[] = [];
+  beforeAll(async () => {
+    created = await createTestDatabase(prefix, isolation);
+    client = await adminClient(created.url);
+    await setup?.(client);
+  });
+  afterAll(async () => {
+    await Promise.all(opened.splice(0).map((service) => service.close()));
+    await client?.end();
+    await created?.drop();
+  });
+  const database: TestDatabase = {
+    get url() {
+      if (!created) throw new Error('useTestDatabase: the database exists from beforeAll on');
+      return created.url;
+    },
+    get admin() {
+      if (!client) throw new Error('useTestDatabase: the admin client exists from beforeAll on');
+      return client;
+    },
+    async open(options = {}, applicationName?: string) {
+      const service = await startService(database.url, options, applicationName);
+      opened.push(service);
+      return service;
+    },
+  };
+  return database;
+}
+
 /** A plain client for inspecting and poking the database from the test. */
 export async function adminClient(url: string): Promise<pg.Client> {
   const client = new pg.Client({ connectionString: url });
@@ -78,12 +151,19 @@ export async function adminClient(url: string): Promise<pg.Client> {
 }
 
 /** Resolves when `predicate` holds, polling every `everyMs`; rejects after `timeoutMs` with `what`. */
-export async function eventually<T>(probe: () => Promise<T> | T, predicate: (value: T) => boolean, what: string, timeoutMs = 10_000, everyMs = 20): Promise<T> {
+export async function eventually<T>(
+  probe: () => Promise<T> | T,
+  predicate: (value: T) => boolean,
+  what: string,
+  timeoutMs = 10_000,
+  everyMs = 20,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();
     if (predicate(value)) return value;
-    if (Date.now() > until) throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what} (last: ${String(value)})`);
+    if (Date.now() > until)
+      throw new Error(`Timed out after ${timeoutMs} ms waiting for: ${what} (last: ${String(value)})`);
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }

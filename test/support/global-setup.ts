@@ -1,7 +1,6 @@
 import { startPostgres, type PostgresServer } from '@app/pg-harness';
 
 declare global {
-  // eslint-disable-next-line no-var
   var __LEASE_TEST_PG__: PostgresServer | undefined;
 }
 

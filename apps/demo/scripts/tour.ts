@@ -39,7 +39,12 @@ async function call(method: 'GET' | 'POST', url: string, body?: unknown): Promis
   return { status: response.status, body: text ? (JSON.parse(text) as Record<string, any>) : {} };
 }
 
-async function until<T>(probe: () => Promise<T | undefined>, what: string, timeoutMs = 20_000, everyMs = 100): Promise<T> {
+async function until<T>(
+  probe: () => Promise<T | undefined>,
+  what: string,
+  timeoutMs = 20_000,
+  everyMs = 100,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     // Network errors are retried (a process may be restarting); a broken promise of the story is not.
@@ -59,7 +64,9 @@ export type Print = (line: string) => void;
 function timeline(print: Print, startedAt = performance.now()) {
   return (who: string, what: string, token?: bigint | string) => {
     const elapsed = `+${((performance.now() - startedAt) / 1000).toFixed(2)}s`;
-    print(`${elapsed.padStart(8)}  ${who.padEnd(7)}  ${what.padEnd(86)}  ${token === undefined ? '' : `token ${token}`}`.trimEnd());
+    print(
+      `${elapsed.padStart(8)}  ${who.padEnd(7)}  ${what.padEnd(86)}  ${token === undefined ? '' : `token ${token}`}`.trimEnd(),
+    );
   };
 }
 
@@ -79,23 +86,31 @@ export async function runTour(
   db.on('error', () => undefined);
   await db.connect();
   const url = (name: InstanceName, path: string) => `${stack.urls[name]}${path}`;
-  const start = (name: InstanceName, userId: number, latencyMs: number) => call('POST', url(name, `/api/users/${userId}/report`), { latencyMs });
+  const start = (name: InstanceName, userId: number, latencyMs: number) =>
+    call('POST', url(name, `/api/users/${userId}/report`), { latencyMs });
   const tokensOf = async (userId: number) =>
-    (await db.query<{ fencing_token: string; instance: string; priority: number }>(
-      'SELECT fencing_token, instance, priority FROM job_result WHERE user_id = $1 ORDER BY fencing_token',
-      [userId],
-    )).rows;
+    (
+      await db.query<{ fencing_token: string; instance: string; priority: number }>(
+        'SELECT fencing_token, instance, priority FROM job_result WHERE user_id = $1 ORDER BY fencing_token',
+        [userId],
+      )
+    ).rows;
   /** Retries a start on `name` until it is accepted, the way an impatient user would. */
   const retryUntilAccepted = async (name: InstanceName, userId: number, latencyMs: number) => {
     const began = performance.now();
     let refused = 0;
-    const accepted = await until(async () => {
-      const answer = await start(name, userId, latencyMs);
-      if (answer.status === 409) refused += 1;
-      else if (answer.status === 202) return answer;
-      else throw new TourError(`unexpected answer ${answer.status}: ${JSON.stringify(answer.body)}`);
-      return undefined;
-    }, `${name} to take over user ${userId}`, 30_000, 200);
+    const accepted = await until(
+      async () => {
+        const answer = await start(name, userId, latencyMs);
+        if (answer.status === 409) refused += 1;
+        else if (answer.status === 202) return answer;
+        else throw new TourError(`unexpected answer ${answer.status}: ${JSON.stringify(answer.body)}`);
+        return undefined;
+      },
+      `${name} to take over user ${userId}`,
+      30_000,
+      200,
+    );
     return { token: BigInt(accepted.body.fencingToken), refused, afterMs: performance.now() - began };
   };
   const savedToken = (name: InstanceName, userId: number, token: bigint) =>
@@ -134,7 +149,11 @@ export async function runTour(
     const kill = await retryUntilAccepted('B', 1, 1_500);
     check(kill.token > victimToken, `the takeover's fencing token ${kill.token} should exceed ${victimToken}`);
     line('B', `user 1: retried every 0.2 s, refused ${kill.refused}× while the lease was live`);
-    line('B', `user 1: took over ${(kill.afterMs / 1000).toFixed(1)} s after the kill, larger fencing token`, `${kill.token} > ${victimToken}`);
+    line(
+      'B',
+      `user 1: took over ${(kill.afterMs / 1000).toFixed(1)} s after the kill, larger fencing token`,
+      `${kill.token} > ${victimToken}`,
+    );
     const restarting = stack.restart('A');
     await savedToken('B', 1, kill.token);
     line('B', 'user 1: report saved with a fenced write', kill.token);
@@ -152,7 +171,11 @@ export async function runTour(
     line('A', 'SIGSTOP: frozen while its scoring call is in flight; no heartbeats, still believes it holds user 2');
     const stale = await retryUntilAccepted('B', 2, 1_500);
     check(stale.token > staleToken, `the takeover's fencing token ${stale.token} should exceed ${staleToken}`);
-    line('B', `user 2: took over A's expired lease (refused ${stale.refused}× before)`, `${stale.token} > ${staleToken}`);
+    line(
+      'B',
+      `user 2: took over A's expired lease (refused ${stale.refused}× before)`,
+      `${stale.token} > ${staleToken}`,
+    );
     stack.signal('A', 'SIGCONT');
     line('A', 'SIGCONT: resumes exactly where it stopped');
     const discarded = await until(async () => {
@@ -185,7 +208,10 @@ export async function runTour(
       { instance: 'B', priority: 5 },
     ];
     for (const request of queued) {
-      const answer = await call('POST', url(request.instance, '/api/admin/users/3/report'), { priority: request.priority, latencyMs: 300 });
+      const answer = await call('POST', url(request.instance, '/api/admin/users/3/report'), {
+        priority: request.priority,
+        latencyMs: 300,
+      });
       check(answer.status === 202, `admin request should be queued, got ${answer.status}`);
       line(request.instance, `user 3: admin report queued with priority ${request.priority} (202)`);
     }
@@ -194,16 +220,28 @@ export async function runTour(
       const waiting = rows.filter((row) => row.targetKey === 'report:user:3' && row.state === 'waiting' && row.live);
       return waiting.length === queued.length ? waiting : undefined;
     }, 'three waiters on user 3');
-    line('db', `waiting line for user 3: ${line3.map((row) => `${String(row.owner).split('/')[0]} p${row.priority}`).join(', ')}`);
+    line(
+      'db',
+      `waiting line for user 3: ${line3.map((row) => `${String(row.owner).split('/')[0]} p${row.priority}`).join(', ')}`,
+    );
     let shown = 1;
-    const results3 = await until(async () => {
-      const rows = await tokensOf(3);
-      for (const row of rows.slice(shown)) line(row.instance, `user 3: granted and saved, priority ${row.priority}`, row.fencing_token);
-      shown = Math.max(shown, rows.length);
-      return rows.length === queued.length + 1 ? rows : undefined;
-    }, 'four saved reports of user 3', 30_000, 50);
+    const results3 = await until(
+      async () => {
+        const rows = await tokensOf(3);
+        for (const row of rows.slice(shown))
+          line(row.instance, `user 3: granted and saved, priority ${row.priority}`, row.fencing_token);
+        shown = Math.max(shown, rows.length);
+        return rows.length === queued.length + 1 ? rows : undefined;
+      },
+      'four saved reports of user 3',
+      30_000,
+      50,
+    );
     const grantOrder = results3.map((row) => row.priority);
-    check(JSON.stringify(grantOrder) === '[0,10,5,1]', `grants should go 0, 10, 5, 1 by fencing token, went ${grantOrder}`);
+    check(
+      JSON.stringify(grantOrder) === '[0,10,5,1]',
+      `grants should go 0, 10, 5, 1 by fencing token, went ${grantOrder.join(', ')}`,
+    );
     line('db', 'job_result for user 3 in fencing-token order: priorities 0, 10, 5, 1');
 
     // Nothing left behind: every lease released, every waiter row gone.
@@ -220,10 +258,18 @@ export async function runTour(
     print('\njob_result (every committed save; no stale token ever committed):');
     // Fencing tokens are (timeline << 40) | sequence value: 1099511627777 is the first of timeline 1.
     print('  user          token  instance  priority');
-    for (const row of all.rows) print(`  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(13)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`);
+    for (const row of all.rows)
+      print(
+        `  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(13)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`,
+      );
     return {
       duplicate: { first, again, otherInstance },
-      kill: { victimToken, takeoverToken: kill.token, refusedBeforeTakeover: kill.refused, takeoverAfterMs: kill.afterMs },
+      kill: {
+        victimToken,
+        takeoverToken: kill.token,
+        refusedBeforeTakeover: kill.refused,
+        takeoverAfterMs: kill.afterMs,
+      },
       stale: { staleToken, takeoverToken: stale.token, discardedDetail: discarded.detail },
       priority: { holderToken, queued, grantOrder },
     };

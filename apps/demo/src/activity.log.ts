@@ -34,12 +34,17 @@ export class ActivityLog implements OnModuleDestroy {
       const fencingToken = 'fencingToken' in rest ? String(rest.fencingToken) : undefined;
       const targetKey = 'targetKey' in rest ? rest.targetKey : undefined;
       const detail =
-        event.type === 'lost' ? `reason: ${event.reason}`
-        : event.type === 'taken-over' ? `from ${event.previousOwner ?? 'an expired holder'}`
-        : event.type === 'wait-ended' ? `${event.outcome} after ${Math.round(event.waitedMs)} ms (priority ${event.priority})`
-        : event.type === 'waiting' ? `priority ${event.priority}`
-        : event.type === 'renew-failed' ? event.error
-        : undefined;
+        event.type === 'lost'
+          ? `reason: ${event.reason}`
+          : event.type === 'taken-over'
+            ? `from ${event.previousOwner ?? 'an expired holder'}`
+            : event.type === 'wait-ended'
+              ? `${event.outcome} after ${Math.round(event.waitedMs)} ms (priority ${event.priority})`
+              : event.type === 'waiting'
+                ? `priority ${event.priority}`
+                : event.type === 'renew-failed'
+                  ? event.error
+                  : undefined;
       this.add({ type, targetKey, fencingToken, detail }, at);
     });
   }

@@ -11,4 +11,6 @@ app.enableCors();
 // SIGTERM / SIGINT: held leases are released and waiter rows removed before the process exits.
 app.enableShutdownHooks();
 await app.listen(config.port, config.host);
-new Logger('Demo').log(`Instance ${config.instance} (pid ${process.pid}): dashboard on http://${config.host}:${config.port}/`);
+new Logger('Demo').log(
+  `Instance ${config.instance} (pid ${process.pid}): dashboard on http://${config.host}:${config.port}/`,
+);

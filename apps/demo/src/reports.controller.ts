@@ -1,4 +1,15 @@
-import { BadRequestException, Body, Controller, Get, HttpCode, Inject, NotFoundException, Param, ParseIntPipe, Post } from '@nestjs/common';
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  Inject,
+  NotFoundException,
+  Param,
+  ParseIntPipe,
+  Post,
+} from '@nestjs/common';
 import { CurrentLease, Exclusive, type Lease } from 'nest-pg-lease';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import type { JobResult } from './job-result.entity.js';

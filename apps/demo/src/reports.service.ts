@@ -65,7 +65,9 @@ export class ReportsService {
         priority,
         waitTimeoutMs: ADMIN_WAIT_MS,
       })
-      .catch((error: unknown) => this.logger.warn(`Admin report for user ${userId} ended without a save: ${String(error)}`));
+      .catch((error: unknown) =>
+        this.logger.warn(`Admin report for user ${userId} ended without a save: ${String(error)}`),
+      );
   }
 
   /**
@@ -74,7 +76,8 @@ export class ReportsService {
    */
   async produce(userId: number, lease: Lease, request: ReportRequest = {}): Promise<JobResult> {
     const fencingToken = String(lease.fencingToken);
-    const note = (type: string, detail?: string) => this.activity.add({ type, targetKey: lease.targetKey, fencingToken, detail });
+    const note = (type: string, detail?: string) =>
+      this.activity.add({ type, targetKey: lease.targetKey, fencingToken, detail });
     note('report-started', `user ${userId}, priority ${request.priority ?? 0}`);
     try {
       const score = await this.scoring.score(userId, { signal: lease.signal, latencyMs: request.latencyMs });
@@ -92,7 +95,12 @@ export class ReportsService {
       note('report-saved', `user ${userId}: score ${score}`);
       return saved;
     } catch (error) {
-      const lost = error instanceof LeaseLostError ? error : lease.signal.reason instanceof LeaseLostError ? lease.signal.reason : undefined;
+      const lost =
+        error instanceof LeaseLostError
+          ? error
+          : lease.signal.reason instanceof LeaseLostError
+            ? lease.signal.reason
+            : undefined;
       if (lost) note('report-discarded', `lease lost (${lost.reason}): scoring call cancelled, nothing saved`);
       else note('report-failed', String(error));
       throw error;

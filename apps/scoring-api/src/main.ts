@@ -12,7 +12,8 @@ const port = Number(process.env.PORT || 3003);
 const host = process.env.HOST || '127.0.0.1';
 const defaultLatencyMs = Number(process.env.SCORING_LATENCY_MS || 2_000);
 const failureRate = Number(process.env.SCORING_FAILURE_RATE || 0);
-if (!(failureRate >= 0 && failureRate <= 1)) throw new Error(`SCORING_FAILURE_RATE must be within 0 … 1, got ${failureRate}`);
+if (!(failureRate >= 0 && failureRate <= 1))
+  throw new Error(`SCORING_FAILURE_RATE must be within 0 … 1, got ${failureRate}`);
 
 interface Call {
   userId: number;
@@ -45,17 +46,25 @@ const server = createServer((request, response) => {
 
   const userId = Number(match[1]);
   const latencyMs = url.searchParams.has('latencyMs') ? Number(url.searchParams.get('latencyMs')) : defaultLatencyMs;
-  const call: Call = { userId, caller: String(request.headers['x-demo-instance'] ?? '?'), outcome: 'pending', startedAt: new Date().toISOString() };
+  const call: Call = {
+    userId,
+    caller: String(request.headers['x-demo-instance'] ?? '?'),
+    outcome: 'pending',
+    startedAt: new Date().toISOString(),
+  };
   calls.push(call);
   if (calls.length > 1_000) calls.shift();
-  const timer = setTimeout(() => {
-    if (Math.random() < failureRate) {
-      call.outcome = 'failed';
-      return send(response, 503, { error: 'scoring temporarily unavailable (simulated failure)' });
-    }
-    call.outcome = 'answered';
-    send(response, 200, { userId, score: 300 + ((userId * 7919 + Date.now()) % 551), latencyMs });
-  }, Math.max(0, latencyMs || 0));
+  const timer = setTimeout(
+    () => {
+      if (Math.random() < failureRate) {
+        call.outcome = 'failed';
+        return send(response, 503, { error: 'scoring temporarily unavailable (simulated failure)' });
+      }
+      call.outcome = 'answered';
+      send(response, 200, { userId, score: 300 + ((userId * 7919 + Date.now()) % 551), latencyMs });
+    },
+    Math.max(0, latencyMs || 0),
+  );
   response.on('close', () => {
     if (call.outcome !== 'pending') return;
     clearTimeout(timer);

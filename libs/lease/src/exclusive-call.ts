@@ -10,9 +10,9 @@ import {
   doorOf,
   type ExclusiveMetadata,
   targetKeyOf,
-} from './exclusive.metadata.js';
-import { leaseServiceFor } from './lease.explorer.js';
-import type { LeaseEntry, LeaseService } from './lease.service.js';
+} from './exclusive-keys.js';
+import { leaseEngineFor } from './lease.explorer.js';
+import type { LeaseEngine, LeaseEntry } from './lease-engine.js';
 
 /**
  * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
@@ -67,9 +67,9 @@ export async function callExclusive(
   args: unknown[],
 ): Promise<unknown> {
   const call = claim(wrapped);
-  const owner = self !== null && typeof self === 'object' ? (self.constructor as Function) : declaringClass;
+  const owner = self !== null && typeof self === 'object' ? self.constructor : declaringClass;
   const plan = planOf(owner, methodName, wrapped);
-  const leases = leaseServiceFor(self, plan.label);
+  const leases = leaseEngineFor(self, plan.label);
   const targetKey = targetKeyOf(metadata, plan, args);
   let entry: LeaseEntry;
   try {
@@ -130,9 +130,10 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
       void entry.exit().finally(finish);
     };
     const onLost = () => {
-      if (lease.signal.reason instanceof LeaseLostError) settle(() => reject(lease.signal.reason));
+      const reason: unknown = lease.signal.reason;
+      if (reason instanceof LeaseLostError) settle(() => reject(reason));
     };
-    const onGone = () => settle(() => reject(call.signal.reason));
+    const onGone = () => settle(() => reject(call.signal.reason as Error));
     lease.signal.addEventListener('abort', onLost);
     call.signal.addEventListener('abort', onGone);
     if (lease.signal.aborted) onLost();
@@ -152,7 +153,7 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
 function holdWhileSubscribed(
   source: Observable<unknown>,
   entry: LeaseEntry,
-  leases: LeaseService,
+  leases: LeaseEngine,
   call?: HandlerCall,
 ): Observable<unknown> {
   const { lease } = entry;

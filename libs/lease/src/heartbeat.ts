@@ -56,13 +56,17 @@ export function batchedHeartbeat<M>(
         map((outcome): HeartbeatTick<M> => {
           const latencyMs = performance.now() - sentAt;
           if (outcome instanceof Set) return { batch, sentAt, latencyMs, kept: outcome };
-          const { kept, skipped = NONE, expired = NONE, failover = NONE } = outcome as Exclude<
-            RenewOutcome,
-            ReadonlySet<string>
-          >;
+          const {
+            kept,
+            skipped = NONE,
+            expired = NONE,
+            failover = NONE,
+          } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
           return { batch, sentAt, latencyMs, kept, skipped, expired, failover };
         }),
-        catchError((error: unknown) => of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error })),
+        catchError((error: unknown) =>
+          of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error }),
+        ),
       );
     }),
   );

@@ -1,19 +1,12 @@
-import {
-  type ArgumentsHost,
-  BadRequestException,
-  Catch,
-  ConflictException,
-  HttpException,
-  InternalServerErrorException,
-  ServiceUnavailableException,
-} from '@nestjs/common';
+import { type ArgumentsHost, Catch, HttpException } from '@nestjs/common';
 import { BaseExceptionFilter } from '@nestjs/core';
 import {
+  LeaseArgumentError,
   LeaseBusyError,
   LeaseConfigError,
   LeaseError,
-  LeaseKeyError,
   LeaseLostError,
+  LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
 } from './errors.js';
@@ -24,59 +17,78 @@ function setHeader(response: unknown, name: string, value: string): void {
   else if (typeof target?.header === 'function') target.header(name, value);
 }
 
+/** How one lease error is answered: the HTTP status, and what the body adds to code, message and targetKey. */
+interface Answer {
+  readonly status: number;
+  readonly title: string;
+  /** Sent as `Retry-After` (seconds, at least 1) on HTTP and as `retryAfterMs` on WebSocket / RPC. */
+  readonly retryAfterMs?: number;
+  readonly extra?: Record<string, unknown>;
+}
+
 /**
- * Maps a lease error to an HTTP exception (other errors pass through unchanged). The only place that knows about
- * HTTP: busy → 409 + Retry-After; bad key → 400; lost → 409 saying the result was discarded; wait timeout → 503 +
- * Retry-After; configuration → 500.
+ * The one mapping of lease errors, class by class (subclasses first); the README's error table says the same.
+ * Configuration errors are the application's fault (500); everything else tells the client what to do.
+ */
+export function answerOf(error: LeaseError): Answer {
+  if (error instanceof LeaseBusyError) return { status: 409, title: 'Conflict', retryAfterMs: error.retryAfterMs };
+  if (error instanceof LeaseArgumentError) return { status: 400, title: 'Bad Request' };
+  if (error instanceof LeaseLostError) {
+    return { status: 409, title: 'Lease Lost', extra: { reason: error.reason, discarded: true } };
+  }
+  if (error instanceof LeaseWaitTimeoutError) {
+    return {
+      status: 503,
+      title: 'Service Unavailable',
+      retryAfterMs: error.waitTimeoutMs,
+      extra: { waitTimeoutMs: error.waitTimeoutMs },
+    };
+  }
+  if (error instanceof LeaseUnavailableError) {
+    return { status: 503, title: 'Service Unavailable', retryAfterMs: error.retryAfterMs };
+  }
+  // Another instance (or this one, restarted) can serve the retry.
+  if (error instanceof LeaseShutdownError) return { status: 503, title: 'Service Unavailable', retryAfterMs: 1_000 };
+  if (error instanceof LeaseConfigError) return { status: 500, title: 'Internal Server Error' };
+  return { status: 500, title: 'Internal Server Error' };
+}
+
+/**
+ * Maps a lease error to an HTTP exception (other errors pass through unchanged), with `Retry-After` on `response`
+ * where the answer has one. The only place that knows about HTTP.
  */
 export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
   if (!(error instanceof LeaseError) || error instanceof HttpException) return error;
-  const body = (status: number, title: string, extra: Record<string, unknown> = {}) => ({
-    statusCode: status,
-    error: title,
+  const answer = answerOf(error);
+  const body: Record<string, unknown> = {
+    statusCode: answer.status,
+    error: answer.title,
     message: error.message,
     code: error.name,
     targetKey: error.targetKey,
-    ...extra,
-  });
-  if (error instanceof LeaseBusyError) {
-    const retryAfterSeconds = Math.max(1, Math.ceil(error.retryAfterMs / 1000));
+    ...answer.extra,
+  };
+  if (answer.retryAfterMs !== undefined) {
+    const retryAfterSeconds = Math.max(1, Math.ceil(answer.retryAfterMs / 1000));
     setHeader(response, 'Retry-After', String(retryAfterSeconds));
-    return new ConflictException(body(409, 'Conflict', { retryAfterSeconds }), { cause: error });
+    body.retryAfterSeconds = retryAfterSeconds;
   }
-  if (error instanceof LeaseKeyError) return new BadRequestException(body(400, 'Bad Request'), { cause: error });
-  if (error instanceof LeaseLostError) {
-    return new ConflictException(body(409, 'Lease Lost', { reason: error.reason, discarded: true }), { cause: error });
-  }
-  if (error instanceof LeaseWaitTimeoutError) {
-    const retryAfterSeconds = Math.max(1, Math.ceil(error.waitTimeoutMs / 1000));
-    setHeader(response, 'Retry-After', String(retryAfterSeconds));
-    return new ServiceUnavailableException(body(503, 'Service Unavailable', { retryAfterSeconds }), { cause: error });
-  }
-  if (error instanceof LeaseConfigError) {
-    return new InternalServerErrorException(body(500, 'Internal Server Error'), { cause: error });
-  }
-  if (error instanceof LeaseUnavailableError) {
-    const retryAfterSeconds = Math.max(1, Math.ceil(error.retryAfterMs / 1000));
-    setHeader(response, 'Retry-After', String(retryAfterSeconds));
-    return new ServiceUnavailableException(body(503, 'Service Unavailable', { retryAfterSeconds }), { cause: error });
-  }
-  return new ServiceUnavailableException(body(503, 'Service Unavailable'), { cause: error });
+  return new HttpException(body, answer.status, { cause: error });
 }
 
 /** What a WebSocket client or microservice caller receives for a lease error: the same facts, no HTTP status. */
 export function leaseErrorBody(error: LeaseError): Record<string, unknown> {
+  const answer = answerOf(error);
   const body: Record<string, unknown> = {
     status: 'error',
     code: error.name,
     message: error.message,
     targetKey: error.targetKey,
   };
-  if (error instanceof LeaseBusyError) body.retryAfterMs = error.retryAfterMs;
-  if (error instanceof LeaseLostError) Object.assign(body, { reason: error.reason, discarded: true });
-  if (error instanceof LeaseWaitTimeoutError) body.waitTimeoutMs = error.waitTimeoutMs;
-  if (error instanceof LeaseUnavailableError) body.retryAfterMs = error.retryAfterMs;
-  return body;
+  if (answer.retryAfterMs !== undefined && !(error instanceof LeaseWaitTimeoutError)) {
+    body.retryAfterMs = answer.retryAfterMs;
+  }
+  return Object.assign(body, answer.extra);
 }
 
 type TransportErrors = { WsException?: new (error: object) => Error; RpcException?: new (error: object) => Error };
@@ -102,8 +114,9 @@ export async function leaseErrorToTransport(error: unknown, type: string, respon
 
 /**
  * Optional: maps `LeaseError`s thrown by `@Exclusive` provider methods (or `LeaseService.run`) called from
- * undecorated controllers, the same way `@Exclusive` handlers do. `app.useGlobalFilters(new LeaseExceptionFilter(httpAdapter))`
- * or `{ provide: APP_FILTER, useClass: LeaseExceptionFilter }`.
+ * undecorated controllers, the same way `@Exclusive` handlers do.
+ * `app.useGlobalFilters(new LeaseExceptionFilter(httpAdapter))`, or
+ * `{ provide: APP_FILTER, useClass: LeaseExceptionFilter }`.
  */
 @Catch(LeaseError)
 export class LeaseExceptionFilter extends BaseExceptionFilter {

@@ -3,13 +3,13 @@ import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleIn
 import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from './errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from './lease.constants.js';
-import { LeaseService } from './lease.service.js';
-import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './exclusive.metadata.js';
+import { LeaseEngine } from './lease-engine.js';
+import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './exclusive-keys.js';
 import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
 
-/** A running application's LeaseService, and the modules (lazily loaded ones included) it serves. */
+/** A running application's lease engine, and the modules (lazily loaded ones included) it serves. */
 interface Registration {
-  readonly leases: LeaseService;
+  readonly leases: LeaseEngine;
   readonly modules: ModulesContainer;
 }
 
@@ -20,12 +20,12 @@ interface Wrapper {
 
 const registrations = new Set<Registration>();
 /** Instance → its application's LeaseService, found on its first decorated call. */
-const owners = new WeakMap<object, LeaseService>();
+const owners = new WeakMap<object, LeaseEngine>();
 /**
  * Class → the LeaseService of the one application that provides it: transient and request-scoped providers are new
  * instances every time, and must not cost a search each. Forgotten whenever an application starts or stops.
  */
-let classOwners = new WeakMap<Function, LeaseService>();
+let classOwners = new WeakMap<Function, LeaseEngine>();
 
 function register(registration: Registration): void {
   registrations.add(registration);
@@ -45,11 +45,12 @@ function wrappersOf(registration: Registration): Wrapper[] {
 }
 
 /**
- * The LeaseService an `@Exclusive` method runs under, found at call time — so that whoever captured the method, in
- * whichever module order, and lazily loaded modules are covered: the application whose container holds the instance;
- * else the one that provides its class (transient and request-scoped providers); else the only one running.
+ * The lease engine (behind the application's LeaseService) an `@Exclusive` method runs under, found at call time —
+ * so that whoever captured the method, in whichever module order, and lazily loaded modules are covered: the
+ * application whose container holds the instance; else the one that provides its class (transient and
+ * request-scoped providers); else the only one running.
  */
-export function leaseServiceFor(instance: unknown, label: string): LeaseService {
+export function leaseEngineFor(instance: unknown, label: string): LeaseEngine {
   const self = instance !== null && typeof instance === 'object' ? instance : undefined;
   const known = self && (owners.get(self) ?? classOwners.get(self.constructor));
   if (known) return known;
@@ -95,7 +96,7 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
   constructor(
     @Inject(ModulesContainer) modules: ModulesContainer,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
-    @Inject(LeaseService) leases: LeaseService,
+    @Inject(LeaseEngine) leases: LeaseEngine,
   ) {
     // Registered at construction: a provider may call a decorated method from its own onModuleInit.
     this.registration = { leases, modules };

@@ -2,17 +2,24 @@ import { Global, Module } from '@nestjs/common';
 import { DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { ExclusiveInterceptor } from './interceptors/exclusive.interceptor.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
-import { ModuleDataSourceRef } from './lease-data-source.js';
+import { type LeaseDataSourceRef, ModuleDataSourceRef } from './lease-database.js';
+import { LeaseEngine } from './lease-engine.js';
 import { ExclusiveExplorer } from './lease.explorer.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import type { LeaseModuleOptions } from './lease.options.js';
 import { LeaseService } from './lease.service.js';
 
 /**
- * Heartbeat leases in PostgreSQL rows. Global: import it once.
+ * Heartbeat leases in PostgreSQL rows. Import it once, in the root module. It is global so that `LeaseService` can be
+ * injected everywhere, and because the explorer relies on it: Nest runs global modules' `onModuleInit` hooks first,
+ * so the engine is initialized and registered before any other provider's `onModuleInit` calls an `@Exclusive` method.
  *
  * @example LeaseModule.forRoot({ heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 })
- * @example LeaseModule.forRootAsync({ inject: [ConfigService], useFactory: (c: ConfigService) => ({ leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') }) })
+ * @example
+ * LeaseModule.forRootAsync({
+ *   inject: [ConfigService],
+ *   useFactory: (c: ConfigService) => ({ leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') }),
+ * })
  *
  * By default it reuses the application's default `@nestjs/typeorm` DataSource; `dataSourceName` picks a named one;
  * `dataSource` (TypeORM options) makes the module create, own and destroy its own.
@@ -24,9 +31,17 @@ import { LeaseService } from './lease.service.js';
     {
       provide: LEASE_DATA_SOURCE,
       inject: [MODULE_OPTIONS_TOKEN, ModuleRef],
-      useFactory: (options: LeaseModuleOptions, moduleRef: ModuleRef) => new ModuleDataSourceRef(options ?? {}, moduleRef),
+      useFactory: (options: LeaseModuleOptions, moduleRef: ModuleRef) =>
+        new ModuleDataSourceRef(options ?? {}, moduleRef),
     },
-    LeaseService,
+    // The engine is the provider with the lifecycle hooks (init at bootstrap, close at shutdown); LeaseService is its
+    // public face, and the doors use the engine itself.
+    {
+      provide: LeaseEngine,
+      inject: [LEASE_DATA_SOURCE, MODULE_OPTIONS_TOKEN],
+      useFactory: (source: LeaseDataSourceRef, options: LeaseModuleOptions) => new LeaseEngine(source, options ?? {}),
+    },
+    { provide: LeaseService, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new LeaseService(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
   ],

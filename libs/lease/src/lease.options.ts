@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { DataSourceOptions } from 'typeorm';
+import type { LeaseNames } from './lease-schema.js';
 import { LeaseConfigError } from './errors.js';
 import { LONE_SURROGATE } from './target-key.js';
 
@@ -194,7 +195,8 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
   const bytes = Buffer.byteLength(value, 'utf8');
   if (bytes > room) {
     throw new LeaseConfigError(
-      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
+      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ` +
+        `${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
     );
   }
   return value;
@@ -206,12 +208,19 @@ export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_
  * the transaction an idle timeout after its last statement, at most one interval later). Its lease counts from when
  * its acquire was sent, so the bound keeps at least one interval of it usable.
  */
-function fencedIdleTimeout(value: number | undefined, leaseTimeoutMs: number, safetyMarginMs: number, intervalMs: number): number {
+function fencedIdleTimeout(
+  value: number | undefined,
+  leaseTimeoutMs: number,
+  safetyMarginMs: number,
+  intervalMs: number,
+): number {
   const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
   const max = 2 * leaseTimeoutMs - safetyMarginMs - 2 * intervalMs;
   if (timeout > max) {
     throw new LeaseConfigError(
-      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would receive a lease already past its deadline`,
+      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
+        `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
+        'receive a lease already past its deadline',
     );
   }
   return timeout;
@@ -247,6 +256,24 @@ function defaultOwner(): string {
 }
 
 /** Applies defaults and validates, throwing `LeaseConfigError` with advice. The only place that knows defaults. */
+/**
+ * The schema and table names with their defaults, validated (and their derived objects' names checked for clashes):
+ * all the migrations and entities need — no owner identity, no timing options.
+ */
+export function resolveLeaseNames(names: Partial<LeaseNames> = {}): LeaseNames {
+  if (typeof names !== 'object' || names === null) {
+    throw new LeaseConfigError('The lease table names must be an object: { schema, tableName, waiterTableName }');
+  }
+  const room = IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX;
+  const tableName = checkIdentifier('tableName', names.tableName ?? 'job_lease', room);
+  const waiterTableName = checkIdentifier('waiterTableName', names.waiterTableName ?? 'job_lease_waiter', room);
+  if (tableName === waiterTableName) {
+    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${tableName}")`);
+  }
+  checkDerivedNames(tableName, waiterTableName);
+  return { schema: checkIdentifier('schema', names.schema ?? 'public'), tableName, waiterTableName };
+}
+
 export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {
   if (typeof options !== 'object' || options === null) {
     throw new LeaseConfigError('LeaseModule options must be an object');
@@ -258,7 +285,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   const leaseTimeoutMs = positiveInteger('leaseTimeoutMs', options.leaseTimeoutMs ?? DEFAULT_LEASE_TIMEOUT_MS);
   if (leaseTimeoutMs < 3 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not taken for a dead holder`,
+      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
+        `${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
+        'taken for a dead holder',
     );
   }
   const safetyMarginMs = positiveInteger('safetyMarginMs', options.safetyMarginMs ?? heartbeatIntervalMs);
@@ -266,7 +295,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   // (or its retry) time to be confirmed before the local deadline.
   if (leaseTimeoutMs - safetyMarginMs < 2 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
+      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
+        `before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at ` +
+        `most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
     );
   }
   if (options.asyncReleaseCommits !== undefined && typeof options.asyncReleaseCommits !== 'boolean') {
@@ -276,15 +307,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (waiterTimeoutMs < 30) {
     throw new LeaseConfigError(`waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`);
   }
-  const table = checkIdentifier('tableName', options.tableName ?? 'job_lease', IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX);
-  const waiterTable = checkIdentifier(
-    'waiterTableName',
-    options.waiterTableName ?? 'job_lease_waiter',
-    IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX,
-  );
-  if (table === waiterTable) {
-    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${table}")`);
-  }
+  const { schema, tableName: table, waiterTableName: waiterTable } = resolveLeaseNames(options);
   if (options.owner !== undefined && (typeof options.owner !== 'string' || options.owner.length === 0)) {
     throw new LeaseConfigError('owner must be a non-empty string when given');
   }
@@ -296,7 +319,6 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.owner !== undefined && LONE_SURROGATE.test(options.owner)) {
     throw new LeaseConfigError('owner must be well-formed UTF-16 (it contains a lone surrogate)');
   }
-  checkDerivedNames(table, waiterTable);
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new LeaseConfigError('notify must be a boolean');
   }
@@ -312,13 +334,19 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     notify,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
-    agingIntervalMs: options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
-    schema: checkIdentifier('schema', options.schema ?? 'public'),
+    agingIntervalMs:
+      options.agingIntervalMs === undefined ? null : positiveInteger('agingIntervalMs', options.agingIntervalMs),
+    schema,
     tableName: table,
     waiterTableName: waiterTable,
     createSchema: options.createSchema ?? false,
     owner: options.owner ?? defaultOwner(),
-    fencedIdleTimeoutMs: fencedIdleTimeout(options.fencedIdleTimeoutMs, leaseTimeoutMs, safetyMarginMs, heartbeatIntervalMs),
+    fencedIdleTimeoutMs: fencedIdleTimeout(
+      options.fencedIdleTimeoutMs,
+      leaseTimeoutMs,
+      safetyMarginMs,
+      heartbeatIntervalMs,
+    ),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
     maxBatchSize: positiveInteger('maxBatchSize', options.maxBatchSize ?? 64, 1_000),
     pooler,

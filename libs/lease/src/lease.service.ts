@@ -1,264 +1,59 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
-import { randomUUID } from 'node:crypto';
-import {
-  type BeforeApplicationShutdown,
-  Inject,
-  Injectable,
-  Logger,
-  type OnModuleInit,
-} from '@nestjs/common';
-import type pg from 'pg';
-import { type Observable, Subject, type Subscription } from 'rxjs';
-import type { DataSource, EntityManager } from 'typeorm';
-import {
-  LeaseBusyError,
-  LeaseConfigError,
-  LeaseError,
-  type LeaseLossReason,
-  LeaseLostError,
-  LeaseWaitTimeoutError,
-} from './errors.js';
-import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
-import { BorrowedLease, HeldLease, type Lease, type LeaseEngine } from './lease.js';
-import { LEASE_DATA_SOURCE } from './lease.constants.js';
-import { isDataSourceRef, type LeaseDataSourceRef } from './lease-data-source.js';
-import { LeaseContext } from './lease-context.js';
-import { MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
-import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
-import {
-  grantStatements,
-  isSerializationFailure,
-  LeaseStore,
-  type RenewResult,
-  type ServerHistory,
-  timelineOf,
-} from './lease-store.js';
-import { DedicatedConnection } from './dedicated-connection.js';
+import type { Observable } from 'rxjs';
+import type { DataSource } from 'typeorm';
+import type { Lease } from './lease.js';
+import type { LeaseDataSourceRef } from './lease-database.js';
+import { LeaseEngine } from './lease-engine.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
 import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
-import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
-import { settleBy } from './settle-by.js';
-import { type Waiter, WaitQueue } from './wait-queue.js';
 
-/** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
-interface OpenFence {
-  readonly manager: EntityManager;
-  /** Nested parts run one at a time (each in a savepoint on the one connection). */
-  queue: Promise<unknown>;
-  closed: boolean;
-}
+/** Each service's engine, kept off the class so that its `.d.ts` shows the documented members and nothing else. */
+const engines = new WeakMap<LeaseService, LeaseEngine>();
 
-/** A lease entered by `run` or `@Exclusive`, and how to leave it. */
-export interface LeaseEntry {
-  readonly lease: Lease;
-  readonly exit: () => Promise<void>;
+/** @internal The engine behind a `LeaseService`: what the doors (`@Exclusive`, the explorer) use. */
+export function engineOf(service: LeaseService): LeaseEngine {
+  const engine = engines.get(service);
+  if (!engine) throw new TypeError('not a LeaseService');
+  return engine;
 }
 
 /**
- * The one engine behind every entry point (`run`, `tryAcquire`, `acquire`, `@Exclusive` on controllers and on
- * providers): acquires leases with one statement, renews all of this process's leases with one batched heartbeat,
- * aborts a lease's signal when it is lost, fences writes, and releases.
+ * Heartbeat leases in PostgreSQL rows: `run`, `tryAcquire`, `acquire`, `current`, `list`, and the process's local
+ * view (`heldLeases`, `waitingCount`, `events$`, `options`). Inject it wherever `LeaseModule` is imported.
  *
- * Outside Nest: `const leases = new LeaseService(dataSource, options); await leases.init(); … await leases.close();`
+ * Outside Nest (scripts, workers, tests): `const leases = new LeaseService(dataSource, options); await leases.init();`
+ * … `await leases.close();` — the DataSource must be PostgreSQL; `init()` initializes it if nobody has.
  */
-@Injectable()
-export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicationShutdown {
+export class LeaseService {
   /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended. */
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
 
-  private readonly logger = new Logger(LeaseService.name);
-  private readonly events = new Subject<LeaseEvent>();
-  private readonly store: LeaseStore;
-  private readonly context = new LeaseContext();
-  private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
-  private readonly held = new Map<string, HeldLease>();
-  /** Acquire statements in flight (settled, never rejecting): close() waits for them. */
-  private readonly attempts = new Set<Promise<void>>();
-  private readonly acquiredAt = new WeakMap<HeldLease, number>();
-  private readonly queue: WaitQueue;
-  private readonly heartbeatConnection: DedicatedConnection;
-  private readonly waiterHeartbeatConnection: DedicatedConnection;
-  private heartbeat?: Subscription;
-  private closing?: Promise<void>;
-  private dataSource?: DataSource;
-  private readonly dataSourceRef?: LeaseDataSourceRef;
-  /**
-   * The system identifier of the database cluster this process acquires leases in (null: not readable by the role).
-   * Each lease's timeline is in its fencing token; together they are the history a renewal checks.
-   */
-  private systemId: string | null = null;
-  /** What the last renewal that found another history said about it, for the loss messages. */
-  private failoverDetail?: string;
-
-  constructor(
-    @Inject(LEASE_DATA_SOURCE) dataSource: DataSource | LeaseDataSourceRef,
-    @Inject(MODULE_OPTIONS_TOKEN) options: LeaseModuleOptions = {},
-  ) {
-    this.options = resolveLeaseOptions(options);
-    if (isDataSourceRef(dataSource)) this.dataSourceRef = dataSource;
-    else this.dataSource = dataSource;
-    this.events$ = this.events.asObservable();
-    this.heartbeatConnection = new DedicatedConnection(
-      () => this.sessionConnectionConfig('heartbeat'),
-      this.options.heartbeatIntervalMs,
-    );
-    // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
-    this.waiterHeartbeatConnection = new DedicatedConnection(
-      () => this.sessionConnectionConfig('waiters'),
-      this.options.waiterHeartbeatIntervalMs,
-    );
-    const pool = { query: (config: pg.QueryConfig) => this.pool().query(config), connect: () => this.pool().connect() };
-    this.store = new LeaseStore(pool, this.heartbeatConnection, this.options, this.waiterHeartbeatConnection);
-    this.queue = new WaitQueue(
-      this.store,
-      this.options,
-      () => this.sessionConnectionConfig('listen'),
-      (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
-      this.logger,
-    );
-  }
-
-  /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
-  async init(): Promise<void> {
-    const dataSource = (this.dataSource ??= await this.dataSourceRef!.resolve());
-    if (dataSource.options.type !== 'postgres') {
-      throw new LeaseConfigError(
-        `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${String(dataSource.options.type)}"`,
-      );
-    }
-    if (!dataSource.isInitialized) await dataSource.initialize();
-    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
-      this.logger.warn(
-        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
-          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
-          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, for both`,
-      );
-    }
-    if (this.options.createSchema) await this.createSchema();
-    const missing = await this.store.missingObjects();
-    await this.store.checkIsolation();
-    if (missing.length > 0) {
-      throw new LeaseConfigError(
-        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and run them, or set createSchema: true`,
-      );
-    }
-    await this.checkPrivileges();
-    this.systemId = (await this.store.serverHistory()).systemId;
+  /** A service of its own, outside Nest: call `init()` before use and `close()` at the end. */
+  constructor(dataSource: DataSource, options?: LeaseModuleOptions);
+  /** @internal Nest's: the module's engine (or a DataSource resolved at bootstrap). */
+  constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options?: LeaseModuleOptions);
+  constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
+    const engine = source instanceof LeaseEngine ? source : new LeaseEngine(source, options);
+    engines.set(this, engine);
+    this.events$ = engine.events$;
+    this.options = engine.options;
   }
 
   /**
-   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
-   * right — so a least-privileged role starts fine where the owner ran the migrations.
+   * Resolves and checks the DataSource, the tables (creating them when `createSchema` is set) and the role's rights.
+   * Nest calls it at bootstrap; call it yourself outside Nest.
    */
-  private async createSchema(): Promise<void> {
-    if ((await this.store.missingObjects()).length === 0) return;
-    const { role, allowed } = await this.store.mayCreateSchema();
-    if (!allowed) {
-      throw new LeaseConfigError(
-        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
-          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
-          'in the README ("Database privileges"), or grant it CREATE on the schema',
-      );
-    }
-    await this.store.createSchema();
+  init(): Promise<void> {
+    return engineOf(this).init();
   }
 
-  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
-  private async checkPrivileges(): Promise<void> {
-    const { role, missing } = await this.store.missingPrivileges();
-    if (missing.length === 0) return;
-    throw new LeaseConfigError(
-      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
-        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
-    );
-  }
-
-  async onModuleInit(): Promise<void> {
-    await this.init();
-  }
-
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.close();
-  }
-
-  /** Aborts and releases every held lease, cancels every wait and removes its row. Idempotent. */
+  /**
+   * Aborts and releases every held lease, cancels every wait and removes its row; waits (up to one heartbeat
+   * interval) for acquisitions in flight. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
+   */
   close(): Promise<void> {
-    this.closing ??= (async () => {
-      await this.queue.close();
-      // An acquisition in flight gives its row back itself when it lands (see attempt); wait for that while the pool
-      // still exists, but not for ever: what lands later expires by itself.
-      const giveUp = () => new Error(`acquisitions still in flight after ${this.options.heartbeatIntervalMs} ms`);
-      const until = performance.now() + this.options.heartbeatIntervalMs;
-      await settleBy(Promise.all(this.attempts), until, undefined, giveUp).catch((error: unknown) =>
-        this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
-      );
-      await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
-      this.stopHeartbeat();
-      await this.heartbeatConnection.close();
-      await this.waiterHeartbeatConnection.close();
-      this.events.complete();
-      await this.dataSourceRef?.close();
-    })();
-    return this.closing;
-  }
-
-  /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
-  current(): Lease | undefined {
-    return this.context.current();
-  }
-
-  /**
-   * One attempt: the lease, or null when the target is held (and not expired) or a live waiter is ahead of a newcomer
-   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant:
-   * then `holdAtLeastMs` is the outer acquisition's).
-   */
-  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    const priority = this.checkRequest(targetKey, options);
-    const reentrant = this.context.find(targetKey);
-    if (reentrant) return new BorrowedLease(reentrant);
-    const lease = await this.attempt(targetKey, priority, options.holdAtLeastMs ?? 0);
-    if (!lease) this.emit({ type: 'busy', targetKey, at: new Date() });
-    return lease;
-  }
-
-  /**
-   * Acquires, waiting in the priority line when the target is busy: highest priority first, first come first served
-   * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
-   */
-  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const priority = this.checkRequest(targetKey, options);
-    const holdMs = options.holdAtLeastMs ?? 0;
-    const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
-      throw new LeaseConfigError(
-        `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), ` +
-          `got ${String(options.waitTimeoutMs)}`,
-      );
-    }
-    options.signal?.throwIfAborted();
-    const reentrant = this.context.find(targetKey);
-    if (reentrant) return new BorrowedLease(reentrant);
-    const until = performance.now() + waitTimeoutMs;
-    const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs),
-      until + this.queue.graceMs,
-      options.signal,
-      () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
-      (late) => void late?.release(),
-    );
-    if (lease) return lease;
-    this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
-    const started = performance.now();
-    try {
-      const granted = await this.queue.wait(targetKey, priority, holdMs, until, waitTimeoutMs, options.signal);
-      this.emitWaitEnded(targetKey, priority, 'granted', started);
-      return granted;
-    } catch (error) {
-      const outcome = options.signal?.aborted ? 'aborted' : error instanceof LeaseWaitTimeoutError ? 'timeout' : 'error';
-      this.emitWaitEnded(targetKey, priority, outcome, started);
-      throw error;
-    }
+    return engineOf(this).close();
   }
 
   /**
@@ -266,377 +61,49 @@ export class LeaseService implements LeaseEngine, OnModuleInit, BeforeApplicatio
    * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain.
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: AcquireOptions = {}): Promise<T> {
-    const { lease, exit } = await this.enter(targetKey, options);
+    const engine = engineOf(this);
+    const { lease, exit } = await engine.enter(targetKey, options);
     try {
-      return await this.within(lease, () => work(lease));
+      return await engine.within(lease, () => work(lease));
     } finally {
       await exit();
     }
   }
 
   /**
-   * @internal The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: a borrowed lease
-   * when the call chain already holds the key; else waits (priority or waitTimeoutMs given) or tries once.
+   * One attempt: the lease, or null when the target is held (and not expired) or a live waiter is ahead of a newcomer
+   * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant:
+   * then `holdAtLeastMs` is the outer acquisition's).
    */
-  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    this.checkRequest(targetKey, options);
-    const reentrant = this.context.find(targetKey);
-    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: async () => undefined };
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
-    const lease = waits ? await this.acquire(targetKey, options) : await this.tryAcquire(targetKey, options);
-    if (!lease) throw new LeaseBusyError(targetKey, this.options.heartbeatIntervalMs);
-    return { lease, exit: () => lease.release() };
+  tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
+    return engineOf(this).tryAcquire(targetKey, options);
   }
 
-  /** @internal Runs `work` with `lease` as the current lease of its call chain. */
-  within<T>(lease: Lease, work: () => T): T {
-    return this.context.run(lease, work);
+  /**
+   * Acquires, waiting in the priority line when the target is busy: highest priority first, first come first served
+   * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
+   */
+  acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
+    return engineOf(this).acquire(targetKey, options);
+  }
+
+  /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
+  current(): Lease | undefined {
+    return engineOf(this).current();
   }
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
-  async list(targetKey?: string): Promise<LeaseSnapshot[]> {
-    const rows = await this.store.snapshot(targetKey);
-    const positions = new Map<string, number>();
-    return rows.map((row) => {
-      const live = row.since_heartbeat_ms < row.timeout_ms;
-      const snapshot: LeaseSnapshot = {
-        targetKey: row.target_id,
-        state: row.state,
-        owner: row.owner,
-        mine: row.owner === this.options.owner,
-        priority: row.priority,
-        effectivePriority: Number(row.effective_priority),
-        ageMs: Math.round(row.age_ms),
-        sinceHeartbeatMs: Math.round(row.since_heartbeat_ms),
-        timeoutMs: row.timeout_ms,
-        live,
-      };
-      if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
-      if (row.state === 'waiting' && live) {
-        const position = (positions.get(row.target_id) ?? 0) + 1;
-        positions.set(row.target_id, position);
-        snapshot.position = position;
-      }
-      return snapshot;
-    });
+  list(targetKey?: string): Promise<LeaseSnapshot[]> {
+    return engineOf(this).list(targetKey);
   }
 
   /** Leases this process holds now (local view; no database call). */
   heldLeases(): Lease[] {
-    return [...this.held.values()];
+    return engineOf(this).heldLeases();
   }
 
-  /** Number of waiting calls in this process. */
+  /** Number of waiting calls in this process (local view; no database call). */
   waitingCount(): number {
-    return this.queue.size;
+    return engineOf(this).waitingCount();
   }
-
-  /**
-   * @internal The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. A `fenced()`
-   * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
-   * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
-   */
-  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    if (!lease.isHeld()) throw this.refuse(lease);
-    const open = this.fences.getStore()?.get(lease);
-    if (open && !open.closed) return this.joinFence(lease, open, work);
-    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
-    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
-    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
-    for (let attempt = 1; ; attempt++) {
-      let lockFailed = false;
-      try {
-        return await this.fencedOnce(lease, work, () => (lockFailed = true));
-      } catch (error) {
-        if (!lockFailed || attempt >= 10 || !isSerializationFailure(error)) throw error;
-        if (!lease.isHeld()) throw this.refuse(lease);
-      }
-    }
-  }
-
-  private fencedOnce<T>(
-    lease: HeldLease,
-    work: (manager: EntityManager) => Promise<T>,
-    onLockFailed: () => void,
-  ): Promise<T> {
-    return this.requireDataSource().transaction(async (manager) => {
-      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
-      try {
-        locked = await this.store.lockForFence(manager, lease.targetKey);
-      } catch (error) {
-        onLockFailed();
-        throw error;
-      }
-      const { leaseToken: token, timeline } = locked;
-      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
-      const acquiredIn = timelineOf(lease.fencingToken);
-      if (timeline !== acquiredIn) {
-        const detail = `timeline ${acquiredIn} → ${timeline}`;
-        this.lose(lease, 'failover', detail);
-        throw new LeaseLostError(lease.targetKey, 'failover', detail);
-      }
-      if (token !== lease.token) {
-        this.lose(lease, 'taken-over');
-        throw new LeaseLostError(lease.targetKey, 'taken-over');
-      }
-      const result = await this.withinFence(lease, manager, work);
-      // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
-      // it may commit.
-      if (!lease.isHeld()) throw this.refuse(lease);
-      return result;
-    });
-  }
-
-  /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
-  private async withinFence<T>(
-    lease: HeldLease,
-    manager: EntityManager,
-    work: (manager: EntityManager) => Promise<T>,
-  ): Promise<T> {
-    const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
-    const fences = new Map(this.fences.getStore());
-    fences.set(lease, fence);
-    try {
-      return await this.fences.run(fences, () => work(manager));
-    } finally {
-      fence.closed = true;
-    }
-  }
-
-  /** A nested part of an open fence: a savepoint on its connection; its failure rolls back only the part. */
-  private joinFence<T>(lease: HeldLease, open: OpenFence, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    const part = open.queue.then(() =>
-      open.manager.transaction(async (inner) => {
-        if (!lease.isHeld()) throw this.refuse(lease);
-        return this.withinFence(lease, inner, work);
-      }),
-    );
-    open.queue = part.catch(() => undefined);
-    return part;
-  }
-
-  /**
-   * A fenced write refused because the lease is not held. Past its deadline, the deadline timer may not have fired
-   * yet (a process resumed from a pause runs its due timers in order): lose the lease now, so the signal, the 'lost'
-   * event and the refusal agree.
-   */
-  private refuse(lease: HeldLease): LeaseLostError {
-    if (lease.active) this.lose(lease, 'renewal-deadline');
-    return new LeaseLostError(lease.targetKey, lease.lossReason);
-  }
-
-  /** @internal The lease's `release()`: token-guarded delete; idempotent; quiet when the lease was lost. */
-  async release(lease: HeldLease): Promise<void> {
-    if (!lease.markReleased()) return;
-    this.forget(lease);
-    try {
-      const deleted = await this.store.release(lease.targetKey, lease.token, this.options.heartbeatIntervalMs);
-      if (deleted) {
-        const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
-        this.emit({ type: 'released', targetKey: lease.targetKey, fencingToken: lease.fencingToken, heldMs, at: new Date() });
-      }
-    } catch (error) {
-      // The lease is already gone locally; its row expires by itself. Failing the caller's finally would only mask
-      // the outcome of its work.
-      this.logger.warn(`Release of "${lease.targetKey}" failed (${String(error)}); the lease expires by itself`);
-    }
-  }
-
-  /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
-  private attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
-    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter);
-    const settled = attempt.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.attempts.add(settled);
-    void settled.then(() => this.attempts.delete(settled));
-    return attempt;
-  }
-
-  private async attemptOnce(
-    targetKey: string,
-    priority: number,
-    holdMs: number,
-    waiter?: Waiter,
-  ): Promise<HeldLease | null> {
-    if (this.closing) throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
-    const leaseToken = randomUUID();
-    const row = await this.store.tryAcquire({
-      targetKey,
-      leaseToken,
-      priority,
-      waiterId: waiter?.id,
-      waiterSeq: waiter?.place?.seq,
-      holdMs,
-    });
-    if ('refused' in row) {
-      if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
-      return null;
-    }
-    if (this.closing) {
-      // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
-      // exists), and never start a heartbeat.
-      await this.store.release(targetKey, leaseToken, this.options.heartbeatIntervalMs).catch((error: unknown) => {
-        this.logger.warn(
-          `Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`,
-        );
-      });
-      throw new LeaseError('LeaseService is shut down: no new leases', targetKey);
-    }
-    const lease = new HeldLease(
-      targetKey,
-      leaseToken,
-      row.fencingToken,
-      row.sentAt,
-      this.options.leaseTimeoutMs - this.options.safetyMarginMs,
-      this,
-      (expired) => this.lose(expired, 'renewal-deadline'),
-    );
-    this.held.set(leaseToken, lease);
-    this.acquiredAt.set(lease, row.sentAt);
-    this.startHeartbeat();
-    const at = new Date();
-    if (row.tookOver) {
-      this.logger.log(`Took over expired lease on "${targetKey}" from ${row.previousOwner ?? 'unknown'} (fencing token ${row.fencingToken})`);
-      this.emit({ type: 'taken-over', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, previousOwner: row.previousOwner, at });
-    } else {
-      this.emit({ type: 'acquired', targetKey, fencingToken: row.fencingToken, priority, owner: this.options.owner, at });
-    }
-    return lease;
-  }
-
-  private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string): void {
-    if (!lease.markLost(reason, detail)) return;
-    this.forget(lease);
-    const why: Record<typeof reason, string> = {
-      'taken-over': 'another holder took it over',
-      'renewal-deadline': 'no renewal confirmed before the safety deadline',
-      failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
-    };
-    this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
-    this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
-  }
-
-  private forget(lease: HeldLease): void {
-    this.held.delete(lease.token);
-    if (this.held.size === 0) this.stopHeartbeat();
-  }
-
-  private startHeartbeat(): void {
-    this.heartbeat ??= batchedHeartbeat(
-      this.options.heartbeatIntervalMs,
-      () => [...this.held.values()],
-      (batch) =>
-        this.store
-          .renew(
-            batch.map((lease) => lease.targetKey),
-            batch.map((lease) => lease.token),
-            this.options.heartbeatIntervalMs,
-            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
-          )
-          .then((result) => this.noteHistory(result)),
-    ).subscribe((tick) => this.onHeartbeat(tick));
-  }
-
-  /**
-   * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
-   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
-   */
-  private noteHistory(result: RenewResult): RenewResult {
-    const here = result.history;
-    if (!here || !result.failover?.size) return result;
-    this.failoverDetail = describeChange(here, this.systemId);
-    this.logger.warn(
-      `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
-        'are lost (reason failover); their work must stop, their fenced writes are refused',
-    );
-    if (here.systemId !== null) this.systemId = here.systemId;
-    return result;
-  }
-
-  private stopHeartbeat(): void {
-    this.heartbeat?.unsubscribe();
-    this.heartbeat = undefined;
-  }
-
-  private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
-    const at = new Date();
-    if (tick.error !== undefined) {
-      this.logger.warn(`Heartbeat of ${tick.batch.length} lease(s) failed (${String(tick.error)}); retrying next tick`);
-      this.emit({ type: 'renew-failed', leases: tick.batch.length, error: String(tick.error), latencyMs: tick.latencyMs, at });
-      return;
-    }
-    for (const lease of tick.batch) {
-      if (!lease.active) continue;
-      if (tick.kept?.has(lease.token)) {
-        lease.confirm(tick.sentAt);
-        this.emit({ type: 'renewed', targetKey: lease.targetKey, fencingToken: lease.fencingToken, latencyMs: tick.latencyMs, at });
-      } else if (tick.skipped?.has(lease.token)) {
-        // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
-      } else if (tick.failover?.has(lease.token)) {
-        this.lose(lease, 'failover', this.failoverDetail);
-      } else if (tick.expired?.has(lease.token)) {
-        this.lose(lease, 'renewal-deadline');
-      } else {
-        this.lose(lease, 'taken-over');
-      }
-    }
-  }
-
-  private checkRequest(targetKey: unknown, options: TryAcquireOptions): number {
-    assertTargetKey(targetKey);
-    if (options.priority !== undefined) assertPriority(options.priority);
-    assertHoldAtLeastMs(options.holdAtLeastMs);
-    return options.priority ?? 0;
-  }
-
-  private emitWaitEnded(targetKey: string, priority: number, outcome: 'granted' | 'timeout' | 'aborted' | 'error', started: number): void {
-    this.emit({ type: 'wait-ended', targetKey, priority, outcome, waitedMs: performance.now() - started, at: new Date() });
-  }
-
-  private emit(event: LeaseEvent): void {
-    if (!this.events.closed) this.events.next(event);
-  }
-
-  private requireDataSource(): DataSource {
-    if (!this.dataSource) {
-      throw new LeaseConfigError('LeaseService is not initialized: call init() (Nest does it at bootstrap) first');
-    }
-    return this.dataSource;
-  }
-
-  /** Connection settings of the application's pool, for the heartbeat, waiter heartbeat and LISTEN connections. */
-  private connectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
-    const { options } = this.pool() as unknown as { options: pg.PoolConfig };
-    const { max, min, idleTimeoutMillis, ...config } = options;
-    return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:${role}` };
-  }
-
-  /**
-   * The heartbeat, waiter-heartbeat and LISTEN connections: `sessionUrl` when given (outside a transaction pooler, so
-   * renewals never wait for its server connections and LISTEN delivers), else the application's pool settings.
-   */
-  private sessionConnectionConfig(role: 'heartbeat' | 'waiters' | 'listen'): pg.ClientConfig {
-    const { sessionUrl } = this.options;
-    if (!sessionUrl) return this.connectionConfig(role);
-    return { connectionString: sessionUrl, application_name: `nest-pg-lease:${role}` };
-  }
-
-  private pool(): pg.Pool {
-    const pool = (this.requireDataSource().driver as unknown as { master?: pg.Pool }).master;
-    if (!pool) {
-      throw new LeaseConfigError('The DataSource is not initialized: initialize it (or let Nest do it) before using leases');
-    }
-    return pool;
-  }
-}
-
-/** How the server's history differs from the leases': for log lines and `LeaseLostError` details. */
-function describeChange(here: ServerHistory, systemId: string | null): string {
-  if (here.recovery) return 'the server is in recovery: a standby, or a failover under way';
-  if (systemId !== null && here.systemId !== null && here.systemId !== systemId) {
-    return `another database cluster: system identifier ${systemId} → ${here.systemId}`;
-  }
-  return `the server is on timeline ${here.timeline}`;
 }

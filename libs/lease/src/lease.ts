@@ -23,7 +23,7 @@ export interface Lease {
 }
 
 /** What a lease handle needs from the engine that made it. */
-export interface LeaseEngine {
+export interface LeaseHandleOwner {
   fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T>;
   release(lease: HeldLease): Promise<void>;
 }
@@ -47,7 +47,7 @@ export class HeldLease implements Lease {
     sentAt: number,
     /** leaseTimeoutMs − safetyMarginMs */
     private readonly localLimitMs: number,
-    private readonly engine: LeaseEngine,
+    private readonly engine: LeaseHandleOwner,
     private readonly onDeadline: (lease: HeldLease) => void,
   ) {
     this.signal = this.controller.signal;
@@ -134,12 +134,24 @@ export class HeldLease implements Lease {
 /** A reentrant view of a lease held further up the same call chain: releasing it is left to its owner. */
 export class BorrowedLease implements Lease {
   constructor(private readonly held: Lease) {}
-  get targetKey() { return this.held.targetKey; }
-  get token() { return this.held.token; }
-  get fencingToken() { return this.held.fencingToken; }
-  get signal() { return this.held.signal; }
-  isHeld() { return this.held.isHeld(); }
-  fenced<T>(work: (manager: EntityManager) => Promise<T>) { return this.held.fenced(work); }
+  get targetKey() {
+    return this.held.targetKey;
+  }
+  get token() {
+    return this.held.token;
+  }
+  get fencingToken() {
+    return this.held.fencingToken;
+  }
+  get signal() {
+    return this.held.signal;
+  }
+  isHeld() {
+    return this.held.isHeld();
+  }
+  fenced<T>(work: (manager: EntityManager) => Promise<T>) {
+    return this.held.fenced(work);
+  }
   async release(): Promise<void> {
     // The outer call that acquired the lease releases it when it ends.
   }

@@ -22,7 +22,14 @@ export type LeaseEvent =
   | { type: 'released'; targetKey: string; fencingToken: bigint; heldMs: number; at: Date }
   | { type: 'busy'; targetKey: string; at: Date }
   | { type: 'waiting'; targetKey: string; priority: number; at: Date }
-  | { type: 'wait-ended'; targetKey: string; priority: number; outcome: 'granted' | 'timeout' | 'aborted' | 'error'; waitedMs: number; at: Date };
+  | {
+      type: 'wait-ended';
+      targetKey: string;
+      priority: number;
+      outcome: 'granted' | 'timeout' | 'aborted' | 'error';
+      waitedMs: number;
+      at: Date;
+    };
 
 export type LeaseEventType = LeaseEvent['type'];
 

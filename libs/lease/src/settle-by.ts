@@ -33,7 +33,8 @@ export async function settleBy<T>(
   const cutoff = new Promise<never>((_, reject) => {
     cancelTimer = longTimeout(() => reject(onTimeout()), until - performance.now());
     if (signal) {
-      onAbort = () => reject(signal.reason);
+      // An AbortSignal's reason is an Error (a DOMException by default, or what abort() was given: ours are Errors).
+      onAbort = () => reject(signal.reason as Error);
       if (signal.aborted) onAbort();
       else signal.addEventListener('abort', onAbort, { once: true });
     }

@@ -1,4 +1,4 @@
-import { LeaseConfigError, LeaseKeyError } from './errors.js';
+import { LeaseArgumentError, LeaseKeyError, messages } from './errors.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 
@@ -28,7 +28,8 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   const bytes = Buffer.byteLength(targetKey, 'utf8');
   if (bytes > MAX_TARGET_KEY_BYTES) {
     throw new LeaseKeyError(
-      `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: hash long identifiers into the key`,
+      `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: ` +
+        'hash long identifiers into the key',
       `${targetKey.slice(0, 40)}…`,
     );
   }
@@ -36,8 +37,13 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
 
 /** Checks a priority: an integer in PostgreSQL's `integer` range. */
 export function assertPriority(priority: unknown): asserts priority is number {
-  if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < -2_147_483_648 || priority > 2_147_483_647) {
-    throw new LeaseKeyError(`priority must be an integer between -2147483648 and 2147483647, got ${String(priority)}`);
+  if (
+    typeof priority !== 'number' ||
+    !Number.isInteger(priority) ||
+    priority < -2_147_483_648 ||
+    priority > 2_147_483_647
+  ) {
+    throw new LeaseArgumentError(messages.priorityArgument(priority));
   }
 }
 
@@ -46,10 +52,7 @@ export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeast
   if (holdAtLeastMs === undefined) return;
   const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
   if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
-    const got = typeof holdAtLeastMs === 'string' ? JSON.stringify(holdAtLeastMs) : String(holdAtLeastMs);
-    throw new LeaseConfigError(
-      `holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ${got}`,
-    );
+    throw new LeaseArgumentError(messages.holdArgument(holdAtLeastMs));
   }
 }
 
@@ -64,10 +67,17 @@ export function fillKeyTemplate(template: string, lookup: (name: string) => unkn
   const key = template.replace(PLACEHOLDER, (_, rawName: string) => {
     const name = rawName.trim();
     const value = lookup(name);
-    if (value === undefined || value === null || value === '' || (typeof value === 'object' && !(value instanceof Date))) {
+    if (
+      value === undefined ||
+      value === null ||
+      value === '' ||
+      (typeof value === 'object' && !(value instanceof Date))
+    ) {
       throw new LeaseKeyError(`Key template "${template}": placeholder {${name}} resolved to nothing`);
     }
-    return value instanceof Date ? value.toISOString() : String(value);
+    if (value instanceof Date) return value.toISOString();
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
+    return String(value);
   });
   assertTargetKey(key);
   return key;

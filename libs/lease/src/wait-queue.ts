@@ -2,7 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { Subscription } from 'rxjs';
-import { LeaseError, LeaseQueueFullError, LeaseUnavailableError, LeaseWaitTimeoutError } from './errors.js';
+import {
+  LeaseError,
+  LeaseQueueFullError,
+  LeaseShutdownError,
+  LeaseUnavailableError,
+  LeaseWaitTimeoutError,
+} from './errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './lease.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
@@ -96,7 +102,7 @@ export class WaitQueue {
     waitTimeoutMs: number,
     signal?: AbortSignal,
   ): Promise<HeldLease> {
-    if (this.closed) throw new LeaseError('LeaseService is shut down: no new waits', targetKey);
+    if (this.closed) throw new LeaseShutdownError(targetKey, 'waits');
     signal?.throwIfAborted();
     const timeout = () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
     const cutoff = until + this.graceMs;
@@ -217,7 +223,7 @@ export class WaitQueue {
    */
   async close(): Promise<void> {
     this.closed = true;
-    this.shutdown.abort(new LeaseError('LeaseService is shutting down: the wait was cancelled'));
+    this.shutdown.abort(new LeaseShutdownError(undefined, 'cancelled'));
     const ids = [...this.waiters.values()].filter((waiter) => waiter.place).map((waiter) => waiter.id);
     this.wakeAll();
     this.heartbeat?.unsubscribe();

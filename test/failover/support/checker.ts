@@ -156,7 +156,8 @@ export function checkFailover(
       if (row.leaseToken === current) continue;
       if (finished.has(row.leaseToken)) {
         exclusionViolations.push(
-          `${key}: lease with token ${row.fencingToken} wrote again at #${row.commitSeq} after a newer lease wrote`);
+          `${key}: lease with token ${row.fencingToken} wrote again at #${row.commitSeq} after a newer lease wrote`,
+        );
       }
       if (current) finished.add(current);
       current = row.leaseToken;
@@ -194,23 +195,30 @@ export function checkFailover(
     const blocker = surviving.find((row) => row.targetKey === old.key);
     const why = old.lostReason ?? old.endReason;
     const ended = old.endedAt === undefined ? 'never' : `${sinceSwitch(old.endedAt)} (${why})`;
-    const row = !blocker ? 'none' : blocker.leaseToken === null
-      ? `token ${blocker.fencingToken}, released`
-      : `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}`;
+    const row = !blocker
+      ? 'none'
+      : blocker.leaseToken === null
+        ? `token ${blocker.fencingToken}, released`
+        : `token ${blocker.fencingToken}, blocking ${ms(blocker.blocksForMs)}`;
     const nextGrant = next ? `token ${next.fencingToken} at ${sinceSwitch(next.grantedAt)}` : 'none';
-    cutOffDetails.push(`${old.key} token ${old.fencingToken} (client ${old.client}): `
-      + `granted ${sinceSwitch(old.grantedAt)}, ended ${ended} relative to the switch; `
-      + `the promoted row of its key: ${row}; next grant: ${nextGrant}`);
+    cutOffDetails.push(
+      `${old.key} token ${old.fencingToken} (client ${old.client}): ` +
+        `granted ${sinceSwitch(old.grantedAt)}, ended ${ended} relative to the switch; ` +
+        `the promoted row of its key: ${row}; next grant: ${nextGrant}`,
+    );
     for (const newer of after) {
       if (newer.key !== old.key) continue;
       const ack = newer.writes.find((w) => w.outcome === 'ack');
       if (ack && (old.endedAt === undefined || old.endedAt > ack.settledAt)) {
-        const ended = old.endedAt === undefined
-          ? 'never ended'
-          : `ended ${ms(old.endedAt - ack.settledAt)} later (${old.endReason})`;
-        notToldInTime.push(`${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ${ended}, `
-          + `after token ${newer.fencingToken}'s fenced write was acknowledged `
-          + `${ms(ack.settledAt - moments.switchAt)} after the switch`);
+        const ended =
+          old.endedAt === undefined
+            ? 'never ended'
+            : `ended ${ms(old.endedAt - ack.settledAt)} later (${old.endReason})`;
+        notToldInTime.push(
+          `${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ${ended}, ` +
+            `after token ${newer.fencingToken}'s fenced write was acknowledged ` +
+            `${ms(ack.settledAt - moments.switchAt)} after the switch`,
+        );
         break;
       }
     }
@@ -223,13 +231,15 @@ export function checkFailover(
   for (const [key, list] of grantsByKey) {
     list.sort((a, b) => a.grantedAt - b.grantedAt);
     for (let i = 0; i < list.length; i++) {
-      const newer = list[i]!;
+      const newer = list[i];
       for (let j = 0; j < i; j++) {
-        const older = list[j]!;
+        const older = list[j];
         if (older.endedAt === undefined || older.endedAt > newer.grantedAt) {
           const more = older.endedAt === undefined ? 'ever' : ms(older.endedAt - newer.grantedAt);
-          twoHolders.push(`${key}: token ${newer.fencingToken} granted while token ${older.fencingToken} `
-            + `was still held (for ${more} more, ended by ${older.endReason ?? 'nothing'})`);
+          twoHolders.push(
+            `${key}: token ${newer.fencingToken} granted while token ${older.fencingToken} ` +
+              `was still held (for ${more} more, ended by ${older.endReason ?? 'nothing'})`,
+          );
         }
       }
     }
@@ -246,14 +256,21 @@ export function checkFailover(
     const after = old.endedAt === undefined ? Infinity : old.endedAt - moments.switchAt;
     oldHoldersEndedWithinMs = Math.max(oldHoldersEndedWithinMs, after);
     if (after > toldWithinMs) {
-      oldHoldersLate.push(`${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ended `
-        + `${old.endedAt === undefined ? 'never' : `${ms(after)} after the switch (${how})`}`);
+      oldHoldersLate.push(
+        `${old.key}: holder of token ${old.fencingToken} (client ${old.client}) ended ` +
+          `${old.endedAt === undefined ? 'never' : `${ms(after)} after the switch (${how})`}`,
+      );
     }
   }
-  const oldHistoryWritesAfterSwitch = before.flatMap((g) => g.writes
-    .filter((w) => w.startedAt >= moments.switchAt && w.outcome === 'ack')
-    .map((w) => `${g.key}: write ${w.opId} of token ${g.fencingToken} (granted before the switch) committed `
-      + `${ms(w.settledAt - moments.switchAt)} after it`));
+  const oldHistoryWritesAfterSwitch = before.flatMap((g) =>
+    g.writes
+      .filter((w) => w.startedAt >= moments.switchAt && w.outcome === 'ack')
+      .map(
+        (w) =>
+          `${g.key}: write ${w.opId} of token ${g.fencingToken} (granted before the switch) committed ` +
+          `${ms(w.settledAt - moments.switchAt)} after it`,
+      ),
+  );
 
   return {
     grantsBefore: before.length,

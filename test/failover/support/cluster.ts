@@ -9,8 +9,19 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
-  chmodSync, chownSync, copyFileSync, createWriteStream, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync,
-  rmSync, symlinkSync, writeFileSync, type WriteStream,
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  createWriteStream,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+  type WriteStream,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -49,18 +60,25 @@ export class PgNode {
 
   /** Starts the postmaster; resolves once it accepts connections (read-only ones, for a hot standby). */
   start(): Promise<void> {
-    const flags = ['-D', this.dataDir, '-p', String(this.port),
-      ...Object.entries(this.settings).flatMap(([name, value]) => ['-c', `${name}=${value}`])];
+    const flags = [
+      '-D',
+      this.dataDir,
+      '-p',
+      String(this.port),
+      ...Object.entries(this.settings).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    ];
     const child = spawn(this.binaries.postgres, flags, { ...this.binaries.user, stdio: ['ignore', 'ignore', 'pipe'] });
     this.process = child;
-    this.exited = new Promise((resolve) => child.once('exit', () => {
-      if (this.process === child) this.process = undefined;
-      resolve();
-    }));
+    this.exited = new Promise((resolve) =>
+      child.once('exit', () => {
+        if (this.process === child) this.process = undefined;
+        resolve();
+      }),
+    );
     return new Promise((resolve, reject) => {
       let output = '';
       let ready = false;
-      child.stderr!.on('data', (chunk: Buffer) => {
+      child.stderr.on('data', (chunk: Buffer) => {
         this.log.write(chunk);
         if (ready) return;
         output += chunk.toString('utf8');
@@ -123,8 +141,16 @@ export interface PairOptions {
  * the backup, which repairs torn pages (full_page_writes is on by default).
  */
 function copyDataDirectory(from: string, to: string, user: EmbeddedBinaries['user'], top = true): void {
-  const emptied = new Set(['pg_wal', 'pg_replslot', 'pg_dynshmem', 'pg_notify', 'pg_serial', 'pg_snapshots',
-    'pg_stat_tmp', 'pg_subtrans']);
+  const emptied = new Set([
+    'pg_wal',
+    'pg_replslot',
+    'pg_dynshmem',
+    'pg_notify',
+    'pg_serial',
+    'pg_snapshots',
+    'pg_stat_tmp',
+    'pg_subtrans',
+  ]);
   const skipped = new Set(['postmaster.pid', 'postmaster.opts', 'backup_label', 'tablespace_map']);
   let entries;
   try {
@@ -201,13 +227,20 @@ export async function startReplicatedPair(options: PairOptions): Promise<Replica
     const makeNode = async (name: string, dataDir: string, settings: Record<string, string | number>) => {
       const log = createWriteStream(join(options.logDir, `${name}.log`));
       logs.push(log);
-      const node = new PgNode(name, binaries, dataDir, await freePort(), {
-        listen_addresses: '127.0.0.1',
-        unix_socket_directories: '',
-        max_connections: 200,
-        ...options.settings,
-        ...settings,
-      }, log);
+      const node = new PgNode(
+        name,
+        binaries,
+        dataDir,
+        await freePort(),
+        {
+          listen_addresses: '127.0.0.1',
+          unix_socket_directories: '',
+          max_connections: 200,
+          ...options.settings,
+          ...settings,
+        },
+        log,
+      );
       nodes.push(node);
       return node;
     };
@@ -245,21 +278,22 @@ export async function startReplicatedPair(options: PairOptions): Promise<Replica
       const standbyDir = newDataDir();
       await admin.query(`SELECT pg_backup_start('failover-standby', true)`);
       copyDataDirectory(primaryDir.dataDir, standbyDir.dataDir, binaries.user);
-      const { rows: [stop] } = await admin.query<{ labelfile: string; spcmapfile: string | null }>(
+      const {
+        rows: [stop],
+      } = await admin.query<{ labelfile: string; spcmapfile: string | null }>(
         `SELECT labelfile, spcmapfile FROM pg_backup_stop(false)`,
       );
       const own = (path: string) => binaries.user && chownSync(path, binaries.user.uid, binaries.user.gid);
-      writeFileSync(join(standbyDir.dataDir, 'backup_label'), stop!.labelfile, { mode: 0o600 });
+      writeFileSync(join(standbyDir.dataDir, 'backup_label'), stop.labelfile, { mode: 0o600 });
       own(join(standbyDir.dataDir, 'backup_label'));
-      if (stop!.spcmapfile) {
-        writeFileSync(join(standbyDir.dataDir, 'tablespace_map'), stop!.spcmapfile, { mode: 0o600 });
+      if (stop.spcmapfile) {
+        writeFileSync(join(standbyDir.dataDir, 'tablespace_map'), stop.spcmapfile, { mode: 0o600 });
         own(join(standbyDir.dataDir, 'tablespace_map'));
       }
       writeFileSync(join(standbyDir.dataDir, 'standby.signal'), '', { mode: 0o600 });
       own(join(standbyDir.dataDir, 'standby.signal'));
 
-      const conninfo =
-        `host=127.0.0.1 port=${link.port} user=postgres password=${password} application_name=${STANDBY_NAME}`;
+      const conninfo = `host=127.0.0.1 port=${link.port} user=postgres password=${password} application_name=${STANDBY_NAME}`;
       const standby = await makeNode('standby', standbyDir.dataDir, {
         primary_conninfo: conninfo,
         primary_slot_name: SLOT,
@@ -285,14 +319,18 @@ export async function startReplicatedPair(options: PairOptions): Promise<Replica
 
 /** Waits until the standby streams and has replayed everything the primary has written so far. */
 export async function waitForCatchUp(primaryAdmin: pg.Client, timeoutMs = 30_000): Promise<void> {
-  await waitFor('the standby to stream and catch up', async () => {
-    const { rows } = await primaryAdmin.query<{ ok: boolean }>(
-      `SELECT state = 'streaming' AND replay_lsn >= pg_current_wal_lsn() AS ok FROM pg_stat_replication
+  await waitFor(
+    'the standby to stream and catch up',
+    async () => {
+      const { rows } = await primaryAdmin.query<{ ok: boolean }>(
+        `SELECT state = 'streaming' AND replay_lsn >= pg_current_wal_lsn() AS ok FROM pg_stat_replication
        WHERE application_name = $1`,
-      [STANDBY_NAME],
-    );
-    return rows[0]?.ok ? true : undefined;
-  }, timeoutMs);
+        [STANDBY_NAME],
+      );
+      return rows[0]?.ok ? true : undefined;
+    },
+    timeoutMs,
+  );
 }
 
 /**
@@ -308,7 +346,9 @@ export async function makeSynchronous(pair: ReplicatedPair): Promise<void> {
     await admin.query(`SELECT pg_reload_conf()`);
     await waitFor('the standby to become synchronous', async () => {
       const { rows } = await admin.query<{ sync_state: string }>(
-        `SELECT sync_state FROM pg_stat_replication WHERE application_name = $1`, [STANDBY_NAME]);
+        `SELECT sync_state FROM pg_stat_replication WHERE application_name = $1`,
+        [STANDBY_NAME],
+      );
       return rows[0]?.sync_state === 'sync' ? true : undefined;
     });
   } finally {
@@ -320,11 +360,16 @@ export async function makeSynchronous(pair: ReplicatedPair): Promise<void> {
 export async function promote(pair: ReplicatedPair): Promise<{ timeline: number }> {
   const admin = await connect(pair.urlOf(pair.standby, 'postgres'));
   try {
-    const { rows: [done] } = await admin.query<{ promoted: boolean }>(`SELECT pg_promote(true, 60) AS promoted`);
+    const {
+      rows: [done],
+    } = await admin.query<{ promoted: boolean }>(`SELECT pg_promote(true, 60) AS promoted`);
     if (!done?.promoted) throw new Error('pg_promote did not complete within 60 s');
-    const { rows: [info] } = await admin.query<{ timeline: string }>(
-      `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int::text AS timeline`);
-    return { timeline: Number(info!.timeline) };
+    const {
+      rows: [info],
+    } = await admin.query<{ timeline: string }>(
+      `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int::text AS timeline`,
+    );
+    return { timeline: Number(info.timeline) };
   } finally {
     await admin.end();
   }

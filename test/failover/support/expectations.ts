@@ -23,7 +23,12 @@ const ALL: Expectations = { tokensNeverGoBack: true, oldHoldersTold: true };
 
 export function expectations(env = process.env.FAILOVER_ASSERT): Expectations {
   if (env === undefined || env.trim() === '') return ALL;
-  const names = new Set(env.split(',').map((name) => name.trim()).filter(Boolean));
+  const names = new Set(
+    env
+      .split(',')
+      .map((name) => name.trim())
+      .filter(Boolean),
+  );
   const known = new Set(['tokens', 'told', 'all', 'none']);
   for (const name of names) {
     if (!known.has(name)) throw new Error(`FAILOVER_ASSERT: unknown "${name}" (use tokens, told, all or none)`);

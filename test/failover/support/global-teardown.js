@@ -15,7 +15,11 @@ const endedBy = (runs) => {
   for (const run of runs) {
     for (const [how, n] of Object.entries(run.oldHoldersEndedBy ?? {})) total[how] = (total[how] ?? 0) + n;
   }
-  return Object.entries(total).map(([how, n]) => `${how} ${n}`).join(', ') || 'none';
+  return (
+    Object.entries(total)
+      .map(([how, n]) => `${how} ${n}`)
+      .join(', ') || 'none'
+  );
 };
 
 // The issue's columns first, then what tells how each run went.
@@ -67,8 +71,8 @@ export default async function globalTeardown() {
       return `| ${cells.join(' | ')} |`;
     }),
     '',
-    `Suite wall time: ${(wallMs / 1000).toFixed(1)} s. Details of every run: artifacts/failover/<run>.json; `
-      + 'its server logs: artifacts/failover/<run>/.',
+    `Suite wall time: ${(wallMs / 1000).toFixed(1)} s. Details of every run: artifacts/failover/<run>.json; ` +
+      'its server logs: artifacts/failover/<run>/.',
   ].join('\n');
   writeFileSync(join(SUMMARY_DIR, 'summary.md'), `${table}\n`);
   console.log(`\nFailover suite (also in artifacts/failover/summary.md)\n\n${table}\n`);

@@ -58,10 +58,14 @@ const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal?.aborted) return resolve();
     const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
   });
 
 const between = ([min, max]: [number, number]) => min + Math.random() * (max - min);
@@ -78,7 +82,10 @@ export class Load {
   private readonly loops: Promise<void>[] = [];
   private stopping = false;
 
-  constructor(private readonly url: string, private readonly plan: LoadPlan) {}
+  constructor(
+    private readonly url: string,
+    private readonly plan: LoadPlan,
+  ) {}
 
   /** Starts the processes (their DataSources connect now) and the loops. */
   async start(): Promise<void> {
@@ -119,7 +126,7 @@ export class Load {
       if (event.type !== 'released') return;
       const at = performance.now();
       for (let i = this.grants.length - 1; i >= 0; i--) {
-        const grant = this.grants[i]!;
+        const grant = this.grants[i];
         if (grant.process === process && grant.key === event.targetKey && grant.fencingToken === event.fencingToken) {
           grant.releaseAckedAt ??= at;
           return;
@@ -129,11 +136,11 @@ export class Load {
   }
 
   private async loop(process: number, client: number): Promise<void> {
-    const { service } = this.services[process]!;
+    const { service } = this.services[process];
     const long = client < this.plan.longLoops;
     const keys = this.plan.keys;
     while (!this.stopping) {
-      const key = keys[Math.floor(Math.random() * keys.length)]!;
+      const key = keys[Math.floor(Math.random() * keys.length)];
       let lease: Lease | null;
       try {
         lease = await service.tryAcquire(key);

@@ -39,7 +39,10 @@ export interface SummaryRow {
 
 /** File-name form of a scenario's run: `async-standby-disconnected-2-s-run1`. */
 export function runSlug(scenario: string, run: number): string {
-  return `${scenario.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase()}-run${run}`;
+  return `${scenario
+    .replace(/[^a-z0-9]+/gi, '-')
+    .replace(/^-|-$/g, '')
+    .toLowerCase()}-run${run}`;
 }
 
 const json = (value: unknown) => JSON.stringify(value, (_, v) => (typeof v === 'bigint' ? v.toString() : v), 2);
@@ -74,15 +77,17 @@ export function recordRun(result: RunResult, run: number): SummaryRow {
   mkdirSync(ARTIFACTS, { recursive: true });
   appendFileSync(join(ARTIFACTS, 'summary.jsonl'), `${JSON.stringify(row)}\n`);
   writeFileSync(join(ARTIFACTS, `${runSlug(result.scenario.name, run)}.json`), json(result));
-  console.log(`[failover] ${row.scenario}: tokens again ${row.tokenValuesAgain} (${row.tokenJump}); `
-    + `acknowledged writes lost ${row.acknowledgedWritesLost}/${row.acknowledgedWrites}; `
-    + `released rows back ${row.releasedRowsBack} `
-    + `(blocking ≤ ${row.releasedRowBlocksMs} ms); two holders ${row.twoHolders}; cut-off holders ${row.cutOffHolders} `
-    + `(told ${row.cutOffLost}, released ${row.cutOffReleased}, not told in time ${row.notToldInTime}); exclusion `
-    + `violations ${row.exclusionViolations}; old holders at the switch ${row.oldHolders}, all ended within `
-    + `${row.oldHoldersEndedWithinMs} ms (${JSON.stringify(row.oldHoldersEndedBy)}; late ${row.oldHoldersLate}, `
-    + `old-history writes committed after the switch ${row.oldHistoryWritesAfterSwitch}); heartbeat backends at the `
-    + `crash ${row.heartbeatBackends} (at most ${row.heartbeatBackendsPerProcess} per process); `
-    + `${row.grantRate} grants/s; outage ${row.outageMs} ms; ${(row.wallMs / 1000).toFixed(1)} s`);
+  console.log(
+    `[failover] ${row.scenario}: tokens again ${row.tokenValuesAgain} (${row.tokenJump}); ` +
+      `acknowledged writes lost ${row.acknowledgedWritesLost}/${row.acknowledgedWrites}; ` +
+      `released rows back ${row.releasedRowsBack} ` +
+      `(blocking ≤ ${row.releasedRowBlocksMs} ms); two holders ${row.twoHolders}; cut-off holders ${row.cutOffHolders} ` +
+      `(told ${row.cutOffLost}, released ${row.cutOffReleased}, not told in time ${row.notToldInTime}); exclusion ` +
+      `violations ${row.exclusionViolations}; old holders at the switch ${row.oldHolders}, all ended within ` +
+      `${row.oldHoldersEndedWithinMs} ms (${JSON.stringify(row.oldHoldersEndedBy)}; late ${row.oldHoldersLate}, ` +
+      `old-history writes committed after the switch ${row.oldHistoryWritesAfterSwitch}); heartbeat backends at the ` +
+      `crash ${row.heartbeatBackends} (at most ${row.heartbeatBackendsPerProcess} per process); ` +
+      `${row.grantRate} grants/s; outage ${row.outageMs} ms; ${(row.wallMs / 1000).toFixed(1)} s`,
+  );
   return row;
 }

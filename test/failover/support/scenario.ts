@@ -9,7 +9,11 @@ import pg from 'pg';
 import { DataSource } from 'typeorm';
 import { leaseEntities, type LeaseModuleOptions } from 'nest-pg-lease';
 import {
-  checkFailover, type FailoverFindings, type FailoverMoments, type HistoryRow, type SurvivingRow,
+  checkFailover,
+  type FailoverFindings,
+  type FailoverMoments,
+  type HistoryRow,
+  type SurvivingRow,
 } from './checker.js';
 import { makeSynchronous, promote, startReplicatedPair, type ReplicatedPair } from './cluster.js';
 import { HISTORY_DDL, Load, type LoadPlan } from './load.js';
@@ -132,9 +136,13 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
         pair.link.blackhole();
         await sleep(scenario.gapMs);
       }
-      heartbeatBackends = (await query<{ n: number }>(pair.urlOf(pair.primary, 'postgres'),
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'failover-p%:heartbeat'
-         GROUP BY application_name`)).map((row) => row.n);
+      heartbeatBackends = (
+        await query<{ n: number }>(
+          pair.urlOf(pair.primary, 'postgres'),
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE 'failover-p%:heartbeat'
+         GROUP BY application_name`,
+        )
+      ).map((row) => row.n);
       const crashAt = performance.now();
       pair.front.point(undefined);
       await pair.primary.crash();
@@ -145,14 +153,16 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
       const promotedAt = performance.now();
       // What the promoted standby knows of the leases, before any client reaches it.
       type Row = { target_id: string; lease_token: string | null; fencing_token: string; blocks_ms: number };
-      surviving = (await query<Row>(
-        pair.urlOf(pair.standby),
-        // A released row (no lease token) blocks nothing: the load uses no holdAtLeastMs.
-        `SELECT target_id, lease_token::text, fencing_token::text,
+      surviving = (
+        await query<Row>(
+          pair.urlOf(pair.standby),
+          // A released row (no lease token) blocks nothing: the load uses no holdAtLeastMs.
+          `SELECT target_id, lease_token::text, fencing_token::text,
            CASE WHEN lease_token IS NULL THEN 0 ELSE greatest(0, extract(epoch FROM updated_at
              + lease_timeout_ms * interval '1 millisecond' - clock_timestamp()) * 1000) END::float8 AS blocks_ms
          FROM job_lease`,
-      )).map((row) => ({
+        )
+      ).map((row) => ({
         targetKey: row.target_id,
         leaseToken: row.lease_token,
         fencingToken: BigInt(row.fencing_token),
@@ -168,23 +178,34 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
     }
 
     type HistoryText = Record<'op_id' | 'target' | 'fencing_token' | 'lease_token' | 'commit_seq', string>;
-    const history = (await query<HistoryText>(
-      pair.urlOf(pair.standby),
-      `SELECT op_id::text, target, fencing_token::text, lease_token::text, commit_seq::text FROM failover_history`,
-    )).map((row): HistoryRow => ({
+    const history = (
+      await query<HistoryText>(
+        pair.urlOf(pair.standby),
+        `SELECT op_id::text, target, fencing_token::text, lease_token::text, commit_seq::text FROM failover_history`,
+      )
+    ).map((row): HistoryRow => ({
       opId: row.op_id,
       target: row.target,
       fencingToken: BigInt(row.fencing_token),
       leaseToken: row.lease_token,
       commitSeq: BigInt(row.commit_seq),
     }));
-    const counters = new Map((await query<{ target: string; n: string }>(
-      pair.urlOf(pair.standby), `SELECT target, n::text FROM failover_counter`,
-    )).map((row) => [row.target, BigInt(row.n)]));
+    const counters = new Map(
+      (
+        await query<{ target: string; n: string }>(
+          pair.urlOf(pair.standby),
+          `SELECT target, n::text FROM failover_counter`,
+        )
+      ).map((row) => [row.target, BigInt(row.n)]),
+    );
     const findings = checkFailover(load.grants, moments, surviving, history, counters, toldWithinMs(lease));
-    const writesAfterSwitchByProcess = Array.from({ length: loadPlan.processes }, (_, p) =>
-      load.grants.filter((g) => g.process === p
-        && g.writes.some((w) => w.outcome === 'ack' && w.startedAt >= moments.switchAt)).length);
+    const writesAfterSwitchByProcess = Array.from(
+      { length: loadPlan.processes },
+      (_, p) =>
+        load.grants.filter(
+          (g) => g.process === p && g.writes.some((w) => w.outcome === 'ack' && w.startedAt >= moments.switchAt),
+        ).length,
+    );
     return {
       scenario,
       findings,

@@ -1,6 +1,6 @@
 /**
  * The checker: reads fault_history and fault_counter from the database and the workers' reports, and lists every
- * violation of SPEC §3 it can see. What is checked:
+ * violation of the README's guarantees (Guarantees — and their limits) it can see. What is checked:
  *
  * 1. Fenced exclusion / monotonic fencing: per target, in commit order (`commit_seq`, taken inside the fenced
  *    transaction while the lease row is locked), fencing tokens never go down. A row whose token is lower than one
@@ -40,9 +40,11 @@ interface HistoryRow {
 }
 
 export async function check(admin: pg.Client, log: Received[]): Promise<CheckResult> {
-  const history = (await admin.query<HistoryRow>(
-    `SELECT op_id::text, target, fencing_token::text, worker, commit_seq::text AS seq FROM fault_history h ORDER BY h.commit_seq`,
-  )).rows;
+  const history = (
+    await admin.query<HistoryRow>(
+      `SELECT op_id::text, target, fencing_token::text, worker, commit_seq::text AS seq FROM fault_history h ORDER BY h.commit_seq`,
+    )
+  ).rows;
   const counters = (await admin.query<{ target: string; n: string }>(`SELECT target, n::text FROM fault_counter`)).rows;
   const violations: string[] = [];
 
@@ -69,7 +71,15 @@ export async function check(admin: pg.Client, log: Received[]): Promise<CheckRes
 
   const committed = new Set(history.map((row) => row.op_id));
   const reported = new Set<string>();
-  const result: CheckResult = { writes: history.length, acked: 0, refused: 0, unknown: { committed: 0, notCommitted: 0 }, unreported: 0, lostEvents: 0, violations };
+  const result: CheckResult = {
+    writes: history.length,
+    acked: 0,
+    refused: 0,
+    unknown: { committed: 0, notCommitted: 0 },
+    unreported: 0,
+    lostEvents: 0,
+    violations,
+  };
   for (const { worker, msg } of log) {
     if (msg.t === 'lost') result.lostEvents++;
     if (msg.t !== 'write') continue;
@@ -84,7 +94,9 @@ export async function check(admin: pg.Client, log: Received[]): Promise<CheckRes
     } else if (inHistory) result.unknown.committed++;
     else result.unknown.notCommitted++;
     if (msg.afterLoss && (msg.outcome !== 'refused' || inHistory)) {
-      violations.push(`${worker} wrote on ${msg.key} (token ${msg.fencingToken}) after its lease was lost: ${msg.outcome}${inHistory ? ', committed' : ''}`);
+      violations.push(
+        `${worker} wrote on ${msg.key} (token ${msg.fencingToken}) after its lease was lost: ${msg.outcome}${inHistory ? ', committed' : ''}`,
+      );
     }
   }
   result.unreported = history.filter((row) => !reported.has(row.op_id)).length;

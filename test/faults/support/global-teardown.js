@@ -6,12 +6,20 @@ import { SUMMARY_DIR } from './global-setup.js';
 export default async function globalTeardown() {
   await globalThis.__LEASE_FAULTS_PG__?.destroy();
   const rowsFile = join(SUMMARY_DIR, 'summary.jsonl');
-  const rows = existsSync(rowsFile) ? readFileSync(rowsFile, 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line)) : [];
+  const rows = existsSync(rowsFile)
+    ? readFileSync(rowsFile, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => JSON.parse(line))
+    : [];
   const wallMs = Date.now() - Number(process.env.LEASE_FAULTS_STARTED_AT ?? Date.now());
   const table = [
     '| scenario | faults injected | fenced writes checked (committed / refused) | violations | takeover ms | wall s |',
     '|---|---|---|---|---|---|',
-    ...rows.map((r) => `| ${r.scenario} | ${r.faults} | ${r.writes} | ${r.violations} | ${r.takeoverMs ?? '–'} | ${(r.wallMs / 1000).toFixed(1)} |`),
+    ...rows.map(
+      (r) =>
+        `| ${r.scenario} | ${r.faults} | ${r.writes} | ${r.violations} | ${r.takeoverMs ?? '–'} | ${(r.wallMs / 1000).toFixed(1)} |`,
+    ),
     '',
     `Suite wall time: ${(wallMs / 1000).toFixed(1)} s`,
   ].join('\n');

@@ -7,7 +7,7 @@ import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { resolveLeaseOptions, type LeaseModuleOptions } from '../../../libs/lease/src/lease.options.js';
-import { schemaStatements } from '../../../libs/lease/src/lease-store.js';
+import { schemaStatements } from '../../../libs/lease/src/lease-schema.js';
 import type { Command, LoopPlan, ParentMessage, WorkerConfig, WorkerMessage } from './protocol.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'faults');
@@ -57,12 +57,14 @@ export class Worker {
     private readonly child: ChildProcess,
     private readonly log: Received[],
   ) {
-    this.exited = new Promise((resolve) => child.once('exit', (code, signal) => {
-      this.alive = false;
-      this.exit = signal ?? `code ${code}`;
-      resolve(code);
-      this.notify();
-    }));
+    this.exited = new Promise((resolve) =>
+      child.once('exit', (code, signal) => {
+        this.alive = false;
+        this.exit = signal ?? `code ${code}`;
+        resolve(code);
+        this.notify();
+      }),
+    );
     child.on('message', (msg: WorkerMessage) => {
       log.push({ at: performance.now(), worker: name, msg });
       this.notify();
@@ -104,9 +106,19 @@ export class Worker {
       const check = () => {
         const found = this.log.find((r) => r.worker === this.name && r.at >= since && predicate(r.msg));
         if (found) return finish(() => resolve(found));
-        if (!this.alive) return finish(() => reject(new Error(`${this.name} exited (${this.exit}) while waiting for ${what}; its output is in artifacts/faults/${this.name}.log`)));
+        if (!this.alive)
+          return finish(() =>
+            reject(
+              new Error(
+                `${this.name} exited (${this.exit}) while waiting for ${what}; its output is in artifacts/faults/${this.name}.log`,
+              ),
+            ),
+          );
       };
-      const timer = setTimeout(() => finish(() => reject(new Error(`${this.name}: timed out after ${timeoutMs} ms waiting for ${what}`))), timeoutMs);
+      const timer = setTimeout(
+        () => finish(() => reject(new Error(`${this.name}: timed out after ${timeoutMs} ms waiting for ${what}`))),
+        timeoutMs,
+      );
       const finish = (settle: () => void) => {
         clearTimeout(timer);
         this.listeners.delete(check);
@@ -167,10 +179,18 @@ export interface FleetOptions {
 }
 
 /** Worker options used by the scenarios unless they say otherwise: short leases, generous ratios. */
-export const LEASE: LeaseModuleOptions = { heartbeatIntervalMs: 150, leaseTimeoutMs: 1_500, waiterTimeoutMs: 1_500, waitPollIntervalMs: 150 };
+export const LEASE: LeaseModuleOptions = {
+  heartbeatIntervalMs: 150,
+  leaseTimeoutMs: 1_500,
+  waiterTimeoutMs: 1_500,
+  waitPollIntervalMs: 150,
+};
 
 /** Starts `processes` looping workers, runs `during(workers)` while they loop, and waits for all of them to finish. */
-export async function runFleet(options: FleetOptions, during: (workers: Worker[], log: Received[]) => Promise<void> = async () => undefined): Promise<{ log: Received[]; workers: Worker[]; wallMs: number }> {
+export async function runFleet(
+  options: FleetOptions,
+  during: (workers: Worker[], log: Received[]) => Promise<void> = async () => undefined,
+): Promise<{ log: Received[]; workers: Worker[]; wallMs: number }> {
   const log: Received[] = [];
   const started = performance.now();
   const workers = await Promise.all(
@@ -219,7 +239,12 @@ export async function pause(worker: Worker, ms: number): Promise<void> {
 }
 
 /** A worker that obeys commands (acquire, write, release) instead of looping. */
-export function startScripted(name: string, url: string, log: Received[], lease: LeaseModuleOptions = LEASE): Promise<Worker> {
+export function startScripted(
+  name: string,
+  url: string,
+  log: Received[],
+  lease: LeaseModuleOptions = LEASE,
+): Promise<Worker> {
   return Worker.start({ name, url, lease, poolSize: 4, unfenced: false, maxLifetimeMs: 120_000 }, log);
 }
 

@@ -20,5 +20,7 @@ export interface ScenarioRow {
 export function recordScenario(row: ScenarioRow): void {
   mkdirSync(DIR, { recursive: true });
   appendFileSync(join(DIR, 'summary.jsonl'), `${JSON.stringify(row)}\n`);
-  console.log(`[faults] ${row.scenario}: ${row.faults}; writes ${row.writes}; violations ${row.violations}${row.takeoverMs ? `; takeover ${row.takeoverMs} ms` : ''}; ${(row.wallMs / 1000).toFixed(1)} s`);
+  console.log(
+    `[faults] ${row.scenario}: ${row.faults}; writes ${row.writes}; violations ${row.violations}${row.takeoverMs ? `; takeover ${row.takeoverMs} ms` : ''}; ${(row.wallMs / 1000).toFixed(1)} s`,
+  );
 }

@@ -10,10 +10,16 @@ import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { DataSource, type EntityManager } from 'typeorm';
-import { LeaseLostError, LeaseService, LeaseWaitTimeoutError, leaseEntities, type Lease } from '../../../libs/lease/src/index.js';
+import {
+  LeaseLostError,
+  LeaseService,
+  LeaseWaitTimeoutError,
+  leaseEntities,
+  type Lease,
+} from '../../../libs/lease/src/index.js';
 import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
 
-const config = JSON.parse(process.argv[2]!) as WorkerConfig;
+const config = JSON.parse(process.argv[2]) as WorkerConfig;
 
 // The parent is gone, or this process ran too long: leave without cleanup (the leases expire by themselves). The
 // IPC channel does not always report a dead parent (under Jest it stayed open), so the parent pid is watched too.
@@ -31,10 +37,14 @@ function send(message: WorkerMessage): void {
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve) => {
     const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer);
-      resolve();
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
   });
 
 const proceedWaiters = new Map<string, () => void>();
@@ -55,7 +65,12 @@ async function historyWrite(manager: EntityManager, lease: Lease, opId: string, 
   await manager.query('UPDATE fault_counter SET n = $2 WHERE target = $1', [lease.targetKey, Number(counter.n) + 1]);
 }
 
-async function fencedWrite(dataSource: DataSource, lease: Lease, opId: string, holdInside = false): Promise<WriteOutcome> {
+async function fencedWrite(
+  dataSource: DataSource,
+  lease: Lease,
+  opId: string,
+  holdInside = false,
+): Promise<WriteOutcome> {
   const afterLoss = lease.signal.aborted;
   let outcome: WriteOutcome;
   let error: string | undefined;
@@ -69,28 +84,47 @@ async function fencedWrite(dataSource: DataSource, lease: Lease, opId: string, h
     outcome = caught instanceof LeaseLostError ? 'refused' : 'unknown';
     error = String(caught);
   }
-  send({ t: 'write', opId, key: lease.targetKey, fencingToken: lease.fencingToken.toString(), outcome, afterLoss, error });
+  send({
+    t: 'write',
+    opId,
+    key: lease.targetKey,
+    fencingToken: lease.fencingToken.toString(),
+    outcome,
+    afterLoss,
+    error,
+  });
   return outcome;
 }
 
 function watch(lease: Lease): void {
   send({ t: 'acquired', key: lease.targetKey, fencingToken: lease.fencingToken.toString() });
-  lease.signal.addEventListener('abort', () => {
-    if (lease.signal.reason instanceof LeaseLostError) {
-      send({ t: 'aborted', key: lease.targetKey, fencingToken: lease.fencingToken.toString() });
-    }
-  }, { once: true });
+  lease.signal.addEventListener(
+    'abort',
+    () => {
+      if (lease.signal.reason instanceof LeaseLostError) {
+        send({ t: 'aborted', key: lease.targetKey, fencingToken: lease.fencingToken.toString() });
+      }
+    },
+    { once: true },
+  );
 }
 
-async function loop(leases: LeaseService, dataSource: DataSource, plan: NonNullable<WorkerConfig['loop']>, stats: Record<'leases' | 'busy' | 'waitTimeouts' | 'errors', number>, index: number): Promise<void> {
+async function loop(
+  leases: LeaseService,
+  dataSource: DataSource,
+  plan: NonNullable<WorkerConfig['loop']>,
+  stats: Record<'leases' | 'busy' | 'waitTimeouts' | 'errors', number>,
+  index: number,
+): Promise<void> {
   const until = performance.now() + plan.durationMs;
   // `iterations` counts leases obtained, not attempts: busy and failed attempts only cost time.
-  for (let leased = 0; leased < plan.iterations && performance.now() < until && !stopping; ) {
-    const key = plan.keys[(index + Math.floor(Math.random() * plan.keys.length)) % plan.keys.length]!;
+  for (let leased = 0; leased < plan.iterations && performance.now() < until && !stopping;) {
+    const key = plan.keys[(index + Math.floor(Math.random() * plan.keys.length)) % plan.keys.length];
     try {
-      const lease = plan.waitTimeoutMs > 0
-        ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs })
-        : await leases.tryAcquire(key);
+      const lease =
+        plan.waitTimeoutMs > 0
+          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs })
+          : await leases.tryAcquire(key);
       if (!lease) {
         stats.busy++;
         await sleep(5 + Math.random() * 20);
@@ -167,7 +201,8 @@ async function main(): Promise<void> {
     else {
       run(message.cmd).then(
         (value) => send({ t: 'reply', id: message.id, ok: true, value }),
-        (error: unknown) => send({ t: 'reply', id: message.id, ok: false, error: `${(error as Error)?.name}: ${String(error)}` }),
+        (error: unknown) =>
+          send({ t: 'reply', id: message.id, ok: false, error: `${(error as Error)?.name}: ${String(error)}` }),
       );
     }
   });

@@ -49,8 +49,11 @@ let leases: Snapshot[] = [];
 let digest: State['digest'] = { schedule: '', runs: [] };
 
 const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
-const escape = (text: unknown) =>
-  String(text ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+const escape = (text: string | number | null | undefined) =>
+  String(text ?? '').replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!,
+  );
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 const holderOf = (owner: string) => owner.split('/')[0];
 
@@ -132,7 +135,9 @@ function render(): void {
   $('#waiters tbody').innerHTML =
     waiting
       .map(
-        (row) => `<tr data-target="${escape(row.targetKey)}" data-priority="${row.priority}" data-position="${row.position ?? ''}">
+        (
+          row,
+        ) => `<tr data-target="${escape(row.targetKey)}" data-priority="${row.priority}" data-position="${row.position ?? ''}">
           <td>${escape(row.targetKey)}</td><td class="num">${row.position ?? '-'}</td><td>${escape(holderOf(row.owner))}</td>
           <td class="num">${row.priority}</td><td class="num">${seconds(row.ageMs)}</td><td>${row.live ? 'yes' : 'no (skipped)'}</td></tr>`,
       )
@@ -151,7 +156,9 @@ function render(): void {
   const recent = [...events.values()].sort((a, b) => b.at.localeCompare(a.at)).slice(0, SHOWN_EVENTS);
   $('#events tbody').innerHTML = recent
     .map(
-      (event) => `<tr data-type="${escape(event.type)}" data-instance="${escape(event.instance)}" data-token="${escape(event.fencingToken)}">
+      (
+        event,
+      ) => `<tr data-type="${escape(event.type)}" data-instance="${escape(event.instance)}" data-token="${escape(event.fencingToken)}">
         <td class="num">${escape(event.at.slice(11, 23))}</td><td>${escape(event.instance)}</td><td>${escape(event.type)}</td>
         <td>${escape(event.targetKey)}</td><td class="num">${escape(event.fencingToken)}</td><td>${escape(event.detail)}</td></tr>`,
     )

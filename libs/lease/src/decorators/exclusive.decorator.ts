@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError } from '../errors.js';
 import { callExclusive } from '../exclusive-call.js';
-import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive.metadata.js';
+import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive-keys.js';
 import { ExclusiveInterceptor } from '../interceptors/exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
 
@@ -41,7 +41,8 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
     const wrapped = function (this: unknown, ...args: unknown[]): Promise<unknown> {
       return callExclusive(this, wrapped, original, metadata, declaringClass, methodName, args);
     };
-    // Decorators applied before this one wrote their metadata on the original; those applied after write on the wrapper.
+    // Decorators applied before this one wrote their metadata on the original; those applied after write on the
+    // wrapper.
     for (const key of Reflect.getOwnMetadataKeys(original)) {
       Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, original), wrapped);
     }

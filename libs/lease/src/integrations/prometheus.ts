@@ -151,7 +151,11 @@ export class LeaseMetricsModule {
     return {
       module: LeaseMetricsModule,
       providers: [
-        { provide: LeaseMetrics, inject: [LeaseService], useFactory: (leases: LeaseService) => new LeaseMetrics(leases, options) },
+        {
+          provide: LeaseMetrics,
+          inject: [LeaseService],
+          useFactory: (leases: LeaseService) => new LeaseMetrics(leases, options),
+        },
       ],
       exports: [LeaseMetrics],
     };

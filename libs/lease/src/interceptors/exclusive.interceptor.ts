@@ -2,7 +2,7 @@ import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestI
 import { Reflector } from '@nestjs/core';
 import { catchError, defer, Observable } from 'rxjs';
 import { handlerCalls, type HandlerCall } from '../exclusive-call.js';
-import type { ExclusiveMetadata } from '../exclusive.metadata.js';
+import type { ExclusiveMetadata } from '../exclusive-keys.js';
 import { EXCLUSIVE_METADATA } from '../lease.constants.js';
 import { leaseErrorToTransport } from '../lease-http.js';
 

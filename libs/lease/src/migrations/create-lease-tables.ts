@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { dropSchemaStatements, type LeaseNames, schemaStatements } from '../lease-store.js';
-import { resolveLeaseOptions } from '../lease.options.js';
+import { dropSchemaStatements, type LeaseNames, schemaStatements } from '../lease-schema.js';
+import { resolveLeaseNames } from '../lease.options.js';
 
 /** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
 const CREATED_AT = 1764374400000;
@@ -11,9 +11,9 @@ const CREATED_AT = 1764374400000;
  * like the module's options). Use the same names as in `LeaseModule.forRoot()`.
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
-  const resolved = resolveLeaseOptions(names);
-  const fixed: LeaseNames = { schema: resolved.schema, tableName: resolved.tableName, waiterTableName: resolved.waiterTableName };
-  const isDefault = fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
+  const fixed: LeaseNames = resolveLeaseNames(names);
+  const isDefault =
+    fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
   const suffix = isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
   const name = `CreateLeaseTables${suffix}${CREATED_AT}`;
   class CreateLeaseTables implements MigrationInterface {

@@ -1,3 +1,8 @@
+/**
+ * How `@Exclusive` finds a call's target key: the decorator's arguments checked once (`exclusiveMetadata`), the door
+ * a method is reached through (`doorOf`), where each placeholder of its key template comes from (`argumentPlan`,
+ * decided by the signature, checked at bootstrap by `checkKeyTemplate`), and the key of one call (`targetKeyOf`).
+ */
 import 'reflect-metadata';
 import {
   CUSTOM_ROUTE_ARGS_METADATA,
@@ -173,8 +178,10 @@ export function argumentPlan(
   }
   if (!routeArgs) {
     // Without parameter decorators Nest passes (socket, data, ack) to a gateway and (data, context) to a microservice.
-    if (door === 'ws') (wholes.push({ index: 1, label: 'the message data', rank: 0 }), positions.add(0).add(1));
-    if (door === 'rpc') (wholes.push({ index: 0, label: 'the message data', rank: 0 }), positions.add(0).add(1));
+    if (door === 'ws' || door === 'rpc') {
+      wholes.push({ index: door === 'ws' ? 1 : 0, label: 'the message data', rank: 0 });
+      positions.add(0).add(1);
+    }
   }
   wholes.sort((a, b) => a.rank - b.rank);
   return { door, label, named, wholes, positions, leaseSlots };

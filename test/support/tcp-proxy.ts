@@ -1,10 +1,16 @@
 /**
- * A TCP proxy on 127.0.0.1 between one worker and PostgreSQL, for network faults on one machine:
+ * The one TCP proxy of the suites (priority waiting, the fault suite): on 127.0.0.1 between one process and
+ * PostgreSQL, for network faults on one machine:
  * - `pass`: forward both ways;
  * - `delay`: forward each chunk after `delayMs` (order kept);
  * - `drop`: forward requests, discard replies (a reply lost on the way back); a connection that lost bytes has a
  *   broken protocol stream, so it is reset when the mode changes, as TCP would after retransmissions fail;
- * - `blackhole`: forward nothing either way and close nothing (a silent partition); forwarding resumes when it heals.
+ * - `blackhole` (`freeze()`): forward nothing either way and close nothing (a silent partition: the process looks
+ *   dead to the database, and to itself only slow; a session the server ends meanwhile is news that cannot get
+ *   through either); what was held back is delivered, in order, when it heals (`thaw()`);
+ * - `stallNewConnections()`: new connections get no server until `thaw()` (their startup is never answered), while
+ *   established ones keep working.
+ * The failover suite's SwitchableProxy (re-pointing a connection at a promoted standby) stays its own: see its file.
  */
 import { createServer, type Server, Socket } from 'node:net';
 
@@ -21,12 +27,17 @@ export class TcpProxy {
   private delayMs = 0;
   private readonly pairs = new Set<Pair>();
   private readonly held: Array<() => void> = [];
+  private stallingNew = false;
+  private readonly stalled: Array<() => void> = [];
   /** When the last delayed chunk to each socket goes out: later chunks never overtake it. */
   private readonly due = new WeakMap<Socket, number>();
   private server?: Server;
   port = 0;
 
-  constructor(private readonly targetHost: string, private readonly targetPort: number) {}
+  constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {}
 
   /** Starts listening; resolves with a URL like `url` but pointing at the proxy. */
   async start(url: string): Promise<string> {
@@ -37,6 +48,12 @@ export class TcpProxy {
     proxied.hostname = '127.0.0.1';
     proxied.port = String(this.port);
     return proxied.toString();
+  }
+
+  /** A proxy for the server of `url`, started: resolves with the proxy and the URL to connect to instead. */
+  static async inFrontOf(url: string): Promise<{ proxy: TcpProxy; url: string }> {
+    const proxy = TcpProxy.forUrl(url);
+    return { proxy, url: await proxy.start(url) };
   }
 
   static forUrl(url: string): TcpProxy {
@@ -56,11 +73,29 @@ export class TcpProxy {
     }
   }
 
+  /** A silent partition: see `blackhole` above. */
+  freeze(): void {
+    this.set('blackhole');
+  }
+
+  /** Heals a partition and lets stalled connections through. */
+  thaw(): void {
+    this.stallingNew = false;
+    this.set('pass');
+    for (const connect of this.stalled.splice(0)) connect();
+  }
+
+  /** New connections stall (their startup never answered) until `thaw()`; established ones keep working. */
+  stallNewConnections(): void {
+    this.stallingNew = true;
+  }
+
   get connections(): number {
     return this.pairs.size;
   }
 
   async stop(): Promise<void> {
+    this.thaw();
     for (const pair of this.pairs) this.close(pair);
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
@@ -71,11 +106,21 @@ export class TcpProxy {
     this.pairs.add(pair);
     client.on('data', (chunk) => this.forward(pair, server, chunk, false));
     server.on('data', (chunk) => this.forward(pair, client, chunk, true));
-    for (const socket of [client, server]) {
-      socket.on('error', () => this.close(pair));
-      socket.on('close', () => this.close(pair));
-    }
-    server.connect(this.targetPort, this.targetHost);
+    client.on('error', () => this.close(pair));
+    client.on('close', () => this.close(pair));
+    // The server's end of a session crosses a partition no more than its bytes do.
+    const serverGone = () => (this.mode === 'blackhole' ? this.held.push(() => this.close(pair)) : this.close(pair));
+    server.on('error', serverGone);
+    server.on('close', serverGone);
+    const connect = () => {
+      client.resume();
+      server.connect(this.targetPort, this.targetHost);
+    };
+    // A stalled connection's startup packet stays unread in the client socket until it connects.
+    if (this.stallingNew) {
+      client.pause();
+      this.stalled.push(connect);
+    } else connect();
   }
 
   private forward(pair: Pair, to: Socket, chunk: Buffer, reply: boolean): void {

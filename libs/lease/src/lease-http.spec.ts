@@ -1,0 +1,93 @@
+import { readFileSync } from 'node:fs';
+import { HttpException } from '@nestjs/common';
+import * as api from './index.js';
+import { LeaseError } from './errors.js';
+import { leaseErrorBody, leaseErrorToHttp } from './lease-http.js';
+
+/** One instance of every error class the package exports (the test fails when a new class is not listed here). */
+const samples: Record<string, LeaseError> = {
+  LeaseBusyError: new api.LeaseBusyError('k', 2_500),
+  LeaseQueueFullError: new api.LeaseQueueFullError('k', 2_500, 'too many waiters'),
+  LeaseArgumentError: new api.LeaseArgumentError('waitTimeoutMs must be …'),
+  LeaseKeyError: new api.LeaseKeyError('A target key must not be empty'),
+  LeaseLostError: new api.LeaseLostError('k', 'taken-over'),
+  LeaseWaitTimeoutError: new api.LeaseWaitTimeoutError('k', 4_200),
+  LeaseUnavailableError: new api.LeaseUnavailableError('k', 'ECONNREFUSED', { kind: 'failing' }),
+  LeaseShutdownError: new api.LeaseShutdownError('k'),
+  LeaseConfigError: new api.LeaseConfigError('bad options'),
+};
+
+interface Row {
+  status: number;
+  retryAfter: boolean;
+  wsFields: string[];
+}
+
+/** The README's "Errors and HTTP" table, by class name. */
+function readmeTable(): Map<string, Row> {
+  const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
+  const section = readme.slice(readme.indexOf('## Errors and HTTP'));
+  const rows = new Map<string, Row>();
+  for (const line of section.split('\n').slice(4)) {
+    if (!line.startsWith('| `')) break;
+    const [, name, , http, ws] = line.split(/\s*\|\s*/);
+    rows.set(name.match(/^`(\w+)`/)![1], {
+      status: Number(http.match(/\b(\d{3})\b/)![1]),
+      retryAfter: http.includes('Retry-After'),
+      wsFields: [...ws.matchAll(/`(\w+)`/g)].map((m) => m[1]).sort(),
+    });
+  }
+  return rows;
+}
+
+describe('lease errors over HTTP, WebSocket and RPC, class by class as the README says', () => {
+  const table = readmeTable();
+  const exported = Object.entries(api)
+    .filter(([, value]) => typeof value === 'function' && value.prototype instanceof Error)
+    .map(([name]) => name)
+    .filter((name) => name !== 'LeaseError');
+
+  it('lists every exported error class in the README table and here', () => {
+    expect([...table.keys()].sort()).toEqual([...exported].sort());
+    expect(Object.keys(samples).sort()).toEqual([...exported].sort());
+  });
+
+  it.each(Object.entries(samples))('%s', (name, error) => {
+    const row = table.get(name)!;
+    const headers: Record<string, string> = {};
+    const http = leaseErrorToHttp(error, { setHeader: (n: string, v: string) => (headers[n] = v) });
+    expect(http).toBeInstanceOf(HttpException);
+    expect((http as HttpException).getStatus()).toBe(row.status);
+    expect((http as HttpException).cause).toBe(error);
+    expect('Retry-After' in headers).toBe(row.retryAfter);
+    expect((http as HttpException).getResponse()).toMatchObject({ code: name, message: error.message });
+
+    const body = leaseErrorBody(error);
+    const base = ['status', 'code', 'message', 'targetKey'];
+    expect(
+      Object.keys(body)
+        .filter((key) => !base.includes(key))
+        .sort(),
+    ).toEqual(row.wsFields);
+    expect(body).toMatchObject({ status: 'error', code: name, message: error.message });
+  });
+
+  it('answers Retry-After in whole seconds, at least one', () => {
+    const headers: Record<string, string> = {};
+    leaseErrorToHttp(samples.LeaseBusyError, { header: (n: string, v: string) => (headers[n] = v) });
+    expect(headers['Retry-After']).toBe('3');
+    leaseErrorToHttp(new api.LeaseBusyError('k', 10), { setHeader: (n: string, v: string) => (headers[n] = v) });
+    expect(headers['Retry-After']).toBe('1');
+  });
+
+  it("LeaseLostError's message claims only what fencing guarantees", () => {
+    const { message } = samples.LeaseLostError;
+    expect(message).toMatch(/fenced writes are refused/);
+    expect(message).not.toMatch(/nothing was written|result was discarded/);
+  });
+
+  it('passes other errors through unchanged', () => {
+    const other = new Error('not ours');
+    expect(leaseErrorToHttp(other)).toBe(other);
+  });
+});

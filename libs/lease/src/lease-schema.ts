@@ -1,0 +1,217 @@
+/**
+ * The lease tables, described once. The DDL (the migration and `createSchema`), the names of every derived object
+ * and the TypeORM entities all derive from the two table descriptions below, so they cannot drift: a test runs
+ * TypeORM's schema diff after the migration and expects nothing to change.
+ */
+import { EntitySchema, type EntitySchemaColumnOptions } from 'typeorm';
+
+/** The names a deployment chooses (validated by `resolveLeaseNames`). */
+export interface LeaseNames {
+  schema: string;
+  tableName: string;
+  waiterTableName: string;
+}
+
+/** Quotes a validated identifier. */
+export function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
+type ColumnType = 'text' | 'uuid' | 'bigint' | 'integer' | 'timestamptz';
+
+interface Column {
+  /** The entity's property. */
+  readonly property: string;
+  readonly name: string;
+  readonly type: ColumnType;
+  readonly nullable?: boolean;
+  readonly primary?: boolean;
+  readonly default?: number;
+  /** A CHECK on this column alone (SQL over the column), named as PostgreSQL names column checks. */
+  readonly check?: string;
+}
+
+interface Table {
+  readonly columns: readonly Column[];
+  /** Storage parameter: room on each page for HOT updates (see the lease table's comment in `schemaStatements`). */
+  readonly fillfactor: number;
+}
+
+const KEY_CHECK = 'octet_length(target_id) BETWEEN 1 AND 255';
+
+/**
+ * The lease table. A row stays once its key was first acquired: a release only clears lease_token (see
+ * LeaseStore.release), so every later acquisition of the key draws its fencing token under the row lock.
+ */
+const LEASE_TABLE: Table = {
+  fillfactor: 50,
+  columns: [
+    { property: 'targetId', name: 'target_id', type: 'text', primary: true, check: KEY_CHECK },
+    { property: 'leaseToken', name: 'lease_token', type: 'uuid', nullable: true },
+    { property: 'fencingToken', name: 'fencing_token', type: 'bigint' },
+    { property: 'owner', name: 'owner', type: 'text' },
+    { property: 'priority', name: 'priority', type: 'integer', default: 0 },
+    { property: 'leaseTimeoutMs', name: 'lease_timeout_ms', type: 'integer', check: 'lease_timeout_ms > 0' },
+    { property: 'acquiredAt', name: 'acquired_at', type: 'timestamptz' },
+    { property: 'updatedAt', name: 'updated_at', type: 'timestamptz' },
+    { property: 'holdMs', name: 'hold_ms', type: 'integer', default: 0, check: 'hold_ms >= 0' },
+  ],
+};
+
+/** The waiter table: one row per waiting call, ordered by the order index (priority, then arrival). */
+const WAITER_TABLE: Table = {
+  fillfactor: 80,
+  columns: [
+    { property: 'targetId', name: 'target_id', type: 'text', primary: true, check: KEY_CHECK },
+    { property: 'waiterId', name: 'waiter_id', type: 'uuid', primary: true },
+    { property: 'owner', name: 'owner', type: 'text' },
+    { property: 'priority', name: 'priority', type: 'integer' },
+    { property: 'timeoutMs', name: 'timeout_ms', type: 'integer', check: 'timeout_ms > 0' },
+    { property: 'queuedAt', name: 'queued_at', type: 'timestamptz' },
+    { property: 'seq', name: 'seq', type: 'bigint' },
+    { property: 'heartbeatAt', name: 'heartbeat_at', type: 'timestamptz' },
+  ],
+};
+
+/** The order index of the waiter table: grant order within a target. */
+const WAITER_ORDER = { columns: ['target_id', 'priority', 'seq'], sql: 'target_id, priority DESC, seq' };
+
+const NAMEDATALEN = 64;
+
+/** `text` cut to at most `bytes` bytes of UTF-8, on a character boundary (PostgreSQL's pg_mbcliplen). */
+function clip(text: string, bytes: number): string {
+  let out = '';
+  for (const char of text) {
+    if (Buffer.byteLength(out + char, 'utf8') > bytes) break;
+    out += char;
+  }
+  return out;
+}
+
+/**
+ * The name PostgreSQL gives a column's CHECK constraint (`makeObjectName(table, column, 'check')`): both parts cut,
+ * the longer first, until the name fits in 63 bytes. Written out in the DDL, so new and old tables agree.
+ */
+export function columnCheckName(table: string, column: string): string {
+  const available = NAMEDATALEN - 1 - ('check'.length + 2);
+  let tableBytes = Buffer.byteLength(table, 'utf8');
+  let columnBytes = Buffer.byteLength(column, 'utf8');
+  while (tableBytes + columnBytes > available) {
+    if (tableBytes > columnBytes) tableBytes--;
+    else columnBytes--;
+  }
+  return `${clip(table, tableBytes)}_${clip(column, columnBytes)}_check`;
+}
+
+/** Quoted, qualified names of every database object, derived from the names. */
+export function leaseObjectNames(names: LeaseNames) {
+  const q = (name: string) => `${quoteIdentifier(names.schema)}.${quoteIdentifier(name)}`;
+  return {
+    schema: quoteIdentifier(names.schema),
+    lease: q(names.tableName),
+    waiter: q(names.waiterTableName),
+    fencingSequence: q(`${names.tableName}_fencing_seq`),
+    waiterSequence: q(`${names.waiterTableName}_seq`),
+    waiterOrderIndex: quoteIdentifier(`${names.waiterTableName}_order_idx`),
+    /** NOTIFY channel: a plain string argument of pg_notify, never spliced into SQL. */
+    channel: `${names.tableName}_wake`,
+  };
+}
+
+function createTable(qualified: string, tableName: string, table: Table): string {
+  const keys = table.columns.filter((column) => column.primary);
+  const lines = table.columns.map((column) => {
+    let line = `${column.name} ${column.type}`;
+    if (keys.length === 1 && column.primary) line += ' PRIMARY KEY';
+    else if (!column.nullable) line += ' NOT NULL';
+    if (column.default !== undefined) line += ` DEFAULT ${column.default}`;
+    if (column.check) {
+      line += ` CONSTRAINT ${quoteIdentifier(columnCheckName(tableName, column.name))} CHECK (${column.check})`;
+    }
+    return line;
+  });
+  if (keys.length > 1) lines.push(`PRIMARY KEY (${keys.map((column) => column.name).join(', ')})`);
+  return `CREATE TABLE IF NOT EXISTS ${qualified} (\n      ${lines.join(',\n      ')}\n    ) WITH (fillfactor = ${table.fillfactor})`;
+}
+
+/** The DDL of the lease tables; idempotent, so `createSchema` and the migration share it. */
+export function schemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [
+    ...(names.schema === 'public' ? [] : [`CREATE SCHEMA IF NOT EXISTS ${n.schema}`]),
+    `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint`,
+    // Only the primary key is indexed, and half of each page is left free, so a heartbeat of every lease in one tick
+    // still finds room for the new row versions on their own pages: HOT updates (measured: 99.8 % at 10,000 leases).
+    createTable(n.lease, names.tableName, LEASE_TABLE),
+    `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint`,
+    createTable(n.waiter, names.waiterTableName, WAITER_TABLE),
+    `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (${WAITER_ORDER.sql})`,
+  ];
+}
+
+/** The GRANTs a least-privileged application role needs, run by the owner of the lease objects. */
+export function grantStatements(names: LeaseNames, role: string): string[] {
+  const n = leaseObjectNames(names);
+  const to = quoteIdentifier(role);
+  return [
+    `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter} TO ${to}`,
+    `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
+  ];
+}
+
+export function dropSchemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [
+    `DROP TABLE IF EXISTS ${n.waiter}`,
+    `DROP SEQUENCE IF EXISTS ${n.waiterSequence}`,
+    `DROP TABLE IF EXISTS ${n.lease}`,
+    `DROP SEQUENCE IF EXISTS ${n.fencingSequence}`,
+  ];
+}
+
+function entityColumns(table: Table): Record<string, EntitySchemaColumnOptions> {
+  return Object.fromEntries(
+    table.columns.map((column): [string, EntitySchemaColumnOptions] => [
+      column.property,
+      {
+        name: column.name,
+        type: column.type,
+        ...(column.primary ? { primary: true } : {}),
+        ...(column.nullable ? { nullable: true } : {}),
+        ...(column.default !== undefined ? { default: column.default } : {}),
+      },
+    ]),
+  );
+}
+
+function entityChecks(tableName: string, table: Table) {
+  return table.columns
+    .filter((column) => column.check)
+    .map((column) => ({ name: columnCheckName(tableName, column.name), expression: column.check! }));
+}
+
+/**
+ * TypeORM entity schemas of the two tables, with their CHECK constraints and the order index, so a DataSource knows
+ * them and its schema diff (`synchronize`, `migration:generate`) finds nothing to change after the migration.
+ */
+export function leaseEntitySchemas<L, W>(names: LeaseNames): [EntitySchema<L>, EntitySchema<W>] {
+  const { schema, tableName, waiterTableName } = names;
+  const property = (column: string) => WAITER_TABLE.columns.find((c) => c.name === column)!.property;
+  const lease = new EntitySchema<L>({
+    name: `LeaseRow:${schema}.${tableName}`,
+    tableName,
+    schema,
+    columns: entityColumns(LEASE_TABLE),
+    checks: entityChecks(tableName, LEASE_TABLE),
+  });
+  const waiter = new EntitySchema<W>({
+    name: `LeaseWaiterRow:${schema}.${waiterTableName}`,
+    tableName: waiterTableName,
+    schema,
+    columns: entityColumns(WAITER_TABLE),
+    checks: entityChecks(waiterTableName, WAITER_TABLE),
+    indices: [{ name: `${waiterTableName}_order_idx`, columns: WAITER_ORDER.columns.map(property) as never }],
+  });
+  return [lease, waiter];
+}

@@ -1,0 +1,98 @@
+import { LeaseConfigError } from './errors.js';
+import { type LeaseModuleOptions, resolveLeaseNames, resolveLeaseOptions } from './lease.options.js';
+
+/** Option resolution: the defaults, and every rule with the advice of its message. */
+describe('resolveLeaseOptions', () => {
+  it('applies the documented defaults', () => {
+    const options = resolveLeaseOptions();
+    expect(options).toMatchObject({
+      heartbeatIntervalMs: 30_000,
+      leaseTimeoutMs: 120_000,
+      safetyMarginMs: 30_000,
+      waiterTimeoutMs: 15_000,
+      waiterHeartbeatIntervalMs: 5_000,
+      defaultWaitTimeoutMs: 60_000,
+      waitPollIntervalMs: 30_000,
+      notify: true,
+      maxWaitersPerTarget: 1_000,
+      maxWaitersPerProcess: 10_000,
+      agingIntervalMs: null,
+      schema: 'public',
+      tableName: 'job_lease',
+      waiterTableName: 'job_lease_waiter',
+      createSchema: false,
+      fencedIdleTimeoutMs: 120_000,
+      asyncReleaseCommits: false,
+      pooler: 'none',
+      sessionUrl: null,
+    });
+    expect(options.owner).toMatch(/^.+:\d+:[0-9a-f]{8}$/);
+  });
+
+  it('behind a transaction pooler without sessionUrl: notify off, polling at most every second', () => {
+    const options = resolveLeaseOptions({ pooler: 'transaction' });
+    expect([options.notify, options.waitPollIntervalMs]).toEqual([false, 1_000]);
+    const direct = resolveLeaseOptions({ pooler: 'transaction', sessionUrl: 'postgres://db/x' });
+    expect([direct.notify, direct.waitPollIntervalMs]).toEqual([true, 30_000]);
+  });
+
+  const fast = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 };
+  it.each<[string, LeaseModuleOptions, RegExp]>([
+    ['options not an object', null as never, /must be an object/],
+    ['a zero interval', { heartbeatIntervalMs: 0 }, /heartbeatIntervalMs must be a positive integer/],
+    ['a fractional timeout', { leaseTimeoutMs: 1.5 }, /leaseTimeoutMs must be a positive integer/],
+    [
+      'a timeout under 3 intervals',
+      { heartbeatIntervalMs: 500, leaseTimeoutMs: 1_000 },
+      /at least 3 × heartbeatIntervalMs .*raise the timeout or shorten the interval/,
+    ],
+    ['a margin leaving under 2 intervals', { ...fast, safetyMarginMs: 900 }, /lower the margin to at most 800/],
+    [
+      'asyncReleaseCommits not a boolean',
+      { asyncReleaseCommits: 'yes' as never },
+      /asyncReleaseCommits must be a boolean/,
+    ],
+    ['a waiter timeout under 30 ms', { waiterTimeoutMs: 29 }, /waiterTimeoutMs \(29\) must be at least 30 ms/],
+    ['an empty table name', { tableName: '' }, /tableName must be a non-empty string/],
+    ['a NUL in the schema', { schema: 'a\0b' }, /schema must not contain NUL/],
+    [
+      'a table name too long for its derived names',
+      { tableName: 't'.repeat(52) },
+      /at most 51 fit.*choose a shorter name/,
+    ],
+    ['equal table names', { tableName: 'x', waiterTableName: 'x' }, /must differ/],
+    ['a table named like a derived object', { tableName: 'jl', waiterTableName: 'jl_fencing_seq' }, /collides with/],
+    ['an empty owner', { owner: '' }, /owner must be a non-empty string/],
+    ['a NUL in the owner', { owner: 'a\0' }, /owner must not contain NUL/],
+    ['a lone surrogate in the owner', { owner: '\uD800' }, /well-formed UTF-16/],
+    ['notify not a boolean', { notify: 1 as never }, /notify must be a boolean/],
+    ['an unknown pooler', { pooler: 'session' as never }, /pooler must be 'none' or 'transaction'/],
+    ['an empty sessionUrl', { sessionUrl: '' }, /sessionUrl must be a non-empty connection string/],
+    [
+      'notify behind a blind pooler',
+      { pooler: 'transaction', notify: true },
+      /give sessionUrl .* or leave notify unset/,
+    ],
+    [
+      'a fenced idle timeout past its bound',
+      { ...fast, fencedIdleTimeoutMs: 1_701 },
+      /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/,
+    ],
+    ['a zero aging interval', { agingIntervalMs: 0 }, /agingIntervalMs must be a positive integer/],
+  ])('%s → LeaseConfigError with advice', (_, options, message) => {
+    expect(() => resolveLeaseOptions(options)).toThrow(LeaseConfigError);
+    expect(() => resolveLeaseOptions(options)).toThrow(message);
+  });
+});
+
+describe('resolveLeaseNames', () => {
+  it('validates the names alone: no owner identity is made, timing options are not read', () => {
+    expect(resolveLeaseNames({ schema: 'jobs', tableName: 'lease' })).toEqual({
+      schema: 'jobs',
+      tableName: 'lease',
+      waiterTableName: 'job_lease_waiter',
+    });
+    expect(Object.keys(resolveLeaseNames())).toEqual(['schema', 'tableName', 'waiterTableName']);
+    expect(() => resolveLeaseNames({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);
+  });
+});
