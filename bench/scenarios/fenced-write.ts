@@ -4,7 +4,15 @@
  */
 import type { Lease } from 'nest-pg-lease';
 import { openLeases } from '../support/contenders.js';
-import { interleaved, loops, summarize, type BenchContext, type Contender, type Row, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  loops,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type Workload,
+} from '../support/measure.js';
 
 const WARM_UP = 5;
 const WRITE = 'UPDATE bench_counter SET n = n + 1 WHERE id = $1';
@@ -24,7 +32,9 @@ export async function fencedWrite(ctx: BenchContext): Promise<Row[]> {
     const rounds = ctx.quick ? 2 : 3;
     const scenario = `fenced write, ${clients} client${clients > 1 ? 's' : ''}`;
     ctx.log(`  ${scenario}: ${rounds} rounds × ${clients * perClient} writes`);
-    const contenders = (['fenced', 'transaction', 'autocommit'] as const).map((mode) => contender(ctx, mode, clients, perClient));
+    const contenders = (['fenced', 'transaction', 'autocommit'] as const).map((mode) =>
+      contender(ctx, mode, clients, perClient),
+    );
     const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
     for (const one of contenders) rows.push(summarize(scenario, one.name, 'write', results.get(one.name)!));
   }
@@ -39,7 +49,8 @@ function contender(ctx: BenchContext, mode: Mode, clients: number, perClient: nu
       const held: Lease[] = [];
       const write = async (client: number) => {
         if (mode === 'fenced') await held[client].fenced((manager) => manager.query(WRITE, [client]));
-        else if (mode === 'transaction') await open!.dataSource.transaction((manager) => manager.query(WRITE, [client]));
+        else if (mode === 'transaction')
+          await open!.dataSource.transaction((manager) => manager.query(WRITE, [client]));
         else await open!.dataSource.query(WRITE, [client]);
       };
       return {

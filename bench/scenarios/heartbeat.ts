@@ -7,7 +7,15 @@
 import type { Lock } from '@verrou/core';
 import { filter } from 'rxjs';
 import { forEachConcurrently, openLeases, openVerrou, type LeaseVariant } from '../support/contenders.js';
-import { interleaved, summarize, type BenchContext, type Contender, type Row, type RunResult, type Workload } from '../support/measure.js';
+import {
+  interleaved,
+  summarize,
+  type BenchContext,
+  type Contender,
+  type Row,
+  type RunResult,
+  type Workload,
+} from '../support/measure.js';
 import { LEASE_IMPLEMENTATIONS } from './acquire-release.js';
 
 const HEARTBEAT_INTERVAL_MS = 500;
@@ -21,12 +29,24 @@ export async function heartbeats(ctx: BenchContext): Promise<Row[]> {
   for (const leases of [1_000, 10_000]) {
     const scenario = `heartbeat, ${leases.toLocaleString('en-US')} leases`;
     ctx.log(`  ${scenario}: ${rounds} round(s) × ${ticks} ticks`);
-    const contenders = [leaseHeartbeat(ctx, leases, ticks, 'shipped'), leaseHeartbeat(ctx, leases, ticks, 'fillfactor-80')];
+    const contenders = [
+      leaseHeartbeat(ctx, leases, ticks, 'shipped'),
+      leaseHeartbeat(ctx, leases, ticks, 'fillfactor-80'),
+    ];
     // 10,000 extend() calls take seconds per pass: one pass is enough to see it (and quick mode skips it).
-    if (!ctx.quick || leases <= 1_000) contenders.push(verrouExtend(ctx, leases, leases > 1_000 ? 1 : ctx.quick ? 2 : 3));
+    if (!ctx.quick || leases <= 1_000)
+      contenders.push(verrouExtend(ctx, leases, leases > 1_000 ? 1 : ctx.quick ? 2 : 3));
     const results = await interleaved(ctx.db, rounds, contenders, ctx.log);
     for (const contender of contenders) {
-      rows.push(summarize(scenario, contender.name, `tick (${leases.toLocaleString('en-US')} leases)`, results.get(contender.name)!, { paced: true, noDeadTuples: true }));
+      rows.push(
+        summarize(
+          scenario,
+          contender.name,
+          `tick (${leases.toLocaleString('en-US')} leases)`,
+          results.get(contender.name)!,
+          { paced: true, noDeadTuples: true },
+        ),
+      );
     }
   }
   return rows;
@@ -50,7 +70,12 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
       };
       return {
         setup: async () => {
-          open = await openLeases(ctx.db.url, SETUP_CONCURRENCY, { heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, leaseTimeoutMs: 60_000 }, variant);
+          open = await openLeases(
+            ctx.db.url,
+            SETUP_CONCURRENCY,
+            { heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, leaseTimeoutMs: 60_000 },
+            variant,
+          );
           open.service.events$.pipe(filter((event) => event.type === 'renewed')).subscribe((event) => {
             const last = tickLog.at(-1);
             if (last?.at === event.at) last.renewed++;
@@ -59,7 +84,8 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
             queueMicrotask(() => onTick?.());
           });
           await forEachConcurrently(leases, SETUP_CONCURRENCY, async (i) => {
-            if (!(await open!.service.tryAcquire(`hb:${round}:${i}`))) throw new Error('uncontended tryAcquire returned null');
+            if (!(await open!.service.tryAcquire(`hb:${round}:${i}`)))
+              throw new Error('uncontended tryAcquire returned null');
           });
           // Start the measured window right after a tick has completed, so it holds whole ticks only.
           await nextTicks(1);

@@ -31,7 +31,7 @@ async function startServer(databaseUrl: string): Promise<{ base: string; child: 
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  const lines = createInterface({ input: child.stdout! });
+  const lines = createInterface({ input: child.stdout });
   const exited = once(child, 'exit').then(([code]) => {
     throw new Error(`bench/http-app.ts exited with code ${String(code)} before listening`);
   });

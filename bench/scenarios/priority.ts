@@ -13,7 +13,10 @@ export async function priorityWakeUp(ctx: BenchContext): Promise<Row[]> {
   const { results, commitP50Ms } = await priorityHandoff(ctx.db.server.url, handoffs, 100);
   return results.map((result) => ({
     scenario: PRIORITY_SCENARIO,
-    implementation: result.mode === 'notify' ? 'nest-pg-lease, LISTEN/NOTIFY' : `nest-pg-lease, poll only (${result.pollIntervalMs} ms)`,
+    implementation:
+      result.mode === 'notify'
+        ? 'nest-pg-lease, LISTEN/NOTIFY'
+        : `nest-pg-lease, poll only (${result.pollIntervalMs} ms)`,
     unit: 'handoff',
     rounds: 1,
     ops: result.handoffs,

@@ -14,7 +14,9 @@ let statementsSent = 0;
  * the raw baselines): one `query()` is one round trip. Installed once, before any client exists.
  */
 export function countStatements(): void {
-  const proto = pg.Client.prototype as unknown as Record<string | symbol, unknown> & { query: (...args: unknown[]) => unknown };
+  const proto = pg.Client.prototype as unknown as Record<string | symbol, unknown> & {
+    query: (...args: unknown[]) => unknown;
+  };
   if (proto[UNCOUNTED]) return;
   const original = proto.query;
   proto.query = function (this: Record<symbol, unknown>, ...args: unknown[]) {
@@ -75,13 +77,17 @@ export class BenchDatabase {
 
   /** Current WAL insert position in bytes. */
   async walPosition(): Promise<bigint> {
-    const { rows } = await this.probe.query<{ pos: string }>(`SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::text AS pos`);
+    const { rows } = await this.probe.query<{ pos: string }>(
+      `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::text AS pos`,
+    );
     return BigInt(rows[0].pos);
   }
 
   /** The next transaction id: the difference over a window counts the transactions that wrote (each one commit). */
   async nextTransactionId(): Promise<bigint> {
-    const { rows } = await this.probe.query<{ xid: string }>(`SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xid`);
+    const { rows } = await this.probe.query<{ xid: string }>(
+      `SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xid`,
+    );
     return BigInt(rows[0].xid);
   }
 
@@ -113,7 +119,10 @@ export class BenchDatabase {
   }
 
   async disableAutovacuum(): Promise<void> {
-    const { rows } = await this.probe.query<{ name: string }>(`SELECT relname AS name FROM pg_class WHERE relname = ANY($1) AND relkind = 'r'`, [BENCH_TABLES]);
+    const { rows } = await this.probe.query<{ name: string }>(
+      `SELECT relname AS name FROM pg_class WHERE relname = ANY($1) AND relkind = 'r'`,
+      [BENCH_TABLES],
+    );
     for (const { name } of rows) await this.probe.query(`ALTER TABLE "${name}" SET (autovacuum_enabled = false)`);
   }
 
@@ -128,7 +137,8 @@ export class BenchDatabase {
         `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`,
       );
       if (rows[0].n === 0) break;
-      if (Date.now() > until) throw new Error(`${rows[0].n} sessions of the benchmark database are still open after the phase closed`);
+      if (Date.now() > until)
+        throw new Error(`${rows[0].n} sessions of the benchmark database are still open after the phase closed`);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
     await this.probe.query('SELECT pg_stat_clear_snapshot()');

@@ -84,21 +84,32 @@ export interface Contender {
 }
 
 /** Runs every contender once per round, flipping the order each round. */
-export async function interleaved(db: BenchDatabase, rounds: number, contenders: Contender[], log: (line: string) => void): Promise<Map<string, Measurement[]>> {
+export async function interleaved(
+  db: BenchDatabase,
+  rounds: number,
+  contenders: Contender[],
+  log: (line: string) => void,
+): Promise<Map<string, Measurement[]>> {
   const results = new Map<string, Measurement[]>(contenders.map((contender) => [contender.name, []]));
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 === 0 ? contenders : [...contenders].reverse();
     for (const contender of order) {
       const measurement = await measure(db, contender.workload(round));
       results.get(contender.name)!.push(measurement);
-      log(`    round ${round + 1}/${rounds} ${contender.name}: ${measurement.ops} ops, p50 ${fixed(percentile(measurement.latenciesMs, 50), 3)} ms`);
+      log(
+        `    round ${round + 1}/${rounds} ${contender.name}: ${measurement.ops} ops, p50 ${fixed(percentile(measurement.latenciesMs, 50), 3)} ms`,
+      );
     }
   }
   return results;
 }
 
 /** `clients` concurrent loops of `perClient` operations; one latency sample per operation. */
-export async function loops(clients: number, perClient: number, op: (client: number, i: number) => Promise<void>): Promise<RunResult> {
+export async function loops(
+  clients: number,
+  perClient: number,
+  op: (client: number, i: number) => Promise<void>,
+): Promise<RunResult> {
   const latenciesMs: number[] = [];
   const started = performance.now();
   await Promise.all(
@@ -178,13 +189,35 @@ export function summarize(
     opsPerSec: options.paced ? null : median(rounds.map((m) => (m.ops * 1000) / m.elapsedMs)),
     p50Ms: latency(rounds, 50),
     p99Ms: latency(rounds, 99),
-    roundTripsPerOp: ratioPerRound((m) => m.statements, (m) => m.ops),
-    writeTransactionsPerOp: ratioPerRound((m) => m.writeTransactions, (m) => m.ops),
-    clientCpuUsPerOp: ratioPerRound((m) => m.clientCpuUs, (m) => m.ops),
-    walBytesPerOp: ratioPerRound((m) => m.walBytes, (m) => m.ops),
-    deadTuplesPerOp: options.noDeadTuples ? null : ratioPerRound((m) => m.deadTuples, (m) => m.tableOps),
+    roundTripsPerOp: ratioPerRound(
+      (m) => m.statements,
+      (m) => m.ops,
+    ),
+    writeTransactionsPerOp: ratioPerRound(
+      (m) => m.writeTransactions,
+      (m) => m.ops,
+    ),
+    clientCpuUsPerOp: ratioPerRound(
+      (m) => m.clientCpuUs,
+      (m) => m.ops,
+    ),
+    walBytesPerOp: ratioPerRound(
+      (m) => m.walBytes,
+      (m) => m.ops,
+    ),
+    deadTuplesPerOp: options.noDeadTuples
+      ? null
+      : ratioPerRound(
+          (m) => m.deadTuples,
+          (m) => m.tableOps,
+        ),
     hotShare: updates === 0 ? null : rounds.reduce((sum, m) => sum + m.hotUpdates, 0) / updates,
-    extra: Object.fromEntries(extraKeys.map((key) => [key, median(rounds.map((m) => m.extra?.[key] ?? Number.NaN).filter((v) => !Number.isNaN(v)))])),
+    extra: Object.fromEntries(
+      extraKeys.map((key) => [
+        key,
+        median(rounds.map((m) => m.extra?.[key] ?? Number.NaN).filter((v) => !Number.isNaN(v))),
+      ]),
+    ),
   };
 }
 

@@ -4,6 +4,7 @@
  */
 import type pg from 'pg';
 import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { engineOf } from '../../libs/lease/src/lease.service.js';
 import { type Proc, startProc, track, untilAsleep } from './helpers.js';
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
@@ -70,7 +71,7 @@ test('a dropped head-only notification is covered by the poll', async () => {
   const held = (await holder.service.tryAcquire(key))!;
   const waiter = await proc('dropper', { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 }, 1);
   // The named waiter's wake-up never reaches it (a lost NOTIFY, as far as the wait can tell).
-  const queue = (waiter.service as unknown as { queue: { wakeWaiter: (waiterId: string) => void } }).queue;
+  const queue = (engineOf(waiter.service) as unknown as { queue: { wakeWaiter: (waiterId: string) => void } }).queue;
   const dropped: string[] = [];
   queue.wakeWaiter = (waiterId) => void dropped.push(waiterId);
   const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));

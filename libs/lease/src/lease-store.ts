@@ -15,7 +15,9 @@ import { leaseObjectNames, schemaStatements } from './lease-schema.js';
 
 /** The part of a `pg` pool (or client) the store needs. */
 export interface Queryable {
-  query<R extends pg.QueryResultRow = any>(config: pg.QueryConfig & { query_timeout?: number }): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = any>(
+    config: pg.QueryConfig & { query_timeout?: number },
+  ): Promise<pg.QueryResult<R>>;
 }
 
 /** A pool: queries, and a connection of its own when the moment a statement is sent matters. */
@@ -690,8 +692,8 @@ export class LeaseStore {
         sentAt = performance.now();
       }
       result = await (client as Queryable).query({
-      ...this.statement('acquire'),
-      text: `WITH held AS (
+        ...this.statement('acquire'),
+        text: `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
         ), line AS MATERIALIZED (
           -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
@@ -737,20 +739,20 @@ export class LeaseStore {
           (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
         FROM ${lease} l
         WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
-      values: [
-        request.targetKey,
-        request.leaseToken,
-        this.options.owner,
-        request.priority,
-        this.options.leaseTimeoutMs,
-        request.waiterId ?? null,
-        request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-        this.options.agingIntervalMs,
-        request.holdMs,
-      ],
-      // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
-      // and a row committed meanwhile expires by itself.
-      query_timeout: this.acquireTimeoutMs,
+        values: [
+          request.targetKey,
+          request.leaseToken,
+          this.options.owner,
+          request.priority,
+          this.options.leaseTimeoutMs,
+          request.waiterId ?? null,
+          request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+          this.options.agingIntervalMs,
+          request.holdMs,
+        ],
+        // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
+        // and a row committed meanwhile expires by itself.
+        query_timeout: this.acquireTimeoutMs,
       });
       if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: this.acquireTimeoutMs });
     } catch (error) {
@@ -794,6 +796,8 @@ export class LeaseStore {
         if (!callOff) return step;
         step.catch(() => undefined);
         return new Promise<R>((resolve, reject) => {
+          // The signal's reason is the caller's own error (an Error in practice); it is passed on as given.
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
           const onCallOff = () => reject(callOff.reason);
           if (callOff.aborted) return onCallOff();
           callOff.addEventListener('abort', onCallOff, { once: true });
@@ -867,7 +871,7 @@ export class LeaseStore {
           Object.assign(outcome, { history: here, failover });
           const sameSystem = history.systemId === null || here.systemId === null || here.systemId === history.systemId;
           const current = leaseTokens.map(
-            (_, i) => !here.recovery && sameSystem && timelineOf(history.fencingTokens[i]!) === here.timeline,
+            (_, i) => !here.recovery && sameSystem && timelineOf(history.fencingTokens[i]) === here.timeline,
           );
           leaseTokens.forEach((token, i) => current[i] || failover.add(token));
           keys = targetKeys.filter((_, i) => current[i]);
@@ -916,11 +920,11 @@ export class LeaseStore {
     const { rows } = await this.db.query<{ readable: boolean }>({
       text: `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS readable`,
     });
-    this.systemIdReadable = rows[0]!.readable;
+    this.systemIdReadable = rows[0].readable;
     const result = await this.db.query<Parameters<typeof serverHistory>[0]>({
       text: serverHistorySql(this.systemIdReadable),
     });
-    return serverHistory(result.rows[0]!);
+    return serverHistory(result.rows[0]);
   }
 
   /**
@@ -1024,7 +1028,7 @@ export class LeaseStore {
     } catch (error) {
       throw readOnly(error, targetKey) ?? error;
     }
-    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0]!.timeline) };
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline) };
   }
 
   /**

@@ -1,5 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
+import { errorText } from './errors.js';
 import { parseHeadPayload, quoteIdentifier } from './lease-store.js';
 import { settleBy } from './settle-by.js';
 
@@ -84,7 +85,7 @@ export class Notifier {
     client.removeAllListeners('end');
     this.endQuietly(client);
     if (this.closed) return;
-    this.logger.warn(`LISTEN connection lost${error ? ` (${String(error)})` : ''}; reconnecting`);
+    this.logger.warn(`LISTEN connection lost${error ? ` (${errorText(error)})` : ''}; reconnecting`);
     this.scheduleRetry();
   }
 

@@ -3,6 +3,7 @@ import type { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { Subscription } from 'rxjs';
 import {
+  errorText,
   LeaseError,
   LeaseQueueFullError,
   LeaseShutdownError,
@@ -189,7 +190,9 @@ export class WaitQueue {
         const gone = sent.catch(() => undefined).then(() => this.store.dequeue(targetKey, waiter.id));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
-          this.logger.warn(`Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`);
+          this.logger.warn(
+            `Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`,
+          );
         });
       }
       if (error instanceof LeaseWaitTimeoutError && lastError) {
@@ -260,7 +263,7 @@ export class WaitQueue {
         ),
     ).subscribe((tick) => {
       if (tick.error) {
-        this.logger.warn(`Waiter heartbeat failed (${String(tick.error)}); retrying next tick`);
+        this.logger.warn(`Waiter heartbeat failed (${errorText(tick.error)}); retrying next tick`);
         return;
       }
       for (const candidate of tick.batch) {
