@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db.js';
 
 const CHILD = fileURLToPath(new URL('./support/batch-contention-child.ts', import.meta.url));
 const PROCESSES = 4;
@@ -19,14 +19,9 @@ interface Report {
 }
 
 describe('batches of several processes on the same keys', () => {
-  let db: { url: string; drop: () => Promise<void> };
-  let admin: pg.Client;
   const children: ChildProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase('batchcontention');
-    admin = await adminClient(db.url);
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  const db = useTestDatabase('batchcontention', 'read committed', async (admin, url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
     await new LeaseStore(pool, pool, resolveLeaseOptions({})).createSchema();
     await pool.end();
     await admin.query(`CREATE SEQUENCE history_seq;
@@ -39,17 +34,14 @@ describe('batches of several processes on the same keys', () => {
       END $$;
       CREATE TRIGGER log_lease AFTER INSERT OR UPDATE ON job_lease FOR EACH ROW EXECUTE FUNCTION log_lease();`);
   });
-
-  afterAll(async () => {
+  db.beforeDrop(() => {
     for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-    await admin?.end();
-    await db?.drop();
   });
 
   test('no deadlock, one holder per key at a time, tokens strictly increasing per key', async () => {
     const deadlocks = async () =>
       Number(
-        (await admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
+        (await db.admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
           .deadlocks,
       );
     const deadlocksBefore = await deadlocks();
@@ -87,7 +79,7 @@ describe('batches of several processes on the same keys', () => {
     expect(Math.max(...done.map((report) => report.stats.acquire.largest))).toBeGreaterThan(1);
     expect(await deadlocks()).toBe(deadlocksBefore);
 
-    const { rows } = await admin.query<{
+    const { rows } = await db.admin.query<{
       target_id: string;
       old_token: string | null;
       new_token: string | null;
