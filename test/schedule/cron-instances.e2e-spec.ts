@@ -6,8 +6,7 @@
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { join } from 'node:path';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, startService } from '../support/db.js';
+import { startService, useTestDatabase } from '../support/db.js';
 
 const SKEWS_MS = [0, 150, 300];
 /** Longer than the skew spread plus timer jitter, shorter than the period minus that jitter. */
@@ -57,30 +56,25 @@ interface Row {
 }
 
 describe('three instances, one @Cron job, one run per tick', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('cron');
   const children: ChildProcess[] = [];
   const report: string[] = [];
 
   beforeAll(async () => {
-    db = await createTestDatabase('cron');
-    admin = await adminClient(db.url);
     // The lease tables, made once (three instances creating them at once would race on the catalog).
     const schema = await startService(db.url);
     await schema.close();
   });
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
     console.log(report.join('\n'));
-    await admin.end();
-    await db.drop();
   });
 
   for (const order of ['schedule-first', 'lease-first'] as const) {
     test(`ScheduleModule ${order === 'schedule-first' ? 'before' : 'after'} LeaseModule, clocks skewed ${SKEWS_MS.join('/')} ms`, async () => {
       const table = `cron_runs_${order.replace('-', '_')}`;
-      await admin.query(
+      await db.admin.query(
         `CREATE TABLE ${table} (
           tick_second bigint NOT NULL, fencing_token bigint, instance text NOT NULL, real_ms bigint NOT NULL)`,
       );
@@ -107,7 +101,7 @@ describe('three instances, one @Cron job, one run per tick', () => {
       const skippedBy = (second: number) =>
         stopped.flatMap((instance, i) => (instance.skipped.includes(second) ? [`i${i}+${SKEWS_MS[i]}ms`] : []));
 
-      const { rows } = await admin.query<Row>(
+      const { rows } = await db.admin.query<Row>(
         `SELECT tick_second::text, fencing_token::text, instance FROM ${table} ORDER BY tick_second, real_ms`,
       );
       const bySecond = new Map<number, Row[]>();
