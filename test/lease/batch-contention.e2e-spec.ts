@@ -3,12 +3,13 @@
  * per key at any time and fencing tokens strictly increasing per key — judged from the database's own history (a
  * trigger logs every write of the lease table, in the order the row locks serialized them).
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
 import { useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
 
 const CHILD = fileURLToPath(new URL('./support/batch-contention-child.ts', import.meta.url));
 const PROCESSES = 4;
@@ -49,22 +50,12 @@ describe('batches of several processes on the same keys', () => {
     const reports: Array<Promise<Report>> = [];
     const ready: Array<Promise<void>> = [];
     for (let p = 0; p < PROCESSES; p++) {
-      const child = fork(CHILD, [], {
-        execArgv: ['--import', 'tsx'],
-        env: {
-          ...process.env,
-          BATCH_CONTENTION: JSON.stringify({ url: db.url, keys, workers: 24, durationMs: 4_000, owner: `proc-${p}` }),
-        },
-        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      const child = startChild(CHILD, {
+        BATCH_CONTENTION: { url: db.url, keys, workers: 24, durationMs: 4_000, owner: `proc-${p}` },
       });
-      children.push(child);
-      ready.push(new Promise((resolve) => child.once('message', () => resolve())));
-      reports.push(
-        new Promise((resolve, reject) => {
-          child.on('message', (message: { type: string } & Report) => message.type === 'done' && resolve(message));
-          child.once('exit', (code) => reject(new Error(`child ${p} exited (${code}) before reporting`)));
-        }),
-      );
+      children.push(child.process);
+      ready.push(child.message('ready').then(() => undefined));
+      reports.push(child.message<Report>('done'));
     }
     await Promise.all(ready);
     for (const child of children) child.send('go');

@@ -1,6 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { eventually, useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
 import { holderOf, procsOf, rowsOf, track, untilQueued } from './helpers.js';
 
 const db = useTestDatabase('prio_dead');
@@ -22,39 +23,22 @@ interface Child {
 /** A waiter in a process of its own (see waiter-child.ts). */
 function spawnWaiter(key: string, priority: number, name: string): Child {
   const owner = `${name}-${process.hrtime.bigint().toString(36)}`;
-  const child = spawn(process.execPath, ['--import', 'tsx', join(process.cwd(), 'test/priority/waiter-child.ts')], {
-    cwd: process.cwd(),
-    env: {
-      ...process.env,
-      PRIORITY_WAITER: JSON.stringify({
-        url: db.url,
-        key,
-        priority,
-        owner,
-        options: {
-          heartbeatIntervalMs: 100,
-          leaseTimeoutMs: 1_000,
-          waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
-          waitPollIntervalMs: 200,
-        },
-      }),
+  const child = startChild(join(process.cwd(), 'test/priority/waiter-child.ts'), {
+    PRIORITY_WAITER: {
+      url: db.url,
+      key,
+      priority,
+      owner,
+      options: {
+        heartbeatIntervalMs: 100,
+        leaseTimeoutMs: 1_000,
+        waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
+        waitPollIntervalMs: 200,
+      },
     },
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  children.push(child);
-  const messages: Array<Record<string, unknown>> = [];
-  child.on('message', (message) => messages.push(message as Record<string, unknown>));
-  return {
-    process: child,
-    owner,
-    next: (type) =>
-      eventually(
-        () => messages.find((message) => message.type === type),
-        (found) => found !== undefined,
-        `${owner}: ${type}`,
-        30_000,
-      ).then((message) => message!),
-  };
+  children.push(child.process);
+  return { process: child.process, owner, next: (type) => child.message(type, 30_000) };
 }
 
 /** Backends of a process: its pool (application_name = owner) and its heartbeat/LISTEN connections. */

@@ -4,9 +4,10 @@
  * 300 ms, with `ScheduleModule` imported before and after `LeaseModule`. Every tick second has exactly one row, every
  * row carries a fencing token, and no instance logs an error or a warning.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { startService, useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
 
 const SKEWS_MS = [0, 150, 300];
 /** Longer than the skew spread plus timer jitter, shorter than the period minus that jitter. */
@@ -22,30 +23,12 @@ interface Instance {
 }
 
 function startInstance(config: Record<string, unknown>): Instance {
-  const child = fork(CHILD, [], {
-    execArgv: ['--import', 'tsx'],
-    env: { ...process.env, CRON_INSTANCE: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-  });
-  const output: string[] = [];
-  child.stdout!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
-  const exited = new Promise<never>((_, reject) =>
-    child.once('exit', (code) =>
-      reject(new Error(`instance ${String(config.name)} exited (${code}):\n${output.join('')}`)),
-    ),
-  );
-  const message = <T>(type: string) =>
-    Promise.race([
-      new Promise<T>((resolve) => child.on('message', (m: { type: string } & T) => m.type === type && resolve(m))),
-      exited,
-    ]);
-  exited.catch(() => undefined);
+  const child = startChild(CHILD, { CRON_INSTANCE: config }, { captureOutput: true });
   return {
-    child,
-    output,
-    ready: message<void>('ready'),
-    stopped: message<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>('stopped'),
+    child: child.process,
+    output: child.output,
+    ready: child.message('ready').then(() => undefined),
+    stopped: child.message<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>('stopped'),
   };
 }
 
