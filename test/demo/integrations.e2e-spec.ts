@@ -1,31 +1,19 @@
 import { HealthIndicatorService } from '@nestjs/terminus';
-import type pg from 'pg';
 import { Registry } from 'prom-client';
 import { LeaseMetrics } from '../../libs/lease/src/integrations/prometheus.js';
 import { LeaseHealthIndicator } from '../../libs/lease/src/integrations/terminus.js';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { eventually, startService, useTestDatabase } from '../support/db.js';
 import { sample } from './support.js';
 
 // The library's optional integrations on their own, against a real PostgreSQL: what each metric counts, and when
 // the health indicator turns down.
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-
-beforeAll(async () => {
-  db = await createTestDatabase('integrations');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  await admin?.end();
-  await db?.drop();
-});
+const db = useTestDatabase('integrations');
 
 /** A row held by a holder that is not one of our services: dead (expired long ago) or alive for ten minutes. */
 async function foreignLease(targetKey: string, state: 'dead' | 'alive'): Promise<void> {
   const since = state === 'dead' ? "now() - interval '1 hour'" : 'now()';
-  await admin.query(
+  await db.admin.query(
     `INSERT INTO job_lease (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at)
      VALUES ($1, gen_random_uuid(), nextval('job_lease_fencing_seq'), 'elsewhere', 0, $2, ${since}, ${since})`,
     [targetKey, state === 'dead' ? 1_000 : 600_000],
@@ -55,7 +43,7 @@ describe('LeaseMetrics', () => {
       );
 
       // Someone else's token on the row: the next heartbeat finds the lease taken over.
-      await admin.query("UPDATE job_lease SET lease_token = gen_random_uuid() WHERE target_id = 'metrics:a'");
+      await db.admin.query("UPDATE job_lease SET lease_token = gen_random_uuid() WHERE target_id = 'metrics:a'");
       await eventually(
         () => read('lease_lost_total', { reason: 'taken-over' }),
         (lost) => lost === 1,

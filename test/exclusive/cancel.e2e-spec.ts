@@ -22,10 +22,9 @@ import { WsAdapter } from '@nestjs/platform-ws';
 import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, type Lease, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
-import type pg from 'pg';
 import { catchError, interval, lastValueFrom, map, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
 import WebSocket from 'ws';
-import { adminClient, createTestDatabase, eventually, FAST, startService } from '../support/db.js';
+import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 import { post, startApp } from './fixtures.js';
 
 /** The timeout interceptor of Nest's documentation (Interceptors › More operators). */
@@ -83,8 +82,7 @@ class WaitingGateway {
 }
 
 describe('teardown during acquisition aborts the wait and releases a late lease', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('cancel');
   let other: Awaited<ReturnType<typeof startService>>;
   let timed: { url: string; leases: LeaseService; close: () => Promise<void> };
   let streams: { url: string; leases: LeaseService; close: () => Promise<void> };
@@ -94,8 +92,6 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
   const typeorm = () => TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] });
 
   beforeAll(async () => {
-    db = await createTestDatabase('cancel');
-    admin = await adminClient(db.url);
     other = await startService(db.url, { owner: 'other-process' });
     const first = await startApp(
       // A lease timeout above the 1.5 s stall below: the acquire statement gives up client-side after
@@ -125,20 +121,18 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     streams = { url: second.url, leases: second.app.get(LeaseService), close: () => second.app.close() };
   });
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     await rpc.close();
     await timed.close();
     await streams.close();
     await other.close();
-    await admin.query('DROP TRIGGER IF EXISTS stall_acquire ON job_lease');
-    await admin.end();
-    await db.drop();
+    await db.admin.query('DROP TRIGGER IF EXISTS stall_acquire ON job_lease');
   });
 
   const rows = async (key: string) => {
     const {
       rows: [counts],
-    } = await admin.query<{ leases: number; waiters: number }>(
+    } = await db.admin.query<{ leases: number; waiters: number }>(
       `SELECT (SELECT count(*)::int FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL) AS leases,
               (SELECT count(*)::int FROM job_lease_waiter WHERE target_id = $1) AS waiters`,
       [key],
@@ -176,12 +170,12 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
   });
 
   test('HTTP: a lease granted after the 408 (the acquiring statement stalled in PostgreSQL) is released at once', async () => {
-    await admin.query(`CREATE OR REPLACE FUNCTION stall_acquire() RETURNS trigger LANGUAGE plpgsql AS $$
+    await db.admin.query(`CREATE OR REPLACE FUNCTION stall_acquire() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.owner = 'timed-app' AND NEW.target_id = 'try:late' THEN PERFORM pg_sleep(1.5); END IF;
         RETURN NEW;
       END $$`);
-    await admin.query(
+    await db.admin.query(
       'CREATE TRIGGER stall_acquire BEFORE INSERT ON job_lease FOR EACH ROW EXECUTE FUNCTION stall_acquire()',
     );
     try {
@@ -194,7 +188,7 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
         'nothing held',
       );
       await eventually(
-        () => admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep'`),
+        () => db.admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep'`),
         (r) => r.rows[0].n === 0,
         'the stalled statement to finish',
       );
@@ -209,7 +203,7 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
       expect(await rows('try:late')).toEqual({ leases: 0, waiters: 0 });
       expect(timed.leases.heldLeases()).toHaveLength(0);
     } finally {
-      await admin.query('DROP TRIGGER IF EXISTS stall_acquire ON job_lease');
+      await db.admin.query('DROP TRIGGER IF EXISTS stall_acquire ON job_lease');
     }
   });
 

@@ -10,8 +10,7 @@ import {
   type Lease,
   type LeaseEvent,
 } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
 const gates = new Map<string, Gate>();
@@ -120,8 +119,7 @@ class ReportController {
 }
 
 describe('@Exclusive over HTTP', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('http');
   let url: string;
   let close: () => Promise<void>;
   let leases: LeaseService;
@@ -130,9 +128,7 @@ describe('@Exclusive over HTTP', () => {
   const events: LeaseEvent[] = [];
 
   beforeAll(async () => {
-    db = await createTestDatabase('http');
-    admin = await adminClient(db.url);
-    await admin.query('CREATE TABLE job_result (target_id text, fencing_token bigint)');
+    await db.admin.query('CREATE TABLE job_result (target_id text, fencing_token bigint)');
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
@@ -150,14 +146,12 @@ describe('@Exclusive over HTTP', () => {
     leases.events$.subscribe((event) => events.push(event));
   });
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     await close();
-    await admin.end();
-    await db.drop();
   });
 
   const leaseRows = async () =>
-    Number((await admin.query('SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].count);
+    Number((await db.admin.query('SELECT count(*) FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].count);
 
   test('20 concurrent POSTs with the same id: exactly one 2xx, the rest 409 with Retry-After naming the target', async () => {
     const g = gate('same');
@@ -234,7 +228,7 @@ describe('@Exclusive over HTTP', () => {
       (n) => n === 1,
       'the handler to start its slow call',
     );
-    const stolen = await admin.query(stealSql, ['slow:1']);
+    const stolen = await db.admin.query(stealSql, ['slow:1']);
     expect(stolen.rows).toHaveLength(1);
     const result = await answer;
     expect(result.status).toBe(409);
@@ -247,9 +241,9 @@ describe('@Exclusive over HTTP', () => {
     expect(result.body.message).toMatch(/fenced writes are refused/);
     // Give the handler time to try its fenced save after the abort: it must be refused.
     await new Promise((resolve) => setTimeout(resolve, 300));
-    expect((await admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '1'`)).rows[0].n).toBe(0);
+    expect((await db.admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '1'`)).rows[0].n).toBe(0);
     expect(events.some((event) => event.type === 'lost' && event.targetKey === 'slow:1')).toBe(true);
-    await admin.query(`DELETE FROM job_lease WHERE target_id = 'slow:1'`);
+    await db.admin.query(`DELETE FROM job_lease WHERE target_id = 'slow:1'`);
   });
 
   test('an undisturbed slow handler saves with its fencing token', async () => {
@@ -261,7 +255,7 @@ describe('@Exclusive over HTTP', () => {
     );
     gate('slow:2').release();
     expect((await answer).status).toBe(201);
-    expect((await admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '2'`)).rows[0].n).toBe(1);
+    expect((await db.admin.query(`SELECT count(*)::int AS n FROM job_result WHERE target_id = '2'`)).rows[0].n).toBe(1);
   });
 
   test('reentrant: a decorated service method on the same key inside a decorated handler reuses the lease', async () => {
@@ -298,7 +292,7 @@ describe('@Exclusive over HTTP', () => {
     gate('q2').release();
     const b = post(`${url}/queued/1?gate=q2`);
     await eventually(
-      () => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter WHERE target_id = 'queued:1'`),
+      () => db.admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter WHERE target_id = 'queued:1'`),
       (result) => result.rows[0].n === 1,
       'the second to queue',
     );

@@ -29,7 +29,7 @@ import {
   leaseEntities,
   type LeaseEvent,
 } from 'nest-pg-lease';
-import { createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
 const gates = new Map<string, Gate>();
@@ -103,13 +103,12 @@ class KeysController {
 }
 
 describe('@Exclusive keys come from the handler arguments after pipes', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  const db = useTestDatabase('keys');
   let url: string;
   let close: () => Promise<void>;
   const events: LeaseEvent[] = [];
 
   beforeAll(async () => {
-    db = await createTestDatabase('keys');
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
@@ -125,9 +124,8 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
   // A failed expectation must not leave a handler holding its lease for the next test.
   afterEach(() => gates.forEach((g) => g.release()));
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     await close();
-    await db.drop();
   });
 
   const get = async (path: string) => {
@@ -205,13 +203,7 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
 });
 
 describe('a key template the handler signature cannot fill is refused at bootstrap', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  beforeAll(async () => {
-    db = await createTestDatabase('keys_config');
-  });
-  afterAll(async () => {
-    await db.drop();
-  });
+  const db = useTestDatabase('keys_config');
 
   async function bootstrap(controller: new (...args: any[]) => unknown) {
     @Module({

@@ -19,7 +19,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { CurrentLease, Exclusive, type Lease, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
 import { lastValueFrom } from 'rxjs';
 import WebSocket from 'ws';
-import { createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, startApp } from './fixtures.js';
 
 const gates = new Map<string, Gate>();
@@ -105,13 +105,12 @@ async function wsClient(url: string) {
 }
 
 describe('@Exclusive on WebSocket gateways and microservices', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
+  const db = useTestDatabase('transports');
   let wsUrl: string;
   let rpc: ClientProxy;
   let close: () => Promise<void>;
 
   beforeAll(async () => {
-    db = await createTestDatabase('transports');
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
@@ -135,10 +134,9 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
 
   afterEach(() => gates.forEach((g) => g.release()));
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     await rpc.close();
     await close();
-    await db.drop();
   });
 
   test('ws: two messages on one socket for two rooms run at once, each under its own lease', async () => {

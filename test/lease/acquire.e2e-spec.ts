@@ -9,39 +9,29 @@ import {
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, FAST, ISOLATIONS, makeDataSource, startService } from '../support/db.js';
+import { FAST, ISOLATIONS, makeDataSource, type OpenedService, useTestDatabase } from '../support/db.js';
 
 /**
  * Acquisition and release: one holder per key, fresh tokens, bad input refused before any SQL — under the server's
  * default isolation and under `default_transaction_isolation = serializable`.
  */
 describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = %s)', (isolation) => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let a: Awaited<ReturnType<typeof startService>>;
-  let b: Awaited<ReturnType<typeof startService>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('acquire', isolation);
+  let a: OpenedService;
+  let b: OpenedService;
 
   beforeAll(async () => {
-    db = await createTestDatabase('acquire', isolation);
     // Leases of 10 s: the burst of 3,200 first acquisitions below must not outlast a lease on a loaded machine (an
     // expired lease is rightly taken over, which would count as a second winner).
     const slow = { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000 };
-    a = await startService(db.url, { ...slow, owner: 'process-a' });
-    b = await startService(db.url, { ...slow, owner: 'process-b' });
-    admin = await adminClient(db.url);
-  });
-
-  afterAll(async () => {
-    await admin.end();
-    await a.close();
-    await b.close();
-    await db.drop();
+    a = await db.open({ ...slow, owner: 'process-a' });
+    b = await db.open({ ...slow, owner: 'process-b' });
   });
 
   /** Held leases (a released row stays, with no lease token), or waiter rows. */
   const rowCount = async (table = 'job_lease') => {
     const held = table === 'job_lease' ? ' WHERE lease_token IS NOT NULL' : '';
-    return Number((await admin.query(`SELECT count(*) FROM ${table}${held}`)).rows[0].count);
+    return Number((await db.admin.query(`SELECT count(*) FROM ${table}${held}`)).rows[0].count);
   };
 
   test('two tryAcquire on one key: one lease, one null; after release acquirable again with a larger fencing token', async () => {
@@ -51,7 +41,7 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     expect(second).toBeNull();
     expect(first!.isHeld()).toBe(true);
     const row = (
-      await admin.query('SELECT lease_token::text, fencing_token::text, owner FROM job_lease WHERE target_id = $1', [
+      await db.admin.query('SELECT lease_token::text, fencing_token::text, owner FROM job_lease WHERE target_id = $1', [
         'report:user:1',
       ])
     ).rows[0];
@@ -77,8 +67,9 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
   test('a released row stays, dead for its old token: no renewal, release or fence; no holder in list()', async () => {
     const lease = (await a.service.tryAcquire('soft:1'))!;
     await lease.release();
-    const row = (await admin.query(`SELECT lease_token, fencing_token::text FROM job_lease WHERE target_id = 'soft:1'`))
-      .rows;
+    const row = (
+      await db.admin.query(`SELECT lease_token, fencing_token::text FROM job_lease WHERE target_id = 'soft:1'`)
+    ).rows;
     expect(row).toEqual([{ lease_token: null, fencing_token: lease.fencingToken.toString() }]);
     expect((await a.service.list('soft:1')).filter((snapshot) => snapshot.state === 'held')).toEqual([]);
     // The library's own statements with the old token, as a late retry would send them.
@@ -237,7 +228,7 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
       const service = new LeaseService(dataSource, { ...names, createSchema: true });
       await service.init();
       const lease = await service.tryAcquire('custom');
-      expect((await admin.query('SELECT count(*) FROM leases_x.my_lease')).rows[0].count).toBe('1');
+      expect((await db.admin.query('SELECT count(*) FROM leases_x.my_lease')).rows[0].count).toBe('1');
       await lease!.release();
       await service.close();
     } finally {

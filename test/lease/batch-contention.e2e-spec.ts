@@ -3,12 +3,13 @@
  * per key at any time and fencing tokens strictly increasing per key — judged from the database's own history (a
  * trigger logs every write of the lease table, in the order the row locks serialized them).
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase } from '../support/db.js';
+import { useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
 
 const CHILD = fileURLToPath(new URL('./support/batch-contention-child.ts', import.meta.url));
 const PROCESSES = 4;
@@ -19,14 +20,9 @@ interface Report {
 }
 
 describe('batches of several processes on the same keys', () => {
-  let db: { url: string; drop: () => Promise<void> };
-  let admin: pg.Client;
   const children: ChildProcess[] = [];
-
-  beforeAll(async () => {
-    db = await createTestDatabase('batchcontention');
-    admin = await adminClient(db.url);
-    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  const db = useTestDatabase('batchcontention', 'read committed', async (admin, url) => {
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
     await new LeaseStore(pool, pool, resolveLeaseOptions({})).createSchema();
     await pool.end();
     await admin.query(`CREATE SEQUENCE history_seq;
@@ -39,17 +35,14 @@ describe('batches of several processes on the same keys', () => {
       END $$;
       CREATE TRIGGER log_lease AFTER INSERT OR UPDATE ON job_lease FOR EACH ROW EXECUTE FUNCTION log_lease();`);
   });
-
-  afterAll(async () => {
+  db.beforeDrop(() => {
     for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
-    await admin?.end();
-    await db?.drop();
   });
 
   test('no deadlock, one holder per key at a time, tokens strictly increasing per key', async () => {
     const deadlocks = async () =>
       Number(
-        (await admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
+        (await db.admin.query(`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`)).rows[0]
           .deadlocks,
       );
     const deadlocksBefore = await deadlocks();
@@ -57,22 +50,12 @@ describe('batches of several processes on the same keys', () => {
     const reports: Array<Promise<Report>> = [];
     const ready: Array<Promise<void>> = [];
     for (let p = 0; p < PROCESSES; p++) {
-      const child = fork(CHILD, [], {
-        execArgv: ['--import', 'tsx'],
-        env: {
-          ...process.env,
-          BATCH_CONTENTION: JSON.stringify({ url: db.url, keys, workers: 24, durationMs: 4_000, owner: `proc-${p}` }),
-        },
-        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      const child = startChild(CHILD, {
+        BATCH_CONTENTION: { url: db.url, keys, workers: 24, durationMs: 4_000, owner: `proc-${p}` },
       });
-      children.push(child);
-      ready.push(new Promise((resolve) => child.once('message', () => resolve())));
-      reports.push(
-        new Promise((resolve, reject) => {
-          child.on('message', (message: { type: string } & Report) => message.type === 'done' && resolve(message));
-          child.once('exit', (code) => reject(new Error(`child ${p} exited (${code}) before reporting`)));
-        }),
-      );
+      children.push(child.process);
+      ready.push(child.message('ready').then(() => undefined));
+      reports.push(child.message<Report>('done'));
     }
     await Promise.all(ready);
     for (const child of children) child.send('go');
@@ -87,7 +70,7 @@ describe('batches of several processes on the same keys', () => {
     expect(Math.max(...done.map((report) => report.stats.acquire.largest))).toBeGreaterThan(1);
     expect(await deadlocks()).toBe(deadlocksBefore);
 
-    const { rows } = await admin.query<{
+    const { rows } = await db.admin.query<{
       target_id: string;
       old_token: string | null;
       new_token: string | null;

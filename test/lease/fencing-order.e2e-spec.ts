@@ -1,5 +1,4 @@
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, ISOLATIONS, startService } from '../support/db.js';
+import { eventually, ISOLATIONS, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * Guarantee 2 (monotonic fencing): per target, a later grant always carries a larger fencing token than every earlier
@@ -10,14 +9,9 @@ import { adminClient, createTestDatabase, eventually, ISOLATIONS, startService }
 describe.each(ISOLATIONS)(
   'fencing tokens strictly increase per target (default_transaction_isolation = %s)',
   (isolation) => {
-    let db: Awaited<ReturnType<typeof createTestDatabase>>;
-    let admin: pg.Client;
-
-    beforeAll(async () => {
-      db = await createTestDatabase('fencing_order', isolation);
-      admin = await adminClient(db.url);
+    const db = useTestDatabase('fencing_order', isolation, async (admin, url) => {
       // The first service creates the tables; the history trigger is test instrumentation on top of them.
-      const first = await startService(db.url);
+      const first = await startService(url);
       await first.close();
       await admin.query(`
       CREATE SEQUENCE grant_seq;
@@ -32,14 +26,10 @@ describe.each(ISOLATIONS)(
       END $$;
       CREATE TRIGGER record_grant AFTER INSERT OR UPDATE ON job_lease FOR EACH ROW EXECUTE FUNCTION record_grant();`);
     });
-    afterAll(async () => {
-      await admin.end();
-      await db.drop();
-    });
 
     /** Grants in commit order, and every grant whose token is not larger than every earlier one of its target. */
     async function history(key: string) {
-      const { rows } = await admin.query<{ fencing_token: string; owner: string }>(
+      const { rows } = await db.admin.query<{ fencing_token: string; owner: string }>(
         'SELECT fencing_token::text, owner FROM grant_history WHERE target_id = $1 ORDER BY seq',
         [key],
       );
@@ -57,7 +47,7 @@ describe.each(ISOLATIONS)(
       const key = 'stall:1';
       // Test instrumentation: this owner's insert sleeps 400 ms in a BEFORE trigger, i.e. after the statement has
       // started (and today, drawn its token) and before the row is won.
-      await admin.query(`
+      await db.admin.query(`
       CREATE FUNCTION stall_one_owner() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner = 'stalled' THEN PERFORM pg_sleep(0.4); END IF; RETURN NEW; END $$;
       CREATE TRIGGER stall_one_owner BEFORE INSERT ON job_lease FOR EACH ROW EXECUTE FUNCTION stall_one_owner();`);
@@ -68,7 +58,7 @@ describe.each(ISOLATIONS)(
         await eventually(
           async () =>
             (
-              await admin.query(
+              await db.admin.query(
                 `SELECT 1 FROM pg_stat_activity WHERE application_name = 'stalled-app' AND wait_event = 'PgSleep'`,
               )
             ).rowCount,
@@ -84,7 +74,7 @@ describe.each(ISOLATIONS)(
         expect(await history(key)).toEqual({ grants: 2, violations: [] });
         await late!.release();
       } finally {
-        await admin.query('DROP TRIGGER stall_one_owner ON job_lease; DROP FUNCTION stall_one_owner()');
+        await db.admin.query('DROP TRIGGER stall_one_owner ON job_lease; DROP FUNCTION stall_one_owner()');
         await stalled.close();
         await fast.close();
       }

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { resolveLeaseOptions, type LeaseModuleOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore, type AcquireRequest, type AcquiredRow, type Refusal } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 
 const SLOW_MS = 400;
 /** Far longer than the group commit's stall bound (min(heartbeatIntervalMs, 1 s)). */
@@ -21,32 +21,24 @@ function request(targetKey: string, extra: Partial<AcquireRequest> = {}): Acquir
 const won = (outcome: AcquiredRow | Refusal): outcome is AcquiredRow => !('refused' in outcome);
 
 describe('group commit', () => {
-  let db: { url: string; drop: () => Promise<void> };
-  let admin: pg.Client;
+  const db = useTestDatabase('groupcommit');
   let pool: pg.Pool;
+  db.beforeDrop(() => pool?.end());
 
   beforeAll(async () => {
-    db = await createTestDatabase('groupcommit');
-    admin = await adminClient(db.url);
     pool = new pg.Pool({ connectionString: db.url, max: 8 });
     await new LeaseStore(pool, pool, resolveLeaseOptions({})).createSchema();
     // Holds the statement that writes a `slow:` key (acquire or release) inside PostgreSQL; fails one that writes a
     // `bad:` key (a per-row error); other keys pass.
-    await admin.query(`CREATE FUNCTION gc_stall() RETURNS trigger LANGUAGE plpgsql AS $$
+    await db.admin.query(`CREATE FUNCTION gc_stall() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.target_id LIKE 'slow:%' THEN PERFORM pg_sleep(${SLOW_MS / 1000}); END IF;
         IF NEW.target_id LIKE 'stall:%' THEN PERFORM pg_sleep(${STALL_MS / 1000}); END IF;
         IF NEW.target_id LIKE 'bad:%' THEN RAISE EXCEPTION 'bad row %', NEW.target_id USING ERRCODE = 'P0001'; END IF;
         RETURN NEW;
       END $$`);
-    await admin.query(`CREATE TRIGGER gc_stall BEFORE INSERT OR UPDATE ON job_lease
+    await db.admin.query(`CREATE TRIGGER gc_stall BEFORE INSERT OR UPDATE ON job_lease
       FOR EACH ROW EXECUTE FUNCTION gc_stall()`);
-  });
-
-  afterAll(async () => {
-    await pool?.end();
-    await admin?.end();
-    await db?.drop();
   });
 
   function store(options: LeaseModuleOptions = {}) {
@@ -80,8 +72,8 @@ describe('group commit', () => {
       const first = (await s.tryAcquire(request(key))) as AcquiredRow;
       expect(won(first)).toBe(true);
     }
-    await admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id LIKE 'batch:old:%'`);
-    const { rows: before } = await admin.query<{ max: string }>(
+    await db.admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id LIKE 'batch:old:%'`);
+    const { rows: before } = await db.admin.query<{ max: string }>(
       `SELECT max(fencing_token)::text AS max FROM job_lease`,
     );
     const keys = [...old, ...Array.from({ length: 10 }, (_, i) => `batch:new:${i}`)];
@@ -92,7 +84,7 @@ describe('group commit', () => {
     expect(new Set(tokens).size).toBe(keys.length);
     for (const token of tokens) expect(token).toBeGreaterThan(BigInt(before[0].max));
     // The database agrees: each key's row carries the token its caller was given.
-    const { rows } = await admin.query<{ target_id: string; fencing_token: string }>(
+    const { rows } = await db.admin.query<{ target_id: string; fencing_token: string }>(
       `SELECT target_id, fencing_token::text FROM job_lease WHERE target_id LIKE 'batch:%'`,
     );
     const byKey = new Map(rows.map((row) => [row.target_id, BigInt(row.fencing_token)]));
@@ -102,7 +94,7 @@ describe('group commit', () => {
   test('a duplicate key inside one batch resolves to exactly one winner (new key and released row)', async () => {
     const s = store();
     const released = (await s.tryAcquire(request('dup:released'))) as AcquiredRow;
-    await admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id = 'dup:released'`);
+    await db.admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id = 'dup:released'`);
     expect(won(released)).toBe(true);
     const requests = [
       ...Array.from({ length: 6 }, () => request('dup:new')),
@@ -113,7 +105,7 @@ describe('group commit', () => {
     for (const key of ['dup:new', 'dup:released']) {
       const winners = requests.flatMap((r, i) => (r.targetKey === key && won(outcomes[i]) ? [r] : []));
       expect(winners).toHaveLength(1);
-      const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = $1`, [key]);
+      const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = $1`, [key]);
       expect(rows[0].lease_token).toBe(winners[0].leaseToken);
     }
   });
@@ -150,7 +142,7 @@ describe('group commit', () => {
     expect(won(fast)).toBe(true);
     // Served once the stall bound passed, long before the stalled statements return (they still run in PostgreSQL).
     expect(stalledDone).toBe(false);
-    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+    const { rows } = await db.admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity
       WHERE datname = current_database() AND wait_event = 'PgSleep'`);
     expect(rows[0].n).toBe(1);
     console.log(`call queued behind a stalled batch served after ${waitedMs.toFixed(0)} ms`);
@@ -173,14 +165,14 @@ describe('group commit', () => {
     const outcomes = await behindStall(s, () => Promise.all(requests.map((r) => s.tryAcquire(r))));
     expect(s.batchStats.acquire.largest).toBe(3);
     expect(outcomes.map(won)).toEqual([false, false, true]);
-    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE target_id = 'rules:queued'`);
+    const { rows } = await db.admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE target_id = 'rules:queued'`);
     expect(rows[0].n).toBe(0);
   });
 
   test('an expired row is taken over by a batch, with the previous owner reported', async () => {
     const s = store();
     await store({ owner: 'gone-owner' }).tryAcquire(request('takeover:a'));
-    await admin.query(
+    await db.admin.query(
       `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = 'takeover:a'`,
     );
     const [outcome] = await behindStall(s, () =>
@@ -193,7 +185,7 @@ describe('group commit', () => {
   test('a row locked by another transaction costs only its own caller: the rest of the batch goes on', async () => {
     const s = store();
     await s.tryAcquire(request('locked:a'));
-    await admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id = 'locked:a'`);
+    await db.admin.query(`UPDATE job_lease SET lease_token = NULL WHERE target_id = 'locked:a'`);
     const locker = await adminClient(db.url);
     try {
       await locker.query('BEGIN');
@@ -224,7 +216,7 @@ describe('group commit', () => {
     expect(leases.every(won)).toBe(true);
     const tokens = new Map(
       (
-        await admin.query<{ target_id: string; lease_token: string }>(
+        await db.admin.query<{ target_id: string; lease_token: string }>(
           `SELECT target_id, lease_token::text FROM job_lease`,
         )
       ).rows.map((row) => [row.target_id, row.lease_token]),
@@ -237,7 +229,7 @@ describe('group commit', () => {
     expect(await Promise.all(stalled)).toEqual([true]);
     expect(s.batchStats.release.largest).toBe(keys.length + 1);
     expect(released).toEqual([...keys.map(() => true), false]);
-    const { rows } = await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL
+    const { rows } = await db.admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL
       AND target_id LIKE 'rel:%'`);
     expect(rows[0].n).toBe(0);
   });
@@ -258,7 +250,7 @@ describe('group commit', () => {
       await s.enqueue('head:a', low, 0, undefined, signal, 5_000);
       await s.enqueue('head:a', high, 7, undefined, signal, 5_000);
       await s.enqueue('head:a', later, 7, undefined, signal, 5_000);
-      const { rows } = await admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
+      const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
       expect(await s.release('head:a', rows[0].lease_token, 5_000)).toBe(true);
       await eventually(
         () => heard.length,

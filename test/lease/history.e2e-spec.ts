@@ -2,7 +2,7 @@ import { LeaseConfigError } from 'nest-pg-lease';
 import pg from 'pg';
 import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
 import { LeaseStore } from '../../libs/lease/src/lease-store.js';
-import { adminClient, createTestDatabase, FAST, startService } from '../support/db.js';
+import { FAST, type OpenedService, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * Fencing tokens carry the server's history: `(timeline << 40) | sequence value`, so they never go back across a
@@ -11,27 +11,18 @@ import { adminClient, createTestDatabase, FAST, startService } from '../support/
  * it. (A real timeline change needs a promoted standby: see the failover suite.)
  */
 describe('fencing tokens and the server history', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let a: Awaited<ReturnType<typeof startService>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('history');
+  let a: OpenedService;
   const low = (token: bigint) => token & ((1n << 40n) - 1n);
 
   beforeAll(async () => {
-    db = await createTestDatabase('history');
-    a = await startService(db.url, { owner: 'history-a' });
-    admin = await adminClient(db.url);
-  });
-
-  afterAll(async () => {
-    await admin.end();
-    await a.close();
-    await db.drop();
+    a = await db.open({ owner: 'history-a' });
   });
 
   const timeline = async () =>
     BigInt(
       (
-        await admin.query<{ timeline: string }>(
+        await db.admin.query<{ timeline: string }>(
           `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint::text AS timeline`,
         )
       ).rows[0].timeline,
@@ -39,12 +30,14 @@ describe('fencing tokens and the server history', () => {
 
   test('a fencing token is (timeline << 40) | the sequence value, on the insert and the update path', async () => {
     const first = (await a.service.tryAcquire('history:layout'))!;
-    const drawn = BigInt((await admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
+    const drawn = BigInt((await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
     expect(first.fencingToken >> 40n).toBe(await timeline());
     expect(low(first.fencingToken)).toBe(drawn);
     await first.release();
     const second = (await a.service.tryAcquire('history:layout'))!; // the row stays: drawn in DO UPDATE
-    const drawnAgain = BigInt((await admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
+    const drawnAgain = BigInt(
+      (await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v,
+    );
     expect(second.fencingToken >> 40n).toBe(await timeline());
     expect(low(second.fencingToken)).toBe(drawnAgain);
     expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
@@ -52,7 +45,7 @@ describe('fencing tokens and the server history', () => {
   });
 
   test('tokens of versions before the layout (plain sequence values) stay below the new ones', async () => {
-    await admin.query(`INSERT INTO job_lease
+    await db.admin.query(`INSERT INTO job_lease
       (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at, updated_at)
       VALUES ('history:old', gen_random_uuid(), 987654321, 'old-version', 1000, now() - interval '1 hour',
         now() - interval '1 hour')`);
@@ -65,7 +58,7 @@ describe('fencing tokens and the server history', () => {
     const holder = (await a.service.tryAcquire('history:line'))!;
     const waiting = a.service.acquire('history:line', { priority: 1, waitTimeoutMs: 10_000 });
     const queued = async () =>
-      (await admin.query<{ seq: string }>(`SELECT seq::text FROM job_lease_waiter WHERE target_id = 'history:line'`))
+      (await db.admin.query<{ seq: string }>(`SELECT seq::text FROM job_lease_waiter WHERE target_id = 'history:line'`))
         .rows;
     for (let i = 0; (await queued()).length === 0; i++) {
       if (i > 200) throw new Error('the waiter never queued');
@@ -78,7 +71,7 @@ describe('fencing tokens and the server history', () => {
 
   describe('past 2^40 sequence values', () => {
     afterEach(async () => {
-      await admin.query(`SELECT setval('job_lease_fencing_seq', 1000), setval('job_lease_waiter_seq', 1000)`);
+      await db.admin.query(`SELECT setval('job_lease_fencing_seq', 1000), setval('job_lease_waiter_seq', 1000)`);
     });
 
     test.each([
@@ -86,25 +79,25 @@ describe('fencing tokens and the server history', () => {
       ['a released key (the update path)', 'history:full:released', true],
     ])('%s: refused with a LeaseConfigError, nothing written', async (_what, key, existing) => {
       if (existing) await (await a.service.tryAcquire(key))!.release();
-      const before = (await admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows;
-      await admin.query(`SELECT setval('job_lease_fencing_seq', ${(1n << 40n) - 1n})`);
+      const before = (await db.admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows;
+      await db.admin.query(`SELECT setval('job_lease_fencing_seq', ${(1n << 40n) - 1n})`);
       const refused = await a.service.tryAcquire(key).then(
         () => undefined,
         (error: unknown) => error,
       );
       expect(refused).toBeInstanceOf(LeaseConfigError);
       expect(String((refused as Error).message)).toMatch(/passed 2\^40/);
-      expect((await admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows).toEqual(before);
+      expect((await db.admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows).toEqual(before);
     });
 
     test("a waiter's place: the wait ends at once with a LeaseConfigError, no row left", async () => {
       const holder = (await a.service.tryAcquire('history:full:line'))!;
-      await admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 40n) - 1n})`);
+      await db.admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 40n) - 1n})`);
       const started = performance.now();
       const waiting = a.service.acquire('history:full:line', { priority: 1, waitTimeoutMs: 20_000 });
       await expect(waiting).rejects.toBeInstanceOf(LeaseConfigError);
       expect(performance.now() - started).toBeLessThan(5_000);
-      const left = await admin.query(`SELECT * FROM job_lease_waiter WHERE target_id = 'history:full:line'`);
+      const left = await db.admin.query(`SELECT * FROM job_lease_waiter WHERE target_id = 'history:full:line'`);
       expect(left.rows).toEqual([]);
       await holder.release();
     });
@@ -127,7 +120,7 @@ describe('fencing tokens and the server history', () => {
     });
 
     const updatedAt = async (key: string) =>
-      (await admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key]))
+      (await db.admin.query<{ t: string }>(`SELECT updated_at::text AS t FROM job_lease WHERE target_id = $1`, [key]))
         .rows[0].t;
 
     test('a lease whose token carries another timeline is reported as failover and not renewed', async () => {

@@ -1,6 +1,5 @@
 import { LeaseArgumentError, type LeaseEvent } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, startService } from '../support/db.js';
+import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 
 /**
  * holdAtLeastMs (ShedLock's lockAtLeastFor): after release, the target stays taken until holdAtLeastMs after the
@@ -8,31 +7,22 @@ import { adminClient, createTestDatabase, eventually, startService } from '../su
  * again by an instance whose timer fires a few milliseconds later.
  */
 describe('holdAtLeastMs', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-  let a: Awaited<ReturnType<typeof startService>>;
-  let b: Awaited<ReturnType<typeof startService>>;
+  const db = useTestDatabase('hold');
+  let a: OpenedService;
+  let b: OpenedService;
 
   beforeAll(async () => {
-    db = await createTestDatabase('hold');
-    admin = await adminClient(db.url);
-    a = await startService(db.url, { owner: 'a' });
-    b = await startService(db.url, { owner: 'b', waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 });
-  });
-  afterAll(async () => {
-    await a.close();
-    await b.close();
-    await admin.end();
-    await db.drop();
+    a = await db.open({ owner: 'a' });
+    b = await db.open({ owner: 'b', waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 });
   });
 
   const acquiredAt = async (key: string) =>
-    (await admin.query<{ at: string }>(`SELECT acquired_at::text AS at FROM job_lease WHERE target_id = $1`, [key]))
+    (await db.admin.query<{ at: string }>(`SELECT acquired_at::text AS at FROM job_lease WHERE target_id = $1`, [key]))
       .rows[0].at;
   /** Milliseconds between two acquired_at values, by the database's arithmetic. */
   const between = async (from: string, to: string) =>
     Number(
-      (await admin.query(`SELECT extract(epoch FROM $2::timestamptz - $1::timestamptz) * 1000 AS ms`, [from, to]))
+      (await db.admin.query(`SELECT extract(epoch FROM $2::timestamptz - $1::timestamptz) * 1000 AS ms`, [from, to]))
         .rows[0].ms,
     );
 
@@ -93,7 +83,7 @@ describe('holdAtLeastMs', () => {
     // b polls every 5–10 s: only the hold's end, learnt from its own refused attempts, can wake it sooner.
     const waiting = b.service.acquire(key, { waitTimeoutMs: 20_000 });
     await eventually(
-      () => admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key]),
+      () => db.admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key]),
       (r) => r.rowCount === 1,
       'b queued',
     );
@@ -128,7 +118,7 @@ describe('holdAtLeastMs', () => {
       await expect(a.service.run('hold:bad', async () => 1, { holdAtLeastMs })).rejects.toBeInstanceOf(
         LeaseArgumentError,
       );
-      expect((await admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'hold:bad'`)).rowCount).toBe(0);
+      expect((await db.admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'hold:bad'`)).rowCount).toBe(0);
     },
   );
 });

@@ -1,6 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import type pg from 'pg';
-import { adminClient, createTestDatabase, startService } from '../support/db.js';
+import { adminClient, createTestDatabase, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * The README's guarantee (Guarantees — and their limits): a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
@@ -10,25 +10,18 @@ import { adminClient, createTestDatabase, startService } from '../support/db.js'
 const OPTIONS = { heartbeatIntervalMs: 200, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000 };
 
 describe('local safety', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('safety');
   let blocker: pg.Client;
+  db.beforeDrop(() => blocker?.end());
 
   beforeAll(async () => {
-    db = await createTestDatabase('safety');
-    admin = await adminClient(db.url);
     blocker = await adminClient(db.url);
-  });
-  afterAll(async () => {
-    await blocker.end();
-    await admin.end();
-    await db.drop();
   });
 
   const remainingDbMs = async (key: string) =>
     Number(
       (
-        await admin.query(
+        await db.admin.query(
           `SELECT extract(epoch FROM (updated_at + lease_timeout_ms * interval '1 millisecond') - clock_timestamp()) * 1000 AS remaining
            FROM job_lease WHERE target_id = $1`,
           [key],
@@ -71,7 +64,7 @@ describe('local safety', () => {
       );
       await expect(lease.fenced(async () => 'never')).rejects.toBeInstanceOf(LeaseLostError);
       await lease.release();
-      const held = await admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL`);
+      const held = await db.admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL`);
       expect(held.rows[0].n).toBe(0);
     } finally {
       await a.close();
@@ -97,7 +90,7 @@ describe('local safety', () => {
   });
 
   test('a fenced write whose work outlives the local deadline is rolled back', async () => {
-    await admin.query('CREATE TABLE IF NOT EXISTS slow_result (id int)');
+    await db.admin.query('CREATE TABLE IF NOT EXISTS slow_result (id int)');
     const a = await startService(db.url, OPTIONS);
     try {
       const lease = (await a.service.tryAcquire('slow-fence'))!;
@@ -108,7 +101,7 @@ describe('local safety', () => {
           await new Promise((resolve) => setTimeout(resolve, OPTIONS.leaseTimeoutMs));
         }),
       ).rejects.toBeInstanceOf(LeaseLostError);
-      expect((await admin.query('SELECT count(*)::int AS n FROM slow_result')).rows[0].n).toBe(0);
+      expect((await db.admin.query('SELECT count(*)::int AS n FROM slow_result')).rows[0].n).toBe(0);
       await lease.release();
     } finally {
       await a.close();

@@ -1,28 +1,8 @@
-import type { LeaseModuleOptions } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { holderOf, type Proc, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
+import { eventually, useTestDatabase } from '../support/db.js';
+import { holderOf, procsOf, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-const procs: Proc[] = [];
-
-async function proc(name: string, options?: LeaseModuleOptions, poolSize?: number): Promise<Proc> {
-  const started = await startProc(db.url, name, options, poolSize);
-  procs.push(started);
-  return started;
-}
-
-beforeAll(async () => {
-  db = await createTestDatabase('prio_barging');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  await Promise.all(procs.map((p) => p.close()));
-  await admin.end();
-  await db.drop();
-});
+const db = useTestDatabase('prio_barging');
+const proc = procsOf(db);
 
 /**
  * A priority-5 waiter is queued behind a holder; newcomers of `newcomerPriority` call tryAcquire in a tight loop
@@ -33,7 +13,7 @@ async function raceNewcomers(key: string, newcomerPriority: number) {
   const held = (await holder.service.tryAcquire(key))!;
   const waiter = await proc('waiter-p5');
   const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
-  await untilQueued(admin, key, waiter.owner);
+  await untilQueued(db.admin, key, waiter.owner);
 
   const newcomers = await Promise.all([1, 2, 3].map((n) => proc(`newcomer${n}-p${newcomerPriority}`)));
   let stop = false;
@@ -62,7 +42,7 @@ async function raceNewcomers(key: string, newcomerPriority: number) {
   console.log(
     `newcomers at priority ${newcomerPriority}: ${attempts - before} tryAcquire calls between release and grant, ${attempts} in all; wins: ${wins.length}`,
   );
-  expect(await holderOf(admin, key)).toBe(waiter.owner);
+  expect(await holderOf(db.admin, key)).toBe(waiter.owner);
   await lease.release();
   return wins;
 }
@@ -83,9 +63,9 @@ test('the acquire statement itself refuses lower and equal newcomers on a free t
   // check stands between a newcomer and the free target.
   const waiter = await proc('sleepy-p5', { notify: false, waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
   const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
-  await untilAsleep(admin, key, waiter);
+  await untilAsleep(db.admin, key, waiter);
   await held.release();
-  expect(await holderOf(admin, key)).toBeNull();
+  expect(await holderOf(db.admin, key)).toBeNull();
 
   const newcomer = await proc('newcomer');
   expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
@@ -101,7 +81,7 @@ test('the acquire statement itself refuses lower and equal newcomers on a free t
 test('a dead waiter (stale heartbeat) does not hold newcomers back', async () => {
   const key = 'barge:ghost';
   const newcomer = await proc('newcomer');
-  await admin.query(
+  await db.admin.query(
     `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
      VALUES ($1, gen_random_uuid(), 'ghost', 9, 600, now(), nextval('job_lease_waiter_seq'), now() - interval '1 second')`,
     [key],
@@ -109,10 +89,10 @@ test('a dead waiter (stale heartbeat) does not hold newcomers back', async () =>
   const lease = await newcomer.service.tryAcquire(key, { priority: 1 });
   expect(lease).not.toBeNull();
   // Whoever looks next removes it: here the winner, in its acquire statement.
-  expect(await waiterRows(admin, key)).toEqual([]);
+  expect(await waiterRows(db.admin, key)).toEqual([]);
   await lease!.release();
   // The same row with a fresh heartbeat does hold them back: the check above was about liveness.
-  await admin.query(
+  await db.admin.query(
     `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
      VALUES ($1, gen_random_uuid(), 'alive', 9, 600, now(), nextval('job_lease_waiter_seq'), now() + interval '1 hour')`,
     [key],

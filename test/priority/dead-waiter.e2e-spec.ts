@@ -1,13 +1,15 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import { eventually, useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
+import { holderOf, procsOf, rowsOf, track, untilQueued } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-const procs: Proc[] = [];
+const db = useTestDatabase('prio_dead');
+const proc = procsOf(db);
 const children: ChildProcess[] = [];
+db.beforeDrop(() => {
+  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+});
 
 const CHILD_WAITER_TIMEOUT_MS = 1_500;
 
@@ -21,77 +23,46 @@ interface Child {
 /** A waiter in a process of its own (see waiter-child.ts). */
 function spawnWaiter(key: string, priority: number, name: string): Child {
   const owner = `${name}-${process.hrtime.bigint().toString(36)}`;
-  const child = spawn(process.execPath, ['--import', 'tsx', join(process.cwd(), 'test/priority/waiter-child.ts')], {
-    cwd: process.cwd(),
-    env: {
-      ...process.env,
-      PRIORITY_WAITER: JSON.stringify({
-        url: db.url,
-        key,
-        priority,
-        owner,
-        options: {
-          heartbeatIntervalMs: 100,
-          leaseTimeoutMs: 1_000,
-          waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
-          waitPollIntervalMs: 200,
-        },
-      }),
+  const child = startChild(join(process.cwd(), 'test/priority/waiter-child.ts'), {
+    PRIORITY_WAITER: {
+      url: db.url,
+      key,
+      priority,
+      owner,
+      options: {
+        heartbeatIntervalMs: 100,
+        leaseTimeoutMs: 1_000,
+        waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
+        waitPollIntervalMs: 200,
+      },
     },
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  children.push(child);
-  const messages: Array<Record<string, unknown>> = [];
-  child.on('message', (message) => messages.push(message as Record<string, unknown>));
-  return {
-    process: child,
-    owner,
-    next: (type) =>
-      eventually(
-        () => messages.find((message) => message.type === type),
-        (found) => found !== undefined,
-        `${owner}: ${type}`,
-        30_000,
-      ).then((message) => message!),
-  };
+  children.push(child.process);
+  return { process: child.process, owner, next: (type) => child.message(type, 30_000) };
 }
 
 /** Backends of a process: its pool (application_name = owner) and its heartbeat/LISTEN connections. */
 async function backendsOf(owner: string) {
-  const { rows } = await admin.query<{ state: string }>(
+  const { rows } = await db.admin.query<{ state: string }>(
     `SELECT state FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $1 || ':%'`,
     [owner],
   );
   return rows;
 }
 
-beforeAll(async () => {
-  db = await createTestDatabase('prio_dead');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  await Promise.all(procs.map((p) => p.close()));
-  await admin.end();
-  await db.drop();
-});
-
 test.each(['SIGSTOP', 'SIGKILL'] as const)(
   'a waiter process that stops heartbeating (%s) is skipped after waiterTimeoutMs and its row removed',
   async (signal) => {
     const key = `dead:${signal}`;
-    const holder = await startProc(db.url, 'holder');
-    procs.push(holder);
+    const holder = await proc('holder');
     const held = (await holder.service.tryAcquire(key))!;
 
     const dead = spawnWaiter(key, 5, `child-${signal}`);
     await dead.next('ready');
-    const place = await untilQueued(admin, key, dead.owner);
-    const next = await startProc(db.url, 'next-p1');
-    procs.push(next);
+    const place = await untilQueued(db.admin, key, dead.owner);
+    const next = await proc('next-p1');
     const nextCall = track(next.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
-    await untilQueued(admin, key, next.owner);
+    await untilQueued(db.admin, key, next.owner);
 
     dead.process.kill(signal);
     // Once none of its statements is running, its row's heartbeat can no longer move.
@@ -102,7 +73,7 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
       `${dead.owner} silent`,
     );
     const [{ heartbeat_at: lastHeartbeat }] = (
-      await admin.query<{ heartbeat_at: string }>(
+      await db.admin.query<{ heartbeat_at: string }>(
         'SELECT heartbeat_at::text AS heartbeat_at FROM job_lease_waiter WHERE target_id = $1 AND owner = $2',
         [key, dead.owner],
       )
@@ -110,9 +81,9 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
 
     await held.release();
     const lease = await nextCall.promise;
-    expect(await holderOf(admin, key)).toBe(next.owner);
+    expect(await holderOf(db.admin, key)).toBe(next.owner);
     // Skipped only once dead: the grant came no sooner than waiterTimeoutMs after its last heartbeat (database clock).
-    const { rows } = await admin.query<{ waited: boolean; gap_ms: number }>(
+    const { rows } = await db.admin.query<{ waited: boolean; gap_ms: number }>(
       `SELECT acquired_at >= $2::timestamptz + $3 * interval '1 millisecond' AS waited,
          (extract(epoch FROM acquired_at - $2::timestamptz) * 1000)::float8 AS gap_ms
        FROM job_lease WHERE target_id = $1`,
@@ -124,7 +95,7 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
     expect(rows[0].waited).toBe(true);
     // The live waiter's heartbeat (whoever looks next) removed the dead row.
     await eventually(
-      () => rowsOf(admin, key, dead.owner),
+      () => rowsOf(db.admin, key, dead.owner),
       (found) => found.length === 0,
       'dead row removed',
     );
@@ -132,11 +103,11 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
     if (signal === 'SIGSTOP') {
       // Woken up, the slow waiter finds its row gone and re-queues at its old place instead of being lost.
       dead.process.kill('SIGCONT');
-      const back = await untilQueued(admin, key, dead.owner);
+      const back = await untilQueued(db.admin, key, dead.owner);
       expect([back.seq, back.queued_at]).toEqual([place.seq, place.queued_at]);
       await lease.release();
       await dead.next('granted');
-      expect(await holderOf(admin, key)).toBe(dead.owner);
+      expect(await holderOf(db.admin, key)).toBe(dead.owner);
       dead.process.kill('SIGKILL');
     } else {
       await lease.release();

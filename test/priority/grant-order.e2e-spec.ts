@@ -1,30 +1,11 @@
 import type { Lease } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually, ISOLATIONS } from '../support/db.js';
-import { holderOf, type Proc, rowsOf, startProc, track, untilQueued, waiterRows } from './helpers.js';
+import { eventually, ISOLATIONS, useTestDatabase } from '../support/db.js';
+import { holderOf, procsOf, rowsOf, track, untilQueued, waiterRows } from './helpers.js';
 
 /** The grant order, under the server's default isolation and under `default_transaction_isolation = serializable`. */
 describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (isolation) => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
-  const procs: Proc[] = [];
-
-  async function proc(name: string): Promise<Proc> {
-    const started = await startProc(db.url, name);
-    procs.push(started);
-    return started;
-  }
-
-  beforeAll(async () => {
-    db = await createTestDatabase('prio_order', isolation);
-    admin = await adminClient(db.url);
-  });
-
-  afterAll(async () => {
-    await Promise.all(procs.map((p) => p.close()));
-    await admin.end();
-    await db.drop();
-  });
+  const db = useTestDatabase('prio_order', isolation);
+  const proc = procsOf(db);
 
   /** A holder, then waiters in separate processes queued one after the other (each row visible before the next). */
   async function queueUp(key: string, priorities: number[]) {
@@ -35,7 +16,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     for (const [index, priority] of priorities.entries()) {
       const p = await proc(`w${index}-p${priority}`);
       const call = track(p.service.acquire(key, { priority, waitTimeoutMs: 30_000 }));
-      await untilQueued(admin, key, p.owner);
+      await untilQueued(db.admin, key, p.owner);
       waiters.push({ proc: p, priority, call });
     }
     return { holder, held: held!, waiters };
@@ -55,16 +36,16 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
       );
       const next = granted.find((w) => !grants.includes(w.proc.name))!;
       expect(next.call.error).toBeUndefined();
-      expect(await holderOf(admin, key)).toBe(next.proc.owner);
+      expect(await holderOf(db.admin, key)).toBe(next.proc.owner);
       // A granted waiter's row is deleted with the grant.
-      expect((await waiterRows(admin, key)).map((row) => row.owner)).not.toContain(next.proc.owner);
+      expect((await waiterRows(db.admin, key)).map((row) => row.owner)).not.toContain(next.proc.owner);
       grants.push(next.proc.name);
       current = next.call.value!;
     }
     console.log(`grant order (queued as ${waiters.map((w) => w.proc.name).join(', ')}): ${grants.join(' → ')}`);
     expect(grants).toEqual(['w1-p5', 'w3-p5', 'w2-p3', 'w0-p1']);
     await current.release();
-    expect(await waiterRows(admin, key)).toEqual([]);
+    expect(await waiterRows(db.admin, key)).toEqual([]);
   });
 
   test('list() shows the holder, then live waiters in grant order with priorities, positions and ages', async () => {
@@ -104,7 +85,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     const holder = await proc('lister');
     expect(await holder.service.tryAcquire(key)).not.toBeNull();
     // Rows written directly, so no live process of this target renews or evicts them while we look.
-    await admin.query(
+    await db.admin.query(
       `INSERT INTO job_lease_waiter (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
        VALUES ($1, gen_random_uuid(), 'ghost', 9, 600, now() - interval '1 hour', nextval('job_lease_waiter_seq'),
                now() - interval '1 hour'),
@@ -125,13 +106,13 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     let current: Lease = (await holder.service.tryAcquire(key))!;
     const low = await proc('low-p0');
     const lowCall = track(low.service.acquire(key, { priority: 0, waitTimeoutMs: 60_000 }));
-    await untilQueued(admin, key, low.owner);
+    await untilQueued(db.admin, key, low.owner);
     const stream = await proc('stream-p1');
     for (let round = 0; round < 5; round++) {
       // Each newcomer queues after the low waiter, yet is served first.
       const high = track(stream.service.acquire(key, { priority: 1, waitTimeoutMs: 60_000 }));
       await eventually(
-        () => rowsOf(admin, key, stream.owner),
+        () => rowsOf(db.admin, key, stream.owner),
         (rows) => rows.length === 1,
         `high #${round} queued`,
       );

@@ -2,41 +2,22 @@
  * Head-only handoff (issue 14 item 3): a release names the next waiter in its NOTIFY; only that waiter attempts, the
  * others stay asleep; a missed or stale notification is still covered by the poll.
  */
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { eventually, useTestDatabase } from '../support/db.js';
 import { engineOf } from '../../libs/lease/src/lease.service.js';
-import { type Proc, startProc, track, untilAsleep } from './helpers.js';
+import { procsOf, type Proc, track, untilAsleep } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-const procs: Proc[] = [];
-
-async function proc(name: string, options = {}, poolSize?: number): Promise<Proc> {
-  const started = await startProc(db.url, name, options, poolSize);
-  procs.push(started);
-  return started;
-}
+const db = useTestDatabase('headonly');
+const proc = procsOf(db, { ignoreCloseErrors: true });
 
 /** When the pooled backend of `p` (pool of one) last started a statement. */
 async function lastStatementAt(p: Proc): Promise<string> {
-  const { rows } = await admin.query<{ at: string }>(
+  const { rows } = await db.admin.query<{ at: string }>(
     `SELECT query_start::text AS at FROM pg_stat_activity WHERE application_name = $1`,
     [p.owner],
   );
   expect(rows).toHaveLength(1);
   return rows[0].at;
 }
-
-beforeAll(async () => {
-  db = await createTestDatabase('headonly');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  for (const p of procs.reverse()) await p.close().catch(() => undefined);
-  await admin?.end();
-  await db?.drop();
-});
 
 test('only the named waiter attempts: the others stay asleep through two handoffs', async () => {
   const key = 'head:asleep';
@@ -47,7 +28,7 @@ test('only the named waiter attempts: the others stay asleep through two handoff
   const slow = { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 };
   const waiters = [await proc('w1', slow, 1), await proc('w2', slow, 1), await proc('w3', slow, 1)];
   const calls = waiters.map((w, i) => track(w.service.acquire(key, { priority: i + 1, waitTimeoutMs: 60_000 })));
-  for (const w of waiters) await untilAsleep(admin, key, w);
+  for (const w of waiters) await untilAsleep(db.admin, key, w);
   const lowestAsleepSince = await lastStatementAt(waiters[0]);
   const middleAsleepSince = await lastStatementAt(waiters[1]);
 
@@ -75,7 +56,7 @@ test('a dropped head-only notification is covered by the poll', async () => {
   const dropped: string[] = [];
   queue.wakeWaiter = (waiterId) => void dropped.push(waiterId);
   const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
-  await untilAsleep(admin, key, waiter);
+  await untilAsleep(db.admin, key, waiter);
   const released = performance.now();
   await held.release();
   await eventually(

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import type { LeaseModuleOptions } from 'nest-pg-lease';
 import type pg from 'pg';
-import { eventually, openLeaseService, type OpenedService } from '../support/db.js';
+import { eventually, openLeaseService, type OpenedService, type TestDatabase } from '../support/db.js';
 
 export interface Proc extends OpenedService {
   readonly name: string;
@@ -28,6 +28,26 @@ export async function startProc(
   const owner = `${name}-${randomBytes(3).toString('hex')}`;
   const opened = await openLeaseService(url, { owner, ...options }, { applicationName: owner, poolSize });
   return { name, owner, ...opened };
+}
+
+/**
+ * The `proc` of a priority spec: `startProc` on the file's database (or on `url`, e.g. through a TcpProxy), every
+ * process started closed together after the tests, before `useTestDatabase` drops the database. `ignoreCloseErrors`
+ * for files whose processes may be cut off from the server by then.
+ */
+export function procsOf(
+  db: TestDatabase,
+  { ignoreCloseErrors = false }: { ignoreCloseErrors?: boolean } = {},
+): (name: string, options?: LeaseModuleOptions, poolSize?: number, url?: string) => Promise<Proc> {
+  const procs: Proc[] = [];
+  db.beforeDrop(() =>
+    Promise.all(procs.map((p) => (ignoreCloseErrors ? p.close().catch(() => undefined) : p.close()))),
+  );
+  return async (name, options = {}, poolSize, url = db.url) => {
+    const started = await startProc(url, name, options, poolSize);
+    procs.push(started);
+    return started;
+  };
 }
 
 export interface WaiterRow {

@@ -11,13 +11,12 @@
 import { type Lease, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { holderOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import { holderOf, procsOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
+const db = useTestDatabase('prio_model');
+const proc = procsOf(db);
 let observer: Proc;
 
 /** Slow enough that a loaded machine never loses a lease or a waiter by accident. */
@@ -77,7 +76,7 @@ async function checkInvariants(model: Readonly<Model>, real: Real, step: string)
   );
   expect(heldLocally.length).toBeLessThanOrEqual(1);
   expect(heldLocally).toEqual(model.holder ? [model.holder] : []);
-  const owner = await holderOf(admin, real.key);
+  const owner = await holderOf(db.admin, real.key);
   expect(owner).toBe(model.holder ? real.participants.get(model.holder)!.proc.owner : null);
   const line = (await observer.service.list(real.key))
     .filter((s) => s.state === 'waiting' && s.live)
@@ -96,7 +95,7 @@ class WaitCommand implements fc.AsyncCommand<Model, Real> {
       real.holder = { name: entry.proc.name, lease: await entry.call.promise };
       model.holder = entry.proc.name;
     } else {
-      await untilQueued(admin, real.key, entry.proc.owner);
+      await untilQueued(db.admin, real.key, entry.proc.owner);
       model.waiters.push({ name: entry.proc.name, priority: this.priority, queued: model.queued++ });
     }
     await checkInvariants(model, real, 'wait');
@@ -137,13 +136,13 @@ class CrashCommand implements fc.AsyncCommand<Model, Real> {
     const { proc, proxy } = real.participants.get(victim.name)!;
     proxy!.freeze();
     const sessions = `application_name = $1 OR application_name LIKE $1 || ':%'`;
-    await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]);
+    await db.admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]);
     await eventually(
-      async () => (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE ${sessions}`, [proc.owner])).rowCount,
+      async () => (await db.admin.query(`SELECT 1 FROM pg_stat_activity WHERE ${sessions}`, [proc.owner])).rowCount,
       (n) => n === 0,
       `${victim.name} cut off`,
     );
-    await admin.query(
+    await db.admin.query(
       `UPDATE job_lease_waiter SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE target_id = $1 AND owner = $2`,
       [real.key, proc.owner],
     );
@@ -168,7 +167,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
         (e: unknown) => e,
       );
       expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
-      expect(await rowsOf(admin, real.key, entry.proc.owner)).toEqual([]);
+      expect(await rowsOf(db.admin, real.key, entry.proc.owner)).toEqual([]);
     }
     await checkInvariants(model, real, 'timeout');
   }
@@ -178,15 +177,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
 beforeAll(async () => {
   // Crashed processes log their failed statements when they are torn down; expected here, so keep errors only.
   Logger.overrideLogger(['error']);
-  db = await createTestDatabase('prio_model');
-  admin = await adminClient(db.url);
-  observer = await startProc(db.url, 'observer', OPTIONS);
-});
-
-afterAll(async () => {
-  await observer.close();
-  await admin.end();
-  await db.drop();
+  observer = await proc('observer', OPTIONS);
 });
 
 test('grants follow priority then first-queued order, with at most one holder, under waits, releases, crashes and timeouts', async () => {

@@ -6,23 +6,11 @@
  * the signal; a lease that arrives after the wait gave up is released.
  */
 import { LeaseWaitTimeoutError } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { type Proc, startProc, track, untilQueued } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-
-beforeAll(async () => {
-  db = await createTestDatabase('prio_partition');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  await admin.end();
-  await db.drop();
-});
+const db = useTestDatabase('prio_partition');
 
 test('waitTimeoutMs and abort settle the wait on time while the database does not answer', async () => {
   const holder = await startProc(db.url, 'holder');
@@ -33,7 +21,7 @@ test('waitTimeoutMs and abort settle the wait on time while the database does no
     await holder.service.tryAcquire('partition:b');
     cut = await startProc(await proxy.start(db.url), 'cut-off');
     const queued = track(cut.service.acquire('partition:a', { waitTimeoutMs: 1_000 }));
-    await untilQueued(admin, 'partition:a', cut.owner);
+    await untilQueued(db.admin, 'partition:a', cut.owner);
     proxy.freeze();
     const controller = new AbortController();
     const reason = new Error('gave up');

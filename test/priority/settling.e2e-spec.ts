@@ -4,37 +4,13 @@
  * middle of an acquisition.
  */
 import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
+import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { type Proc, rowsOf, startProc, track } from './helpers.js';
+import { procsOf, rowsOf, startProc, track } from './helpers.js';
 import { engineOf } from '../../libs/lease/src/lease.service.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-const procs: Proc[] = [];
-
-async function proc(
-  name: string,
-  options?: Parameters<typeof startProc>[2],
-  poolSize?: number,
-  url = db.url,
-): Promise<Proc> {
-  const started = await startProc(url, name, options, poolSize);
-  procs.push(started);
-  return started;
-}
-
-beforeAll(async () => {
-  db = await createTestDatabase('prio_settling');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  await Promise.all(procs.map((p) => p.close().catch(() => undefined)));
-  await admin.end();
-  await db.drop();
-});
+const db = useTestDatabase('prio_settling');
+const proc = procsOf(db, { ignoreCloseErrors: true });
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -79,7 +55,7 @@ describe('no phantom waiter', () => {
     const holder = await proc('holder');
     const held = (await holder.service.tryAcquire(key))!;
     // Test instrumentation: this owner's enqueue takes a second.
-    await admin.query(`
+    await db.admin.query(`
       CREATE FUNCTION slow_enqueue_phantom() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'phantom-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$;
       CREATE TRIGGER slow_enqueue_phantom BEFORE INSERT ON job_lease_waiter
@@ -92,9 +68,10 @@ describe('no phantom waiter', () => {
       await eventually(
         async () =>
           (
-            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
-              waiter.owner,
-            ])
+            await db.admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+              [waiter.owner],
+            )
           ).rowCount,
         (n) => n === 1,
         'the enqueue to be in flight',
@@ -105,15 +82,16 @@ describe('no phantom waiter', () => {
       await eventually(
         async () =>
           (
-            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
-              waiter.owner,
-            ])
+            await db.admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+              [waiter.owner],
+            )
           ).rowCount,
         (n) => n === 0,
         'the enqueue to finish',
       );
       await eventually(
-        () => rowsOf(admin, key, waiter.owner),
+        () => rowsOf(db.admin, key, waiter.owner),
         (rows) => rows.length === 0,
         'no row of the phantom',
         2_000,
@@ -125,7 +103,9 @@ describe('no phantom waiter', () => {
       expect(lease).not.toBeNull();
       await lease!.release();
     } finally {
-      await admin.query('DROP TRIGGER slow_enqueue_phantom ON job_lease_waiter; DROP FUNCTION slow_enqueue_phantom()');
+      await db.admin.query(
+        'DROP TRIGGER slow_enqueue_phantom ON job_lease_waiter; DROP FUNCTION slow_enqueue_phantom()',
+      );
     }
   });
 });
@@ -163,7 +143,7 @@ describe('wait times past the range of setTimeout', () => {
 
 describe('close() during an acquisition', () => {
   test('after close() resolves, the process holds no row and runs no heartbeat', async () => {
-    await admin.query(`
+    await db.admin.query(`
       CREATE FUNCTION slow_acquire_closing() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'closing-%' THEN PERFORM pg_sleep(0.5); END IF; RETURN NEW; END $$;
       CREATE TRIGGER slow_acquire_closing BEFORE INSERT ON job_lease
@@ -175,9 +155,10 @@ describe('close() during an acquisition', () => {
       await eventually(
         async () =>
           (
-            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
-              p.owner,
-            ])
+            await db.admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+              [p.owner],
+            )
           ).rowCount,
         (n) => n === 1,
         'the acquisition to be in flight',
@@ -187,9 +168,10 @@ describe('close() during an acquisition', () => {
       await p.dataSource.destroy();
       expect(call.settled()).toBe(true);
       expect(call.error).toBeInstanceOf(LeaseError);
-      const held = await admin.query(`SELECT target_id FROM job_lease WHERE owner = $1 AND lease_token IS NOT NULL`, [
-        p.owner,
-      ]);
+      const held = await db.admin.query(
+        `SELECT target_id FROM job_lease WHERE owner = $1 AND lease_token IS NOT NULL`,
+        [p.owner],
+      );
       expect(held.rows).toEqual([]);
       expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
       expect(p.service.heldLeases()).toEqual([]);
@@ -197,7 +179,7 @@ describe('close() during an acquisition', () => {
       await sleep(300);
       expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
     } finally {
-      await admin.query('DROP TRIGGER slow_acquire_closing ON job_lease; DROP FUNCTION slow_acquire_closing()');
+      await db.admin.query('DROP TRIGGER slow_acquire_closing ON job_lease; DROP FUNCTION slow_acquire_closing()');
     }
   });
 });

@@ -1,27 +1,12 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import {
-  LeaseBusyError,
-  LeaseError,
-  LeaseQueueFullError,
-  LeaseWaitTimeoutError,
-  type LeaseEvent,
-  type LeaseModuleOptions,
-} from 'nest-pg-lease';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, eventually } from '../support/db.js';
-import { holderOf, type Proc, rowsOf, startProc, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
+import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
+import { eventually, useTestDatabase } from '../support/db.js';
+import { holderOf, procsOf, rowsOf, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
 
-let db: Awaited<ReturnType<typeof createTestDatabase>>;
-let admin: pg.Client;
-const procs: Proc[] = [];
-
-async function proc(name: string, options?: LeaseModuleOptions, poolSize?: number): Promise<Proc> {
-  const started = await startProc(db.url, name, options, poolSize);
-  procs.push(started);
-  return started;
-}
+const db = useTestDatabase('prio_waiting');
+const proc = procsOf(db);
 
 /** A target held by a process of its own. */
 async function heldTarget(key: string) {
@@ -35,22 +20,11 @@ async function heldTarget(key: string) {
 async function outcome(key: string, owner: string, call: Promise<unknown>) {
   try {
     await call;
-    return { error: undefined, rowsLeft: (await rowsOf(admin, key, owner)).length };
+    return { error: undefined, rowsLeft: (await rowsOf(db.admin, key, owner)).length };
   } catch (error) {
-    return { error, rowsLeft: (await rowsOf(admin, key, owner)).length };
+    return { error, rowsLeft: (await rowsOf(db.admin, key, owner)).length };
   }
 }
-
-beforeAll(async () => {
-  db = await createTestDatabase('prio_waiting');
-  admin = await adminClient(db.url);
-});
-
-afterAll(async () => {
-  await Promise.all(procs.map((p) => p.close()));
-  await admin.end();
-  await db.drop();
-});
 
 describe('place in line', () => {
   test('seq and queued_at stay the same across retries, heartbeats and a re-queue after eviction', async () => {
@@ -59,12 +33,12 @@ describe('place in line', () => {
     // Retries every 25–50 ms, heartbeats every 200 ms.
     const early = await proc('early', { waitPollIntervalMs: 50 });
     const earlyCall = track(early.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
-    const first = await untilQueued(admin, key, early.owner);
+    const first = await untilQueued(db.admin, key, early.owner);
 
     const seen = new Set<number>([first.heartbeat_at.getTime()]);
     await eventually(
       async () => {
-        const [row] = await rowsOf(admin, key, early.owner);
+        const [row] = await rowsOf(db.admin, key, early.owner);
         expect([row.seq, row.queued_at]).toEqual([first.seq, first.queued_at]);
         seen.add(row.heartbeat_at.getTime());
         return seen.size;
@@ -75,14 +49,14 @@ describe('place in line', () => {
 
     const late = await proc('late');
     const lateCall = track(late.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
-    await untilQueued(admin, key, late.owner);
+    await untilQueued(db.admin, key, late.owner);
 
     // Someone judged the early waiter dead and removed its row; its next heartbeat notices and re-queues it at its
     // old place, ahead of the later waiter of the same priority.
-    await admin.query('DELETE FROM job_lease_waiter WHERE target_id = $1 AND owner = $2', [key, early.owner]);
-    const back = await untilQueued(admin, key, early.owner);
+    await db.admin.query('DELETE FROM job_lease_waiter WHERE target_id = $1 AND owner = $2', [key, early.owner]);
+    const back = await untilQueued(db.admin, key, early.owner);
     expect([back.seq, back.queued_at]).toEqual([first.seq, first.queued_at]);
-    expect((await waiterRows(admin, key)).map((row) => row.owner)).toEqual([early.owner, late.owner]);
+    expect((await waiterRows(db.admin, key)).map((row) => row.owner)).toEqual([early.owner, late.owner]);
 
     await held.release();
     const lease = await earlyCall.promise;
@@ -102,7 +76,7 @@ describe('giving up removes the row before the promise settles', () => {
     const started = performance.now();
     const call = waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 1_500 });
     const result = outcome(key, waiter.owner, call);
-    await untilQueued(admin, key, waiter.owner);
+    await untilQueued(db.admin, key, waiter.owner);
     const { error, rowsLeft } = await result;
     expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
     expect(error).toMatchObject({ targetKey: key, waitTimeoutMs: 1_500 });
@@ -123,7 +97,7 @@ describe('giving up removes the row before the promise settles', () => {
       waiter.owner,
       waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }),
     );
-    await untilQueued(admin, key, waiter.owner);
+    await untilQueued(db.admin, key, waiter.owner);
     controller.abort(reason);
     const { error, rowsLeft } = await result;
     expect(error).toBe(reason);
@@ -143,9 +117,9 @@ describe('giving up removes the row before the promise settles', () => {
     const waiter = await proc('closing');
     const call = track(waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
     const result = outcome(key, waiter.owner, call.promise);
-    await untilQueued(admin, key, waiter.owner);
+    await untilQueued(db.admin, key, waiter.owner);
     await waiter.close();
-    expect(await rowsOf(admin, key, waiter.owner)).toEqual([]);
+    expect(await rowsOf(db.admin, key, waiter.owner)).toEqual([]);
     const { error, rowsLeft } = await result;
     expect(error).toBeInstanceOf(LeaseError);
     expect(rowsLeft).toBe(0);
@@ -155,10 +129,10 @@ describe('giving up removes the row before the promise settles', () => {
     const key = 'giveup:close-mid-enqueue';
     await heldTarget(key);
     // Test instrumentation in the database: this process's enqueue takes a second, so close() lands in the middle.
-    await admin.query(`
+    await db.admin.query(`
       CREATE FUNCTION slow_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'slowq-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
-    await admin.query(
+    await db.admin.query(
       'CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()',
     );
     try {
@@ -167,9 +141,10 @@ describe('giving up removes the row before the promise settles', () => {
       await eventually(
         async () =>
           (
-            await admin.query(`SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`, [
-              waiter.owner,
-            ])
+            await db.admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+              [waiter.owner],
+            )
           ).rowCount,
         (n) => n === 1,
         'enqueue in progress',
@@ -177,9 +152,9 @@ describe('giving up removes the row before the promise settles', () => {
       await waiter.close();
       const { error } = await result;
       expect(error).toBeInstanceOf(LeaseError);
-      expect(await rowsOf(admin, key, waiter.owner)).toEqual([]);
+      expect(await rowsOf(db.admin, key, waiter.owner)).toEqual([]);
     } finally {
-      await admin.query('DROP TRIGGER slow_enqueue ON job_lease_waiter; DROP FUNCTION slow_enqueue()');
+      await db.admin.query('DROP TRIGGER slow_enqueue ON job_lease_waiter; DROP FUNCTION slow_enqueue()');
     }
   });
 });
@@ -191,7 +166,7 @@ describe('bounds', () => {
     for (const name of ['first', 'second']) {
       const p = await proc(name);
       void track(p.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
-      await untilQueued(admin, key, p.owner);
+      await untilQueued(db.admin, key, p.owner);
     }
     const third = await proc('third', { maxWaitersPerTarget: 2 });
     const { error, rowsLeft } = await outcome(
@@ -215,7 +190,7 @@ describe('bounds', () => {
     const p = await proc('busy-process', { maxWaitersPerProcess: 2 });
     for (const key of keys.slice(0, 2)) {
       void track(p.service.acquire(key, { waitTimeoutMs: 30_000 }));
-      await untilQueued(admin, key, p.owner);
+      await untilQueued(db.admin, key, p.owner);
     }
     const { error, rowsLeft } = await outcome(keys[2], p.owner, p.service.acquire(keys[2], { waitTimeoutMs: 30_000 }));
     expect(error).toBeInstanceOf(LeaseQueueFullError);
@@ -238,7 +213,7 @@ describe('bounds', () => {
     );
     expect(calls.filter((call) => call.error instanceof LeaseQueueFullError)).toHaveLength(2);
     await eventually(
-      () => rowsOf(admin, key, p.owner),
+      () => rowsOf(db.admin, key, p.owner),
       (rows) => rows.length === 2,
       'two rows',
     );
@@ -252,7 +227,7 @@ describe('wake-up', () => {
     const held = await heldTarget(key);
     const waiter = await proc('listener', { waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 }, 1);
     const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
-    await untilAsleep(admin, key, waiter);
+    await untilAsleep(db.admin, key, waiter);
     const released = performance.now();
     await held.release();
     const lease = await call.promise;
@@ -268,12 +243,12 @@ describe('wake-up', () => {
     // The poll sleeps 3–6 s (jittered); nothing else may wake the waiter.
     const waiter = await proc('poller', { notify: false, waitPollIntervalMs: 6_000, waiterTimeoutMs: 30_000 }, 1);
     const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
-    await untilAsleep(admin, key, waiter);
+    await untilAsleep(db.admin, key, waiter);
     const released = performance.now();
     await held.release();
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     expect(call.settled()).toBe(false);
-    expect(await holderOf(admin, key)).toBeNull();
+    expect(await holderOf(db.admin, key)).toBeNull();
     const lease = await call.promise;
     const handoffMs = performance.now() - released;
     console.log(`polling handoff: ${handoffMs.toFixed(0)} ms (poll interval 6 s, jittered 3–6 s)`);

@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { LeaseConfigError, type Lease, type LeaseModuleOptions, LeaseService } from 'nest-pg-lease';
-import type pg from 'pg';
 import type { EntityManager } from 'typeorm';
-import { adminClient, createTestDatabase, eventually, FAST, makeDataSource, startService } from '../support/db.js';
+import { adminClient, eventually, FAST, makeDataSource, startService, useTestDatabase } from '../support/db.js';
 
 /**
  * The library under a least-privileged role: only SELECT, INSERT, UPDATE, DELETE on its two tables and USAGE on its
@@ -10,8 +9,7 @@ import { adminClient, createTestDatabase, eventually, FAST, makeDataSource, star
  * bootstrap.
  */
 describe('least privilege', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('privilege');
   const role = `lease_app_${randomBytes(4).toString('hex')}`;
   const password = randomBytes(12).toString('hex');
   let appUrl: string;
@@ -23,17 +21,15 @@ describe('least privilege', () => {
   ];
 
   beforeAll(async () => {
-    db = await createTestDatabase('privilege');
     const owner = await startService(db.url); // the owner (a superuser here) runs the migrations
     await owner.close();
-    admin = await adminClient(db.url);
-    await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
-    for (const grant of grants) await admin.query(grant);
+    await db.admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
+    for (const grant of grants) await db.admin.query(grant);
     // The application's own table, written inside the fence.
-    await admin.query(
+    await db.admin.query(
       'CREATE TABLE report (id bigserial PRIMARY KEY, target text NOT NULL, fencing_token bigint NOT NULL)',
     );
-    await admin.query(`GRANT SELECT, INSERT ON report TO ${role}; GRANT USAGE ON SEQUENCE report_id_seq TO ${role}`);
+    await db.admin.query(`GRANT SELECT, INSERT ON report TO ${role}; GRANT USAGE ON SEQUENCE report_id_seq TO ${role}`);
     const url = new URL(db.url);
     url.username = role;
     url.password = password;
@@ -63,9 +59,9 @@ describe('least privilege', () => {
     }
   }
 
+  // Runs after useTestDatabase's drop (afterAll hooks run in the order declared), which ends the role's sessions and
+  // drops what was granted on the database's objects.
   afterAll(async () => {
-    await admin.end();
-    await db.drop(); // ends the role's sessions and drops what was granted on the database's objects
     const server = await adminClient(new URL('/postgres', db.url).toString());
     await server.query(`DROP ROLE IF EXISTS ${role}`);
     await server.end();
@@ -104,14 +100,15 @@ describe('least privilege', () => {
       await granted.release();
 
       // A takeover of an expired lease (the row's timeout has passed): an UPDATE of someone else's row.
-      await admin.query(`INSERT INTO job_lease VALUES ('report:2', gen_random_uuid(), nextval('job_lease_fencing_seq'),
+      await db.admin
+        .query(`INSERT INTO job_lease VALUES ('report:2', gen_random_uuid(), nextval('job_lease_fencing_seq'),
         'dead', 0, 1000, now() - interval '1 hour', now() - interval '1 hour')`);
       const takeover = (await a.service.tryAcquire('report:2'))!;
       expect(takeover).not.toBeNull();
       await takeover.release();
 
       expect(await a.service.list()).toEqual([]);
-      const rows = (await admin.query('SELECT fencing_token::text FROM report ORDER BY id')).rows;
+      const rows = (await db.admin.query('SELECT fencing_token::text FROM report ORDER BY id')).rows;
       const tokens = rows.map((row) => BigInt(row.fencing_token));
       expect(tokens).toEqual([held.fencingToken, granted.fencingToken]);
       const [who] = await a.dataSource.query('SELECT current_user AS role');
@@ -124,7 +121,7 @@ describe('least privilege', () => {
 
   test('pg_control_system() revoked (as managed services may): heartbeats go on, the timeline decides', async () => {
     // Function rights live in the database's own catalog: this changes only the test's database.
-    await admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
+    await db.admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
     const a = await startService(appUrl, { createSchema: false, owner: 'a' });
     try {
       const lost: string[] = [];
@@ -165,7 +162,7 @@ describe('least privilege', () => {
       }
     } finally {
       await a.close();
-      await admin.query('GRANT EXECUTE ON FUNCTION pg_control_system() TO PUBLIC');
+      await db.admin.query('GRANT EXECUTE ON FUNCTION pg_control_system() TO PUBLIC');
     }
   });
 
@@ -188,14 +185,14 @@ describe('least privilege', () => {
   ])(
     'a role without %s is refused at bootstrap with a LeaseConfigError naming the right',
     async (_what, revoke, named) => {
-      await admin.query(revoke);
+      await db.admin.query(revoke);
       try {
         const error = await bootstrapError({ createSchema: false });
         expect(error).toBeInstanceOf(LeaseConfigError);
         expect(String((error as Error).message)).toMatch(named);
         expect(String((error as Error).message)).toMatch(new RegExp(`GRANT .* TO "?${role}"?`));
       } finally {
-        for (const grant of grants) await admin.query(grant);
+        for (const grant of grants) await db.admin.query(grant);
       }
     },
   );

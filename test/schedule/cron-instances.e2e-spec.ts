@@ -4,10 +4,10 @@
  * 300 ms, with `ScheduleModule` imported before and after `LeaseModule`. Every tick second has exactly one row, every
  * row carries a fencing token, and no instance logs an error or a warning.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import type pg from 'pg';
-import { adminClient, createTestDatabase, startService } from '../support/db.js';
+import { startService, useTestDatabase } from '../support/db.js';
+import { startChild } from '../support/processes.js';
 
 const SKEWS_MS = [0, 150, 300];
 /** Longer than the skew spread plus timer jitter, shorter than the period minus that jitter. */
@@ -23,30 +23,12 @@ interface Instance {
 }
 
 function startInstance(config: Record<string, unknown>): Instance {
-  const child = fork(CHILD, [], {
-    execArgv: ['--import', 'tsx'],
-    env: { ...process.env, CRON_INSTANCE: JSON.stringify(config) },
-    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-  });
-  const output: string[] = [];
-  child.stdout!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
-  child.stderr!.on('data', (chunk: Buffer) => output.push(chunk.toString()));
-  const exited = new Promise<never>((_, reject) =>
-    child.once('exit', (code) =>
-      reject(new Error(`instance ${String(config.name)} exited (${code}):\n${output.join('')}`)),
-    ),
-  );
-  const message = <T>(type: string) =>
-    Promise.race([
-      new Promise<T>((resolve) => child.on('message', (m: { type: string } & T) => m.type === type && resolve(m))),
-      exited,
-    ]);
-  exited.catch(() => undefined);
+  const child = startChild(CHILD, { CRON_INSTANCE: config }, { captureOutput: true });
   return {
-    child,
-    output,
-    ready: message<void>('ready'),
-    stopped: message<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>('stopped'),
+    child: child.process,
+    output: child.output,
+    ready: child.message('ready').then(() => undefined),
+    stopped: child.message<{ problems: Array<{ level: string; message: string }>; skipped: number[] }>('stopped'),
   };
 }
 
@@ -57,30 +39,25 @@ interface Row {
 }
 
 describe('three instances, one @Cron job, one run per tick', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  let admin: pg.Client;
+  const db = useTestDatabase('cron');
   const children: ChildProcess[] = [];
   const report: string[] = [];
 
   beforeAll(async () => {
-    db = await createTestDatabase('cron');
-    admin = await adminClient(db.url);
     // The lease tables, made once (three instances creating them at once would race on the catalog).
     const schema = await startService(db.url);
     await schema.close();
   });
 
-  afterAll(async () => {
+  db.beforeDrop(async () => {
     for (const child of children) if (child.exitCode === null) child.kill('SIGKILL');
     console.log(report.join('\n'));
-    await admin.end();
-    await db.drop();
   });
 
   for (const order of ['schedule-first', 'lease-first'] as const) {
     test(`ScheduleModule ${order === 'schedule-first' ? 'before' : 'after'} LeaseModule, clocks skewed ${SKEWS_MS.join('/')} ms`, async () => {
       const table = `cron_runs_${order.replace('-', '_')}`;
-      await admin.query(
+      await db.admin.query(
         `CREATE TABLE ${table} (
           tick_second bigint NOT NULL, fencing_token bigint, instance text NOT NULL, real_ms bigint NOT NULL)`,
       );
@@ -107,7 +84,7 @@ describe('three instances, one @Cron job, one run per tick', () => {
       const skippedBy = (second: number) =>
         stopped.flatMap((instance, i) => (instance.skipped.includes(second) ? [`i${i}+${SKEWS_MS[i]}ms`] : []));
 
-      const { rows } = await admin.query<Row>(
+      const { rows } = await db.admin.query<Row>(
         `SELECT tick_second::text, fencing_token::text, instance FROM ${table} ORDER BY tick_second, real_ms`,
       );
       const bySecond = new Map<number, Row[]>();

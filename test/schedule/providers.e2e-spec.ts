@@ -18,7 +18,7 @@ import { LazyModuleLoader, NestFactory } from '@nestjs/core';
 import { Cron, ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseBusyError, LeaseModule, LeaseService, leaseEntities, type LeaseEvent } from 'nest-pg-lease';
-import { createTestDatabase, eventually, FAST } from '../support/db.js';
+import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate } from '../exclusive/fixtures.js';
 
 /** Every log line of an app, by level. */
@@ -145,13 +145,7 @@ class LazyJob {
 class LazyJobsModule {}
 
 describe('@Exclusive on provider methods', () => {
-  let db: Awaited<ReturnType<typeof createTestDatabase>>;
-  beforeAll(async () => {
-    db = await createTestDatabase('providers');
-  });
-  afterAll(async () => {
-    await db.drop();
-  });
+  const db = useTestDatabase('providers');
 
   async function boot(imports: Array<Type | DynamicModule>, providers: Provider[], owner: string) {
     const logger = new RecordingLogger();

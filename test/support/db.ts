@@ -100,6 +100,11 @@ export interface TestDatabase {
   readonly admin: pg.Client;
   /** `startService` on this database, closed by the helper before the database is dropped. */
   open(options?: LeaseModuleOptions, applicationName?: string): Promise<OpenedService>;
+  /**
+   * Runs `cleanup` after the tests, before the opened services are closed and the database dropped (`WITH (FORCE)`:
+   * a pool or process still connected then would see its connections killed). Latest registered runs first.
+   */
+  beforeDrop(cleanup: () => unknown): void;
 }
 
 /**
@@ -110,17 +115,19 @@ export interface TestDatabase {
 export function useTestDatabase(
   prefix: string,
   isolation: Isolation = 'read committed',
-  setup?: (admin: pg.Client) => Promise<unknown>,
+  setup?: (admin: pg.Client, url: string) => Promise<unknown>,
 ): TestDatabase {
   let created: { url: string; drop: () => Promise<void> } | undefined;
   let client: pg.Client | undefined;
   const opened: OpenedService[] = [];
+  const cleanups: (() => unknown)[] = [];
   beforeAll(async () => {
     created = await createTestDatabase(prefix, isolation);
     client = await adminClient(created.url);
-    await setup?.(client);
+    await setup?.(client, created.url);
   });
   afterAll(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
     await Promise.all(opened.splice(0).map((service) => service.close()));
     await client?.end();
     await created?.drop();
@@ -138,6 +145,9 @@ export function useTestDatabase(
       const service = await startService(database.url, options, applicationName);
       opened.push(service);
       return service;
+    },
+    beforeDrop(cleanup) {
+      cleanups.push(cleanup);
     },
   };
   return database;
