@@ -3,12 +3,12 @@
  * asyncReleaseCommits, and prototypes of other table settings), PostgreSQL advisory locks, the seed's plain upsert,
  * and @verrou/core with its knex (PostgreSQL) store.
  */
-import { LeaseService, type LeaseModuleOptions } from 'nest-pg-lease';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import { Verrou } from '@verrou/core';
 import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';
 import pg from 'pg';
-import { DataSource } from 'typeorm';
+import { openService, type OpenedService } from '../../test/support/lease-service.js';
 
 /** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
 export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
@@ -27,20 +27,15 @@ export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfacto
 export const UNLOGGED_TABLES = { tableName: 'bench_unlogged_lease', waiterTableName: 'bench_unlogged_lease_waiter' };
 export const FILLFACTOR_80_TABLES = { tableName: 'bench_ff80_lease', waiterTableName: 'bench_ff80_lease_waiter' };
 
-export interface OpenLeases {
-  service: LeaseService;
-  dataSource: DataSource;
-  close(): Promise<void>;
-}
+export type OpenLeases = OpenedService;
 
-export async function openLeases(
+/** The library on a DataSource of its own (the one opener tests and benchmarks share), in one of the variants. */
+export function openLeases(
   url: string,
   poolSize: number,
   options: LeaseModuleOptions = {},
   variant: LeaseVariant = 'shipped',
 ): Promise<OpenLeases> {
-  const dataSource = new DataSource({ type: 'postgres', url, extra: { max: poolSize } });
-  await dataSource.initialize();
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
     shipped: {},
     'async-release': { asyncReleaseCommits: true },
@@ -48,16 +43,11 @@ export async function openLeases(
     'fillfactor-80': FILLFACTOR_80_TABLES,
     unbatched: { maxBatchSize: 1 },
   };
-  const service = new LeaseService(dataSource, { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options });
-  await service.init();
-  return {
-    service,
-    dataSource,
-    close: async () => {
-      await service.close();
-      if (dataSource.isInitialized) await dataSource.destroy();
-    },
-  };
+  return openService(
+    url,
+    { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options },
+    { poolSize, entities: [] },
+  );
 }
 
 /** A pg pool for the raw-SQL baselines. */

@@ -1,7 +1,20 @@
 import { createDatabase, dropDatabase } from '@app/pg-harness';
-import { LeaseService, leaseEntities, type LeaseModuleOptions } from 'nest-pg-lease';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import pg from 'pg';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
+import {
+  type DataSourceShape,
+  makeDataSource as makeOwnDataSource,
+  openService,
+  type OpenedService,
+} from './lease-service.js';
+
+export type { OpenedService } from './lease-service.js';
+
+/** A DataSource with the lease entities whose connections are named `lease-test` unless told otherwise. */
+export function makeDataSource(url: string, shape: DataSourceShape = {}): DataSource {
+  return makeOwnDataSource(url, { applicationName: 'lease-test', ...shape });
+}
 
 /** The server started by the Jest global setup (or DATABASE_URL). */
 export function serverUrl(): string {
@@ -38,18 +51,6 @@ export async function createTestDatabase(
   return { url, drop: () => dropDatabase(server, url) };
 }
 
-export function makeDataSource(
-  url: string,
-  extra: Partial<{ poolSize: number; entities: unknown[]; applicationName: string }> = {},
-): DataSource {
-  return new DataSource({
-    type: 'postgres',
-    url,
-    entities: (extra.entities as never) ?? [...leaseEntities],
-    extra: { max: extra.poolSize ?? 10, application_name: extra.applicationName ?? 'lease-test' },
-  });
-}
-
 /** Test options: short intervals, generous ratios. */
 export const FAST: LeaseModuleOptions = {
   heartbeatIntervalMs: 100,
@@ -58,35 +59,16 @@ export const FAST: LeaseModuleOptions = {
   waitPollIntervalMs: 200,
 };
 
-/** A LeaseService of its own, with its DataSource, and how to close both. */
-export interface OpenedService {
-  readonly service: LeaseService;
-  readonly dataSource: DataSource;
-  close(): Promise<void>;
-}
-
 /**
- * The one way the suites open a LeaseService (a "process" of its own as far as the database can tell): its own
- * DataSource (`applicationName` names its pooled connections), the test timings (`FAST`) and `createSchema`, then
- * `init()` — the standalone use the README documents. `close()` closes the service, then the DataSource.
+ * The one way the suites open a LeaseService (a "process" of its own as far as the database can tell): `openService`
+ * with the test timings (`FAST`) and `createSchema`; `applicationName` names its pooled connections.
  */
-export async function openLeaseService(
+export function openLeaseService(
   url: string,
   options: LeaseModuleOptions = {},
   { applicationName = 'lease-test', poolSize = 10 }: { applicationName?: string; poolSize?: number } = {},
 ): Promise<OpenedService> {
-  const dataSource = makeDataSource(url, { applicationName, poolSize });
-  await dataSource.initialize();
-  const service = new LeaseService(dataSource, { createSchema: true, ...FAST, ...options });
-  await service.init();
-  return {
-    service,
-    dataSource,
-    close: async () => {
-      await service.close();
-      if (dataSource.isInitialized) await dataSource.destroy();
-    },
-  };
+  return openService(url, { createSchema: true, ...FAST, ...options }, { applicationName, poolSize });
 }
 
 /** `openLeaseService` with the default pool. */
