@@ -123,12 +123,7 @@ async function main(): Promise<void> {
     lines.push(line);
   };
   try {
-    const setup = new DataSource({ type: 'postgres', url: db.url, extra: { max: 1 } });
-    await setup.initialize();
-    const service = new LeaseService(setup, { createSchema: true });
-    await service.init();
-    await service.close();
-    await setup.destroy();
+    await db.createLeaseTables();
 
     const here = fileURLToPath(import.meta.url);
     const children = Array.from({ length: processes }, (_, index) =>

@@ -294,12 +294,7 @@ async function main(): Promise<void> {
     report.push(line);
   };
   try {
-    const setup = new DataSource({ type: 'postgres', url: db.url, extra: { max: 1 } });
-    await setup.initialize();
-    const service = new LeaseService(setup, { createSchema: true });
-    await service.init();
-    await service.close();
-    await setup.destroy();
+    await db.createLeaseTables();
     await db.query(seed.table);
     const stats = await db
       .query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements')

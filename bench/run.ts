@@ -12,8 +12,6 @@ import { writeFile, mkdir } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { LeaseService } from 'nest-pg-lease';
-import { DataSource } from 'typeorm';
 import { acquireRelease } from './scenarios/acquire-release.js';
 import { failedAcquire } from './scenarios/failed-acquire.js';
 import { fencedWrite } from './scenarios/fenced-write.js';
@@ -38,14 +36,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {
-  for (const tables of [{}, UNLOGGED_TABLES, FILLFACTOR_80_TABLES]) {
-    const dataSource = new DataSource({ type: 'postgres', url: db.url, extra: { max: 1 } });
-    await dataSource.initialize();
-    const service = new LeaseService(dataSource, { ...tables, createSchema: true });
-    await service.init();
-    await service.close();
-    await dataSource.destroy();
-  }
+  for (const tables of [{}, UNLOGGED_TABLES, FILLFACTOR_80_TABLES]) await db.createLeaseTables(tables);
   await db.query(`ALTER TABLE ${UNLOGGED_TABLES.tableName} SET UNLOGGED`);
   await db.query(`ALTER TABLE ${FILLFACTOR_80_TABLES.tableName} SET (fillfactor = 80)`);
   await db.query(seed.table);

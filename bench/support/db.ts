@@ -3,7 +3,9 @@
  * WAL position, and the tuple counters of the benchmark's tables.
  */
 import { createDatabase, dropDatabase, startPostgres, type PostgresServer } from '@app/pg-harness';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import pg from 'pg';
+import { openService } from '../../test/support/lease-service.js';
 
 /** Clients marked with this symbol (the probes' own) are not counted as round trips. */
 const UNCOUNTED = Symbol('bench probe client');
@@ -69,6 +71,12 @@ export class BenchDatabase {
     );
     if (rows[0].num < 150000) throw new Error(`The benchmarks need PostgreSQL ≥ 15, got ${rows[0].version}`);
     return new BenchDatabase(server, url, rows[0].version, probe);
+  }
+
+  /** The library's tables (and sequences), created the documented way: a LeaseService with `createSchema`. */
+  async createLeaseTables(tables: Pick<LeaseModuleOptions, 'tableName' | 'waiterTableName'> = {}): Promise<void> {
+    const opened = await openService(this.url, { ...tables, createSchema: true }, { poolSize: 1, entities: [] });
+    await opened.close();
   }
 
   query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<pg.QueryResult<R>> {
