@@ -43,8 +43,6 @@ export interface GroupCommitStats {
   items: number;
   /** The largest batch sent so far. */
   largest: number;
-  /** Size of the last batch sent. */
-  last: number;
   /** Batches split after a statement error. */
   splits: number;
 }
@@ -62,7 +60,7 @@ export class GroupCommit<I, O> {
   private inFlight = 0;
   /** Armed only while calls wait behind full slots: the lone-call path sets no timer. */
   private watchdog?: NodeJS.Timeout;
-  readonly stats: GroupCommitStats = { batches: 0, items: 0, largest: 0, last: 0, splits: 0 };
+  readonly stats: GroupCommitStats = { batches: 0, items: 0, largest: 0, splits: 0 };
 
   constructor(
     private readonly send: (items: I[]) => Promise<Array<ItemOutcome<O>>>,
@@ -89,7 +87,6 @@ export class GroupCommit<I, O> {
       this.inFlight++;
       this.stats.batches++;
       this.stats.items += batch.length;
-      this.stats.last = batch.length;
       this.stats.largest = Math.max(this.stats.largest, batch.length);
       // Never rejects: every outcome is handed to its caller inside run().
       void this.run(batch).finally(() => {

@@ -14,7 +14,7 @@ export interface LeaseDataSourceRef {
   close(): Promise<void>;
 }
 
-export function isDataSourceRef(value: unknown): value is LeaseDataSourceRef {
+function isDataSourceRef(value: unknown): value is LeaseDataSourceRef {
   return (
     typeof value === 'object' &&
     value !== null &&

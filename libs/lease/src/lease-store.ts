@@ -66,7 +66,7 @@ export function isSerializationFailure(error: unknown): boolean {
 }
 
 /** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
-export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await statement();
@@ -119,7 +119,7 @@ export interface LeaseHistory {
 }
 
 /** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
-export const FENCING_SEQUENCE_BITS = 40n;
+const FENCING_SEQUENCE_BITS = 40n;
 
 /** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
 export function timelineOf(fencingToken: bigint): bigint {
@@ -167,10 +167,13 @@ function serverHistory(row: { recovery: boolean; timeline: string | null; system
  * `sequence` is a quoted name, spliced as a string literal.
  */
 function historyOrdered(sequence: string): string {
-  const limit = 1n << FENCING_SEQUENCE_BITS;
-  return `(SELECT CASE WHEN s.v BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
-      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | s.v END
-    FROM (SELECT nextval('${sequence.replace(/'/g, "''")}') AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+  return `(SELECT ${historyToken('s.v')}
+    FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+}
+
+/** A quoted sequence name as the string literal `nextval` takes. */
+function sequenceLiteral(sequence: string): string {
+  return `'${sequence.replace(/'/g, "''")}'`;
 }
 
 /** The error of a statement that drew a number past the 40 bits of `historyOrdered` for `column`. */
@@ -333,6 +336,61 @@ interface AcquireBatchRow {
 }
 
 /**
+ * The single acquisition statement (its contract: `LeaseStore.tryAcquire`). Parameters: $1 target, $2 lease token,
+ * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7 its waiter seq, $8 aging interval, $9 hold.
+ */
+function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
+  const { lease, waiter, fencingSequence } = n;
+  const token = historyOrdered(fencingSequence);
+  return `WITH held AS (
+          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
+        ), line AS MATERIALIZED (
+          -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
+          SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
+          FROM ${waiter} w WHERE w.target_id = $1
+        ), me AS (
+          -- The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
+          SELECT CASE WHEN $6::uuid IS NULL THEN $4::bigint
+            ELSE coalesce((SELECT eff FROM line WHERE waiter_id = $6::uuid), $4::bigint) END AS eff
+        ), won AS (
+          INSERT INTO ${lease} AS l
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+          SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+          WHERE NOT EXISTS (SELECT 1 FROM held)
+            AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
+              AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
+          ON CONFLICT (target_id) DO UPDATE SET
+            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
+            priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
+            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
+          WHERE NOT ${taken('l')}
+          RETURNING l.fencing_token, (l.xmax <> 0) AS updated
+        ), granted AS (
+          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
+          -- when the target has a line at all (the uncontended path skips the probe).
+          DELETE FROM ${waiter} w
+          WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
+            AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
+        )
+        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder. The
+        -- statement's snapshot still shows the row as it was; read only when a row was updated.
+        SELECT won.fencing_token::text AS fencing_token,
+          CASE WHEN won.updated THEN coalesce((SELECT p.lease_token IS NOT NULL FROM ${lease} p WHERE p.target_id = $1),
+            false) ELSE false END AS took_over,
+          CASE WHEN won.updated
+            THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL) END
+            AS previous_owner,
+          NULL::float8 AS hold_left_ms
+        FROM won
+        UNION ALL
+        -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
+        SELECT NULL, NULL, NULL,
+          (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        FROM ${lease} l
+        WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`;
+}
+
+/**
  * The set-based acquire: the rules of the single statement (`LeaseStore.tryAcquire`) applied to every caller of a
  * batch, in one statement and one commit. $1 jsonb array of `AcquireBatchItem` (i = 1 … n), $2 owner, $3 lease
  * timeout ms, $4 aging interval ms (NULL: off). One row per caller, ordered by i.
@@ -351,7 +409,7 @@ interface AcquireBatchRow {
  */
 function batchAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
   const { lease, waiter, fencingSequence } = n;
-  const nextvalArg = `'${fencingSequence.replace(/'/g, "''")}'`;
+  const nextvalArg = sequenceLiteral(fencingSequence);
   return `WITH history AS MATERIALIZED (SELECT ${TIMELINE} AS timeline), req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb)
         AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
@@ -502,6 +560,7 @@ const BATCHES_IN_FLIGHT = 1;
  */
 export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
+  private readonly sql: { acquire: string; batchAcquire: string; batchRelease: string };
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
@@ -539,6 +598,12 @@ export class LeaseStore {
         retryingSerializationFailures(() => (this.isolationFraming ? this.framed(config) : db.query(config))),
     };
     this.n = leaseObjectNames(options);
+    // Built once: they depend only on the names (every value is a bound parameter).
+    this.sql = {
+      acquire: singleAcquireSql(this.n),
+      batchAcquire: batchAcquireSql(this.n),
+      batchRelease: batchReleaseSql(this.n),
+    };
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
     const stallMs = Math.min(1_000, options.heartbeatIntervalMs);
@@ -613,7 +678,7 @@ export class LeaseStore {
     }));
     const { rows, sentAt } = await this.onClient<AcquireBatchRow>({
       ...this.statement('acquire_batch'),
-      text: batchAcquireSql(this.n),
+      text: this.sql.batchAcquire,
       values: [JSON.stringify(batch), this.options.owner, this.options.leaseTimeoutMs, this.options.agingIntervalMs],
       query_timeout: this.acquireTimeoutMs,
     });
@@ -664,8 +729,6 @@ export class LeaseStore {
   }
 
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
-    const { lease, waiter, fencingSequence } = this.n;
-    const token = historyOrdered(fencingSequence);
     // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
     // could have written updated_at at the earliest.
     const client = await this.db.connect();
@@ -693,52 +756,7 @@ export class LeaseStore {
       }
       result = await (client as Queryable).query({
         ...this.statement('acquire'),
-        text: `WITH held AS (
-          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
-        ), line AS MATERIALIZED (
-          -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
-          SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
-          FROM ${waiter} w WHERE w.target_id = $1
-        ), me AS (
-          -- The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
-          SELECT CASE WHEN $6::uuid IS NULL THEN $4::bigint
-            ELSE coalesce((SELECT eff FROM line WHERE waiter_id = $6::uuid), $4::bigint) END AS eff
-        ), won AS (
-          INSERT INTO ${lease} AS l
-            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          WHERE NOT EXISTS (SELECT 1 FROM held)
-            AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
-              AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
-          ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
-            priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
-            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
-          WHERE NOT ${taken('l')}
-          RETURNING l.fencing_token, (l.xmax <> 0) AS updated
-        ), granted AS (
-          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
-          -- when the target has a line at all (the uncontended path skips the probe).
-          DELETE FROM ${waiter} w
-          WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
-            AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
-        )
-        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder. The
-        -- statement's snapshot still shows the row as it was; read only when a row was updated.
-        SELECT won.fencing_token::text AS fencing_token,
-          CASE WHEN won.updated THEN coalesce((SELECT p.lease_token IS NOT NULL FROM ${lease} p WHERE p.target_id = $1),
-            false) ELSE false END AS took_over,
-          CASE WHEN won.updated
-            THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL) END
-            AS previous_owner,
-          NULL::float8 AS hold_left_ms
-        FROM won
-        UNION ALL
-        -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
-        SELECT NULL, NULL, NULL,
-          (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-        FROM ${lease} l
-        WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`,
+        text: this.sql.acquire,
         values: [
           request.targetKey,
           request.leaseToken,
@@ -757,7 +775,7 @@ export class LeaseStore {
       if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: this.acquireTimeoutMs });
     } catch (error) {
       broken ??= error as Error;
-      throw exhausted(error, 'fencing_token', fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
+      throw exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
     } finally {
       client.off('error', onError);
       client.release(broken);
@@ -955,7 +973,7 @@ export class LeaseStore {
     const { rows } = await retryingSerializationFailures(() =>
       this.onClient<{ i: number; outcome: 'released' | 'gone' | 'retry' }>({
         ...this.statement('release_batch'),
-        text: batchReleaseSql(this.n),
+        text: this.sql.batchRelease,
         values: [JSON.stringify(batch), this.notifyChannel, asyncReleaseCommits, agingIntervalMs],
         query_timeout: Math.min(...items.map((item) => item.timeoutMs)),
       }),
