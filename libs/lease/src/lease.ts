@@ -32,8 +32,10 @@ type LeaseState = 'held' | 'lost' | 'released';
 
 /** The engine's lease handle. Internal bookkeeping (confirmation time, deadline) lives here. */
 export class HeldLease implements Lease {
-  readonly signal: AbortSignal;
-  private readonly controller = new AbortController();
+  /** Made on the first read of `signal`: a lease whose signal nobody reads costs no controller and no abort. */
+  private controller?: AbortController;
+  /** Why the signal is (or, once read, will be) aborted; set when the lease ends. */
+  private endReason?: () => unknown;
   private state: LeaseState = 'held';
   private lostReason?: LeaseLossReason;
   /** Monotonic time when the last confirmed renewal (or the acquisition) was sent. */
@@ -50,9 +52,16 @@ export class HeldLease implements Lease {
     private readonly engine: LeaseHandleOwner,
     private readonly onDeadline: (lease: HeldLease) => void,
   ) {
-    this.signal = this.controller.signal;
     this.confirmedAt = sentAt;
     this.armDeadline();
+  }
+
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.endReason) this.controller.abort(this.endReason());
+    }
+    return this.controller.signal;
   }
 
   isHeld(): boolean {
@@ -99,7 +108,7 @@ export class HeldLease implements Lease {
     this.state = 'lost';
     this.lostReason = reason;
     this.disarm();
-    this.controller.abort(new LeaseLostError(this.targetKey, reason, detail));
+    this.end(() => new LeaseLostError(this.targetKey, reason, detail));
     return true;
   }
 
@@ -109,10 +118,14 @@ export class HeldLease implements Lease {
     const wasHeld = this.state === 'held';
     this.state = 'released';
     this.disarm();
-    if (wasHeld) {
-      this.controller.abort(new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError'));
-    }
+    if (wasHeld) this.end(() => new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError'));
     return true;
+  }
+
+  /** Aborts the signal with `reason()` now if it was read, else when it is first read. */
+  private end(reason: () => unknown): void {
+    this.endReason = reason;
+    this.controller?.abort(reason());
   }
 
   private armDeadline(): void {
