@@ -160,7 +160,7 @@ describe('group commit', () => {
   test('a batch refuses held keys and honours a live waiter ahead, writing nothing for them', async () => {
     const s = store();
     await s.tryAcquire(request('rules:held'));
-    await s.enqueue('rules:queued', randomUUID(), 5, undefined, new AbortController().signal, 5_000);
+    await s.enqueue('rules:queued', randomUUID(), 5, undefined, 5_000);
     const requests = [request('rules:held'), request('rules:queued', { priority: 1 }), request('rules:free')];
     const outcomes = await behindStall(s, () => Promise.all(requests.map((r) => s.tryAcquire(r))));
     expect(s.batchStats.acquire.largest).toBe(3);
@@ -243,13 +243,12 @@ describe('group commit', () => {
       await listener.query(`LISTEN job_lease_next; LISTEN job_lease_wake`);
       const lease = (await s.tryAcquire(request('head:a'))) as AcquiredRow;
       expect(won(lease)).toBe(true);
-      const signal = new AbortController().signal;
       const low = randomUUID();
       const high = randomUUID();
       const later = randomUUID();
-      await s.enqueue('head:a', low, 0, undefined, signal, 5_000);
-      await s.enqueue('head:a', high, 7, undefined, signal, 5_000);
-      await s.enqueue('head:a', later, 7, undefined, signal, 5_000);
+      await s.enqueue('head:a', low, 0, undefined, 5_000);
+      await s.enqueue('head:a', high, 7, undefined, 5_000);
+      await s.enqueue('head:a', later, 7, undefined, 5_000);
       const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
       expect(await s.release('head:a', rows[0].lease_token, 5_000)).toBe(true);
       await eventually(

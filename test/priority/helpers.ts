@@ -95,21 +95,27 @@ export async function holderOf(admin: pg.Client, key: string): Promise<string | 
 
 /**
  * Resolves once the waiting call of `proc` (pool of one connection, only one call waiting) has made its first
- * attempt as a queued waiter and gone to sleep: its row exists and its pooled backend is idle after the acquire
- * statement (the statements of a wait run in the order attempt, enqueue, attempt on that one backend).
+ * attempt as a queued waiter and gone to sleep: its row exists and its pooled backend is idle after an acquire
+ * statement that started after the row was queued (a wait runs, on that one backend: an attempt that queues it when
+ * refused, or an attempt then an enqueue; then its first attempt as a waiter).
  */
 export async function untilAsleep(admin: pg.Client, key: string, proc: Proc): Promise<void> {
   await untilQueued(admin, key, proc.owner);
   await eventually(
     async () =>
       (
-        await admin.query<{ state: string; query: string }>(
-          'SELECT state, query FROM pg_stat_activity WHERE application_name = $1',
-          [proc.owner],
+        await admin.query<{ state: string; query: string; after: boolean }>(
+          `SELECT a.state, a.query, a.query_start > w.queued_at AS after
+           FROM pg_stat_activity a JOIN job_lease_waiter w ON w.owner = a.application_name AND w.target_id = $2
+           WHERE a.application_name = $1`,
+          [proc.owner, key],
         )
       ).rows,
     (backends) =>
-      backends.length === 1 && backends[0].state === 'idle' && backends[0].query.trimStart().startsWith('WITH held AS'),
+      backends.length === 1 &&
+      backends[0].state === 'idle' &&
+      backends[0].after &&
+      backends[0].query.trimStart().startsWith('WITH held AS'),
     `${proc.owner} asleep in line for ${key}`,
   );
 }

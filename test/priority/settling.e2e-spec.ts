@@ -110,6 +110,54 @@ describe('no phantom waiter', () => {
   });
 });
 
+describe('an enqueue the caller gave up on', () => {
+  test('lands dead: a row written after its wait timed out blocks nobody', async () => {
+    const key = 'phantom:late';
+    const holder = await proc('holder');
+    const held = (await holder.service.tryAcquire(key))!;
+    // Test instrumentation: this owner's enqueue stalls in the server for 3 s, far past the wait it serves.
+    await db.admin.query(`
+      CREATE FUNCTION slow_enqueue_late() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.owner LIKE 'late-%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$;
+      CREATE TRIGGER slow_enqueue_late BEFORE INSERT ON job_lease_waiter
+        FOR EACH ROW EXECUTE FUNCTION slow_enqueue_late();`);
+    try {
+      // A long waiter timeout: a row born live would block the line for 15 s.
+      const waiter = await proc('late', { waiterTimeoutMs: 15_000 });
+      const call = track(waiter.service.acquire(key, { waitTimeoutMs: 300 }));
+      await eventually(() => call.settled(), Boolean, 'the wait to time out', 3_000);
+      expect(call.error).toBeInstanceOf(LeaseWaitTimeoutError);
+      // The INSERT goes on in the server and commits when the sleep ends.
+      await eventually(
+        async () =>
+          (
+            await db.admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+              [waiter.owner],
+            )
+          ).rowCount,
+        (n) => n === 0,
+        'the late enqueue to finish',
+        10_000,
+      );
+      const { rows } = await db.admin.query<{ live: boolean }>(
+        `SELECT heartbeat_at + timeout_ms * interval '1 millisecond' > clock_timestamp() AS live
+         FROM job_lease_waiter WHERE target_id = $1 AND owner = $2`,
+        [key, waiter.owner],
+      );
+      expect(rows.filter((row) => row.live)).toEqual([]);
+      // A newcomer is not held back by it once the holder releases.
+      await held.release();
+      const other = await proc('newcomer-late');
+      const lease = await other.service.tryAcquire(key);
+      expect(lease).not.toBeNull();
+      await lease!.release();
+    } finally {
+      await db.admin.query('DROP TRIGGER slow_enqueue_late ON job_lease_waiter; DROP FUNCTION slow_enqueue_late()');
+    }
+  });
+});
+
 describe('wait times past the range of setTimeout', () => {
   test('waitTimeoutMs 2^31 − 1 is honoured (no instant timeout); 2^31 is refused with LeaseArgumentError', async () => {
     const key = 'huge:a';

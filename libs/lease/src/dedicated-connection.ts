@@ -12,9 +12,18 @@ export class DedicatedConnection implements Queryable, SessionSource {
   private client?: Promise<pg.Client>;
   private closed = false;
 
+  /**
+   * @param config how to connect (read at each connect)
+   * @param connectTimeoutMs bound of each connect
+   * @param boundedMs when given, each connection is set up so that every statement on it ends within this many ms on
+   *   the server (statement_timeout, lock_timeout, idle_in_transaction_session_timeout) and runs in READ COMMITTED,
+   *   whatever the server's defaults: a single statement then needs no transaction around it (see
+   *   `SessionSource.boundedMs`). Only on a session of its own: never through a transaction pooler.
+   */
   constructor(
     private readonly config: () => pg.ClientConfig,
     private readonly connectTimeoutMs: number,
+    readonly boundedMs?: number,
   ) {}
 
   query<R extends pg.QueryResultRow = any>(
@@ -57,7 +66,10 @@ export class DedicatedConnection implements Queryable, SessionSource {
 
   private open(): Promise<pg.Client> {
     const client = new pg.Client({ ...this.config(), connectionTimeoutMillis: this.connectTimeoutMs });
-    const pending = client.connect().then(() => client);
+    const pending = client.connect().then(async () => {
+      if (this.boundedMs !== undefined) await client.query(sessionBounds(this.boundedMs));
+      return client;
+    });
     // An idle connection's error must never crash the process: forget the connection, reconnect on the next call.
     client.on('error', () => this.drop(pending, client));
     return pending;
@@ -67,4 +79,14 @@ export class DedicatedConnection implements Queryable, SessionSource {
     if (this.client === pending) this.client = undefined;
     client.end().catch(() => undefined);
   }
+}
+
+/** The session settings of a bounded connection (one round trip, at connect). `ms` comes from validated options. */
+function sessionBounds(ms: number): pg.QueryConfig & { query_timeout: number } {
+  const bound = Math.max(1, Math.floor(ms));
+  return {
+    text: `SET statement_timeout = ${bound}; SET lock_timeout = ${bound};
+      SET idle_in_transaction_session_timeout = ${bound}; SET default_transaction_isolation = 'read committed'`,
+    query_timeout: bound,
+  };
 }

@@ -42,6 +42,12 @@ interface OpenFence {
   closed: boolean;
 }
 
+/** A call about to wait, queued by its first attempt when refused; its row lives `boundMs` at first. */
+interface QueueAs {
+  readonly waiter: Waiter;
+  readonly boundMs: number;
+}
+
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
 export interface LeaseEntry {
   readonly lease: Lease;
@@ -95,14 +101,20 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.options = resolveLeaseOptions(options);
     this.database = new LeaseDatabase(dataSource, this.options);
     this.events$ = this.events.asObservable();
+    // Outside a transaction pooler the heartbeat connections are sessions of their own: bounded by session settings,
+    // a renewal is one statement, one round trip. Through the pooler each renewal frames its own bounds.
+    const ownSessions = this.options.pooler !== 'transaction' || this.options.sessionUrl !== null;
+    const { heartbeatIntervalMs, waiterHeartbeatIntervalMs } = this.options;
     this.heartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('heartbeat'),
-      this.options.heartbeatIntervalMs,
+      heartbeatIntervalMs,
+      ownSessions ? heartbeatIntervalMs : undefined,
     );
     // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
     this.waiterHeartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('waiters'),
-      this.options.waiterHeartbeatIntervalMs,
+      waiterHeartbeatIntervalMs,
+      ownSessions ? waiterHeartbeatIntervalMs : undefined,
     );
     this.store = new LeaseStore(
       this.database.pool,
@@ -248,18 +260,30 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
     const { targetKey, priority, holdMs } = request;
     const until = performance.now() + waitTimeoutMs;
+    // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait).
+    const waiter = waitTimeoutMs > 0 && this.queue.hasRoom() ? this.queue.newWaiter(targetKey, priority, holdMs) : null;
+    // Like an enqueue's (see WaitQueue), the row is born with no longer to live than the wait has.
+    const boundMs = Math.max(1, Math.floor(Math.min(waitTimeoutMs + this.queue.graceMs, this.options.waiterTimeoutMs)));
     const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs),
+      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter, boundMs } : undefined),
       until + this.queue.graceMs,
       signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
-      (late) => void late?.release(),
+      (late) => {
+        if (late) void late.release();
+        else if (waiter?.place) void this.store.dequeue(targetKey, waiter.id).catch(() => undefined);
+      },
     );
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
     const started = performance.now();
     try {
-      const granted = await this.queue.wait(targetKey, priority, holdMs, until, waitTimeoutMs, signal);
+      const granted = await this.queue.wait(
+        waiter ?? this.queue.newWaiter(targetKey, priority, holdMs),
+        until,
+        waitTimeoutMs,
+        signal,
+      );
       this.emitWaitEnded(targetKey, priority, 'granted', started);
       return granted;
     } catch (error) {
@@ -432,8 +456,14 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
-  private attempt(targetKey: string, priority: number, holdMs: number, waiter?: Waiter): Promise<HeldLease | null> {
-    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter);
+  private attempt(
+    targetKey: string,
+    priority: number,
+    holdMs: number,
+    waiter?: Waiter,
+    queueAs?: QueueAs,
+  ): Promise<HeldLease | null> {
+    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs);
     const settled = attempt.then(
       () => undefined,
       () => undefined,
@@ -443,21 +473,38 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return attempt;
   }
 
+  /**
+   * One acquire statement, as `waiter` when given (queued: it may pass only those behind it); `queueAs`, a call about
+   * to wait, is queued by the same statement when refused (its place set on it).
+   */
   private async attemptOnce(
     targetKey: string,
     priority: number,
     holdMs: number,
     waiter?: Waiter,
+    queueAs?: QueueAs,
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
     const leaseToken = randomUUID();
-    const request = { targetKey, leaseToken, priority, waiterId: waiter?.id, waiterSeq: waiter?.place?.seq, holdMs };
+    const request = {
+      targetKey,
+      leaseToken,
+      priority,
+      waiterId: waiter?.id,
+      waiterSeq: waiter?.place?.seq,
+      holdMs,
+      queueAs: queueAs && { waiterId: queueAs.waiter.id, boundMs: queueAs.boundMs },
+    };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await this.store.tryAcquire(request).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, 'acquire a lease on');
     });
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
+      if (queueAs && row.place) {
+        queueAs.waiter.place = row.place;
+        queueAs.waiter.holdLeftMs = row.holdLeftMs ?? undefined;
+      }
       return null;
     }
     if (this.closing) {
@@ -524,13 +571,19 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   private forget(lease: HeldLease): void {
     this.held.delete(lease.token);
-    if (this.held.size === 0) this.stopHeartbeat();
   }
 
+  /**
+   * Runs while leases are held. It stops at its first tick that finds none, not at the last release: a process that
+   * acquires and releases in a loop keeps one heartbeat rather than building and tearing one down per lease.
+   */
   private startHeartbeat(): void {
     this.heartbeat ??= batchedHeartbeat(
       this.options.heartbeatIntervalMs,
-      () => [...this.held.values()],
+      () => {
+        if (this.held.size === 0) queueMicrotask(() => this.held.size === 0 && this.stopHeartbeat());
+        return [...this.held.values()];
+      },
       (batch) =>
         this.store
           .renew(

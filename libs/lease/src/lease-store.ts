@@ -28,6 +28,12 @@ export interface PoolLike extends Queryable {
 /** Runs a sequence of statements on one session; if the work fails, the session is not reused. */
 export interface SessionSource {
   withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Set when every session of this source is bounded on the server by session settings (statement_timeout,
+   * lock_timeout, idle_in_transaction_session_timeout of this many ms) and defaults to READ COMMITTED: a connection of
+   * the library's own, outside a transaction pooler. A single statement there needs no transaction framing.
+   */
+  readonly boundedMs?: number;
 }
 
 /** Sessions from a pool: a client is checked out for the work and released as broken if the work fails. */
@@ -212,6 +218,15 @@ export interface AcquireRequest {
   waiterSeq?: bigint;
   /** The target stays taken until this long after the acquisition, even once released (0: no hold). */
   holdMs: number;
+  /**
+   * Queue the caller under this new waiter id when it is refused, in the same statement (the first attempt of a
+   * call that will wait). Such an attempt is never batched.
+   */
+  queueAs?: {
+    waiterId: string;
+    /** The row is born with this long to live (≤ waiterTimeoutMs), and the statement is given up after it. */
+    boundMs: number;
+  };
 }
 
 /** One caller of a release batch. */
@@ -234,6 +249,8 @@ export interface AcquiredRow {
 export interface Refusal {
   readonly refused: true;
   readonly holdLeftMs: number | null;
+  /** With `queueAs`: the caller's place in line, or null when the line was full (`maxWaitersPerTarget`). */
+  readonly place?: WaiterPlace | null;
 }
 
 export interface WaiterPlace {
@@ -338,10 +355,22 @@ interface AcquireBatchRow {
 /**
  * The single acquisition statement (its contract: `LeaseStore.tryAcquire`). Parameters: $1 target, $2 lease token,
  * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7 its waiter seq, $8 aging interval, $9 hold.
+ *
+ * With `queue` (the first attempt of a call that will wait in line), a refused caller is queued by the same
+ * statement (see `LeaseStore.enqueue` for the row's rules): $10 its new waiter id, $11 waiter timeout, $12 the bound of
+ * the statement (a row landing after it is born dead), $13 maxWaitersPerTarget. Its place comes back in `seq`,
+ * `queued_at` (null when the line is full).
  */
-function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { lease, waiter, fencingSequence } = n;
+function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean): string {
+  const { lease, waiter, fencingSequence, waiterSequence } = n;
   const token = historyOrdered(fencingSequence);
+  const queued = queue
+    ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)},
+            statement_timestamp() - ($11 - $12::int) ${MS}
+          WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $13
+          RETURNING seq, queued_at`
+    : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
   return `WITH held AS (
           SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
         ), line AS MATERIALIZED (
@@ -371,6 +400,8 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
           DELETE FROM ${waiter} w
           WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
             AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
+        ), queued AS (
+          ${queued}
         )
         -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder. The
         -- statement's snapshot still shows the row as it was; read only when a row was updated.
@@ -380,14 +411,16 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
           CASE WHEN won.updated
             THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL) END
             AS previous_owner,
-          NULL::float8 AS hold_left_ms
+          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at
         FROM won
         UNION ALL
-        -- Refused, with no live holder left and only a hold's tail in the way: when it ends, no NOTIFY will say so.
-        SELECT NULL, NULL, NULL,
-          (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-        FROM ${lease} l
-        WHERE l.target_id = $1 AND NOT EXISTS (SELECT 1 FROM won) AND NOT ${live('l')} AND ${holding('l')}`;
+        -- Refused: its place in line when it was queued, and, with no live holder left and only a hold's tail in the
+        -- way, when that tail ends (no NOTIFY will say so).
+        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at
+        FROM (SELECT (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+            FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
+        LEFT JOIN queued q ON true
+        WHERE NOT EXISTS (SELECT 1 FROM won) AND (r.hold_left_ms IS NOT NULL OR q.seq IS NOT NULL)`;
 }
 
 /**
@@ -560,7 +593,16 @@ const BATCHES_IN_FLIGHT = 1;
  */
 export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
-  private readonly sql: { acquire: string; batchAcquire: string; batchRelease: string };
+  private readonly sql: {
+    acquire: string;
+    acquireOrQueue: string;
+    batchAcquire: string;
+    batchRelease: string;
+    release?: string;
+    enqueue?: string;
+  };
+  /** The renewal statement, with and without reading the system identifier (see `renewSql`). */
+  private readonly renewTexts: Record<string, string> = {};
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
@@ -600,7 +642,8 @@ export class LeaseStore {
     this.n = leaseObjectNames(options);
     // Built once: they depend only on the names (every value is a bound parameter).
     this.sql = {
-      acquire: singleAcquireSql(this.n),
+      acquire: singleAcquireSql(this.n, false),
+      acquireOrQueue: singleAcquireSql(this.n, true),
       batchAcquire: batchAcquireSql(this.n),
       batchRelease: batchReleaseSql(this.n),
     };
@@ -645,7 +688,9 @@ export class LeaseStore {
    * (`LeaseUnavailableError`).
    */
   tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
-    if (this.options.maxBatchSize === 1) return retryingSerializationFailures(() => this.acquireOnce(request));
+    if (this.options.maxBatchSize === 1 || request.queueAs !== undefined) {
+      return retryingSerializationFailures(() => this.acquireOnce(request));
+    }
     return this.acquisitions.submit(request).then((outcome) =>
       // A row the batch could not lock at once: this caller alone goes the single statement, which waits for it.
       outcome === 'retry' ? retryingSerializationFailures(() => this.acquireOnce(request)) : outcome,
@@ -747,16 +792,26 @@ export class LeaseStore {
       took_over: boolean | null;
       previous_owner: string | null;
       hold_left_ms: number | null;
+      seq: string | null;
+      queued_at: Date | null;
     }>;
+    const { queueAs } = request;
+    const queueValues =
+      queueAs === undefined
+        ? []
+        : [queueAs.waiterId, this.options.waiterTimeoutMs, queueAs.boundMs, this.options.maxWaitersPerTarget];
+    // A queueing attempt is given up when its row would be born dead anyway; a grant that late is past its local
+    // deadline at once (it counts from the send), so waiting longer than acquireTimeoutMs costs nothing there.
+    const timeoutMs = queueAs === undefined ? this.acquireTimeoutMs : queueAs.boundMs;
     try {
       if (framed) {
-        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: this.acquireTimeoutMs };
+        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: timeoutMs };
         await (client as Queryable).query(begin);
         sentAt = performance.now();
       }
       result = await (client as Queryable).query({
-        ...this.statement('acquire'),
-        text: this.sql.acquire,
+        ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
+        text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
         values: [
           request.targetKey,
           request.leaseToken,
@@ -767,21 +822,32 @@ export class LeaseStore {
           request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
           this.options.agingIntervalMs,
           request.holdMs,
+          ...queueValues,
         ],
         // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
         // and a row committed meanwhile expires by itself.
-        query_timeout: this.acquireTimeoutMs,
+        query_timeout: timeoutMs,
       });
-      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: this.acquireTimeoutMs });
+      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: timeoutMs });
     } catch (error) {
       broken ??= error as Error;
-      throw exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
+      throw (
+        exhausted(error, 'fencing_token', this.n.fencingSequence) ??
+        exhausted(error, 'seq', this.n.waiterSequence) ??
+        readOnly(error, request.targetKey) ??
+        error
+      );
     } finally {
       client.off('error', onError);
       client.release(broken);
     }
     const row = result.rows[0];
-    if (!row || row.fencing_token === null) return { refused: true, holdLeftMs: row?.hold_left_ms ?? null };
+    if (!row || row.fencing_token === null) {
+      const refusal = { refused: true as const, holdLeftMs: row?.hold_left_ms ?? null };
+      if (queueAs === undefined) return refusal;
+      const place = row?.seq ? { seq: BigInt(row.seq), queuedAt: row.queued_at! } : null;
+      return { ...refusal, place };
+    }
     return {
       fencingToken: BigInt(row.fencing_token),
       sentAt,
@@ -791,50 +857,32 @@ export class LeaseStore {
   }
 
   /**
-   * Runs `work` in a short READ COMMITTED transaction of its own on `source`, bounded on the server as well as on the
-   * client: `query_timeout` is client-side only, and an abandoned statement would otherwise keep waiting in its backend
-   * and commit later ("ghost" renewals). Here every statement ends within `timeoutMs` on the server
-   * (statement_timeout, lock_timeout), a stalled client cannot keep the transaction's row locks for longer
-   * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. SET LOCAL only: nothing
-   * outlives the transaction, so this is safe on pooled connections. The timeouts are integers of validated options.
+   * Runs one statement (`work`) bounded on the server as well as on the client: `query_timeout` is client-side only,
+   * and an abandoned statement would otherwise keep waiting in its backend and commit later ("ghost" renewals). Here
+   * it ends within `timeoutMs` on the server (statement_timeout, lock_timeout) and runs in READ COMMITTED.
+   * On a session bounded by its own settings (`SessionSource.boundedMs`: the library's dedicated connections) that is
+   * the statement alone, one round trip. Elsewhere (behind a transaction pooler) it is framed in a short transaction
+   * with SET LOCAL, so nothing outlives it; a stalled client then cannot keep the transaction's row locks for longer
+   * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. The timeouts are
+   * integers of validated options.
    */
-  private inShortTransaction<T>(
+  private boundedStatement<T>(
     source: SessionSource,
     timeoutMs: number,
-    work: (session: Queryable, left: () => number, probed?: pg.QueryResultRow) => Promise<T>,
-    callOff?: AbortSignal,
-    probe?: string,
+    work: (session: Queryable, left: () => number) => Promise<T>,
   ): Promise<T> {
     return source.withSession(async (session) => {
       const deadline = performance.now() + timeoutMs;
       const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
+      if (source.boundedMs !== undefined && source.boundedMs <= timeoutMs) return work(session, left);
       const ms = Math.max(1, Math.floor(timeoutMs));
-      // Called off before COMMIT is sent: give up at once; the failure drops the session, so the server rolls back.
-      const unlessCalledOff = <R>(step: Promise<R>): Promise<R> => {
-        if (!callOff) return step;
-        step.catch(() => undefined);
-        return new Promise<R>((resolve, reject) => {
-          // The signal's reason is the caller's own error (an Error in practice); it is passed on as given.
-          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-          const onCallOff = () => reject(callOff.reason);
-          if (callOff.aborted) return onCallOff();
-          callOff.addEventListener('abort', onCallOff, { once: true });
-          step.then(resolve, reject).finally(() => callOff.removeEventListener('abort', onCallOff));
-        });
-      };
-      // `probe`, a plain SELECT, rides in the same round trip: several statements in one simple query.
-      const begun: unknown = await unlessCalledOff(
-        session.query({
-          text: `BEGIN ISOLATION LEVEL READ COMMITTED;
-            SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-            SET LOCAL idle_in_transaction_session_timeout = ${ms}${probe ? `; ${probe}` : ''}`,
-          query_timeout: left(),
-        }),
-      );
-      const probed = probe ? ([] as pg.QueryResult[]).concat(begun as pg.QueryResult).at(-1)?.rows[0] : undefined;
-      const result = await unlessCalledOff(work(session, left, probed));
-      callOff?.throwIfAborted();
-      // Once COMMIT is sent it is never abandoned for a call-off: the caller must learn whether it landed.
+      await session.query({
+        text: `BEGIN ISOLATION LEVEL READ COMMITTED;
+          SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
+          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+        query_timeout: left(),
+      });
+      const result = await work(session, left);
       await session.query({ text: 'COMMIT', query_timeout: left() });
       return result;
     });
@@ -846,11 +894,14 @@ export class LeaseStore {
    * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
    * already given it up locally, and reviving it would block the key for another timeout.
    *
-   * With `history`, the renewal first asks the server where it stands, in the same transaction (so on the same
-   * server, even behind a pooler whose client connection survived a failover): a lease acquired under another
-   * history — another timeline than its fencing token carries, another system identifier, or any lease when the
-   * server is in recovery — is not renewed but reported in `failover`. Its row on a promoted server may be older than
-   * its holder believes (an asynchronous standby misses renewals), so the local deadline no longer protects it.
+   * With `history`, the same statement asks the server where it stands (so on the same server, even behind a pooler
+   * whose client connection survived a failover): a lease acquired under another history — another timeline than its
+   * fencing token carries, another system identifier — is not renewed but reported in `failover`. Its row on a
+   * promoted server may be older than its holder believes (an asynchronous standby misses renewals), so the local
+   * deadline no longer protects it. A server in recovery refuses the statement (it writes); the history is then read
+   * alone, and every lease is reported in `failover`.
+   *
+   * One round trip on the heartbeat's own connection (see `boundedStatement`).
    */
   async renew(
     targetKeys: string[],
@@ -862,9 +913,12 @@ export class LeaseStore {
       return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
     } catch (error) {
       // The heartbeat's role (sessionUrl may name another) may not read the system identifier: go on without it.
-      if (!history || !systemIdRefused(error) || !this.systemIdReadable) throw error;
-      this.systemIdReadable = false;
-      return this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+      if (history && systemIdRefused(error) && this.systemIdReadable) {
+        this.systemIdReadable = false;
+        return this.renew(targetKeys, leaseTokens, timeoutMs, history);
+      }
+      if (history && readOnly(error, '')) return this.renewOnReadOnly(leaseTokens, timeoutMs, error);
+      throw error;
     }
   }
 
@@ -874,60 +928,88 @@ export class LeaseStore {
     timeoutMs: number,
     history?: LeaseHistory,
   ): Promise<RenewResult> {
-    const { lease } = this.n;
-    const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
-    type Row = { lease_token: string; outcome: 'kept' | 'skipped' | 'expired' | 'lost' };
-    const rows = await this.inShortTransaction(
-      this.heartbeatDb,
-      timeoutMs,
-      async (session, left, probed): Promise<Row[]> => {
-        let keys = targetKeys;
-        let tokens = leaseTokens;
-        if (history) {
-          const here = serverHistory(probed as Parameters<typeof serverHistory>[0]);
-          const failover = new Set<string>();
-          Object.assign(outcome, { history: here, failover });
-          const sameSystem = history.systemId === null || here.systemId === null || here.systemId === history.systemId;
-          const current = leaseTokens.map(
-            (_, i) => !here.recovery && sameSystem && timelineOf(history.fencingTokens[i]) === here.timeline,
-          );
-          leaseTokens.forEach((token, i) => current[i] || failover.add(token));
-          keys = targetKeys.filter((_, i) => current[i]);
-          tokens = leaseTokens.filter((_, i) => current[i]);
-          if (keys.length === 0) return [];
-        }
-        const result = await session.query<Row>({
-          ...this.statement('renew'),
-          text: `WITH mine AS (
-              SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, lease_token)
-            ), lockable AS MATERIALIZED (
-              SELECT l.target_id FROM ${lease} l
-              JOIN mine ON l.target_id = mine.target_id AND l.lease_token = mine.lease_token
-              WHERE ${live('l')}
-              FOR NO KEY UPDATE OF l SKIP LOCKED
-            ), renewed AS (
-              UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
-              WHERE l.target_id = lockable.target_id
-              RETURNING l.lease_token
-            )
-            SELECT mine.lease_token::text AS lease_token,
-              CASE WHEN r.lease_token IS NOT NULL THEN 'kept'
-                WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
-                WHEN ${live('l')} THEN 'skipped'
-                ELSE 'expired' END AS outcome
-            FROM mine
-            LEFT JOIN renewed r ON r.lease_token = mine.lease_token
-            LEFT JOIN ${lease} l ON l.target_id = mine.target_id`,
-          values: [keys, tokens],
-          query_timeout: left(),
-        });
-        return result.rows;
-      },
-      undefined,
-      history ? serverHistorySql(this.systemIdReadable) : undefined,
+    type Row = {
+      lease_token: string;
+      outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover';
+    } & Parameters<typeof serverHistory>[0];
+    const { rows } = await this.boundedStatement(this.heartbeatDb, timeoutMs, (session, left) =>
+      session.query<Row>({
+        ...this.statement(this.systemIdReadable ? 'renew' : 'renew_no_system_id'),
+        text: this.renewSql(this.systemIdReadable),
+        values: [
+          targetKeys,
+          leaseTokens,
+          history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
+          history?.systemId ?? null,
+        ],
+        query_timeout: left(),
+      }),
     );
-    for (const row of rows) if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
+    if (history) {
+      outcome.failover = new Set();
+      if (rows[0]) outcome.history = serverHistory(rows[0]);
+    }
+    for (const row of rows) {
+      if (row.outcome === 'failover') outcome.failover?.add(row.lease_token);
+      else if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+    }
     return outcome;
+  }
+
+  /**
+   * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
+   * identifier they were acquired under. Two texts, with and without reading the system identifier, each built once.
+   */
+  private renewSql(readSystemId: boolean): string {
+    const { lease } = this.n;
+    return (this.renewTexts[String(readSystemId)] ??= `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
+      mine AS (
+        -- Without history ($3 null) the timelines are null: unnest pads a missing array.
+        SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)
+      ), current AS MATERIALIZED (
+        -- Leases of the history the server is in: the same timeline, the same database cluster.
+        SELECT mine.target_id, mine.lease_token FROM mine, here
+        WHERE $3::bigint[] IS NULL OR (NOT here.recovery AND mine.timeline = here.timeline::bigint
+          AND ($4::text IS NULL OR here.system_id IS NULL OR here.system_id = $4::text))
+      ), lockable AS MATERIALIZED (
+        SELECT l.target_id FROM ${lease} l
+        JOIN current c ON l.target_id = c.target_id AND l.lease_token = c.lease_token
+        WHERE ${live('l')}
+        FOR NO KEY UPDATE OF l SKIP LOCKED
+      ), renewed AS (
+        UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+        WHERE l.target_id = lockable.target_id
+        RETURNING l.lease_token
+      )
+      SELECT mine.lease_token::text AS lease_token,
+        CASE WHEN c.lease_token IS NULL THEN 'failover'
+          WHEN r.lease_token IS NOT NULL THEN 'kept'
+          WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+          WHEN ${live('l')} THEN 'skipped'
+          ELSE 'expired' END AS outcome,
+        here.recovery, here.timeline, here.system_id
+      FROM mine CROSS JOIN here
+      LEFT JOIN current c ON c.lease_token = mine.lease_token
+      LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+      LEFT JOIN ${lease} l ON l.target_id = mine.target_id`);
+  }
+
+  /**
+   * A renewal the server refused as a write (a standby in recovery, or a server set read-only): in recovery every
+   * lease is lost to the failover under way; otherwise the refusal is the tick's error (retried next tick).
+   */
+  private async renewOnReadOnly(leaseTokens: string[], timeoutMs: number, refusal: unknown): Promise<RenewResult> {
+    const { rows } = await this.boundedStatement(this.heartbeatDb, timeoutMs, (session, left) =>
+      session.query<Parameters<typeof serverHistory>[0]>({
+        text: serverHistorySql(this.systemIdReadable),
+        query_timeout: left(),
+      }),
+    );
+    const here = serverHistory(rows[0]);
+    if (!here.recovery) throw refusal;
+    const none = { kept: new Set<string>(), skipped: new Set<string>(), expired: new Set<string>() };
+    return { ...none, history: here, failover: new Set(leaseTokens) };
   }
 
   /**
@@ -987,9 +1069,7 @@ export class LeaseStore {
 
   /** The single release statement: waits for a locked row. */
   private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    const result = await this.pooled.query<{ released: boolean }>({
-      ...this.statement('release'),
-      text: `WITH gone AS (
+    this.sql.release ??= `WITH gone AS (
           UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
           RETURNING target_id
         ), head AS (
@@ -1000,7 +1080,10 @@ export class LeaseStore {
         )
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
         SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
-          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`,
+          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
+    const result = await this.pooled.query<{ released: boolean }>({
+      ...this.statement('release'),
+      text: this.sql.release,
       values: [
         targetKey,
         leaseToken,
@@ -1053,49 +1136,49 @@ export class LeaseStore {
    * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
    * Returns null when the target already has `maxWaitersPerTarget` live waiters.
    *
-   * A short transaction of its own (see `inShortTransaction`), so a wait that gives up while its enqueue is in flight
-   * can call it off (`callOff`): rolled back, never a row inserted after its waiter left. Rejects when called off.
+   * One statement. Its row is born with `timeoutMs` to live, counted from when the statement reached the server
+   * (`statement_timestamp()`), and the client gives up on it after `timeoutMs`: a row that lands after its caller gave
+   * up on it (a statement stalled in the server) is dead on arrival, so it never blocks the line. A wait that gives up
+   * while its enqueue is in flight removes the row once the statement has landed (see `WaitQueue`).
    */
   async enqueue(
     targetKey: string,
     waiterId: string,
     priority: number,
     place: WaiterPlace | undefined,
-    callOff: AbortSignal,
     timeoutMs: number,
   ): Promise<WaiterPlace | null> {
     const { waiter, waiterSequence } = this.n;
+    const bound = Math.max(1, Math.min(Math.floor(timeoutMs), this.options.waiterTimeoutMs));
     // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
     // failover never passes one queued before it that re-queues at its old place.
-    const statement = (left: () => number) => ({
-      ...this.statement('enqueue'),
-      text: `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+    this.sql.enqueue ??= `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), clock_timestamp()
+          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), statement_timestamp() - ($5 - $9::int) ${MS}
         WHERE (SELECT count(*) FROM ${waiter} c
                WHERE c.target_id = $1 AND c.heartbeat_at + c.timeout_ms ${MS} > clock_timestamp()) < $8
-        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = clock_timestamp()
-        RETURNING w.seq::text AS seq, w.queued_at`,
-      values: [
-        targetKey,
-        waiterId,
-        this.options.owner,
-        priority,
-        this.options.waiterTimeoutMs,
-        place?.queuedAt ?? null,
-        place ? place.seq.toString() : null,
-        this.options.maxWaitersPerTarget,
-      ],
-      query_timeout: left(),
-    });
-    const result = await this.inShortTransaction(
-      this.dbSessions,
-      timeoutMs,
-      (session, left) => session.query<{ seq: string; queued_at: Date }>(statement(left)),
-      callOff,
-    ).catch((error: unknown) => {
-      throw exhausted(error, 'seq', waiterSequence) ?? error;
-    });
+        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = greatest(w.heartbeat_at, excluded.heartbeat_at)
+        RETURNING w.seq::text AS seq, w.queued_at`;
+    const result = await this.pooled
+      .query<{ seq: string; queued_at: Date }>({
+        ...this.statement('enqueue'),
+        text: this.sql.enqueue,
+        values: [
+          targetKey,
+          waiterId,
+          this.options.owner,
+          priority,
+          this.options.waiterTimeoutMs,
+          place?.queuedAt ?? null,
+          place ? place.seq.toString() : null,
+          this.options.maxWaitersPerTarget,
+          bound,
+        ],
+        query_timeout: bound,
+      })
+      .catch((error: unknown) => {
+        throw exhausted(error, 'seq', waiterSequence) ?? error;
+      });
     const row = result.rows[0];
     return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
   }
@@ -1132,7 +1215,7 @@ export class LeaseStore {
       values: [targetKeys, waiterIds, this.notifyChannel, this.options.agingIntervalMs],
       query_timeout: left(),
     });
-    const result = await this.inShortTransaction(this.waiterHeartbeatDb, timeoutMs, (session, left) =>
+    const result = await this.boundedStatement(this.waiterHeartbeatDb, timeoutMs, (session, left) =>
       session.query<{ waiter_id: string }>(statement(left)),
     );
     return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));

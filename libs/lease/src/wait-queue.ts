@@ -73,19 +73,22 @@ export class WaitQueue {
     return Math.min(this.options.heartbeatIntervalMs, 1_000);
   }
 
+  /** Whether a call may still join this process's line (not shut down, under `maxWaitersPerProcess`). */
+  hasRoom(): boolean {
+    return !this.closed && this.waiters.size < this.options.maxWaitersPerProcess;
+  }
+
+  /** A waiter for a call about to wait; its first attempt may already queue it (`place`), see `LeaseStore`. */
+  newWaiter(targetKey: string, priority: number, holdAtLeastMs: number): Waiter {
+    return { id: randomUUID(), targetKey, priority, holdAtLeastMs, evicted: false, pending: false };
+  }
+
   /**
-   * Waits in line for `targetKey` until `until` (monotonic); resolves with the lease, or rejects (row removed first,
-   * unless the database does not answer within the grace).
+   * Waits in line until `until` (monotonic); resolves with the lease, or rejects (row removed first, unless the
+   * database does not answer within the grace). A waiter already queued by its first attempt keeps its place.
    */
-  wait(
-    targetKey: string,
-    priority: number,
-    holdAtLeastMs: number,
-    until: number,
-    waitTimeoutMs: number,
-    signal?: AbortSignal,
-  ): Promise<HeldLease> {
-    const waiting = this.waitInLine(targetKey, priority, holdAtLeastMs, until, waitTimeoutMs, signal);
+  wait(waiter: Waiter, until: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
+    const waiting = this.waitInLine(waiter, until, waitTimeoutMs, signal);
     const settled = waiting.then(
       () => undefined,
       () => undefined,
@@ -96,20 +99,50 @@ export class WaitQueue {
   }
 
   private async waitInLine(
-    targetKey: string,
-    priority: number,
-    holdAtLeastMs: number,
+    waiter: Waiter,
     until: number,
     waitTimeoutMs: number,
     signal?: AbortSignal,
   ): Promise<HeldLease> {
+    const { targetKey } = waiter;
+    /** The last enqueue sent (or the first attempt that queued the waiter): a wait that gives up removes its row. */
+    let enqueueing: Promise<WaiterPlace | null> | undefined = waiter.place ? Promise.resolve(waiter.place) : undefined;
+    try {
+      return await this.inLine(waiter, until, waitTimeoutMs, signal, (sent) => (enqueueing = sent));
+    } catch (error) {
+      this.unregister(waiter);
+      // The row of an enqueue (even one still in flight) is removed once it has landed: before the promise rejects
+      // when the database answers within the grace, else in the background. A row landing after the enqueue's bound
+      // is born dead, and any other dies with its heartbeat.
+      if (enqueueing) {
+        const sent = enqueueing;
+        const gone = sent.catch(() => undefined).then(() => this.store.dequeue(targetKey, waiter.id));
+        const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
+        await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
+          this.logger.warn(
+            `Waiter row for "${targetKey}" not removed yet (${String(dequeueError)}); it goes when its statement ` +
+              `lands, or expires within ${this.options.waiterTimeoutMs} ms`,
+          );
+        });
+      }
+      throw error;
+    }
+  }
+
+  private async inLine(
+    waiter: Waiter,
+    until: number,
+    waitTimeoutMs: number,
+    signal: AbortSignal | undefined,
+    sending: (enqueue: Promise<WaiterPlace | null>) => void,
+  ): Promise<HeldLease> {
+    const { targetKey, priority } = waiter;
     if (this.closed) throw new LeaseShutdownError(targetKey, 'waits');
     signal?.throwIfAborted();
     const timeout = () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
     const cutoff = until + this.graceMs;
     // Every statement of the wait is given up at once when the caller aborts or the service shuts down.
     const stop = signal ? AbortSignal.any([signal, this.shutdown.signal]) : this.shutdown.signal;
-    const waiter: Waiter = { id: randomUUID(), targetKey, priority, holdAtLeastMs, evicted: false, pending: false };
     if (this.options.notify) {
       this.notifier ??= new Notifier(
         this.connectionOptions,
@@ -134,9 +167,6 @@ export class WaitQueue {
     }
     this.register(waiter);
     let lastError: unknown;
-    /** The last enqueue sent, and how to call it off while it is in flight. */
-    let enqueueing: Promise<WaiterPlace | null> | undefined;
-    let callOff: AbortController | undefined;
     try {
       while (true) {
         stop.throwIfAborted();
@@ -145,10 +175,10 @@ export class WaitQueue {
         waiter.pending = false;
         try {
           if (!waiter.place || waiter.evicted) {
-            callOff = new AbortController();
-            // Bounded on the server as well: an enqueue has no business outliving the waiter timeout.
+            // A row landing after this bound is born dead (see LeaseStore.enqueue): no later than the wait's cutoff.
             const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
-            enqueueing = this.store.enqueue(targetKey, waiter.id, priority, waiter.place, callOff.signal, limitMs);
+            const enqueueing = this.store.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
+            sending(enqueueing);
             const place = await settleBy(enqueueing, cutoff, stop, timeout);
             if (!place) {
               throw new LeaseQueueFullError(
@@ -181,20 +211,6 @@ export class WaitQueue {
         await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter, holdEnds), stop);
       }
     } catch (error) {
-      this.unregister(waiter);
-      // An enqueue still in flight is called off: rolled back unless its COMMIT is already on the way, whose outcome
-      // is then awaited. Either way the row is gone before the promise rejects, or dies with its heartbeat.
-      callOff?.abort();
-      if (enqueueing) {
-        const sent = enqueueing;
-        const gone = sent.catch(() => undefined).then(() => this.store.dequeue(targetKey, waiter.id));
-        const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
-        await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
-          this.logger.warn(
-            `Could not remove waiter row for "${targetKey}" (${String(dequeueError)}); it expires in ${this.options.waiterTimeoutMs} ms`,
-          );
-        });
-      }
       if (error instanceof LeaseWaitTimeoutError && lastError) {
         throw Object.assign(error, { cause: lastError });
       }
