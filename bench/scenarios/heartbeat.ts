@@ -59,6 +59,8 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
       let open: Awaited<ReturnType<typeof openLeases>> | undefined;
       /** Latency and size of each tick, in order; a tick's events share one `at`. */
       const tickLog: Array<{ at: Date; latencyMs: number; renewed: number }> = [];
+      /** Ticks whose renewal failed (a statement past its bound, heartbeatIntervalMs): retried by the next tick. */
+      let failedTicks = 0;
       let onTick: (() => void) | undefined;
       const nextTicks = (count: number) => {
         const target = tickLog.length + count;
@@ -76,6 +78,7 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
             { heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, leaseTimeoutMs: 60_000 },
             variant,
           );
+          open.service.events$.pipe(filter((event) => event.type === 'renew-failed')).subscribe(() => failedTicks++);
           open.service.events$.pipe(filter((event) => event.type === 'renewed')).subscribe((event) => {
             const last = tickLog.at(-1);
             if (last?.at === event.at) last.renewed++;
@@ -93,6 +96,7 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
         },
         run: async (): Promise<RunResult> => {
           const first = tickLog.length;
+          const failedBefore = failedTicks;
           const started = performance.now();
           await nextTicks(ticks);
           const window = tickLog.slice(first, first + ticks);
@@ -102,7 +106,7 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
             ops: window.length,
             elapsedMs: performance.now() - started,
             latenciesMs: window.map((tick) => tick.latencyMs),
-            extra: { leasesPerTick: leases },
+            extra: { leasesPerTick: leases, failedTicks: failedTicks - failedBefore },
           };
         },
         teardown: async () => open?.close(),
