@@ -213,22 +213,19 @@ export function goalRows(rows: Row[]): GoalRow[] {
   const heartbeat = find(rows, 'heartbeat, 10,000 leases', LEASE);
   if (heartbeat) {
     const hot = heartbeat.hotShare ?? 0;
-    // A tick whose renewal outlived its bound (heartbeatIntervalMs) failed and was retried by the next: its statement
-    // counts, the tick does not. Per attempt, each tick is one statement.
+    // A tick whose renewal outlived its bound (heartbeatIntervalMs) fails and is retried by the next: its statement
+    // (and the reconnect that follows a failure) counts, the tick does not.
     const failed = heartbeat.extra.failedTicks ?? 0;
-    const ticks = heartbeat.ops / heartbeat.rounds;
-    const perAttempt = (heartbeat.roundTripsPerOp * ticks) / (ticks + failed);
     out.push({
       figure: 'heartbeat, 10,000 leases: statements per tick, HOT',
       goal: '1, 99.8 % (keep)',
       today:
-        `${fixed(perAttempt, 2)} round trips per renewal (one statement, no transaction around it; ` +
-        `${fixed(heartbeat.roundTripsPerOp, 2)} per completed tick with ${fixed(failed, 1)} of ${fixed(ticks, 0)} ticks ` +
-        `failed past their bound and retried), ${fixed(hot * 100, 1)} % HOT, tick p50 ${fixed(heartbeat.p50Ms, 1)} ms`,
-      todayMet: perAttempt < 1.05 && hot >= 0.99,
+        `${fixed(heartbeat.roundTripsPerOp, 2)} round trips per tick (one statement, no transaction around it; ` +
+        `failed ticks per round ${fixed(failed, 1)}), ${fixed(hot * 100, 1)} % HOT, tick p50 ${fixed(heartbeat.p50Ms, 1)} ms`,
+      todayMet: heartbeat.roundTripsPerOp <= 1.05 && hot >= 0.99,
       comparison: '—',
       comparisonMet: null,
-      value: perAttempt,
+      value: heartbeat.roundTripsPerOp,
       limit: 1,
     });
   }

@@ -1,0 +1,18 @@
+import 'reflect-metadata';
+import { BenchDatabase } from './support/db.js';
+import { openLeases } from './support/contenders.js';
+const db = await BenchDatabase.open({ shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track_planning': 'on' });
+await db.createLeaseTables({});
+await db.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+const C = Number(process.argv[2] ?? 16);
+const lib = await openLeases(db.url, C, {});
+const loop = async (tag: string, n: number) => Promise.all(Array.from({ length: C }, async (_, c) => { for (let i = 0; i < n; i++) { const l = await lib.service.tryAcquire(`${tag}:${c}:${i}`); await l!.release(); } }));
+await loop('w', 20);
+await db.query('SELECT pg_stat_statements_reset()');
+const t0 = performance.now();
+await loop('m', 300);
+const ms = performance.now() - t0;
+console.log(`${C} clients: ${(C * 300 / ms * 1000).toFixed(0)} ops/s`, JSON.stringify((lib.service as any) && {}));
+const { rows } = await db.query(`SELECT calls, rows, round(mean_exec_time::numeric, 3) exec, round(mean_plan_time::numeric,3) plan, plans, left(regexp_replace(query, '\\s+', ' ', 'g'), 60) q FROM pg_stat_statements WHERE calls > 50 ORDER BY total_exec_time DESC LIMIT 8`);
+for (const r of rows) console.log(r.calls, r.rows, 'exec', r.exec, 'plan', r.plan, r.plans, r.q);
+await lib.close(); await db.close(); process.exit(0);
