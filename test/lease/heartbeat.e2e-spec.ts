@@ -178,6 +178,39 @@ describe('heartbeats and takeover', () => {
     }
   });
 
+  test('5,000 leases renew within their bound tick after tick, even where the server forces generic plans', async () => {
+    // A generic plan estimates the renewal's arrays at ten rows and joins them in nested loops: PostgreSQL picks one
+    // after five runs of a prepared statement, and plan_cache_mode = force_generic_plan (a server or role setting)
+    // from the first. The renewal must not depend on either.
+    const database = new URL(db.url).pathname.slice(1);
+    await db.admin.query(`ALTER DATABASE "${database}" SET plan_cache_mode = force_generic_plan`);
+    const a = await startService(db.url, { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 }, 'generic');
+    try {
+      const keys = Array.from({ length: 5_000 }, (_, i) => `generic:${i}`);
+      const leases = await Promise.all(keys.map((key) => a.service.tryAcquire(key)));
+      expect(leases.every(Boolean)).toBe(true);
+      const failures: string[] = [];
+      let ticks = 0;
+      const sub = a.service.events$.subscribe((event) => {
+        if (event.type === 'renew-failed') failures.push(`${event.error} after ${event.latencyMs.toFixed(0)} ms`);
+        if (event.type === 'renewed' && event.targetKey === 'generic:0') ticks++;
+      });
+      await eventually(
+        () => ticks + failures.length,
+        (n) => n >= 7,
+        '7 heartbeat ticks',
+        20_000,
+      );
+      sub.unsubscribe();
+      expect(failures).toEqual([]);
+      expect(leases.every((lease) => lease!.isHeld())).toBe(true);
+      await Promise.all(leases.map((lease) => lease!.release()));
+    } finally {
+      await a.close();
+      await db.admin.query(`ALTER DATABASE "${database}" RESET plan_cache_mode`);
+    }
+  });
+
   test('a failed heartbeat tick is transient: the heartbeat connection is killed, the next tick reconnects, the lease stays', async () => {
     const a = await startService(db.url, { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, 'transient');
     try {

@@ -81,12 +81,18 @@ export class DedicatedConnection implements Queryable, SessionSource {
   }
 }
 
-/** The session settings of a bounded connection (one round trip, at connect). `ms` comes from validated options. */
+/**
+ * The session settings of a bounded connection (one round trip, at connect). `ms` comes from validated options.
+ * Custom plans always: a renewal's arrays hold thousands of leases, and a generic plan (PostgreSQL's choice after five
+ * runs of a prepared statement, or the server's `plan_cache_mode = force_generic_plan`) estimates them at ten rows and
+ * joins them in nested loops — at 5,000 leases a renewal then outlived its one-second bound on every tick.
+ */
 function sessionBounds(ms: number): pg.QueryConfig & { query_timeout: number } {
   const bound = Math.max(1, Math.floor(ms));
   return {
     text: `SET statement_timeout = ${bound}; SET lock_timeout = ${bound};
-      SET idle_in_transaction_session_timeout = ${bound}; SET default_transaction_isolation = 'read committed'`,
+      SET idle_in_transaction_session_timeout = ${bound}; SET default_transaction_isolation = 'read committed';
+      SET plan_cache_mode = force_custom_plan`,
     query_timeout: bound,
   };
 }

@@ -864,7 +864,7 @@ export class LeaseStore {
    * the statement alone, one round trip. Elsewhere (behind a transaction pooler) it is framed in a short transaction
    * with SET LOCAL, so nothing outlives it; a stalled client then cannot keep the transaction's row locks for longer
    * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. The timeouts are
-   * integers of validated options.
+   * integers of validated options. Either way the statement gets a custom plan (see `DedicatedConnection`).
    */
   private boundedStatement<T>(
     source: SessionSource,
@@ -879,7 +879,7 @@ export class LeaseStore {
       await session.query({
         text: `BEGIN ISOLATION LEVEL READ COMMITTED;
           SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+          SET LOCAL idle_in_transaction_session_timeout = ${ms}; SET LOCAL plan_cache_mode = force_custom_plan`,
         query_timeout: left(),
       });
       const result = await work(session, left);
