@@ -120,6 +120,15 @@ export async function untilAsleep(admin: pg.Client, key: string, proc: Proc): Pr
   );
 }
 
+/** How many backends of `owner` (its pool's application_name) sleep in `pg_sleep` now: a stalled statement in flight. */
+export async function sleepingIn(admin: pg.Client, owner: string): Promise<number> {
+  const { rowCount } = await admin.query(
+    `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+    [owner],
+  );
+  return rowCount ?? 0;
+}
+
 /** Tracks a promise's outcome without awaiting it. */
 export function track<T>(promise: Promise<T>): {
   promise: Promise<T>;

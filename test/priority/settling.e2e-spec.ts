@@ -6,7 +6,7 @@
 import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { procsOf, rowsOf, startProc, track } from './helpers.js';
+import { procsOf, rowsOf, sleepingIn, startProc, track } from './helpers.js';
 import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 const db = useTestDatabase('prio_settling');
@@ -66,13 +66,7 @@ describe('no phantom waiter', () => {
       const controller = new AbortController();
       const call = track(waiter.service.acquire(key, { waitTimeoutMs: 30_000, signal: controller.signal }));
       await eventually(
-        async () =>
-          (
-            await db.admin.query(
-              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
-              [waiter.owner],
-            )
-          ).rowCount,
+        () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 1,
         'the enqueue to be in flight',
       );
@@ -80,13 +74,7 @@ describe('no phantom waiter', () => {
       await eventually(() => call.settled(), Boolean, 'the wait to settle', 3_000);
       // Once the late INSERT has finished, its row must go too.
       await eventually(
-        async () =>
-          (
-            await db.admin.query(
-              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
-              [waiter.owner],
-            )
-          ).rowCount,
+        () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 0,
         'the enqueue to finish',
       );
@@ -129,13 +117,7 @@ describe('an enqueue the caller gave up on', () => {
       expect(call.error).toBeInstanceOf(LeaseWaitTimeoutError);
       // The INSERT goes on in the server and commits when the sleep ends.
       await eventually(
-        async () =>
-          (
-            await db.admin.query(
-              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
-              [waiter.owner],
-            )
-          ).rowCount,
+        () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 0,
         'the late enqueue to finish',
         10_000,
@@ -201,13 +183,7 @@ describe('close() during an acquisition', () => {
       const p = await proc('closing', { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 5_000 });
       const call = track(p.service.tryAcquire('closing:a'));
       await eventually(
-        async () =>
-          (
-            await db.admin.query(
-              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
-              [p.owner],
-            )
-          ).rowCount,
+        () => sleepingIn(db.admin, p.owner),
         (n) => n === 1,
         'the acquisition to be in flight',
       );

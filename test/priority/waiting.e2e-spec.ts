@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { holderOf, procsOf, rowsOf, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
+import { holderOf, procsOf, rowsOf, sleepingIn, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
 
 const db = useTestDatabase('prio_waiting');
 const proc = procsOf(db);
@@ -139,13 +139,7 @@ describe('giving up removes the row before the promise settles', () => {
       const waiter = await proc('slowq', {}, 1);
       const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
       await eventually(
-        async () =>
-          (
-            await db.admin.query(
-              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
-              [waiter.owner],
-            )
-          ).rowCount,
+        () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 1,
         'enqueue in progress',
       );
