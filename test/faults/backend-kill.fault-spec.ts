@@ -27,7 +27,9 @@ const KILLING_CAP_MS = 13_000;
 
 /** Which sessions each kill aims at (pg_stat_activity conditions). */
 const PHASES: Record<string, string> = {
-  acquire: `query LIKE '%INSERT INTO%job_lease%ON CONFLICT%'`,
+  // The acquisition statements by their opening (the text pg_stat_activity keeps is cut at 1 kB): the single one
+  // (also the one that queues a caller about to wait) and the batch.
+  acquire: `query LIKE 'WITH held AS%' OR query LIKE 'WITH history AS%'`,
   'fenced write': `state LIKE 'idle in transaction%' OR query LIKE '%FOR UPDATE%' OR query LIKE '%fault_%'`,
   release: `query LIKE '%SET lease_token = NULL%'`,
   heartbeat: `application_name LIKE '%:heartbeat'`,
