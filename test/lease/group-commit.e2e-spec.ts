@@ -46,8 +46,12 @@ describe('group commit', () => {
   }
 
   /** Occupies the batch slot of `s` with a slow acquisition, then runs `queued` while it is in flight. */
+  /** Lets the calls made so far go: an idle queue sends at the end of the current turn of the event loop. */
+  const sent = () => new Promise((resolve) => setImmediate(resolve));
+
   async function behindStall<T>(s: LeaseStore, queued: () => Promise<T>): Promise<T> {
     const stalled = s.tryAcquire(request(`slow:${randomUUID()}`));
+    await sent();
     const result = queued();
     await stalled;
     return result;
@@ -62,6 +66,15 @@ describe('group commit', () => {
     const second = await s.tryAcquire(request('lone:b'));
     expect(won(second)).toBe(true);
     expect(s.batchStats.acquire).toMatchObject({ batches: 2, items: 2, largest: 1 });
+  });
+
+  test('calls made in the same turn of the event loop go together even when nothing is in flight', async () => {
+    const s = store();
+    const keys = Array.from({ length: 5 }, (_, i) => `turn:${i}`);
+    const outcomes = await Promise.all(keys.map((key) => s.tryAcquire(request(key))));
+    expect(outcomes.every(won)).toBe(true);
+    // One statement for all five (not the first alone, then the other four behind it).
+    expect(s.batchStats.acquire).toMatchObject({ batches: 1, items: 5, largest: 5 });
   });
 
   test('calls made while batches are in flight go in one statement, each with its own fencing token', async () => {
@@ -136,6 +149,7 @@ describe('group commit', () => {
     const s = store();
     let stalledDone = false;
     const stalled = s.tryAcquire(request(`stall:${randomUUID()}`)).finally(() => (stalledDone = true));
+    await sent();
     const started = performance.now();
     const fast = await s.tryAcquire(request('unstalled'));
     const waitedMs = performance.now() - started;
@@ -222,6 +236,7 @@ describe('group commit', () => {
       ).rows.map((row) => [row.target_id, row.lease_token]),
     );
     const stalled = slowKeys.map((key) => s.release(key, tokens.get(key)!, 5_000));
+    await sent();
     const released = await Promise.all([
       ...keys.map((key) => s.release(key, tokens.get(key)!, 5_000)),
       s.release('rel:0', randomUUID(), 5_000),

@@ -3,8 +3,9 @@
  * group commit does for WAL flushes.
  *
  * While a batch is in flight, further calls queue; when it returns, everything queued (up to `maxBatch`) goes in the
- * next batch: one statement, one commit. An idle queue sends a call at once, alone, so group commit adds no latency
- * when there is nothing to group. Each caller gets its own result or its own error:
+ * next batch: one statement, one commit. An idle queue sends at the end of the current turn of the event loop (no
+ * timer): the calls made in that turn go together — typically the callers of the batch that just returned, each moving
+ * on to its next step — and a lone call goes alone, with no wait worth the name. Each caller gets its own result or its own error:
  * - the batch function returns one outcome per item (a refusal is a result, not an error);
  * - a batch that fails as a whole with a statement error (PostgreSQL rolled it back: nothing was written) is split,
  *   every item sent again alone, so a bad row fails only its own caller;
@@ -60,6 +61,8 @@ export class GroupCommit<I, O> {
   private inFlight = 0;
   /** Armed only while calls wait behind full slots: the lone-call path sets no timer. */
   private watchdog?: NodeJS.Timeout;
+  /** A pump is due at the end of this turn of the event loop (see submit). */
+  private scheduled = false;
   readonly stats: GroupCommitStats = { batches: 0, items: 0, largest: 0, splits: 0 };
 
   constructor(
@@ -75,7 +78,17 @@ export class GroupCommit<I, O> {
   submit(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
-      this.pump();
+      // A free slot sends at the end of this turn of the event loop, not at once: calls made in the same turn (the
+      // callers of the batch that just returned, moving on to their next step) go together. No timer: nothing waits
+      // when there is nothing to group.
+      if (this.inFlight >= this.options.maxInFlight) this.arm();
+      else if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => {
+          this.scheduled = false;
+          this.pump();
+        });
+      }
     });
   }
 
