@@ -227,6 +227,12 @@ try {
   check(refused.status === 409, 'the duplicate request is refused with 409');
   check(Number(refused.retryAfter) >= 1, 'the 409 carries Retry-After');
   check(refused.body?.targetKey === 'report:7', 'the 409 body names the target report:7');
+  // The holder's call reaches the gate soon after (both acquisitions may have gone in one batch, answered together):
+  // wait for it, then make sure no second call followed.
+  for (let waited = 0; scoringCalls.length === 0 && waited < 10_000; waited += 20) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  await new Promise((resolve) => setTimeout(resolve, 200));
   check(scoringCalls.length === 1, `the scoring API was called once (${scoringCalls.length})`);
   releaseScore();
   const [a, b] = await Promise.all([first, second]);
