@@ -120,6 +120,23 @@ export async function untilAsleep(admin: pg.Client, key: string, proc: Proc): Pr
   );
 }
 
+/**
+ * Test instrumentation in the database: every INSERT into the waiter table by a row of `owner`'s prefix sleeps
+ * `seconds` in the server (a statement stalled inside PostgreSQL). Returns the function that removes it.
+ */
+export async function slowEnqueues(
+  admin: pg.Client,
+  ownerPrefix: string,
+  seconds: number,
+): Promise<() => Promise<void>> {
+  const name = `slow_enqueue_${ownerPrefix.replace(/\W/g, '_')}`;
+  await admin.query(`
+    CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN IF NEW.owner LIKE '${ownerPrefix}-%' THEN PERFORM pg_sleep(${seconds}); END IF; RETURN NEW; END $$;
+    CREATE TRIGGER ${name} BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION ${name}();`);
+  return async () => void (await admin.query(`DROP TRIGGER ${name} ON job_lease_waiter; DROP FUNCTION ${name}()`));
+}
+
 /** How many backends of `owner` (its pool's application_name) sleep in `pg_sleep` now: a stalled statement in flight. */
 export async function sleepingIn(admin: pg.Client, owner: string): Promise<number> {
   const { rowCount } = await admin.query(

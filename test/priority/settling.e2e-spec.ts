@@ -6,7 +6,7 @@
 import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { procsOf, rowsOf, sleepingIn, startProc, track } from './helpers.js';
+import { procsOf, rowsOf, sleepingIn, slowEnqueues, startProc, track } from './helpers.js';
 import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 const db = useTestDatabase('prio_settling');
@@ -55,11 +55,7 @@ describe('no phantom waiter', () => {
     const holder = await proc('holder');
     const held = (await holder.service.tryAcquire(key))!;
     // Test instrumentation: this owner's enqueue takes a second.
-    await db.admin.query(`
-      CREATE FUNCTION slow_enqueue_phantom() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.owner LIKE 'phantom-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$;
-      CREATE TRIGGER slow_enqueue_phantom BEFORE INSERT ON job_lease_waiter
-        FOR EACH ROW EXECUTE FUNCTION slow_enqueue_phantom();`);
+    const restore = await slowEnqueues(db.admin, 'phantom', 1);
     try {
       // A long waiter timeout: a phantom row would block the line for 15 s.
       const waiter = await proc('phantom', { waiterTimeoutMs: 15_000 });
@@ -91,9 +87,7 @@ describe('no phantom waiter', () => {
       expect(lease).not.toBeNull();
       await lease!.release();
     } finally {
-      await db.admin.query(
-        'DROP TRIGGER slow_enqueue_phantom ON job_lease_waiter; DROP FUNCTION slow_enqueue_phantom()',
-      );
+      await restore();
     }
   });
 });
@@ -104,11 +98,7 @@ describe('an enqueue the caller gave up on', () => {
     const holder = await proc('holder');
     const held = (await holder.service.tryAcquire(key))!;
     // Test instrumentation: this owner's enqueue stalls in the server for 3 s, far past the wait it serves.
-    await db.admin.query(`
-      CREATE FUNCTION slow_enqueue_late() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.owner LIKE 'late-%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$;
-      CREATE TRIGGER slow_enqueue_late BEFORE INSERT ON job_lease_waiter
-        FOR EACH ROW EXECUTE FUNCTION slow_enqueue_late();`);
+    const restore = await slowEnqueues(db.admin, 'late', 3);
     try {
       // A long waiter timeout: a row born live would block the line for 15 s.
       const waiter = await proc('late', { waiterTimeoutMs: 15_000 });
@@ -135,7 +125,7 @@ describe('an enqueue the caller gave up on', () => {
       expect(lease).not.toBeNull();
       await lease!.release();
     } finally {
-      await db.admin.query('DROP TRIGGER slow_enqueue_late ON job_lease_waiter; DROP FUNCTION slow_enqueue_late()');
+      await restore();
     }
   });
 });

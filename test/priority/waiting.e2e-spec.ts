@@ -3,7 +3,17 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { LeaseBusyError, LeaseError, LeaseQueueFullError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { holderOf, procsOf, rowsOf, sleepingIn, track, untilAsleep, untilQueued, waiterRows } from './helpers.js';
+import {
+  holderOf,
+  procsOf,
+  rowsOf,
+  sleepingIn,
+  slowEnqueues,
+  track,
+  untilAsleep,
+  untilQueued,
+  waiterRows,
+} from './helpers.js';
 
 const db = useTestDatabase('prio_waiting');
 const proc = procsOf(db);
@@ -129,12 +139,7 @@ describe('giving up removes the row before the promise settles', () => {
     const key = 'giveup:close-mid-enqueue';
     await heldTarget(key);
     // Test instrumentation in the database: this process's enqueue takes a second, so close() lands in the middle.
-    await db.admin.query(`
-      CREATE FUNCTION slow_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN IF NEW.owner LIKE 'slowq-%' THEN PERFORM pg_sleep(1); END IF; RETURN NEW; END $$`);
-    await db.admin.query(
-      'CREATE TRIGGER slow_enqueue BEFORE INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION slow_enqueue()',
-    );
+    const restore = await slowEnqueues(db.admin, 'slowq', 1);
     try {
       const waiter = await proc('slowq', {}, 1);
       const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
@@ -148,7 +153,7 @@ describe('giving up removes the row before the promise settles', () => {
       expect(error).toBeInstanceOf(LeaseError);
       expect(await rowsOf(db.admin, key, waiter.owner)).toEqual([]);
     } finally {
-      await db.admin.query('DROP TRIGGER slow_enqueue ON job_lease_waiter; DROP FUNCTION slow_enqueue()');
+      await restore();
     }
   });
 });

@@ -309,6 +309,14 @@ function liveWaiter(alias: string): string {
 }
 
 /**
+ * The first `heartbeat_at` of a queued row: it lives `bound` ms (≤ its `timeout`) from when the statement reached the
+ * server, so a row landing after its caller gave up on the statement (given up after `bound`) is born dead.
+ */
+function bornWithin(timeout: string, bound: string): string {
+  return `statement_timestamp() - (${timeout} - ${bound}::int) ${MS}`;
+}
+
+/**
  * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
  * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
  * of a batch the same number), combined with the timeline of the statement's `history h`.
@@ -367,7 +375,7 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
           SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)},
-            statement_timestamp() - ($11 - $12::int) ${MS}
+            ${bornWithin('$11', '$12')}
           WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $13
           RETURNING seq, queued_at`
     : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
@@ -421,6 +429,79 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
             FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
         LEFT JOIN queued q ON true
         WHERE NOT EXISTS (SELECT 1 FROM won) AND (r.hold_left_ms IS NOT NULL OR q.seq IS NOT NULL)`;
+}
+
+/**
+ * The single release statement (its contract: `LeaseStore.release`). $1 target, $2 lease token, $3 head-only NOTIFY
+ * channel (NULL: none), $4 asyncReleaseCommits, $5 aging interval ms.
+ */
+function singleReleaseSql(n: ReturnType<typeof leaseObjectNames>): string {
+  return `WITH gone AS (
+          UPDATE ${n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
+          RETURNING target_id
+        ), head AS (
+          SELECT g.target_id, ${headOf(n, 'g.target_id', '$5')} AS waiter_id FROM gone g
+        ), woke AS (
+          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id) FROM head h
+          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
+        )
+        -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
+        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
+          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
+}
+
+/**
+ * The enqueue statement (its contract: `LeaseStore.enqueue`). $1 target, $2 waiter id, $3 owner, $4 priority, $5 waiter
+ * timeout, $6 queued_at and $7 seq of an old place (re-queue), $8 maxWaitersPerTarget, $9 the statement's bound. The
+ * place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a failover
+ * never passes one queued before it that re-queues at its old place.
+ */
+function enqueueSql(n: ReturnType<typeof leaseObjectNames>): string {
+  const { waiter, waiterSequence } = n;
+  return `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+        SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
+          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), ${bornWithin('$5', '$9')}
+        WHERE (SELECT count(*) FROM ${waiter} c WHERE c.target_id = $1 AND ${liveWaiter('c')}) < $8
+        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = greatest(w.heartbeat_at, excluded.heartbeat_at)
+        RETURNING w.seq::text AS seq, w.queued_at`;
+}
+
+/**
+ * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
+ * identifier they were acquired under. Two texts per store, with and without reading the system identifier.
+ */
+function renewSql(n: ReturnType<typeof leaseObjectNames>, readSystemId: boolean): string {
+  const { lease } = n;
+  return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
+    mine AS (
+      -- Without history ($3 null) the timelines are null: unnest pads a missing array.
+      SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)
+    ), current AS MATERIALIZED (
+      -- Leases of the history the server is in: the same timeline, the same database cluster.
+      SELECT mine.target_id, mine.lease_token FROM mine, here
+      WHERE $3::bigint[] IS NULL OR (NOT here.recovery AND mine.timeline = here.timeline::bigint
+        AND ($4::text IS NULL OR here.system_id IS NULL OR here.system_id = $4::text))
+    ), lockable AS MATERIALIZED (
+      SELECT l.target_id FROM ${lease} l
+      JOIN current c ON l.target_id = c.target_id AND l.lease_token = c.lease_token
+      WHERE ${live('l')}
+      FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), renewed AS (
+      UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+      WHERE l.target_id = lockable.target_id
+      RETURNING l.lease_token
+    )
+    SELECT mine.lease_token::text AS lease_token,
+      CASE WHEN c.lease_token IS NULL THEN 'failover'
+        WHEN r.lease_token IS NOT NULL THEN 'kept'
+        WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+        WHEN ${live('l')} THEN 'skipped'
+        ELSE 'expired' END AS outcome,
+      here.recovery, here.timeline, here.system_id
+    FROM mine CROSS JOIN here
+    LEFT JOIN current c ON c.lease_token = mine.lease_token
+    LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+    LEFT JOIN ${lease} l ON l.target_id = mine.target_id`;
 }
 
 /**
@@ -598,11 +679,11 @@ export class LeaseStore {
     acquireOrQueue: string;
     batchAcquire: string;
     batchRelease: string;
-    release?: string;
-    enqueue?: string;
+    release: string;
+    enqueue: string;
+    renew: string;
+    renewWithoutSystemId: string;
   };
-  /** The renewal statement, with and without reading the system identifier (see `renewSql`). */
-  private readonly renewTexts: Record<string, string> = {};
   private readonly prefix: string;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
@@ -646,6 +727,10 @@ export class LeaseStore {
       acquireOrQueue: singleAcquireSql(this.n, true),
       batchAcquire: batchAcquireSql(this.n),
       batchRelease: batchReleaseSql(this.n),
+      release: singleReleaseSql(this.n),
+      enqueue: enqueueSql(this.n),
+      renew: renewSql(this.n, true),
+      renewWithoutSystemId: renewSql(this.n, false),
     };
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
@@ -935,7 +1020,7 @@ export class LeaseStore {
     const { rows } = await this.boundedStatement(this.heartbeatDb, timeoutMs, (session, left) =>
       session.query<Row>({
         ...this.statement(this.systemIdReadable ? 'renew' : 'renew_no_system_id'),
-        text: this.renewSql(this.systemIdReadable),
+        text: this.systemIdReadable ? this.sql.renew : this.sql.renewWithoutSystemId,
         values: [
           targetKeys,
           leaseTokens,
@@ -955,44 +1040,6 @@ export class LeaseStore {
       else if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
     }
     return outcome;
-  }
-
-  /**
-   * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
-   * identifier they were acquired under. Two texts, with and without reading the system identifier, each built once.
-   */
-  private renewSql(readSystemId: boolean): string {
-    const { lease } = this.n;
-    return (this.renewTexts[String(readSystemId)] ??= `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
-      mine AS (
-        -- Without history ($3 null) the timelines are null: unnest pads a missing array.
-        SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)
-      ), current AS MATERIALIZED (
-        -- Leases of the history the server is in: the same timeline, the same database cluster.
-        SELECT mine.target_id, mine.lease_token FROM mine, here
-        WHERE $3::bigint[] IS NULL OR (NOT here.recovery AND mine.timeline = here.timeline::bigint
-          AND ($4::text IS NULL OR here.system_id IS NULL OR here.system_id = $4::text))
-      ), lockable AS MATERIALIZED (
-        SELECT l.target_id FROM ${lease} l
-        JOIN current c ON l.target_id = c.target_id AND l.lease_token = c.lease_token
-        WHERE ${live('l')}
-        FOR NO KEY UPDATE OF l SKIP LOCKED
-      ), renewed AS (
-        UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
-        WHERE l.target_id = lockable.target_id
-        RETURNING l.lease_token
-      )
-      SELECT mine.lease_token::text AS lease_token,
-        CASE WHEN c.lease_token IS NULL THEN 'failover'
-          WHEN r.lease_token IS NOT NULL THEN 'kept'
-          WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
-          WHEN ${live('l')} THEN 'skipped'
-          ELSE 'expired' END AS outcome,
-        here.recovery, here.timeline, here.system_id
-      FROM mine CROSS JOIN here
-      LEFT JOIN current c ON c.lease_token = mine.lease_token
-      LEFT JOIN renewed r ON r.lease_token = mine.lease_token
-      LEFT JOIN ${lease} l ON l.target_id = mine.target_id`);
   }
 
   /**
@@ -1069,18 +1116,6 @@ export class LeaseStore {
 
   /** The single release statement: waits for a locked row. */
   private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    this.sql.release ??= `WITH gone AS (
-          UPDATE ${this.n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
-          RETURNING target_id
-        ), head AS (
-          SELECT g.target_id, ${headOf(this.n, 'g.target_id', '$5')} AS waiter_id FROM gone g
-        ), woke AS (
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id) FROM head h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
-        )
-        -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
-        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
-          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
     const result = await this.pooled.query<{ released: boolean }>({
       ...this.statement('release'),
       text: this.sql.release,
@@ -1148,17 +1183,8 @@ export class LeaseStore {
     place: WaiterPlace | undefined,
     timeoutMs: number,
   ): Promise<WaiterPlace | null> {
-    const { waiter, waiterSequence } = this.n;
+    const { waiterSequence } = this.n;
     const bound = Math.max(1, Math.min(Math.floor(timeoutMs), this.options.waiterTimeoutMs));
-    // The place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a
-    // failover never passes one queued before it that re-queues at its old place.
-    this.sql.enqueue ??= `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-        SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), statement_timestamp() - ($5 - $9::int) ${MS}
-        WHERE (SELECT count(*) FROM ${waiter} c
-               WHERE c.target_id = $1 AND c.heartbeat_at + c.timeout_ms ${MS} > clock_timestamp()) < $8
-        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = greatest(w.heartbeat_at, excluded.heartbeat_at)
-        RETURNING w.seq::text AS seq, w.queued_at`;
     const result = await this.pooled
       .query<{ seq: string; queued_at: Date }>({
         ...this.statement('enqueue'),
