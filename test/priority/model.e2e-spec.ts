@@ -136,9 +136,12 @@ class CrashCommand implements fc.AsyncCommand<Model, Real> {
     const { proc, proxy } = real.participants.get(victim.name)!;
     proxy!.freeze();
     const sessions = `application_name = $1 OR application_name LIKE $1 || ':%'`;
-    await db.admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]);
+    // Until none is left: a connection still authenticating (its replies held by the frozen proxy) shows its name only
+    // once it is in, and would outlive a single round of kills (its client's end is held by the proxy too).
     await eventually(
-      async () => (await db.admin.query(`SELECT 1 FROM pg_stat_activity WHERE ${sessions}`, [proc.owner])).rowCount,
+      async () =>
+        (await db.admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]))
+          .rowCount,
       (n) => n === 0,
       `${victim.name} cut off`,
     );

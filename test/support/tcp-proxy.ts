@@ -9,7 +9,9 @@
  *   dead to the database, and to itself only slow; a session the server ends meanwhile is news that cannot get
  *   through either); what was held back is delivered, in order, when it heals (`thaw()`);
  * - `stallNewConnections()`: new connections get no server until `thaw()` (their startup is never answered), while
- *   established ones keep working.
+ *   established ones keep working;
+ * - `holdRepliesAfterReady()`: new connections complete their startup (the server's first ReadyForQuery gets
+ *   through), then every later reply to them is held until `thaw()`: a session whose first statement never answers.
  * The failover suite's SwitchableProxy (re-pointing a connection at a promoted standby) stays its own: see its file.
  */
 import { createServer, type Server, Socket } from 'node:net';
@@ -20,6 +22,8 @@ interface Pair {
   client: Socket;
   server: Socket;
   broken: boolean;
+  /** Replies to this connection are held from its first ReadyForQuery on (see `holdRepliesAfterReady`). */
+  holdAfterReady?: { ready: boolean; pending: Buffer };
 }
 
 export class TcpProxy {
@@ -28,6 +32,7 @@ export class TcpProxy {
   private readonly pairs = new Set<Pair>();
   private readonly held: Array<() => void> = [];
   private stallingNew = false;
+  private holdingAfterReady = false;
   private readonly stalled: Array<() => void> = [];
   /** When the last delayed chunk to each socket goes out: later chunks never overtake it. */
   private readonly due = new WeakMap<Socket, number>();
@@ -41,7 +46,8 @@ export class TcpProxy {
 
   /** Starts listening; resolves with a URL like `url` but pointing at the proxy. */
   async start(url: string): Promise<string> {
-    this.server = createServer((client) => this.accept(client));
+    // Half-open allowed: a client's FIN is news like any other, and crosses a partition no more than its bytes do.
+    this.server = createServer({ allowHalfOpen: true }, (client) => this.accept(client));
     await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
     this.port = (this.server.address() as { port: number }).port;
     const proxied = new URL(url);
@@ -81,13 +87,21 @@ export class TcpProxy {
   /** Heals a partition and lets stalled connections through. */
   thaw(): void {
     this.stallingNew = false;
+    this.holdingAfterReady = false;
+    for (const pair of this.pairs) pair.holdAfterReady = undefined;
     this.set('pass');
+    for (const release of this.held.splice(0)) release();
     for (const connect of this.stalled.splice(0)) connect();
   }
 
   /** New connections stall (their startup never answered) until `thaw()`; established ones keep working. */
   stallNewConnections(): void {
     this.stallingNew = true;
+  }
+
+  /** New connections answer their startup, then nothing more until `thaw()` (see the module note). */
+  holdRepliesAfterReady(): void {
+    this.holdingAfterReady = true;
   }
 
   get connections(): number {
@@ -103,11 +117,16 @@ export class TcpProxy {
   private accept(client: Socket): void {
     const server = new Socket();
     const pair: Pair = { client, server, broken: false };
+    if (this.holdingAfterReady) pair.holdAfterReady = { ready: false, pending: Buffer.alloc(0) };
     this.pairs.add(pair);
     client.on('data', (chunk) => this.forward(pair, server, chunk, false));
     server.on('data', (chunk) => this.forward(pair, client, chunk, true));
-    client.on('error', () => this.close(pair));
-    client.on('close', () => this.close(pair));
+    // The client's end of a session crosses a partition no more than its bytes do: a socket ended or destroyed in a
+    // blackhole gets no answer (no FIN, no RST back) until the partition heals.
+    const clientGone = () => (this.mode === 'blackhole' ? this.held.push(() => this.close(pair)) : this.close(pair));
+    client.on('error', clientGone);
+    client.on('end', clientGone);
+    client.on('close', clientGone);
     // The server's end of a session crosses a partition no more than its bytes do.
     const serverGone = () => (this.mode === 'blackhole' ? this.held.push(() => this.close(pair)) : this.close(pair));
     server.on('error', serverGone);
@@ -124,6 +143,10 @@ export class TcpProxy {
   }
 
   private forward(pair: Pair, to: Socket, chunk: Buffer, reply: boolean): void {
+    if (reply && pair.holdAfterReady) {
+      chunk = this.untilReady(pair.holdAfterReady, to, chunk);
+      if (chunk.length === 0) return;
+    }
     switch (this.mode) {
       case 'pass':
       case 'delay': {
@@ -145,6 +168,35 @@ export class TcpProxy {
         this.held.push(() => to.writable && to.write(chunk));
         return;
     }
+  }
+
+  /**
+   * Of a reply chunk to a `holdAfterReady` connection: forwards (returns) what comes up to and including the first
+   * ReadyForQuery ('Z'), and holds the rest, for `thaw()` to deliver in order. Server messages are framed as a type
+   * byte and a 4-byte length that counts itself.
+   */
+  private untilReady(state: { ready: boolean; pending: Buffer }, to: Socket, chunk: Buffer): Buffer {
+    if (state.ready) {
+      this.held.push(() => to.writable && to.write(chunk));
+      return Buffer.alloc(0);
+    }
+    const data = Buffer.concat([state.pending, chunk]);
+    let offset = 0;
+    while (offset + 5 <= data.length) {
+      const type = String.fromCharCode(data[offset]);
+      const length = data.readUInt32BE(offset + 1);
+      if (offset + 1 + length > data.length) break;
+      offset += 1 + length;
+      if (type === 'Z') {
+        state.ready = true;
+        const rest = data.subarray(offset);
+        if (rest.length > 0) this.held.push(() => to.writable && to.write(rest));
+        return data.subarray(0, offset);
+      }
+    }
+    // Forward whole messages as they come (authentication takes round trips); keep a partial one for the next chunk.
+    state.pending = data.subarray(offset);
+    return data.subarray(0, offset);
   }
 
   private close(pair: Pair): void {
