@@ -59,7 +59,7 @@ describe.each(ISOLATIONS)(
           async () =>
             (
               await db.admin.query(
-                `SELECT 1 FROM pg_stat_activity WHERE application_name = 'stalled-app' AND wait_event = 'PgSleep'`,
+                `SELECT 1 FROM pg_stat_activity WHERE application_name = 'stalled-app:statements' AND wait_event = 'PgSleep'`,
               )
             ).rowCount,
           (n) => n === 1,
@@ -78,6 +78,27 @@ describe.each(ISOLATIONS)(
         await stalled.close();
         await fast.close();
       }
+    });
+
+    test('one sequence value per grant: re-acquisitions of a key (alone and batched) draw one each', async () => {
+      const { service } = await db.open({ owner: 'one-value' });
+      const tokens: bigint[] = [];
+      for (let i = 0; i < 5; i++) {
+        const lease = (await service.tryAcquire('one-value:alone'))!;
+        tokens.push(lease.fencingToken);
+        await lease.release();
+      }
+      expect(tokens.slice(1).map((token, i) => token - tokens[i])).toEqual([1n, 1n, 1n, 1n]);
+      // Re-acquisitions in one batch: three keys that have rows, acquired in one turn.
+      const keys = ['one-value:b1', 'one-value:b2', 'one-value:b3'];
+      await Promise.all((await Promise.all(keys.map((key) => service.tryAcquire(key)))).map((l) => l!.release()));
+      const before = BigInt(
+        (await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v,
+      );
+      const batch = await Promise.all(keys.map((key) => service.tryAcquire(key)));
+      const after = BigInt((await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
+      expect(after - before).toBe(3n);
+      await Promise.all(batch.map((lease) => lease!.release()));
     });
 
     test('churn: 8 concurrent acquirers on one key, every grant in commit order has a larger token', async () => {

@@ -41,7 +41,7 @@ describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', 
           db.admin.query(`
             SELECT w.pid, pg_blocking_pids(w.pid) AS blockers,
               (SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = 'holder-a') AS holders
-            FROM pg_stat_activity w WHERE w.application_name = 'taker-b' AND w.wait_event_type = 'Lock'`),
+            FROM pg_stat_activity w WHERE w.application_name = 'taker-b:statements' AND w.wait_event_type = 'Lock'`),
         (result) => result.rows.length === 1,
         'the takeover to wait on a lock',
       );

@@ -104,4 +104,33 @@ describe('outcomes of a call', () => {
       }
     },
   );
+
+  test('an already aborted signal: run, acquire and @Exclusive-style entry reject with its reason and touch no row', async () => {
+    const a = await startService(db.url, { owner: 'outcomes-d' });
+    try {
+      const controller = new AbortController();
+      controller.abort(new Error('the caller is gone'));
+      const { signal } = controller;
+      let ran = false;
+      const work = () => {
+        ran = true;
+        return 1;
+      };
+      await expect(a.service.run('outcome:aborted', work, { signal })).rejects.toThrow('the caller is gone');
+      await expect(a.service.run('outcome:aborted', work, { signal, priority: 1 })).rejects.toThrow(
+        'the caller is gone',
+      );
+      await expect(a.service.acquire('outcome:aborted', { signal })).rejects.toThrow('the caller is gone');
+      expect(ran).toBe(false);
+      const probe = await adminClient(db.url);
+      try {
+        const { rows } = await probe.query('SELECT 1 FROM job_lease WHERE target_id = $1', ['outcome:aborted']);
+        expect(rows).toEqual([]);
+      } finally {
+        await probe.end();
+      }
+    } finally {
+      await a.close();
+    }
+  });
 });

@@ -9,11 +9,11 @@ import { procsOf, type Proc, track, untilAsleep } from './helpers.js';
 const db = useTestDatabase('headonly');
 const proc = procsOf(db, { ignoreCloseErrors: true });
 
-/** When the pooled backend of `p` (pool of one) last started a statement. */
+/** When the backend of `p`'s statement pool (`poolSize: 1`) last started a statement. */
 async function lastStatementAt(p: Proc): Promise<string> {
   const { rows } = await db.admin.query<{ at: string }>(
     `SELECT query_start::text AS at FROM pg_stat_activity WHERE application_name = $1`,
-    [p.owner],
+    [`${p.owner}:statements`],
   );
   expect(rows).toHaveLength(1);
   return rows[0].at;

@@ -15,9 +15,9 @@ export interface Proc extends OpenedService {
 }
 
 /**
- * A LeaseService on a DataSource of its own (`openLeaseService`). `poolSize: 1` makes the pool's one backend show, in
- * pg_stat_activity, the last statement of the wait loop (see `untilAsleep`); heartbeats and LISTEN use connections of
- * their own.
+ * A LeaseService on a DataSource of its own (`openLeaseService`). `poolSize` sizes both the DataSource's pool and the
+ * library's statement pool: `poolSize: 1` makes the statement pool's one backend show, in pg_stat_activity, the last
+ * statement of the wait loop (see `untilAsleep`); heartbeats and LISTEN use connections of their own.
  */
 export async function startProc(
   url: string,
@@ -26,7 +26,7 @@ export async function startProc(
   poolSize = 4,
 ): Promise<Proc> {
   const owner = `${name}-${randomBytes(3).toString('hex')}`;
-  const opened = await openLeaseService(url, { owner, ...options }, { applicationName: owner, poolSize });
+  const opened = await openLeaseService(url, { owner, poolSize, ...options }, { applicationName: owner, poolSize });
   return { name, owner, ...opened };
 }
 
@@ -94,8 +94,8 @@ export async function holderOf(admin: pg.Client, key: string): Promise<string | 
 }
 
 /**
- * Resolves once the waiting call of `proc` (pool of one connection, only one call waiting) has made its first
- * attempt as a queued waiter and gone to sleep: its row exists and its pooled backend is idle after an acquire
+ * Resolves once the waiting call of `proc` (statement pool of one connection, only one call waiting) has made its first
+ * attempt as a queued waiter and gone to sleep: its row exists and its statement backend is idle after an acquire
  * statement that started after the row was queued (a wait runs, on that one backend: an attempt that queues it when
  * refused, or an attempt then an enqueue; then its first attempt as a waiter).
  */
@@ -106,8 +106,9 @@ export async function untilAsleep(admin: pg.Client, key: string, proc: Proc): Pr
       (
         await admin.query<{ state: string; query: string; after: boolean }>(
           `SELECT a.state, a.query, a.query_start > w.queued_at AS after
-           FROM pg_stat_activity a JOIN job_lease_waiter w ON w.owner = a.application_name AND w.target_id = $2
-           WHERE a.application_name = $1`,
+           FROM pg_stat_activity a JOIN job_lease_waiter w ON a.application_name = w.owner || ':statements'
+             AND w.target_id = $2
+           WHERE a.application_name = $1 || ':statements'`,
           [proc.owner, key],
         )
       ).rows,
@@ -137,10 +138,13 @@ export async function slowEnqueues(
   return async () => void (await admin.query(`DROP TRIGGER ${name} ON job_lease_waiter; DROP FUNCTION ${name}()`));
 }
 
-/** How many backends of `owner` (its pool's application_name) sleep in `pg_sleep` now: a stalled statement in flight. */
+/**
+ * How many backends of `owner`'s statements (the library's statement pool, `<owner>:statements`, or the DataSource's
+ * own, `<owner>`) sleep in `pg_sleep` now: a stalled statement in flight.
+ */
 export async function sleepingIn(admin: pg.Client, owner: string): Promise<number> {
   const { rowCount } = await admin.query(
-    `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'PgSleep'`,
+    `SELECT 1 FROM pg_stat_activity WHERE application_name IN ($1, $1 || ':statements') AND wait_event = 'PgSleep'`,
     [owner],
   );
   return rowCount ?? 0;

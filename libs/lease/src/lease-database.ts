@@ -4,8 +4,10 @@ import type pg from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { LeaseConfigError } from './errors.js';
+import { closeStepMs, connectBoundMs, statementPoolBoundMs } from './lease-bounds.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
-import type { PoolLike } from './lease-store.js';
+import { settleBy } from './settle-by.js';
+import { StatementPool } from './statement-pool.js';
 
 /** Where the lease engine gets its DataSource: a given one, or one resolved (or created) at bootstrap. */
 export interface LeaseDataSourceRef {
@@ -24,7 +26,7 @@ function isDataSourceRef(value: unknown): value is LeaseDataSourceRef {
 }
 
 /** Which of the library's own connections a configuration is for (its `application_name` suffix). */
-export type SessionRole = 'heartbeat' | 'waiters' | 'listen';
+export type SessionRole = 'statements' | 'heartbeat' | 'waiters' | 'listen';
 
 function notPostgres(type: unknown, advice: string): LeaseConfigError {
   return new LeaseConfigError(
@@ -85,12 +87,15 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
 
 /**
  * Everything the engine knows about TypeORM, in one place: which DataSource (given, resolved from Nest, or owned),
- * the PostgreSQL check, the `pg` pool under it, the connection settings of the library's own connections, and
- * transactions. The rest of the library sees a pool (`PoolLike`) and `EntityManager`s.
+ * the PostgreSQL check, the connection settings of the library's own connections (taken from the DataSource's pool),
+ * the library's statement pool, and the transactions of `fenced()`. The rest of the library sees a pool
+ * (`StatementPool`) and `EntityManager`s.
  */
 export class LeaseDatabase {
   private dataSource?: DataSource;
   private readonly ref?: LeaseDataSourceRef;
+  /** The library's own connections for its statements (see `StatementPool`); `fenced()` uses the DataSource's. */
+  readonly statements: StatementPool;
 
   constructor(
     source: DataSource | LeaseDataSourceRef,
@@ -98,6 +103,12 @@ export class LeaseDatabase {
   ) {
     if (isDataSourceRef(source)) this.ref = source;
     else this.dataSource = source;
+    // Behind a transaction pooler a session keeps no settings: every statement frames its own bounds there.
+    this.statements = new StatementPool(() => this.sessionConfig('statements'), {
+      max: options.poolSize,
+      connectTimeoutMs: connectBoundMs(options),
+      bounds: options.pooler === 'transaction' ? undefined : { boundMs: statementPoolBoundMs(options) },
+    });
   }
 
   /** Resolves the DataSource, checks that it is PostgreSQL, and initializes it if nobody has. */
@@ -109,33 +120,68 @@ export class LeaseDatabase {
     if (!dataSource.isInitialized) await dataSource.initialize();
   }
 
-  /** The application's pool, resolved at each call (the DataSource exists only after `open()`). */
-  readonly pool: PoolLike = {
-    query: (config) => this.pgPool().query(config),
-    connect: () => this.pgPool().connect(),
-  };
-
-  /** Runs `work` in a transaction of the application's DataSource. */
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.requireDataSource().transaction(work);
+  /**
+   * Runs `work` in a transaction of the application's DataSource. Getting its connection is bounded
+   * (`connectBoundMs`): a connection that arrives after the caller gave up is given back unused.
+   */
+  async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const runner = this.requireDataSource().createQueryRunner();
+    const boundMs = connectBoundMs(this.options);
+    let late = false;
+    const giveUp = () => {
+      late = true;
+      return new Error(`nest-pg-lease: no connection of the DataSource within ${boundMs} ms (connection timeout)`);
+    };
+    try {
+      // A connection arriving after the bound is released by the discard callback; releasing earlier would leave it
+      // checked out for ever.
+      await settleBy(runner.connect(), performance.now() + boundMs, undefined, giveUp, () => {
+        void runner.release().catch(() => undefined);
+      });
+    } catch (error) {
+      if (!late) await runner.release().catch(() => undefined);
+      throw error;
+    }
+    try {
+      await runner.startTransaction();
+      const result = await work(runner.manager);
+      await runner.commitTransaction();
+      return result;
+    } catch (error) {
+      if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+      throw error;
+    } finally {
+      await runner.release().catch(() => undefined);
+    }
   }
 
   /**
-   * The heartbeat, waiter-heartbeat and LISTEN connections: `sessionUrl` when given (outside a transaction pooler, so
-   * renewals never wait for its server connections and LISTEN delivers), else the application's pool settings.
+   * The configuration of the library's own connections. The statement pool connects like the application's pool
+   * (through its pooler, if any). The heartbeat, waiter-heartbeat and LISTEN connections use `sessionUrl` when given
+   * (outside a transaction pooler, so renewals never wait for its server connections and LISTEN delivers), else the
+   * application's pool settings.
    */
   sessionConfig(role: SessionRole): pg.ClientConfig {
     const { sessionUrl } = this.options;
-    if (sessionUrl) return { connectionString: sessionUrl, application_name: `nest-pg-lease:${role}` };
+    if (sessionUrl && role !== 'statements') {
+      return { connectionString: sessionUrl, application_name: `nest-pg-lease:${role}` };
+    }
     // pg's own resolved settings (URL, host, credentials, ssl, TypeORM's `extra`): exactly what the pool connects with.
     const { max, min, idleTimeoutMillis, ...config } = this.pgPool().options;
     void [max, min, idleTimeoutMillis]; // pool sizing, meaningless for one connection
     return { ...config, application_name: `${config.application_name ?? 'nest-pg-lease'}:${role}` };
   }
 
-  /** Destroys the DataSource if the module created it. */
+  /**
+   * Closes the statement pool, then destroys the DataSource if the module created it. Bounded: a network that does
+   * not answer costs at most two close steps.
+   */
   async close(): Promise<void> {
-    await this.ref?.close();
+    const stepMs = closeStepMs(this.options);
+    await this.statements.end(stepMs);
+    if (!this.ref) return;
+    const giveUp = () => new Error(`the DataSource was not destroyed within ${stepMs} ms`);
+    await settleBy(this.ref.close(), performance.now() + stepMs, undefined, giveUp);
   }
 
   private requireDataSource(): DataSource {

@@ -10,12 +10,14 @@ import {
   type LeaseLossReason,
   LeaseLostError,
   LeaseShutdownError,
+  LeaseUnavailableError,
   LeaseWaitTimeoutError,
   errorText,
   messages,
   unavailableOr,
 } from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
+import { closeStepMs, connectionCloseMs, shortBoundMs } from './lease-bounds.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from './lease-database.js';
 import { LeaseContext } from './lease-context.js';
@@ -42,10 +44,19 @@ interface OpenFence {
   closed: boolean;
 }
 
-/** A call about to wait, queued by its first attempt when refused; its row lives `boundMs` at first. */
+/** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
   readonly waiter: Waiter;
-  readonly boundMs: number;
+}
+
+/** A release that failed, retried until it lands or its lease would have expired anyway (see `release`). */
+interface Unreleased {
+  readonly targetKey: string;
+  readonly token: string;
+  /** Monotonic time after which the row has expired by itself (no need to go on). */
+  readonly until: number;
+  delayMs: number;
+  timer?: NodeJS.Timeout;
 }
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
@@ -80,8 +91,13 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly context = new LeaseContext();
   private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
-  /** Acquire statements in flight (settled, never rejecting): close() waits for them. */
-  private readonly attempts = new Set<Promise<void>>();
+  /**
+   * What close() waits for, each settled (never rejecting): calls in flight (acquiring or waiting), acquire statements
+   * in flight (one a call gave up on may still land), releases in flight.
+   */
+  private readonly inFlight = new Set<Promise<void>>();
+  /** Releases that failed and are retried (by lease token). */
+  private readonly unreleased = new Map<string, Unreleased>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
@@ -105,19 +121,22 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     // a renewal is one statement, one round trip. Through the pooler each renewal frames its own bounds.
     const ownSessions = this.options.pooler !== 'transaction' || this.options.sessionUrl !== null;
     const { heartbeatIntervalMs, waiterHeartbeatIntervalMs } = this.options;
+    const closeMs = connectionCloseMs(this.options);
     this.heartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('heartbeat'),
       heartbeatIntervalMs,
       ownSessions ? heartbeatIntervalMs : undefined,
+      closeMs,
     );
     // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
     this.waiterHeartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('waiters'),
       waiterHeartbeatIntervalMs,
       ownSessions ? waiterHeartbeatIntervalMs : undefined,
+      closeMs,
     );
     this.store = new LeaseStore(
-      this.database.pool,
+      this.database.statements,
       this.heartbeatConnection,
       this.options,
       this.waiterHeartbeatConnection,
@@ -144,7 +163,6 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     }
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.missingObjects();
-    await this.store.checkIsolation();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
@@ -190,25 +208,51 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     await this.close();
   }
 
-  /** Aborts and releases every held lease, cancels every wait and removes its row. Idempotent. */
+  /**
+   * Aborts and releases every held lease, cancels every wait and removes its row; waits for calls and statements in
+   * flight (one landing meanwhile gives its row back itself: see `attempt`). Idempotent. Every step is bounded
+   * (`closeStepMs`), whatever the network does; once it resolves, the process holds no connection of the library's,
+   * and — when the database answered — has no live lease row and no live waiter row.
+   */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      await this.queue.close();
-      // An acquisition in flight gives its row back itself when it lands (see attempt); wait for that while the pool
-      // still exists, but not for ever: what lands later expires by itself.
-      const giveUp = () => new Error(`acquisitions still in flight after ${this.options.heartbeatIntervalMs} ms`);
-      const until = performance.now() + this.options.heartbeatIntervalMs;
-      await settleBy(Promise.all(this.attempts), until, undefined, giveUp).catch((error: unknown) =>
-        this.logger.warn(`Shutdown: ${String(error)}; their leases expire by themselves`),
-      );
-      await Promise.all([...this.held.values()].map((lease) => this.release(lease)));
+      const stepMs = closeStepMs(this.options);
+      const within = async (what: string, work: Promise<unknown>) => {
+        const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);
+        await settleBy(work, performance.now() + stepMs, undefined, giveUp).catch((error: unknown) =>
+          this.logger.warn(`Shutdown: ${String(error)}; what they hold expires by itself`),
+        );
+      };
+      await within('waits', this.queue.close());
+      // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
+      await within('calls and statements', this.settled());
+      const releases = [...this.held.values()].map((lease) => this.release(lease));
+      const retried = [...this.unreleased.values()].map((entry) => this.retryNow(entry));
+      await within('releases', Promise.all([...releases, ...retried, this.settled()]));
       this.stopHeartbeat();
-      await this.heartbeatConnection.close();
-      await this.waiterHeartbeatConnection.close();
+      await Promise.all([this.heartbeatConnection.close(), this.waiterHeartbeatConnection.close()]);
+      for (const entry of this.unreleased.values()) clearTimeout(entry.timer);
+      this.unreleased.clear();
       this.events.complete();
-      await this.database.close();
+      await this.database.close().catch((error: unknown) => this.logger.warn(`Shutdown: ${String(error)}`));
     })();
     return this.closing;
+  }
+
+  /** Settles once everything in flight now, and everything added meanwhile, has settled. */
+  private async settled(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.all(this.inFlight);
+  }
+
+  /** Tracks `work` for close() (see `inFlight`) and returns it unchanged. */
+  private track<T>(work: Promise<T>): Promise<T> {
+    const settled = work.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight.add(settled);
+    void settled.then(() => this.inFlight.delete(settled));
+    return work;
   }
 
   /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
@@ -220,7 +264,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
     const request = this.request(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.tryOnce(request);
+    return reentrant ? new BorrowedLease(reentrant) : this.track(this.tryOnce(request));
   }
 
   /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
@@ -229,22 +273,24 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const waitTimeoutMs = this.waitTimeoutOf(options);
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.waitFor(request, waitTimeoutMs, options.signal);
+    return reentrant ? new BorrowedLease(reentrant) : this.track(this.waitFor(request, waitTimeoutMs, options.signal));
   }
 
   /**
    * The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: one check of the input, one
    * reentrancy lookup, then a borrowed lease (the call chain already holds the key), a wait in line (a priority or
-   * waitTimeoutMs given) or one attempt (`LeaseBusyError` when refused).
+   * waitTimeoutMs given) or one attempt (`LeaseBusyError` when refused). A signal already aborted touches nothing.
    */
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
     const request = this.request(targetKey, options);
     const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
     const waitTimeoutMs = waits ? this.waitTimeoutOf(options) : 0;
-    if (waits) options.signal?.throwIfAborted();
+    options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = waits ? await this.waitFor(request, waitTimeoutMs, options.signal) : await this.tryOnce(request);
+    const lease = await this.track(
+      waits ? this.waitFor(request, waitTimeoutMs, options.signal) : this.tryOnce(request),
+    );
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
@@ -262,10 +308,10 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait).
     const waiter = waitTimeoutMs > 0 && this.queue.hasRoom() ? this.queue.newWaiter(targetKey, priority, holdMs) : null;
-    // Like an enqueue's (see WaitQueue), the row is born with no longer to live than the wait has.
-    const boundMs = Math.max(1, Math.floor(Math.min(waitTimeoutMs + this.queue.graceMs, this.options.waiterTimeoutMs)));
+    // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
+    // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter, boundMs } : undefined),
+      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined),
       until + this.queue.graceMs,
       signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -369,10 +415,11 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return this.database.transaction(async (manager) => {
       let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
       try {
-        locked = await this.store.lockForFence(manager, lease.targetKey);
+        // The row lock is waited for no longer than the lease may still be used.
+        locked = await this.store.lockForFence(manager, lease.targetKey, lease.deadline - performance.now());
       } catch (error) {
         onLockFailed();
-        throw error;
+        throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
       }
       const { leaseToken: token, timeline } = locked;
       // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
@@ -432,27 +479,73 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return new LeaseLostError(lease.targetKey, lease.lossReason);
   }
 
-  /** The lease's `release()`: token-guarded delete; idempotent; quiet when the lease was lost. */
+  /**
+   * The lease's `release()`: token-guarded; idempotent; quiet when the lease was lost. A release that fails (the
+   * database unreachable, or a statement past its bound) is retried in the background until it lands or the row has
+   * expired by itself: a release is idempotent, and a row left held would block its key until it expires.
+   */
   async release(lease: HeldLease): Promise<void> {
     if (!lease.markReleased()) return;
     this.forget(lease);
-    try {
-      const deleted = await this.store.release(lease.targetKey, lease.token, this.options.heartbeatIntervalMs);
-      if (deleted) {
-        const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
-        this.emit({
-          type: 'released',
-          targetKey: lease.targetKey,
-          fencingToken: lease.fencingToken,
-          heldMs,
-          at: new Date(),
-        });
-      }
-    } catch (error) {
-      // The lease is already gone locally; its row expires by itself. Failing the caller's finally would only mask
-      // the outcome of its work.
-      this.logger.warn(`Release of "${lease.targetKey}" failed (${String(error)}); the lease expires by itself`);
+    const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
+    // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.
+    const until = lease.deadline + this.options.safetyMarginMs;
+    await this.releaseRow(lease.targetKey, lease.token, until, () =>
+      this.emit({
+        type: 'released',
+        targetKey: lease.targetKey,
+        fencingToken: lease.fencingToken,
+        heldMs,
+        at: new Date(),
+      }),
+    );
+  }
+
+  /** One release statement; on failure, the retries of `release`. Never rejects. */
+  private releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void): Promise<void> {
+    return this.track(
+      this.store.release(targetKey, token, shortBoundMs(this.options)).then(
+        (released) => {
+          if (released) onReleased?.();
+        },
+        (error: unknown) => this.retryRelease({ targetKey, token, until, delayMs: 50 }, error, onReleased),
+      ),
+    );
+  }
+
+  private retryRelease(entry: Unreleased, error: unknown, onReleased?: () => void): void {
+    const leftMs = entry.until - performance.now();
+    if (this.closing || leftMs <= entry.delayMs) {
+      this.unreleased.delete(entry.token);
+      this.logger.warn(`Release of "${entry.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
+      return;
     }
+    if (!this.unreleased.has(entry.token)) {
+      this.logger.warn(
+        `Release of "${entry.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
+          `expire by itself in ${Math.round(leftMs)} ms)`,
+      );
+    }
+    this.unreleased.set(entry.token, entry);
+    entry.timer = setTimeout(() => {
+      entry.delayMs = Math.min(entry.delayMs * 2, this.options.heartbeatIntervalMs);
+      void this.retryNow(entry, onReleased);
+    }, entry.delayMs);
+    entry.timer.unref();
+  }
+
+  /** The next try of a failed release (at its timer, or at once at shutdown). */
+  private retryNow(entry: Unreleased, onReleased?: () => void): Promise<void> {
+    clearTimeout(entry.timer);
+    return this.track(
+      this.store.release(entry.targetKey, entry.token, shortBoundMs(this.options)).then(
+        (released) => {
+          this.unreleased.delete(entry.token);
+          if (released) onReleased?.();
+        },
+        (error: unknown) => this.retryRelease(entry, error, onReleased),
+      ),
+    );
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
@@ -463,14 +556,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     waiter?: Waiter,
     queueAs?: QueueAs,
   ): Promise<HeldLease | null> {
-    const attempt = this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs);
-    const settled = attempt.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.attempts.add(settled);
-    void settled.then(() => this.attempts.delete(settled));
-    return attempt;
+    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs));
   }
 
   /**
@@ -493,7 +579,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       waiterId: waiter?.id,
       waiterSeq: waiter?.place?.seq,
       holdMs,
-      queueAs: queueAs && { waiterId: queueAs.waiter.id, boundMs: queueAs.boundMs },
+      queueAs: queueAs && { waiterId: queueAs.waiter.id },
     };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await this.store.tryAcquire(request).catch((error: unknown) => {
@@ -510,21 +596,19 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
-      await this.store.release(targetKey, leaseToken, this.options.heartbeatIntervalMs).catch((error: unknown) => {
-        this.logger.warn(
-          `Release of "${targetKey}" acquired during shutdown failed (${String(error)}); the lease expires by itself`,
-        );
-      });
+      await this.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseShutdownError(targetKey);
     }
-    const lease = new HeldLease(
-      targetKey,
-      leaseToken,
-      row.fencingToken,
-      row.sentAt,
-      this.options.leaseTimeoutMs - this.options.safetyMarginMs,
-      this,
-      (expired) => this.lose(expired, 'renewal-deadline'),
+    const localLimitMs = this.options.leaseTimeoutMs - this.options.safetyMarginMs;
+    if (performance.now() >= row.sentAt + localLimitMs) {
+      // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
+      await this.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      throw new LeaseUnavailableError(targetKey, `the grant arrived after its local deadline (${localLimitMs} ms)`, {
+        kind: 'failing',
+      });
+    }
+    const lease = new HeldLease(targetKey, leaseToken, row.fencingToken, row.sentAt, localLimitMs, this, (expired) =>
+      this.lose(expired, 'renewal-deadline'),
     );
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);

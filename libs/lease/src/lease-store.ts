@@ -10,52 +10,10 @@ import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { LeaseConfigError, LeaseUnavailableError } from './errors.js';
 import { GroupCommit, isStatementError, type ItemOutcome } from './group-commit.js';
+import { acquireBoundMs, BATCH_LOCK_WAIT_MS, shortBoundMs, slackMs, statementPoolBoundMs } from './lease-bounds.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
 import { leaseObjectNames, schemaStatements } from './lease-schema.js';
-
-/** The part of a `pg` pool (or client) the store needs. */
-export interface Queryable {
-  query<R extends pg.QueryResultRow = any>(
-    config: pg.QueryConfig & { query_timeout?: number },
-  ): Promise<pg.QueryResult<R>>;
-}
-
-/** A pool: queries, and a connection of its own when the moment a statement is sent matters. */
-export interface PoolLike extends Queryable {
-  connect(): Promise<pg.PoolClient>;
-}
-
-/** Runs a sequence of statements on one session; if the work fails, the session is not reused. */
-export interface SessionSource {
-  withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T>;
-  /**
-   * Set when every session of this source is bounded on the server by session settings (statement_timeout,
-   * lock_timeout, idle_in_transaction_session_timeout of this many ms) and defaults to READ COMMITTED: a connection of
-   * the library's own, outside a transaction pooler. A single statement there needs no transaction framing.
-   */
-  readonly boundedMs?: number;
-}
-
-/** Sessions from a pool: a client is checked out for the work and released as broken if the work fails. */
-function poolSessions(pool: PoolLike): SessionSource {
-  return {
-    async withSession(work) {
-      const client = await pool.connect();
-      let failed: Error | undefined;
-      const onError = (error: Error) => (failed = error);
-      client.on('error', onError);
-      try {
-        return await work(client);
-      } catch (error) {
-        failed ??= error as Error;
-        throw error;
-      } finally {
-        client.off('error', onError);
-        client.release(failed);
-      }
-    },
-  };
-}
+import { type BoundedStatement, type PoolLike, poolSessions, runStatement, type SessionSource } from './sessions.js';
 
 /**
  * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
@@ -224,8 +182,6 @@ export interface AcquireRequest {
    */
   queueAs?: {
     waiterId: string;
-    /** The row is born with this long to live (≤ waiterTimeoutMs), and the statement is given up after it. */
-    boundMs: number;
   };
 }
 
@@ -309,8 +265,9 @@ function liveWaiter(alias: string): string {
 }
 
 /**
- * The first `heartbeat_at` of a queued row: it lives `bound` ms (≤ its `timeout`) from when the statement reached the
- * server, so a row landing after its caller gave up on the statement (given up after `bound`) is born dead.
+ * The first `heartbeat_at` of a row queued by an enqueue: it lives `bound` ms (≤ its `timeout`) from when the
+ * statement reached the server, so a row landing after its caller gave up on the statement (given up after `bound`)
+ * is born dead.
  */
 function bornWithin(timeout: string, bound: string): string {
   return `statement_timestamp() - (${timeout} - ${bound}::int) ${MS}`;
@@ -365,18 +322,24 @@ interface AcquireBatchRow {
  * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7 its waiter seq, $8 aging interval, $9 hold.
  *
  * With `queue` (the first attempt of a call that will wait in line), a refused caller is queued by the same
- * statement (see `LeaseStore.enqueue` for the row's rules): $10 its new waiter id, $11 waiter timeout, $12 the bound of
- * the statement (a row landing after it is born dead), $13 maxWaitersPerTarget. Its place comes back in `seq`,
- * `queued_at` (null when the line is full).
+ * statement: $10 its new waiter id, $11 waiter timeout, $12 maxWaitersPerTarget. Its place comes back in `seq`,
+ * `queued_at` (null when the line is full). The row is an ordinary one (it lives a waiter timeout from when it is
+ * written): the server ends the statement before its caller gives it up (see `tryAcquire`), so the caller hears of
+ * every row this statement writes — and gives it back if it no longer waits.
+ *
+ * One fencing-sequence value per grant: an existing free row (released, or expired: a takeover) is locked first —
+ * waiting for a transaction that holds it, within the statement's bound — checked again in its latest version, and
+ * its token drawn after the lock; only a key that never had a row draws its token in the INSERT's source row (no
+ * earlier grant of it exists). An insert that meets a concurrent first insert of the same key takes that row only if
+ * it is free by then, drawing its token after the row lock (two values drawn, in that race alone).
  */
 function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean): string {
   const { lease, waiter, fencingSequence, waiterSequence } = n;
-  const token = historyOrdered(fencingSequence);
+  const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)},
-            ${bornWithin('$11', '$12')}
-          WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $13
+          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
+          WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $12
           RETURNING seq, queued_at`
     : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
   return `WITH held AS (
@@ -389,19 +352,45 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
           -- The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
           SELECT CASE WHEN $6::uuid IS NULL THEN $4::bigint
             ELSE coalesce((SELECT eff FROM line WHERE waiter_id = $6::uuid), $4::bigint) END AS eff
-        ), won AS (
-          INSERT INTO ${lease} AS l
-            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, ${token}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+        ), open AS MATERIALIZED (
+          -- The read-only pre-check: the target is free and no live waiter is ahead of the caller. A refusal takes no
+          -- row lock and writes nothing.
+          SELECT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = $1) AS has_row
           WHERE NOT EXISTS (SELECT 1 FROM held)
             AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
               AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
+        ), locked AS MATERIALIZED (
+          SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
+          FROM ${lease} l, open o
+          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}
+          FOR NO KEY UPDATE OF l
+        ), won_old AS (
+          -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
+          -- grant of the key.
+          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+            priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
+            hold_ms = $9
+          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
+          WHERE l.target_id = x.target_id
+          RETURNING l.fencing_token, x.was_held AS took_over, CASE WHEN x.was_held THEN x.previous_owner END
+            AS previous_owner
+        ), won_new AS (
+          INSERT INTO ${lease} AS l
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+          SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+          FROM (SELECT ${nextval} AS v FROM open o WHERE NOT o.has_row) f, (SELECT ${TIMELINE} AS timeline) h
+          -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
+          -- token drawn after the row lock (the value drawn above is then left unused).
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
-            priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
+            lease_token = EXCLUDED.lease_token, fencing_token = ${historyOrdered(fencingSequence)},
+            owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
-          RETURNING l.fencing_token, (l.xmax <> 0) AS updated
+          RETURNING l.fencing_token
+        ), won AS (
+          SELECT fencing_token, took_over, previous_owner FROM won_old
+          UNION ALL
+          SELECT fencing_token, false, NULL FROM won_new
         ), granted AS (
           -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
           -- when the target has a line at all (the uncontended path skips the probe).
@@ -411,14 +400,7 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
         ), queued AS (
           ${queued}
         )
-        -- A takeover, as opposed to the acquisition of a released row: the row still had a (now expired) holder. The
-        -- statement's snapshot still shows the row as it was; read only when a row was updated.
-        SELECT won.fencing_token::text AS fencing_token,
-          CASE WHEN won.updated THEN coalesce((SELECT p.lease_token IS NOT NULL FROM ${lease} p WHERE p.target_id = $1),
-            false) ELSE false END AS took_over,
-          CASE WHEN won.updated
-            THEN (SELECT p.owner FROM ${lease} p WHERE p.target_id = $1 AND p.lease_token IS NOT NULL) END
-            AS previous_owner,
+        SELECT won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
           NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at
         FROM won
         UNION ALL
@@ -433,11 +415,15 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
 
 /**
  * The single release statement (its contract: `LeaseStore.release`). $1 target, $2 lease token, $3 head-only NOTIFY
- * channel (NULL: none), $4 asyncReleaseCommits, $5 aging interval ms.
+ * channel (NULL: none), $4 asyncReleaseCommits, $5 aging interval ms, $6 how long the row lock may be waited for (a
+ * fenced write of the holder's still finishing): past it the statement fails on the server, and the engine retries.
  */
 function singleReleaseSql(n: ReturnType<typeof leaseObjectNames>): string {
-  return `WITH gone AS (
-          UPDATE ${n.lease} SET lease_token = NULL WHERE target_id = $1 AND lease_token = $2::uuid
+  return `WITH bound AS MATERIALIZED (
+          SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
+        ), gone AS (
+          UPDATE ${n.lease} SET lease_token = NULL
+          WHERE target_id = $1 AND lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           RETURNING target_id
         ), head AS (
           SELECT g.target_id, ${headOf(n, 'g.target_id', '$5')} AS waiter_id FROM gone g
@@ -524,7 +510,11 @@ function renewSql(n: ReturnType<typeof leaseObjectNames>, readSystemId: boolean)
 function batchAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
   const { lease, waiter, fencingSequence } = n;
   const nextvalArg = sequenceLiteral(fencingSequence);
-  return `WITH history AS MATERIALIZED (SELECT ${TIMELINE} AS timeline), req AS (
+  // The batch never waits for a lock one caller's key is under (set first: every write of the statement reads
+  // history): past BATCH_LOCK_WAIT_MS the statement fails whole, and its callers go alone (see tryAcquire).
+  return `WITH history AS MATERIALIZED (
+      SELECT ${TIMELINE} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
+    ), req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb)
         AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
       ${ONE_ROW_ESTIMATE}
@@ -668,9 +658,89 @@ function outOfOrder(index: number): Error {
  */
 const BATCHES_IN_FLIGHT = 1;
 
+/** The enqueue, renew-waiters, dequeue, dequeue-all and snapshot texts (see their methods). */
+function renewWaitersSql(n: ReturnType<typeof leaseObjectNames>): string {
+  const { waiter } = n;
+  return `WITH mine AS (
+          SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
+        ), dead AS (
+          DELETE FROM ${waiter} w
+          WHERE w.target_id IN (SELECT target_id FROM mine)
+            AND w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp()
+            AND w.waiter_id NOT IN (SELECT waiter_id FROM mine)
+          RETURNING w.target_id
+        ), woke AS (
+          -- Head-only: the line of these targets moved; only its new head (if live) need look.
+          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
+          FROM (SELECT t.target_id, ${headOf(n, 't.target_id', '$4')} AS waiter_id
+            FROM (SELECT DISTINCT target_id FROM dead) t) h
+          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
+        ), renewed AS (
+          UPDATE ${waiter} AS w SET heartbeat_at = clock_timestamp()
+          FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
+          RETURNING w.waiter_id::text AS waiter_id
+        )
+        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
+        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`;
+}
+
+function dequeueSql(n: ReturnType<typeof leaseObjectNames>): string {
+  const { lease, waiter } = n;
+  return `WITH gone AS (
+          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
+        )
+        -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees).
+        SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
+        FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
+          WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
+        WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL`;
+}
+
+function snapshotSql(n: ReturnType<typeof leaseObjectNames>): string {
+  const { lease, waiter } = n;
+  const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
+  return `SELECT * FROM (
+          SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
+            fencing_token::text AS fencing_token, NULL::text AS seq,
+            ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
+          FROM ${lease} WHERE lease_token IS NOT NULL AND ($1::text IS NULL OR target_id = $1)
+          UNION ALL
+          SELECT 'waiting', target_id, owner, priority, ${aged('w.queued_at', '$2')}, NULL, seq::text,
+            ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
+          FROM ${waiter} w WHERE $1::text IS NULL OR target_id = $1
+        ) s
+        ORDER BY target_id, state, effective_priority DESC, seq::bigint`;
+}
+
 /**
- * The statements, bound to one set of table names. Hot statements are named, so `pg` prepares them once per
- * connection; names carry a hash of the table names so two configurations never share a prepared plan.
+ * First statement of a fenced transaction (see `LeaseStore.lockForFence`): $1 target, $2 the idle bound of the
+ * transaction, $3 how long the row lock may be waited for. The wait is bounded for this statement only: the
+ * transaction's own `lock_timeout` is put back once the row is locked, so the work's statements keep the
+ * application's settings. A role default of `synchronous_commit = off` is raised to `on` for the transaction: a
+ * fenced write is the guarantee, and must be durable.
+ */
+function lockForFenceSql(n: ReturnType<typeof leaseObjectNames>): string {
+  return `WITH prior AS MATERIALIZED (
+          SELECT current_setting('lock_timeout') AS lock_timeout, set_config('lock_timeout', $3, true) AS bounded
+        ), locked AS MATERIALIZED (
+          -- Depends on prior, so the bound is set before the row is locked.
+          SELECT l.lease_token::text AS lease_token FROM ${n.lease} l, prior
+          WHERE l.target_id = $1 AND prior.bounded IS NOT NULL
+          FOR UPDATE OF l
+        )
+        -- The join needs the locked row first: only then is the transaction's own bound put back.
+        SELECT k.lease_token, set_config('lock_timeout', p.lock_timeout, true) AS restored,
+          set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
+          CASE WHEN current_setting('synchronous_commit') = 'off'
+            THEN set_config('synchronous_commit', 'on', true) END AS durable,
+          ${TIMELINE}::text AS timeline
+        FROM prior p LEFT JOIN locked k ON true`;
+}
+
+/**
+ * The statements, bound to one set of table names, and how each is run: every one through `runStatement` (bounded
+ * on the client and the server; see sessions.ts), hot ones named so `pg` prepares them once per connection — names
+ * carry a hash of the table names, so two configurations never share a prepared plan.
  */
 export class LeaseStore {
   private readonly n: ReturnType<typeof leaseObjectNames>;
@@ -683,43 +753,43 @@ export class LeaseStore {
     enqueue: string;
     renew: string;
     renewWithoutSystemId: string;
+    renewWaiters: string;
+    dequeue: string;
+    dequeueAll: string;
+    snapshot: string;
+    lockForFence: string;
   };
   private readonly prefix: string;
+  /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
+  private readonly db: SessionSource;
   private readonly heartbeatDb: SessionSource;
   private readonly waiterHeartbeatDb: SessionSource;
-  private readonly dbSessions: SessionSource;
-  /** The application's pool, for single statements: retried after a serialization failure. */
-  private readonly pooled: Queryable;
   /** Whether renewals read the system identifier: set by `serverHistory()`, cleared when a renewal is refused it. */
   private systemIdReadable = true;
-  /** The server's default isolation is not READ COMMITTED (see `checkIsolation`): acquisitions frame it explicitly. */
-  private isolationFraming = false;
   /** Group commit of acquisitions and of releases (see group-commit.ts); `maxBatchSize` 1 sends every call alone. */
   private readonly acquisitions: GroupCommit<AcquireRequest, AcquiredRow | Refusal | 'retry'>;
   private readonly releases: GroupCommit<ReleaseItem, boolean | 'retry'>;
 
   /**
-   * @param db the application's pool: acquisitions, releases, waiter changes, reads
-   * @param heartbeatDb a connection of the lease heartbeat's own, so renewals never queue behind the application's
-   *   queries (a pool works too: each renewal then checks out a client)
+   * @param db the library's statement pool (a pool with `boundedMs` when its sessions are set up by
+   *   `sessionSetup`; any other pool frames every statement)
+   * @param heartbeatDb a connection of the lease heartbeat's own, so renewals never queue behind other statements
+   *   (a pool works too: each renewal then checks out a client)
    * @param options the resolved options
    * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
    *   renewal (default: heartbeatDb)
    */
   constructor(
-    private readonly db: PoolLike,
+    db: SessionSource | PoolLike,
     heartbeatDb: SessionSource | PoolLike,
     private readonly options: ResolvedLeaseOptions,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
   ) {
-    const sessions = (source: SessionSource | PoolLike) => ('withSession' in source ? source : poolSessions(source));
+    const sessions = (source: SessionSource | PoolLike) =>
+      'withSession' in source ? source : poolSessions(source, (source as { boundedMs?: number }).boundedMs);
+    this.db = sessions(db);
     this.heartbeatDb = sessions(heartbeatDb);
     this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
-    this.dbSessions = poolSessions(db);
-    this.pooled = {
-      query: (config) =>
-        retryingSerializationFailures(() => (this.isolationFraming ? this.framed(config) : db.query(config))),
-    };
     this.n = leaseObjectNames(options);
     // Built once: they depend only on the names (every value is a bound parameter).
     this.sql = {
@@ -731,6 +801,11 @@ export class LeaseStore {
       enqueue: enqueueSql(this.n),
       renew: renewSql(this.n, true),
       renewWithoutSystemId: renewSql(this.n, false),
+      renewWaiters: renewWaitersSql(this.n),
+      dequeue: dequeueSql(this.n),
+      dequeueAll: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
+      snapshot: snapshotSql(this.n),
+      lockForFence: lockForFenceSql(this.n),
     };
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
@@ -752,25 +827,32 @@ export class LeaseStore {
     return this.options.pooler === 'transaction' ? {} : { name: `${this.prefix}_${name}` };
   }
 
+  /** A statement on the statement pool, bounded by `boundMs` (default: the short bound of a release or a read). */
+  private run<R extends pg.QueryResultRow>(
+    statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
+  ): Promise<{ rows: R[]; sentAt: number }> {
+    return runStatement<R>(this.db, { boundMs: shortBoundMs(this.options), ...statement });
+  }
+
   get channel(): string {
     return this.n.channel;
   }
 
   /**
-   * One statement: a read-only pre-check (a live holder, or a live waiter ahead of the caller) short-cuts the insert,
-   * so a failed attempt on a held row takes no row lock and writes no WAL; otherwise an upsert that takes only a free
-   * (released or expired) row. A granted waiter's row, and the target's dead waiters, are deleted in the same
-   * statement.
+   * One statement: a read-only pre-check (a live holder, or a live waiter ahead of the caller) short-cuts it, so a
+   * failed attempt on a held row takes no row lock and writes no WAL; otherwise it takes only a free (released or
+   * expired) row, or inserts the key's first row. A granted waiter's row, and the target's dead waiters, are deleted
+   * in the same statement.
    *
-   * Fencing order: the INSERT's source row is evaluated before conflict detection, so a token drawn there may be
-   * older than a grant that commits while this statement stalls (a lock wait, a slow trigger, CPU starvation). It is
-   * used only when the key has never had a row — then no earlier grant exists. Every later acquisition goes through
-   * `DO UPDATE`, which draws its token after it has locked the row and found it free, i.e. after every earlier grant of
-   * the key committed; that is why releases keep the row.
+   * Fencing order: a free row is locked first, and the token drawn after the lock, i.e. after every earlier grant of
+   * the key committed (that is why releases keep the row); only a key's first row draws its token before (no earlier
+   * grant exists). One sequence value per grant. The token carries the server's timeline in its high bits (see
+   * `historyOrdered`), so it also stays larger than every token of the history before a failover. On a server in
+   * recovery the statement fails at once (`LeaseUnavailableError`).
    *
-   * The token carries the server's timeline in its high bits (see `historyOrdered`), so it also stays larger than
-   * every token of the history before a failover. On a server in recovery the statement fails at once
-   * (`LeaseUnavailableError`).
+   * Bounded by `acquireBoundMs` on the server and the client (a grant later than that would be past its local
+   * deadline): a statement waiting for a locked row (a fenced transaction still finishing) waits within it, and one
+   * the client gave up on committed nothing.
    */
   tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     if (this.options.maxBatchSize === 1 || request.queueAs !== undefined) {
@@ -787,9 +869,15 @@ export class LeaseStore {
     return { acquire: { ...this.acquisitions.stats }, release: { ...this.releases.stats } };
   }
 
+  /** How an acquisition statement is bounded (see `tryAcquire`). */
+  private get acquireBounds(): { boundMs: number; slackMs: number } {
+    return { boundMs: acquireBoundMs(this.options), slackMs: slackMs(this.options) };
+  }
+
   /**
    * One batch of acquisitions: a lone caller sends the single statement (it goes at once and waits for a locked row,
    * exactly as without group commit); several send the set-based statement (`batchAcquireSql`), one commit for all.
+   * The batch waits for no lock (BATCH_LOCK_WAIT_MS): one that meets one fails whole on the server, and is split.
    */
   private async sendAcquisitions(
     requests: AcquireRequest[],
@@ -806,11 +894,15 @@ export class LeaseStore {
       waiter_seq: request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
       hold_ms: request.holdMs,
     }));
-    const { rows, sentAt } = await this.onClient<AcquireBatchRow>({
+    const { rows, sentAt } = await this.run<AcquireBatchRow>({
       ...this.statement('acquire_batch'),
+      ...this.acquireBounds,
       text: this.sql.batchAcquire,
       values: [JSON.stringify(batch), this.options.owner, this.options.leaseTimeoutMs, this.options.agingIntervalMs],
-      query_timeout: this.acquireTimeoutMs,
+    }).catch((error: unknown) => {
+      throw (
+        exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, requests[0].targetKey) ?? error
+      );
     });
     return requests.map((_, index): ItemOutcome<AcquiredRow | Refusal | 'retry'> => {
       const row = rows[index];
@@ -827,106 +919,43 @@ export class LeaseStore {
     });
   }
 
-  /**
-   * One statement on a client of its own (framed in READ COMMITTED when the server default is stricter), timed from
-   * its send: a lease counts from when the database could have written `updated_at` at the earliest. A client that
-   * failed is released as broken; a statement error maps to the library's errors as in the single statement.
-   */
-  private async onClient<R extends pg.QueryResultRow>(
-    config: pg.QueryConfig & { query_timeout: number },
-  ): Promise<{ rows: R[]; sentAt: number }> {
-    const client = await this.db.connect();
-    let broken: Error | undefined;
-    const onError = (error: Error) => (broken = error);
-    client.on('error', onError);
-    try {
-      const framed = this.isolationFraming;
-      if (framed) {
-        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout };
-        await (client as Queryable).query(begin);
-      }
-      const sentAt = performance.now();
-      const { rows } = await (client as Queryable).query<R>(config);
-      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: config.query_timeout });
-      return { rows, sentAt };
-    } catch (error) {
-      broken ??= error as Error;
-      throw error;
-    } finally {
-      client.off('error', onError);
-      client.release(broken);
-    }
-  }
-
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
-    // Time the send, not the wait for a pooled connection: the local deadline must count from when the database
-    // could have written updated_at at the earliest.
-    const client = await this.db.connect();
-    // A checked-out client has no error listener of the pool's. If the server ends the session right after our reply
-    // (both in one TCP read), the error event would come before our release and crash the process: note it instead,
-    // and release the client as broken.
-    let broken: Error | undefined;
-    const onError = (error: Error) => (broken = error);
-    client.on('error', onError);
-    // Under a serializable (or repeatable read) server default, concurrent acquisitions of one key would mostly fail
-    // with 40001: frame the statement in a READ COMMITTED transaction instead (two more round trips, only then).
-    const framed = this.isolationFraming;
-    let sentAt = performance.now();
-    let result: pg.QueryResult<{
+    type Row = {
       fencing_token: string | null;
       took_over: boolean | null;
       previous_owner: string | null;
       hold_left_ms: number | null;
       seq: string | null;
       queued_at: Date | null;
-    }>;
+    };
     const { queueAs } = request;
     const queueValues =
-      queueAs === undefined
-        ? []
-        : [queueAs.waiterId, this.options.waiterTimeoutMs, queueAs.boundMs, this.options.maxWaitersPerTarget];
-    // A queueing attempt is given up when its row would be born dead anyway; a grant that late is past its local
-    // deadline at once (it counts from the send), so waiting longer than acquireTimeoutMs costs nothing there.
-    const timeoutMs = queueAs === undefined ? this.acquireTimeoutMs : queueAs.boundMs;
-    try {
-      if (framed) {
-        const begin = { text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: timeoutMs };
-        await (client as Queryable).query(begin);
-        sentAt = performance.now();
-      }
-      result = await (client as Queryable).query({
-        ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
-        text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
-        values: [
-          request.targetKey,
-          request.leaseToken,
-          this.options.owner,
-          request.priority,
-          this.options.leaseTimeoutMs,
-          request.waiterId ?? null,
-          request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-          this.options.agingIntervalMs,
-          request.holdMs,
-          ...queueValues,
-        ],
-        // An answer later than this would bring a lease already past its local deadline; the broken client is dropped
-        // and a row committed meanwhile expires by itself.
-        query_timeout: timeoutMs,
-      });
-      if (framed) await (client as Queryable).query({ text: 'COMMIT', query_timeout: timeoutMs });
-    } catch (error) {
-      broken ??= error as Error;
+      queueAs === undefined ? [] : [queueAs.waiterId, this.options.waiterTimeoutMs, this.options.maxWaitersPerTarget];
+    const { rows, sentAt } = await this.run<Row>({
+      ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
+      ...this.acquireBounds,
+      text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
+      values: [
+        request.targetKey,
+        request.leaseToken,
+        this.options.owner,
+        request.priority,
+        this.options.leaseTimeoutMs,
+        request.waiterId ?? null,
+        request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+        this.options.agingIntervalMs,
+        request.holdMs,
+        ...queueValues,
+      ],
+    }).catch((error: unknown) => {
       throw (
         exhausted(error, 'fencing_token', this.n.fencingSequence) ??
         exhausted(error, 'seq', this.n.waiterSequence) ??
         readOnly(error, request.targetKey) ??
         error
       );
-    } finally {
-      client.off('error', onError);
-      client.release(broken);
-    }
-    const row = result.rows[0];
+    });
+    const row = rows[0];
     if (!row || row.fencing_token === null) {
       const refusal = { refused: true as const, holdLeftMs: row?.hold_left_ms ?? null };
       if (queueAs === undefined) return refusal;
@@ -942,38 +971,6 @@ export class LeaseStore {
   }
 
   /**
-   * Runs one statement (`work`) bounded on the server as well as on the client: `query_timeout` is client-side only,
-   * and an abandoned statement would otherwise keep waiting in its backend and commit later ("ghost" renewals). Here
-   * it ends within `timeoutMs` on the server (statement_timeout, lock_timeout) and runs in READ COMMITTED.
-   * On a session bounded by its own settings (`SessionSource.boundedMs`: the library's dedicated connections) that is
-   * the statement alone, one round trip. Elsewhere (behind a transaction pooler) it is framed in a short transaction
-   * with SET LOCAL, so nothing outlives it; a stalled client then cannot keep the transaction's row locks for longer
-   * (idle_in_transaction_session_timeout), and a session dropped before COMMIT is rolled back. The timeouts are
-   * integers of validated options. Either way the statement gets a custom plan (see `DedicatedConnection`).
-   */
-  private boundedStatement<T>(
-    source: SessionSource,
-    timeoutMs: number,
-    work: (session: Queryable, left: () => number) => Promise<T>,
-  ): Promise<T> {
-    return source.withSession(async (session) => {
-      const deadline = performance.now() + timeoutMs;
-      const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
-      if (source.boundedMs !== undefined && source.boundedMs <= timeoutMs) return work(session, left);
-      const ms = Math.max(1, Math.floor(timeoutMs));
-      await session.query({
-        text: `BEGIN ISOLATION LEVEL READ COMMITTED;
-          SET LOCAL statement_timeout = ${ms}; SET LOCAL lock_timeout = ${ms};
-          SET LOCAL idle_in_transaction_session_timeout = ${ms}; SET LOCAL plan_cache_mode = force_custom_plan`,
-        query_timeout: left(),
-      });
-      const result = await work(session, left);
-      await session.query({ text: 'COMMIT', query_timeout: left() });
-      return result;
-    });
-  }
-
-  /**
    * Renews every lease in the batch with one statement. Rows locked by another transaction — typically a fenced
    * transaction of this very process — are skipped, not waited for (SKIP LOCKED): one lease's long fence must not
    * cost the others their renewal. An expired row is never renewed, even with the right token: its holder has
@@ -986,7 +983,7 @@ export class LeaseStore {
    * deadline no longer protects it. A server in recovery refuses the statement (it writes); the history is then read
    * alone, and every lease is reported in `failover`.
    *
-   * One round trip on the heartbeat's own connection (see `boundedStatement`).
+   * One round trip on the heartbeat's own connection (see `runStatement`), planned for its parameters.
    */
   async renew(
     targetKeys: string[],
@@ -1017,19 +1014,18 @@ export class LeaseStore {
       lease_token: string;
       outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover';
     } & Parameters<typeof serverHistory>[0];
-    const { rows } = await this.boundedStatement(this.heartbeatDb, timeoutMs, (session, left) =>
-      session.query<Row>({
-        ...this.statement(this.systemIdReadable ? 'renew' : 'renew_no_system_id'),
-        text: this.systemIdReadable ? this.sql.renew : this.sql.renewWithoutSystemId,
-        values: [
-          targetKeys,
-          leaseTokens,
-          history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
-          history?.systemId ?? null,
-        ],
-        query_timeout: left(),
-      }),
-    );
+    const { rows } = await runStatement<Row>(this.heartbeatDb, {
+      ...this.statement(this.systemIdReadable ? 'renew' : 'renew_no_system_id'),
+      boundMs: timeoutMs,
+      customPlans: true,
+      text: this.systemIdReadable ? this.sql.renew : this.sql.renewWithoutSystemId,
+      values: [
+        targetKeys,
+        leaseTokens,
+        history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
+        history?.systemId ?? null,
+      ],
+    });
     const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
     if (history) {
       outcome.failover = new Set();
@@ -1047,12 +1043,11 @@ export class LeaseStore {
    * lease is lost to the failover under way; otherwise the refusal is the tick's error (retried next tick).
    */
   private async renewOnReadOnly(leaseTokens: string[], timeoutMs: number, refusal: unknown): Promise<RenewResult> {
-    const { rows } = await this.boundedStatement(this.heartbeatDb, timeoutMs, (session, left) =>
-      session.query<Parameters<typeof serverHistory>[0]>({
-        text: serverHistorySql(this.systemIdReadable),
-        query_timeout: left(),
-      }),
-    );
+    const { rows } = await runStatement<Parameters<typeof serverHistory>[0]>(this.heartbeatDb, {
+      boundMs: timeoutMs,
+      customPlans: true,
+      text: serverHistorySql(this.systemIdReadable),
+    });
     const here = serverHistory(rows[0]);
     if (!here.recovery) throw refusal;
     const none = { kept: new Set<string>(), skipped: new Set<string>(), expired: new Set<string>() };
@@ -1064,11 +1059,11 @@ export class LeaseStore {
    * whether the role may read the system identifier at all.
    */
   async serverHistory(): Promise<ServerHistory> {
-    const { rows } = await this.db.query<{ readable: boolean }>({
+    const { rows } = await this.run<{ readable: boolean }>({
       text: `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS readable`,
     });
     this.systemIdReadable = rows[0].readable;
-    const result = await this.db.query<Parameters<typeof serverHistory>[0]>({
+    const result = await this.run<Parameters<typeof serverHistory>[0]>({
       text: serverHistorySql(this.systemIdReadable),
     });
     return serverHistory(result.rows[0]);
@@ -1080,6 +1075,7 @@ export class LeaseStore {
    * (no renewal, no release, no fenced write). Releases are batched like acquisitions (group commit). When the target
    * has a live waiter, the NOTIFY names the next one only (head-only handoff, `headChannel`: `<waiter id> <key>`,
    * never a token): only that waiter's process attempts, the others sleep on. Returns whether our lease was released.
+   * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs);
@@ -1100,11 +1096,11 @@ export class LeaseStore {
     }));
     const { asyncReleaseCommits, agingIntervalMs } = this.options;
     const { rows } = await retryingSerializationFailures(() =>
-      this.onClient<{ i: number; outcome: 'released' | 'gone' | 'retry' }>({
+      this.run<{ i: number; outcome: 'released' | 'gone' | 'retry' }>({
         ...this.statement('release_batch'),
+        boundMs: Math.min(...items.map((item) => item.timeoutMs)),
         text: this.sql.batchRelease,
         values: [JSON.stringify(batch), this.notifyChannel, asyncReleaseCommits, agingIntervalMs],
-        query_timeout: Math.min(...items.map((item) => item.timeoutMs)),
       }),
     );
     return items.map((_, index): ItemOutcome<boolean | 'retry'> => {
@@ -1114,21 +1110,24 @@ export class LeaseStore {
     });
   }
 
-  /** The single release statement: waits for a locked row. */
+  /** The single release statement: waits for a locked row, within its bound. */
   private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
-    const result = await this.pooled.query<{ released: boolean }>({
-      ...this.statement('release'),
-      text: this.sql.release,
-      values: [
-        targetKey,
-        leaseToken,
-        this.notifyChannel,
-        this.options.asyncReleaseCommits,
-        this.options.agingIntervalMs,
-      ],
-      query_timeout: timeoutMs,
-    });
-    return result.rows[0]?.released === true;
+    const { rows } = await retryingSerializationFailures(() =>
+      this.run<{ released: boolean }>({
+        ...this.statement('release'),
+        boundMs: timeoutMs,
+        text: this.sql.release,
+        values: [
+          targetKey,
+          leaseToken,
+          this.notifyChannel,
+          this.options.asyncReleaseCommits,
+          this.options.agingIntervalMs,
+          String(Math.max(1, Math.floor(timeoutMs))),
+        ],
+      }),
+    );
+    return rows[0]?.released === true;
   }
 
   /**
@@ -1147,20 +1146,23 @@ export class LeaseStore {
 
   /**
    * First statement of a fenced transaction: locks the lease row and reads its token, and the server's timeline (a
-   * lease of another timeline must not write: see `renew`). It also bounds how long the transaction may sit idle, so a
-   * holder paused inside it cannot block a takeover for ever. On a server in recovery: `LeaseUnavailableError`.
+   * lease of another timeline must not write: see `renew`). It bounds how long the row lock may be waited for
+   * (`lockWaitMs`: the time left before the lease's local deadline) and how long the transaction may sit idle, so a
+   * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
+   * role's default. On a server in recovery: `LeaseUnavailableError`.
    */
   async lockForFence(
     manager: EntityManager | QueryRunner,
     targetKey: string,
+    lockWaitMs: number,
   ): Promise<{ leaseToken: string | null; timeline: bigint }> {
     let rows: Array<{ lease_token: string | null; timeline: string }>;
     try {
-      rows = await manager.query(
-        `SELECT (SELECT lease_token::text FROM ${this.n.lease} WHERE target_id = $1 FOR UPDATE) AS lease_token,
-           set_config('idle_in_transaction_session_timeout', $2, true), ${TIMELINE}::text AS timeline`,
-        [targetKey, String(this.options.fencedIdleTimeoutMs)],
-      );
+      rows = await manager.query(this.sql.lockForFence, [
+        targetKey,
+        String(this.options.fencedIdleTimeoutMs),
+        String(Math.max(1, Math.ceil(lockWaitMs))),
+      ]);
     } catch (error) {
       throw readOnly(error, targetKey) ?? error;
     }
@@ -1185,27 +1187,25 @@ export class LeaseStore {
   ): Promise<WaiterPlace | null> {
     const { waiterSequence } = this.n;
     const bound = Math.max(1, Math.min(Math.floor(timeoutMs), this.options.waiterTimeoutMs));
-    const result = await this.pooled
-      .query<{ seq: string; queued_at: Date }>({
-        ...this.statement('enqueue'),
-        text: this.sql.enqueue,
-        values: [
-          targetKey,
-          waiterId,
-          this.options.owner,
-          priority,
-          this.options.waiterTimeoutMs,
-          place?.queuedAt ?? null,
-          place ? place.seq.toString() : null,
-          this.options.maxWaitersPerTarget,
-          bound,
-        ],
-        query_timeout: bound,
-      })
-      .catch((error: unknown) => {
-        throw exhausted(error, 'seq', waiterSequence) ?? error;
-      });
-    const row = result.rows[0];
+    const { rows } = await this.run<{ seq: string; queued_at: Date }>({
+      ...this.statement('enqueue'),
+      boundMs: bound,
+      text: this.sql.enqueue,
+      values: [
+        targetKey,
+        waiterId,
+        this.options.owner,
+        priority,
+        this.options.waiterTimeoutMs,
+        place?.queuedAt ?? null,
+        place ? place.seq.toString() : null,
+        this.options.maxWaitersPerTarget,
+        bound,
+      ],
+    }).catch((error: unknown) => {
+      throw exhausted(error, 'seq', waiterSequence) ?? error;
+    });
+    const row = rows[0];
     return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
   }
 
@@ -1214,63 +1214,31 @@ export class LeaseStore {
    * the targets whose line moved. Returns the waiter ids still queued.
    */
   async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
-    const { waiter } = this.n;
-    const statement = (left: () => number) => ({
+    const { rows } = await runStatement<{ waiter_id: string | null }>(this.waiterHeartbeatDb, {
       ...this.statement('renew_waiters'),
-      text: `WITH mine AS (
-          SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
-        ), dead AS (
-          DELETE FROM ${waiter} w
-          WHERE w.target_id IN (SELECT target_id FROM mine)
-            AND w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp()
-            AND w.waiter_id NOT IN (SELECT waiter_id FROM mine)
-          RETURNING w.target_id
-        ), woke AS (
-          -- Head-only: the line of these targets moved; only its new head (if live) need look.
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
-          FROM (SELECT t.target_id, ${headOf(this.n, 't.target_id', '$4')} AS waiter_id
-            FROM (SELECT DISTINCT target_id FROM dead) t) h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
-        ), renewed AS (
-          UPDATE ${waiter} AS w SET heartbeat_at = clock_timestamp()
-          FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
-          RETURNING w.waiter_id::text AS waiter_id
-        )
-        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
-        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`,
+      boundMs: timeoutMs,
+      customPlans: true,
+      text: this.sql.renewWaiters,
       values: [targetKeys, waiterIds, this.notifyChannel, this.options.agingIntervalMs],
-      query_timeout: left(),
     });
-    const result = await this.boundedStatement(this.waiterHeartbeatDb, timeoutMs, (session, left) =>
-      session.query<{ waiter_id: string }>(statement(left)),
-    );
-    return new Set(result.rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
+    return new Set(rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
   /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
-    const { lease, waiter } = this.n;
-    await this.pooled.query({
-      ...this.statement('dequeue'),
-      text: `WITH gone AS (
-          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
-        )
-        -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees).
-        SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
-        FROM (SELECT gone.target_id, ${headOf(this.n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
-          WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
-        WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL`,
-      values: [targetKey, waiterId, this.notifyChannel, this.options.agingIntervalMs],
-    });
+    await retryingSerializationFailures(() =>
+      this.run({
+        ...this.statement('dequeue'),
+        text: this.sql.dequeue,
+        values: [targetKey, waiterId, this.notifyChannel, this.options.agingIntervalMs],
+      }),
+    );
   }
 
   /** Removes all the given waiter rows (shutdown). */
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
-    await this.pooled.query({
-      text: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
-      values: [waiterIds],
-    });
+    await this.run({ text: this.sql.dequeueAll, values: [waiterIds] });
   }
 
   /**
@@ -1278,63 +1246,21 @@ export class LeaseStore {
    * the database clock.
    */
   async snapshot(targetKey?: string): Promise<SnapshotRow[]> {
-    const { lease, waiter } = this.n;
-    const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-    const result = await this.pooled.query<SnapshotRow>({
-      text: `SELECT * FROM (
-          SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
-            fencing_token::text AS fencing_token, NULL::text AS seq,
-            ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
-          FROM ${lease} WHERE lease_token IS NOT NULL AND ($1::text IS NULL OR target_id = $1)
-          UNION ALL
-          SELECT 'waiting', target_id, owner, priority, ${aged('w.queued_at', '$2')}, NULL, seq::text,
-            ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
-          FROM ${waiter} w WHERE $1::text IS NULL OR target_id = $1
-        ) s
-        ORDER BY target_id, state, effective_priority DESC, seq::bigint`,
+    const { rows } = await this.run<SnapshotRow>({
+      text: this.sql.snapshot,
       values: [targetKey ?? null, this.options.agingIntervalMs],
     });
-    return result.rows;
-  }
-
-  /** One statement in an explicit READ COMMITTED transaction (the server default is stricter: see checkIsolation). */
-  private framed<R extends pg.QueryResultRow>(
-    config: pg.QueryConfig & { query_timeout?: number },
-  ): Promise<pg.QueryResult<R>> {
-    return this.dbSessions.withSession(async (session) => {
-      await session.query({ text: 'BEGIN ISOLATION LEVEL READ COMMITTED', query_timeout: config.query_timeout });
-      const result = await session.query<R>(config);
-      await session.query({ text: 'COMMIT', query_timeout: config.query_timeout });
-      return result;
-    });
-  }
-
-  private get acquireTimeoutMs(): number {
-    return this.options.leaseTimeoutMs - this.options.safetyMarginMs;
-  }
-
-  /**
-   * Reads the default isolation of the application's sessions (bootstrap): when it is not READ COMMITTED, the
-   * acquire, release and dequeue statements run in explicit READ COMMITTED transactions (two more round trips each;
-   * under the usual default they stay one statement). Serialization failures are retried either way.
-   */
-  async checkIsolation(): Promise<string> {
-    const result = await this.pooled.query<{ isolation: string }>({
-      text: `SELECT current_setting('default_transaction_isolation') AS isolation`,
-    });
-    const isolation = result.rows[0].isolation;
-    this.isolationFraming = isolation !== 'read committed';
-    return isolation;
+    return rows;
   }
 
   /** Which lease objects are missing (bootstrap check). */
   async missingObjects(): Promise<string[]> {
-    const result = await this.pooled.query<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
+    const { rows } = await this.run<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
       text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
         to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
       values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
     });
-    const row = result.rows[0];
+    const row = rows[0];
     const missing: string[] = [];
     if (!row.lease) missing.push(this.n.lease);
     if (!row.waiter) missing.push(this.n.waiter);
@@ -1359,30 +1285,30 @@ export class LeaseStore {
       ['has_sequence_privilege', fencingSequence, 'USAGE', `USAGE on sequence ${fencingSequence}`],
       ['has_sequence_privilege', waiterSequence, 'USAGE', `USAGE on sequence ${waiterSequence}`],
     ];
-    const result = await this.db.query<{ role: string; granted: boolean[] }>({
+    const { rows } = await this.run<{ role: string; granted: boolean[] }>({
       text: `SELECT current_user::text AS role,
         ARRAY[${checks.map(([fn], i) => `${fn}($${2 * i + 1}, $${2 * i + 2})`).join(', ')}] AS granted`,
       values: checks.flatMap(([, object, right]) => [object, right]),
     });
-    const { role, granted } = result.rows[0];
+    const { role, granted } = rows[0];
     return { role, missing: checks.filter((_, i) => !granted[i]).map(([, , , name]) => name) };
   }
 
   /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
   async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
-    const result = await this.db.query<{ role: string; allowed: boolean }>({
+    const { rows } = await this.run<{ role: string; allowed: boolean }>({
       text: `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL
           THEN has_database_privilege(current_database(), 'CREATE')
           ELSE has_schema_privilege($2, 'CREATE') END AS allowed`,
       values: [this.n.schema, this.options.schema],
     });
-    return result.rows[0];
+    return rows[0];
   }
 
-  /** Creates the objects (idempotent). */
+  /** Creates the objects (idempotent), each statement bounded like every other. */
   async createSchema(): Promise<void> {
     for (const statement of schemaStatements(this.options)) {
-      await this.pooled.query({ text: statement });
+      await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
     }
   }
 }

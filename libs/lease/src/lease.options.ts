@@ -74,6 +74,14 @@ export interface LeaseModuleOptions {
    */
   maxBatchSize?: number;
   /**
+   * Connections of the library's own for its statements (acquisitions, releases, waiter changes, reads), opened as
+   * needed and closed when idle, with the DataSource's connection settings: every statement on them is bounded on the
+   * server and durable whatever the role's defaults (see the README, "Bounds"). `fenced()` runs on the DataSource's
+   * own pool; heartbeats and LISTEN have one connection each besides.
+   * @default 10
+   */
+  poolSize?: number;
+  /**
    * Opt-in aging against starvation: a waiter's effective priority grows by one for every `agingIntervalMs` it has
    * waited since it first queued. Off by default (strict priority).
    * @default undefined (off)
@@ -161,6 +169,7 @@ export interface ResolvedLeaseOptions {
   readonly fencedIdleTimeoutMs: number;
   readonly asyncReleaseCommits: boolean;
   readonly maxBatchSize: number;
+  readonly poolSize: number;
   readonly pooler: 'none' | 'transaction';
   /** null: heartbeats and LISTEN use the application's DataSource settings. */
   readonly sessionUrl: string | null;
@@ -349,6 +358,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     ),
     asyncReleaseCommits: options.asyncReleaseCommits ?? false,
     maxBatchSize: positiveInteger('maxBatchSize', options.maxBatchSize ?? 64, 1_000),
+    poolSize: positiveInteger('poolSize', options.poolSize ?? 10, 1_000),
     pooler,
     sessionUrl,
   };

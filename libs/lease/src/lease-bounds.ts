@@ -1,0 +1,64 @@
+/**
+ * The bounds of every statement and connection of the library, derived from the options in one place (the README's
+ * "Bounds" section is this file in words). Every bound holds on the client and on the server: the server ends a
+ * statement at its bound (statement_timeout, lock_timeout), and the client gives up a little later (`slackMs`).
+ */
+import type { ResolvedLeaseOptions } from './lease.options.js';
+
+type Timings = Pick<
+  ResolvedLeaseOptions,
+  'heartbeatIntervalMs' | 'leaseTimeoutMs' | 'safetyMarginMs' | 'waiterTimeoutMs'
+>;
+
+/**
+ * An acquisition: a grant later than this would be past its local deadline on arrival (the lease counts from when
+ * its statement was sent). Also what a statement waiting for a locked row (a fenced transaction still finishing) may
+ * wait.
+ */
+export function acquireBoundMs(o: Timings): number {
+  return o.leaseTimeoutMs - o.safetyMarginMs;
+}
+
+/** A release, an enqueue, a dequeue, a read: one heartbeat interval (a release that times out is retried). */
+export function shortBoundMs(o: Timings): number {
+  return o.heartbeatIntervalMs;
+}
+
+/**
+ * The session bound of the statement pool (see `StatementPool`): an acquisition's, so the server always ends an
+ * acquisition before its client gives up. A statement given longer (an enqueue when `waiterTimeoutMs` is the larger)
+ * frames its own bound.
+ */
+export function statementPoolBoundMs(o: Timings): number {
+  return acquireBoundMs(o);
+}
+
+/**
+ * Getting a connection for a statement (connecting, or waiting for a free one in the statement pool): no longer than
+ * an acquisition may take, and at most 10 s — but never less than a heartbeat interval.
+ */
+export function connectBoundMs(o: Timings): number {
+  return Math.max(o.heartbeatIntervalMs, Math.min(acquireBoundMs(o), 10_000));
+}
+
+/** How much later than the server the client gives a statement up: time for the server's answer to arrive. */
+export function slackMs(o: Timings): number {
+  return Math.min(1_000, Math.ceil(o.heartbeatIntervalMs / 2));
+}
+
+/**
+ * A batch of acquisitions never waits for a lock one caller's key is under (another process's uncommitted insert of
+ * a new key, say): past this, the batch is given up on the server and its callers go alone, each waiting only for its
+ * own key.
+ */
+export const BATCH_LOCK_WAIT_MS = 10;
+
+/** Each step of `close()`: statements in flight, releases, the connections. */
+export function closeStepMs(o: Timings): number {
+  return o.heartbeatIntervalMs;
+}
+
+/** Closing one connection: a polite end, then its socket is destroyed. */
+export function connectionCloseMs(o: Timings): number {
+  return Math.min(1_000, o.heartbeatIntervalMs);
+}

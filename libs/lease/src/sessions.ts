@@ -1,0 +1,212 @@
+/**
+ * How every statement of the library reaches PostgreSQL: on a session (a pooled client or a dedicated connection),
+ * bounded on the client and on the server, in READ COMMITTED, durable — whatever the server's or the role's defaults.
+ *
+ * - A session of the library's own (its statement pool, its heartbeat connections, outside a transaction pooler) is
+ *   set up once when it opens (`sessionSetup`): `statement_timeout`, `lock_timeout` and
+ *   `idle_in_transaction_session_timeout` bound every statement on it on the server, its default isolation is
+ *   READ COMMITTED, and `synchronous_commit = off` (a role default some deployments choose) is raised to `on`. A
+ *   single statement there needs no transaction around it: one round trip.
+ * - A session shared with others (a transaction pooler hands each transaction any server connection) keeps no
+ *   session state: each statement is framed in a short transaction that sets the same bounds with `SET LOCAL`
+ *   (`framing`), so nothing outlives it.
+ *
+ * Either way the client gives up a little after the server (`runStatement`), so a statement the client abandoned has
+ * already been ended by the server, and committed nothing, unless it was committing at that very moment.
+ */
+import { Socket } from 'node:net';
+import type pg from 'pg';
+
+/** The part of a `pg` pool (or client) the store needs. */
+export interface Queryable {
+  query<R extends pg.QueryResultRow = any>(
+    config: pg.QueryConfig & { query_timeout?: number },
+  ): Promise<pg.QueryResult<R>>;
+}
+
+/** A pool: queries, and a client of its own when the moment a statement is sent matters. */
+export interface PoolLike extends Queryable {
+  connect(): Promise<pg.PoolClient>;
+}
+
+/** Runs a sequence of statements on one session; if the work fails, the session is not reused. */
+export interface SessionSource {
+  withSession<T>(work: (session: Queryable) => Promise<T>): Promise<T>;
+  /**
+   * Set when every session of this source was set up by `sessionSetup` with this bound: statements of at most this
+   * many ms need no framing. Unset: each statement is framed (`framing`).
+   */
+  readonly boundedMs?: number;
+}
+
+/** How a session (or a framed statement) is bounded. */
+export interface SessionBounds {
+  /** statement_timeout, lock_timeout and idle_in_transaction_session_timeout, in ms (an integer ≥ 1). */
+  readonly boundMs: number;
+  /**
+   * Plan every statement for its parameters (`plan_cache_mode = force_custom_plan`): a renewal's arrays hold
+   * thousands of leases, and a generic plan (PostgreSQL's choice after five runs of a prepared statement, or the
+   * server's `plan_cache_mode = force_generic_plan`) estimates them at ten rows and joins them in nested loops — at
+   * 5,000 leases a renewal then outlived its one-second bound on every tick.
+   */
+  readonly customPlans?: boolean;
+}
+
+/** A role or server default of `synchronous_commit = off` is raised to `on` (see the README, "Server defaults"). */
+const DURABLE = (local: boolean) =>
+  `SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
+    THEN set_config('synchronous_commit', 'on', ${local}) END`;
+
+function integerMs(ms: number): number {
+  return Math.max(1, Math.floor(ms));
+}
+
+/** The set-up of a session of the library's own: one round trip when it opens. `boundMs` comes from validated options. */
+export function sessionSetup(bounds: SessionBounds): string {
+  const ms = integerMs(bounds.boundMs);
+  return [
+    `SET statement_timeout = ${ms}`,
+    `SET lock_timeout = ${ms}`,
+    `SET idle_in_transaction_session_timeout = ${ms}`,
+    `SET default_transaction_isolation = 'read committed'`,
+    ...(bounds.customPlans ? ['SET plan_cache_mode = force_custom_plan'] : []),
+    DURABLE(false),
+  ].join('; ');
+}
+
+/**
+ * The opening of a framed statement on a shared session: a READ COMMITTED transaction whose bounds end with it. A
+ * stalled client cannot keep its row locks for longer (idle_in_transaction_session_timeout), and a session dropped
+ * before COMMIT is rolled back.
+ */
+export function framing(bounds: SessionBounds): string {
+  const ms = integerMs(bounds.boundMs);
+  return [
+    'BEGIN ISOLATION LEVEL READ COMMITTED',
+    `SET LOCAL statement_timeout = ${ms}`,
+    `SET LOCAL lock_timeout = ${ms}`,
+    `SET LOCAL idle_in_transaction_session_timeout = ${ms}`,
+    ...(bounds.customPlans ? ['SET LOCAL plan_cache_mode = force_custom_plan'] : []),
+    DURABLE(true),
+  ].join('; ');
+}
+
+/** A statement and its bounds. */
+export interface BoundedStatement extends pg.QueryConfig {
+  /** The server ends the statement after this many ms (its session's bound when that is larger). */
+  readonly boundMs: number;
+  /** The client gives up this much later than the server: the server's answer (an error) has time to arrive. */
+  readonly slackMs?: number;
+  readonly customPlans?: boolean;
+}
+
+/**
+ * Runs one statement on a session of `source`, bounded on the client and the server (see the module note).
+ * `sentAt`: the monotonic time it was sent — after waiting for a session and after the framing, so a lease counts
+ * from when the database could have written it at the earliest.
+ */
+export function runStatement<R extends pg.QueryResultRow>(
+  source: SessionSource,
+  statement: BoundedStatement,
+): Promise<{ rows: R[]; sentAt: number }> {
+  const { boundMs, slackMs = 0, customPlans, ...config } = statement;
+  return source.withSession(async (session) => {
+    const started = performance.now();
+    const deadline = started + boundMs + slackMs;
+    const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
+    if (source.boundedMs !== undefined && boundMs <= source.boundedMs) {
+      const sentAt = performance.now();
+      const { rows } = await session.query<R>({ ...config, query_timeout: left() });
+      return { rows, sentAt };
+    }
+    await session.query({ text: framing({ boundMs, customPlans }), query_timeout: left() });
+    const sentAt = performance.now();
+    const { rows } = await session.query<R>({ ...config, query_timeout: left() });
+    await session.query({ text: 'COMMIT', query_timeout: left() });
+    return { rows, sentAt };
+  });
+}
+
+/**
+ * Sessions from a pool: a client is checked out for the work and released as broken if the work fails. A checked-out
+ * client has no error listener of the pool's: if the server ends the session right after our reply (both in one TCP
+ * read), the error event would come before our release and crash the process — it is noted instead.
+ */
+export function poolSessions(pool: PoolLike, boundedMs?: number): SessionSource {
+  return {
+    boundedMs,
+    async withSession(work) {
+      const client = await pool.connect();
+      let failed: Error | undefined;
+      const onError = (error: Error) => (failed = error);
+      client.on('error', onError);
+      try {
+        return await work(client);
+      } catch (error) {
+        failed ??= error as Error;
+        throw error;
+      } finally {
+        client.off('error', onError);
+        client.release(failed);
+      }
+    },
+  };
+}
+
+/**
+ * The sockets of the library's own connections, so that a connection that does not answer can be destroyed: a
+ * client's `end()` waits for the server's FIN, which a blackholed network never delivers. A `stream` of the
+ * application's own configuration (a cloud connector, say) is kept and tracked the same way.
+ */
+export class SocketRegistry {
+  private readonly sockets = new Set<Socket>();
+
+  /** `config` with a stream factory that records each socket it makes. */
+  track(config: pg.ClientConfig): pg.ClientConfig {
+    const given = config.stream as unknown;
+    // A stream object (not a factory) serves one connection only: leave such a configuration alone.
+    if (given !== undefined && typeof given !== 'function') return config;
+    const factory = given as ((connection: pg.ClientConfig) => Socket) | undefined;
+    const stream = (connection: pg.ClientConfig): Socket => {
+      const socket = factory ? factory(connection) : new Socket();
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+      return socket;
+    };
+    return { ...config, stream: stream as never };
+  }
+
+  /** Destroys every socket still open. */
+  destroyAll(): void {
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+  }
+
+  get size(): number {
+    return this.sockets.size;
+  }
+}
+
+/** The socket under a `pg` client (its connection's stream). */
+function socketOf(client: pg.Client): { destroy(): void } | undefined {
+  return (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream;
+}
+
+/**
+ * Ends a client within `boundMs`: a polite `end()` (Terminate, then the server's FIN), else the socket is destroyed.
+ * Never rejects.
+ */
+export async function closeClient(client: pg.Client, boundMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const ended = client.end().then(
+    () => true,
+    () => false,
+  );
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), boundMs);
+    timer.unref();
+  });
+  const polite = await Promise.race([ended, late]);
+  clearTimeout(timer);
+  if (!polite) socketOf(client)?.destroy();
+}

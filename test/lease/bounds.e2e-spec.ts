@@ -1,0 +1,123 @@
+/**
+ * Every statement of the library is bounded on the client and on the server, and getting a connection is bounded
+ * (issue 21 item 6); a release that times out is retried, not dropped (item 9). The stalls are aimed: a trigger that
+ * sleeps inside PostgreSQL for one process only, a row lock held by another session, a network whose new connections
+ * never get an answer.
+ */
+import { LeaseUnavailableError } from 'nest-pg-lease';
+import type pg from 'pg';
+import { adminClient, eventually, useTestDatabase } from '../support/db.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { procsOf } from '../priority/helpers.js';
+
+async function heldRow(admin: pg.Client, key: string): Promise<boolean> {
+  const { rows } = await admin.query<{ held: boolean }>(
+    `SELECT lease_token IS NOT NULL AND updated_at + lease_timeout_ms * interval '1 ms' > clock_timestamp() AS held
+     FROM job_lease WHERE target_id = $1`,
+    [key],
+  );
+  return rows[0]?.held ?? false;
+}
+
+describe('bounds of the library’s statements', () => {
+  const db = useTestDatabase('bounds', 'read committed', async (admin) => {
+    await admin.query(`CREATE FUNCTION stall_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.owner LIKE 'stalled-%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$`);
+  });
+  const proc = procsOf(db, { ignoreCloseErrors: true });
+  const proxies: TcpProxy[] = [];
+  db.beforeDrop(() => Promise.all(proxies.map((proxy) => proxy.stop())));
+
+  test('a statement stalled inside the server ends there at its bound, and commits nothing', async () => {
+    const stalled = await proc('stalled');
+    await db.admin.query(`CREATE TRIGGER stall_lease BEFORE INSERT OR UPDATE ON job_lease
+      FOR EACH ROW EXECUTE FUNCTION stall_lease()`);
+    try {
+      const started = performance.now();
+      const attempt = stalled.service.tryAcquire('bound:server');
+      // The statement reached the server and sleeps in its trigger.
+      await eventually(
+        async () => {
+          const { rows } = await db.admin.query(
+            `SELECT 1 FROM pg_stat_activity WHERE application_name LIKE $1 AND wait_event = 'PgSleep'`,
+            [`${stalled.owner}%`],
+          );
+          return rows.length;
+        },
+        (n) => n === 1,
+        'the acquisition stalled in the server',
+        2_000,
+      );
+      await expect(attempt).rejects.toBeInstanceOf(LeaseUnavailableError);
+      // The acquisition bound of the test timings: leaseTimeoutMs − safetyMarginMs = 900 ms, plus slack.
+      expect(performance.now() - started).toBeLessThan(2_000);
+      // The server gave the statement up too: no backend of the process still sleeps in it …
+      await eventually(
+        async () => {
+          const { rows } = await db.admin.query(
+            `SELECT 1 FROM pg_stat_activity WHERE application_name LIKE $1 AND wait_event = 'PgSleep'`,
+            [`${stalled.owner}%`],
+          );
+          return rows.length;
+        },
+        (n) => n === 0,
+        'no backend left in the stalled statement',
+        1_500,
+      );
+      // … and once the stall would have ended, nothing of it committed.
+      await new Promise((resolve) => setTimeout(resolve, 3_000 - (performance.now() - started) + 300));
+      const { rows } = await db.admin.query('SELECT 1 FROM job_lease WHERE target_id = $1', ['bound:server']);
+      expect(rows).toEqual([]);
+    } finally {
+      await db.admin.query('DROP TRIGGER stall_lease ON job_lease');
+    }
+  });
+
+  test('getting a connection is bounded: a fresh connection that never answers fails the call, it does not hang', async () => {
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    proxies.push(proxy);
+    const cut = await proc('reconnecting', {}, 4, url);
+    const lease = await cut.service.tryAcquire('bound:connect');
+    expect(lease?.isHeld()).toBe(true);
+    // Every connection the process has is gone (as after a server restart), and new ones are never answered.
+    proxy.stallNewConnections();
+    await db.admin.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $2`,
+      [cut.owner, `${cut.owner}:%`],
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const started = performance.now();
+    await expect(cut.service.tryAcquire('bound:connect:other')).rejects.toBeInstanceOf(LeaseUnavailableError);
+    expect(performance.now() - started).toBeLessThan(3_000);
+    const releasing = performance.now();
+    await lease!.release();
+    expect(performance.now() - releasing).toBeLessThan(3_000);
+    proxy.thaw();
+  }, 20_000);
+
+  test('a release that times out is retried until it lands, not dropped', async () => {
+    // A long lease timeout: the row must be freed by the retried release, not by its expiry.
+    const holder = await proc('releaser', { heartbeatIntervalMs: 200, leaseTimeoutMs: 10_000 });
+    const lease = await holder.service.tryAcquire('bound:release');
+    expect(lease?.isHeld()).toBe(true);
+    const locker = await adminClient(db.url);
+    try {
+      // Another session holds the row locked for far longer than a release's bound (one heartbeat interval).
+      await locker.query('BEGIN');
+      await locker.query('SELECT 1 FROM job_lease WHERE target_id = $1 FOR UPDATE', ['bound:release']);
+      const releasing = lease!.release();
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      expect(await heldRow(db.admin, 'bound:release')).toBe(true);
+      await locker.query('COMMIT');
+      await releasing;
+      await eventually(
+        () => heldRow(db.admin, 'bound:release'),
+        (held) => !held,
+        'the release landed',
+        2_000,
+      );
+    } finally {
+      await locker.end();
+    }
+  });
+});

@@ -1,0 +1,114 @@
+/**
+ * `close()` at the seams (issue 21 items 3–5): a wait's first statement still in flight, a network that drops every
+ * byte instead of closing, heartbeat connections whose session set-up never answers. Once `close()` resolves the
+ * process leaves nothing behind — no live lease row, no live waiter row, no server connection — and `close()` itself
+ * always ends.
+ */
+import type { LeaseService } from 'nest-pg-lease';
+import { eventually, useTestDatabase } from '../support/db.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { procsOf, sleepingIn, slowEnqueues, track } from '../priority/helpers.js';
+
+/** Backends of this process's own connections (`<owner>:<role>`) and of its pool. */
+async function connectionsOf(admin: import('pg').Client, owner: string): Promise<string[]> {
+  const { rows } = await admin.query<{ name: string }>(
+    `SELECT application_name AS name FROM pg_stat_activity WHERE application_name = $1 OR application_name LIKE $2
+     ORDER BY 1`,
+    [owner, `${owner}:%`],
+  );
+  return rows.map((row) => row.name);
+}
+
+/** Resolves once `service` has confirmed a renewal: its heartbeat connection is open and idle. */
+function renewed(service: LeaseService): Promise<void> {
+  return new Promise((resolve) => {
+    const subscription = service.events$.subscribe((event) => {
+      if (event.type !== 'renewed') return;
+      subscription.unsubscribe();
+      resolve();
+    });
+  });
+}
+
+describe('close() at the seams', () => {
+  const db = useTestDatabase('shutdown');
+  const proc = procsOf(db, { ignoreCloseErrors: true });
+  const proxies: TcpProxy[] = [];
+  db.beforeDrop(() => Promise.all(proxies.map((proxy) => proxy.stop())));
+  async function proxied(): Promise<{ proxy: TcpProxy; url: string }> {
+    const front = await TcpProxy.inFrontOf(db.url);
+    proxies.push(front.proxy);
+    return front;
+  }
+
+  test('a wait whose queueing statement is in flight leaves no waiter row once close() resolves', async () => {
+    const holder = await proc('holder');
+    const lease = await holder.service.tryAcquire('close:queued');
+    // close() waits up to one heartbeat interval (1 s) for statements in flight; this one lands within it.
+    const waiter = await proc('closing', {
+      heartbeatIntervalMs: 1_000,
+      leaseTimeoutMs: 10_000,
+      waiterTimeoutMs: 3_000,
+    });
+    const removeStall = await slowEnqueues(db.admin, 'closing', 0.3);
+    try {
+      const waiting = track(waiter.service.acquire('close:queued', { priority: 1, waitTimeoutMs: 10_000 }));
+      await eventually(
+        () => sleepingIn(db.admin, waiter.owner),
+        (n) => n === 1,
+        'the queueing statement in flight',
+      );
+      await waiter.service.close();
+      const { rows } = await db.admin.query(
+        `SELECT 1 FROM job_lease_waiter WHERE owner = $1
+         AND heartbeat_at + timeout_ms * interval '1 ms' > clock_timestamp()`,
+        [waiter.owner],
+      );
+      expect(rows).toEqual([]);
+      await eventually(() => waiting.settled(), Boolean, 'the wait settled');
+    } finally {
+      await removeStall();
+    }
+    // Nobody is in line any more: the next caller is not refused for a waiter of a closed process.
+    await lease!.release();
+    const next = await holder.service.tryAcquire('close:queued');
+    expect(next?.isHeld()).toBe(true);
+    await next!.release();
+  });
+
+  test('close() ends on a network that drops every byte', async () => {
+    const { proxy, url } = await proxied();
+    const cut = await proc('cut-off', {}, 4, url);
+    const beat = renewed(cut.service);
+    const lease = await cut.service.tryAcquire('close:blackholed');
+    expect(lease?.isHeld()).toBe(true);
+    await beat;
+    proxy.freeze();
+    const started = performance.now();
+    const closing = track(cut.service.close());
+    await eventually(() => closing.settled(), Boolean, 'close() settled', 10_000);
+    expect(performance.now() - started).toBeLessThan(5_000);
+    proxy.thaw();
+  });
+
+  test('heartbeat connections whose session set-up never answers are closed, not leaked', async () => {
+    const { proxy, url } = await proxied();
+    const stuck = await proc('stuck', {}, 4, url);
+    // The pooled connection exists (bootstrap used it); from now on every new connection completes its startup and
+    // then never hears back: the heartbeat connection's set-up statement times out, at every reconnect.
+    const lease = await stuck.service.tryAcquire('close:setup');
+    expect(lease?.isHeld()).toBe(true);
+    proxy.holdRepliesAfterReady();
+    // Several heartbeat ticks (100 ms) of failed set-ups, until the lease passes its local deadline (900 ms).
+    await eventually(() => !lease!.isHeld(), Boolean, 'the lease lost at its deadline', 5_000);
+    await stuck.service.close();
+    // Every connection of the library's own is gone; the pool's (the DataSource's) are the application's to close.
+    await eventually(
+      async () => (await connectionsOf(db.admin, stuck.owner)).filter((name) => name !== stuck.owner),
+      (left) => left.length === 0,
+      'no heartbeat connection left',
+      3_000,
+    );
+    proxy.thaw();
+  });
+});
