@@ -11,7 +11,7 @@ import {
   type ExclusiveMetadata,
   targetKeyOf,
 } from './exclusive-keys.js';
-import { leaseEngineFor } from './lease.explorer.js';
+import { leaseEngineFor } from './engine-registry.js';
 import type { LeaseEngine, LeaseEntry } from './lease-engine.js';
 
 /**

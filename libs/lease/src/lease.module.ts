@@ -5,6 +5,7 @@ import { LEASE_DATA_SOURCE } from './lease.constants.js';
 import { type LeaseDataSourceRef, ModuleDataSourceRef } from './lease-database.js';
 import { LeaseEngine } from './lease-engine.js';
 import { ExclusiveExplorer } from './lease.explorer.js';
+import { EngineRef, LEASE_ENGINE_REF } from './engine-registry.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import type { LeaseModuleOptions } from './lease.options.js';
 import { LeaseService } from './lease.service.js';
@@ -42,9 +43,11 @@ import { LeaseService } from './lease.service.js';
       useFactory: (source: LeaseDataSourceRef, options: LeaseModuleOptions) => new LeaseEngine(source, options ?? {}),
     },
     { provide: LeaseService, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new LeaseService(engine) },
+    // What the injector hands every instance of a class with an @Exclusive method (see engine-registry.ts).
+    { provide: LEASE_ENGINE_REF, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new EngineRef(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
   ],
-  exports: [LeaseService, ExclusiveInterceptor],
+  exports: [LeaseService, ExclusiveInterceptor, LEASE_ENGINE_REF],
 })
 export class LeaseModule extends ConfigurableLeaseModule {}
