@@ -248,6 +248,23 @@ describe('a key template the handler signature cannot fill is refused at bootstr
     await expect(bootstrap(Ambiguous)).rejects.toThrow(/Ambiguous\.handle.*\{id\}.*ambiguous/s);
   });
 
+  test('a template that can never make a valid key is a LeaseConfigError naming the handler and the decorator', () => {
+    // Its own text decides it: refused where it is written (at decoration time), before any bootstrap.
+    const define = () => {
+      @Controller()
+      class TooLong {
+        @Post('long/:id')
+        @Exclusive(`${'x'.repeat(260)}:{id}`)
+        handle(@Param('id') id: string) {
+          return { id };
+        }
+      }
+      return TooLong;
+    };
+    expect(define).toThrow(LeaseConfigError);
+    expect(define).toThrow(/@Exclusive on TooLong\.handle.*255 bytes/s);
+  });
+
   test("onBusy: 'skip' on an HTTP handler", async () => {
     @Controller()
     class Skipping {

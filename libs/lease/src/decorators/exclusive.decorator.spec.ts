@@ -117,4 +117,21 @@ describe('@Exclusive', () => {
   ])('%s is a LeaseConfigError at decoration time', (_, decorate) => {
     expect(decorate).toThrow(LeaseConfigError);
   });
+
+  it.each<[string, string]>([
+    ['a template longer than any key', `${'x'.repeat(256)}`],
+    ['a template whose fixed part leaves no room for its placeholders', `${'x'.repeat(254)}:{id}`],
+    ['a template with a NUL', 'report:\0:{id}'],
+    ['a template with a lone surrogate', 'report:\uD800:{id}'],
+  ])('%s is a LeaseConfigError naming the method, at decoration time', (_, template) => {
+    const decorate = () => {
+      class Provider {
+        @Exclusive(template)
+        async work(): Promise<void> {}
+      }
+      return Provider;
+    };
+    expect(decorate).toThrow(LeaseConfigError);
+    expect(decorate).toThrow(/@Exclusive on Provider\.work/);
+  });
 });

@@ -1,10 +1,12 @@
 import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
-import { LeaseConfigError } from '../errors.js';
+import { LeaseConfigError, LeaseKeyError } from '../errors.js';
+import { injectEngineInto } from '../engine-registry.js';
 import { callExclusive } from '../exclusive-call.js';
 import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive-keys.js';
 import { ExclusiveInterceptor } from '../interceptors/exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
+import { fillKeyTemplate } from '../target-key.js';
 
 /**
  * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an
@@ -38,6 +40,8 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
       throw new LeaseConfigError(`@Exclusive goes on a method; ${String(methodName)} is not one`);
     }
     const declaringClass = typeof target === 'function' ? target : target.constructor;
+    checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`);
+    injectEngineInto(declaringClass);
     const wrapped = function (this: unknown, ...args: unknown[]): Promise<unknown> {
       return callExclusive(this, wrapped, original, metadata, declaringClass, methodName, args);
     };
@@ -55,4 +59,19 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
     // call's wait when the caller goes away; on provider methods Nest never runs it.
     UseInterceptors(ExclusiveInterceptor)(target, methodName, descriptor);
   };
+}
+
+/**
+ * What a key template's own text already decides, checked where it is written: filled with the shortest values
+ * (one character per placeholder), it must make a valid key — at most 255 bytes, no NUL, no lone surrogate. Where
+ * each placeholder comes from is checked at bootstrap, when the method's door is known.
+ */
+function checkTemplateText(targetKey: unknown, label: string): void {
+  if (typeof targetKey !== 'string') return;
+  try {
+    fillKeyTemplate(targetKey, () => '0');
+  } catch (error) {
+    if (!(error instanceof LeaseKeyError)) throw error;
+    throw new LeaseConfigError(`@Exclusive on ${label}: its key template can never make a valid key: ${error.message}`);
+  }
 }
