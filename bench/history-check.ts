@@ -15,8 +15,7 @@ import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { type Lease, LeaseService, leaseEntities } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { resolveLeaseOptions } from '../libs/lease/src/lease.options.js';
-import { LeaseStore } from '../libs/lease/src/lease-store.js';
+import { resolveLeaseOptions, LeaseStore } from '../libs/lease/src/internal.js';
 
 const rounds = Number(process.argv.find((arg) => arg.startsWith('--rounds='))?.split('=')[1] ?? 3_000);
 
@@ -57,9 +56,8 @@ async function main(): Promise<void> {
     type Variant = (typeof variants)[number];
     const samples: Record<string, Record<Variant, number[]>> = {};
     for (const name of Object.keys(batches)) samples[name] = { without: [], timeline: [], full: [] };
-    const readable = store as unknown as { systemIdReadable: boolean };
     const renew = async (batch: Lease[], variant: Variant) => {
-      readable.systemIdReadable = variant === 'full';
+      store.readSystemId(variant === 'full');
       const started = performance.now();
       const result = await store.renew(
         batch.map((lease) => lease.targetKey),

@@ -9,8 +9,7 @@ import { readFileSync } from 'node:fs';
 import { createDatabase, startPostgres } from '@app/pg-harness';
 import { LeaseService, leaseEntities, type Lease } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { schemaStatements } from '../../libs/lease/src/lease-schema.js';
+import { resolveLeaseOptions, schemaStatements } from '../../libs/lease/src/internal.js';
 import { connect, LEASE, sleep } from './support/harness.js';
 import { recordScenario } from './support/report.js';
 

@@ -5,8 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { LeaseService } from 'nest-pg-lease';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { LeaseStore } from '../../libs/lease/src/lease-store.js';
+import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { createTestDatabase, makeDataSource } from '../support/db.js';
 import { check } from './support/checker.js';
 import {

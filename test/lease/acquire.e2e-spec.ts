@@ -7,8 +7,7 @@ import {
   LeaseService,
 } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { LeaseStore } from '../../libs/lease/src/lease-store.js';
+import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { FAST, ISOLATIONS, makeDataSource, type OpenedService, useTestDatabase } from '../support/db.js';
 
 /**

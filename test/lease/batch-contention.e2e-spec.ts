@@ -6,8 +6,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { LeaseStore } from '../../libs/lease/src/lease-store.js';
+import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { useTestDatabase } from '../support/db.js';
 import { startChild } from '../support/processes.js';
 

@@ -6,8 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { resolveLeaseOptions, type LeaseModuleOptions } from '../../libs/lease/src/lease.options.js';
-import { LeaseStore, type AcquireRequest, type AcquiredRow, type Refusal } from '../../libs/lease/src/lease-store.js';
+import {
+  resolveLeaseOptions,
+  LeaseStore,
+  type AcquireRequest,
+  type AcquiredRow,
+  type Refusal,
+} from '../../libs/lease/src/internal.js';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 
 const SLOW_MS = 400;

@@ -1,7 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { LeaseStore } from '../../libs/lease/src/lease-store.js';
+import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 
 /**

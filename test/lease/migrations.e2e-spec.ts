@@ -6,7 +6,7 @@ import {
   leaseMigrations,
 } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
-import { columnCheckName } from '../../libs/lease/src/lease-schema.js';
+import { columnCheckName } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 describe('schema migrations', () => {

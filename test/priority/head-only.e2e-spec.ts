@@ -2,8 +2,8 @@
  * Head-only handoff (issue 14 item 3): a release names the next waiter in its NOTIFY; only that waiter attempts, the
  * others stay asleep; a missed or stale notification is still covered by the poll.
  */
+import { interceptHeadWakeups } from '../../libs/lease/src/internal.js';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { engineOf } from '../../libs/lease/src/lease.service.js';
 import { procsOf, type Proc, track, untilAsleep } from './helpers.js';
 
 const db = useTestDatabase('headonly');
@@ -52,9 +52,8 @@ test('a dropped head-only notification is covered by the poll', async () => {
   const held = (await holder.service.tryAcquire(key))!;
   const waiter = await proc('dropper', { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 }, 1);
   // The named waiter's wake-up never reaches it (a lost NOTIFY, as far as the wait can tell).
-  const queue = (engineOf(waiter.service) as unknown as { queue: { wakeWaiter: (waiterId: string) => void } }).queue;
   const dropped: string[] = [];
-  queue.wakeWaiter = (waiterId) => void dropped.push(waiterId);
+  interceptHeadWakeups(waiter.service, (waiterId) => void dropped.push(waiterId));
   const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
   await untilAsleep(db.admin, key, waiter);
   const released = performance.now();

@@ -4,10 +4,10 @@
  * middle of an acquisition.
  */
 import { LeaseArgumentError, LeaseError, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import { heartbeatRunning } from '../../libs/lease/src/internal.js';
 import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { procsOf, rowsOf, sleepingIn, slowEnqueues, startProc, track } from './helpers.js';
-import { engineOf } from '../../libs/lease/src/lease.service.js';
 
 const db = useTestDatabase('prio_settling');
 const proc = procsOf(db, { ignoreCloseErrors: true });
@@ -187,11 +187,11 @@ describe('close() during an acquisition', () => {
         [p.owner],
       );
       expect(held.rows).toEqual([]);
-      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect(heartbeatRunning(p.service)).toBe(false);
       expect(p.service.heldLeases()).toEqual([]);
       // Nothing restarts afterwards either.
       await sleep(300);
-      expect((engineOf(p.service) as unknown as { heartbeat?: unknown }).heartbeat).toBeUndefined();
+      expect(heartbeatRunning(p.service)).toBe(false);
     } finally {
       await db.admin.query('DROP TRIGGER slow_acquire_closing ON job_lease; DROP FUNCTION slow_acquire_closing()');
     }

@@ -13,8 +13,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import pg from 'pg';
-import { resolveLeaseOptions } from '../../libs/lease/src/lease.options.js';
-import { schemaStatements } from '../../libs/lease/src/lease-schema.js';
+import { resolveLeaseOptions, schemaStatements } from '../../libs/lease/src/internal.js';
 import type { SoakCounts, SoakParentMessage, SoakWorkerConfig, SoakWorkerMessage } from './worker.js';
 
 const PROCESSES = 4;

@@ -255,6 +255,16 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return work;
   }
 
+  /** Whether the lease heartbeat runs (tests, through `internal.ts`). */
+  get heartbeatRunning(): boolean {
+    return this.heartbeat !== undefined;
+  }
+
+  /** Replaces the wake-up of the waiter a head-only NOTIFY names (tests, through `internal.ts`). */
+  interceptHeadWakeups(onHead: (waiterId: string) => void): void {
+    this.queue.onHead = onHead;
+  }
+
   /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
   current(): Lease | undefined {
     return this.context.current();

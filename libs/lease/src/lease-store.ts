@@ -864,6 +864,11 @@ export class LeaseStore {
     );
   }
 
+  /** Chooses whether renewals read the system identifier (a benchmark compares both; see `serverHistory`). */
+  readSystemId(readable: boolean): void {
+    this.systemIdReadable = readable;
+  }
+
   /** Batches sent so far and their sizes (tests, benchmarks). */
   get batchStats() {
     return { acquire: { ...this.acquisitions.stats }, release: { ...this.releases.stats } };

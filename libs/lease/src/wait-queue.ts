@@ -48,6 +48,8 @@ export class WaitQueue {
   private notifier?: Notifier;
   private heartbeat?: Subscription;
   private closed = false;
+  /** What a head-only NOTIFY does to the waiter it names: wakes it (a test may replace it, see `internal.ts`). */
+  onHead: (waiterId: string) => void = (waiterId) => this.wakeWaiter(waiterId);
   /** Aborted by close(): every wait in flight gives up its statement at once. */
   private readonly shutdown = new AbortController();
   /** Settles when each waiting call has settled (its row removed or granted). */
@@ -151,7 +153,7 @@ export class WaitQueue {
         () => this.wakeAll(),
         this.logger,
         Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
-        { channel: this.store.headChannel, onHead: (waiterId) => this.wakeWaiter(waiterId) },
+        { channel: this.store.headChannel, onHead: (waiterId) => this.onHead(waiterId) },
       );
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).

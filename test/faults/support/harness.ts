@@ -6,8 +6,8 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { resolveLeaseOptions, type LeaseModuleOptions } from '../../../libs/lease/src/lease.options.js';
-import { schemaStatements } from '../../../libs/lease/src/lease-schema.js';
+import { resolveLeaseOptions, schemaStatements } from '../../../libs/lease/src/internal.js';
+import type { LeaseModuleOptions } from 'nest-pg-lease';
 import type { Command, LoopPlan, ParentMessage, WorkerConfig, WorkerMessage } from './protocol.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'faults');

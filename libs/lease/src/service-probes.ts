@@ -1,0 +1,18 @@
+/**
+ * What the end-to-end tests observe of a `LeaseService`'s engine beyond its public API, through named helpers rather
+ * than private fields (which a rename would silently turn into `undefined` checks).
+ */
+import { engineOf, type LeaseService } from './lease.service.js';
+
+/** Whether the service's lease heartbeat is running (it stops at its first tick with no lease held, and at close). */
+export function heartbeatRunning(service: LeaseService): boolean {
+  return engineOf(service).heartbeatRunning;
+}
+
+/**
+ * Replaces what a head-only NOTIFY does to the waiter it names (by default: wake it): a test can drop the wake-up to
+ * show that the poll covers a lost notification.
+ */
+export function interceptHeadWakeups(service: LeaseService, onHead: (waiterId: string) => void): void {
+  engineOf(service).interceptHeadWakeups(onHead);
+}
