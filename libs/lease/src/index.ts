@@ -1,14 +1,20 @@
 export { LeaseModule } from './lease.module.js';
 export { LeaseService } from './lease.service.js';
-export type { Lease } from './lease.js';
-export type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
+export type { Lease } from './engine/held-lease.js';
+export type { LeaseModuleOptions, ResolvedLeaseOptions } from './options/resolve-lease-options.js';
 export type { LeaseModuleAsyncOptions, LeaseOptionsFactory } from './lease.module-definition.js';
-export type { AcquireOptions, LeaseEvent, LeaseEventType, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
-export { Exclusive } from './decorators/exclusive.decorator.js';
-export { CurrentLease } from './decorators/current-lease.decorator.js';
-export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive-keys.js';
-export { ExclusiveInterceptor } from './interceptors/exclusive.interceptor.js';
-export { LeaseExceptionFilter, leaseErrorToHttp } from './lease-http.js';
+export type {
+  AcquireOptions,
+  LeaseEvent,
+  LeaseEventType,
+  LeaseSnapshot,
+  TryAcquireOptions,
+} from './interfaces/lease-event.interface.js';
+export { Exclusive } from './exclusive/exclusive.decorator.js';
+export { CurrentLease } from './exclusive/current-lease.decorator.js';
+export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive/argument-plan.js';
+export { ExclusiveInterceptor } from './exclusive/exclusive.interceptor.js';
+export { LeaseExceptionFilter, leaseErrorToHttp } from './transport/lease-error-to-http.js';
 export {
   LeaseError,
   LeaseBusyError,
@@ -21,7 +27,7 @@ export {
   LeaseQueueFullError,
   LeaseUnavailableError,
   type LeaseLossReason,
-} from './errors.js';
-export { leaseMigrations, createLeaseMigrations } from './migrations/create-lease-tables.js';
-export { leaseEntities, createLeaseEntities, type LeaseRow, type LeaseWaiterRow } from './lease.entities.js';
-export { MAX_TARGET_KEY_BYTES } from './target-key.js';
+} from './errors/lease.errors.js';
+export { leaseMigrations, createLeaseMigrations } from './schema/lease.migrations.js';
+export { leaseEntities, createLeaseEntities, type LeaseRow, type LeaseWaiterRow } from './schema/lease.entities.js';
+export { MAX_TARGET_KEY_BYTES } from './options/call-input.js';

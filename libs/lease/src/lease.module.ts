@@ -1,13 +1,13 @@
 import { Global, Module } from '@nestjs/common';
 import { DiscoveryModule, ModuleRef } from '@nestjs/core';
-import { ExclusiveInterceptor } from './interceptors/exclusive.interceptor.js';
+import { ExclusiveInterceptor } from './exclusive/exclusive.interceptor.js';
 import { LEASE_DATA_SOURCE } from './lease.constants.js';
-import { type LeaseDataSourceRef, ModuleDataSourceRef } from './lease-database.js';
-import { LeaseEngine } from './lease-engine.js';
-import { ExclusiveExplorer } from './lease.explorer.js';
-import { EngineRef, LEASE_ENGINE_REF } from './engine-registry.js';
+import { type LeaseDataSourceRef, ModuleDataSourceRef } from './database/lease-database.js';
+import { LeaseEngine } from './engine/lease-engine.js';
+import { ExclusiveExplorer } from './exclusive/exclusive.explorer.js';
+import { EngineRef, LEASE_ENGINE_REF } from './exclusive/engine-registry.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
-import type { LeaseModuleOptions } from './lease.options.js';
+import type { LeaseModuleOptions } from './options/resolve-lease-options.js';
 import { LeaseService } from './lease.service.js';
 
 /**

@@ -1,10 +1,15 @@
 import type { Observable } from 'rxjs';
 import type { DataSource } from 'typeorm';
-import type { Lease } from './lease.js';
-import type { LeaseDataSourceRef } from './lease-database.js';
-import { LeaseEngine } from './lease-engine.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
-import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
+import type { Lease } from './engine/held-lease.js';
+import type { LeaseDataSourceRef } from './database/lease-database.js';
+import { LeaseEngine } from './engine/lease-engine.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from './options/resolve-lease-options.js';
+import type {
+  AcquireOptions,
+  LeaseEvent,
+  LeaseSnapshot,
+  TryAcquireOptions,
+} from './interfaces/lease-event.interface.js';
 
 /** Each service's engine, kept off the class so that its `.d.ts` shows the documented members and nothing else. */
 const engines = new WeakMap<LeaseService, LeaseEngine>();

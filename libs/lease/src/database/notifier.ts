@@ -1,8 +1,8 @@
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
-import { errorText } from './errors.js';
-import { parseHeadPayload, quoteIdentifier } from './lease-store.js';
-import { settleBy } from './settle-by.js';
+import { errorText } from '../errors/lease.errors.js';
+import { parseHeadPayload, quoteIdentifier } from '../store/lease-store.js';
+import { settleBy } from '../util/settle-by.js';
 
 /**
  * One LISTEN connection per process. A notification is a hint to try again, never a grant, and never carries a token.

@@ -1,9 +1,9 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { DataSourceOptions } from 'typeorm';
-import type { LeaseNames } from './lease-schema.js';
-import { LeaseConfigError } from './errors.js';
-import { LONE_SURROGATE } from './target-key.js';
+import type { LeaseNames } from '../schema/lease-schema.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { LONE_SURROGATE } from './call-input.js';
 
 /** Options of `LeaseModule.forRoot()` / `forRootAsync()` and of a hand-made `LeaseService`. */
 export interface LeaseModuleOptions {

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { HttpException } from '@nestjs/common';
-import * as api from './index.js';
-import { LeaseError } from './errors.js';
-import { leaseErrorBody, leaseErrorToHttp } from './lease-http.js';
+import * as api from '../index.js';
+import { LeaseError } from '../errors/lease.errors.js';
+import { leaseErrorBody, leaseErrorToHttp } from './lease-error-to-http.js';
 
 /** One instance of every error class the package exports (the test fails when a new class is not listed here). */
 const samples: Record<string, LeaseError> = {
@@ -25,7 +25,7 @@ interface Row {
 
 /** The README's "Errors and HTTP" table, by class name. */
 function readmeTable(): Map<string, Row> {
-  const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8');
+  const readme = readFileSync(new URL('../../../../README.md', import.meta.url), 'utf8');
   const section = readme.slice(readme.indexOf('## Errors and HTTP'));
   const rows = new Map<string, Row>();
   for (const line of section.split('\n').slice(4)) {

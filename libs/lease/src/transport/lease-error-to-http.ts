@@ -9,7 +9,7 @@ import {
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
-} from './errors.js';
+} from '../errors/lease.errors.js';
 
 function setHeader(response: unknown, name: string, value: string): void {
   const target = response as { setHeader?: (n: string, v: string) => void; header?: (n: string, v: string) => void };

@@ -1,8 +1,8 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Logger } from '@nestjs/common';
 import { isObservable, Observable } from 'rxjs';
-import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
-import { LeaseBusyError, LeaseLostError } from './errors.js';
+import { currentLeaseFactory } from './current-lease.decorator.js';
+import { LeaseBusyError, LeaseLostError } from '../errors/lease.errors.js';
 import {
   acquireOptionsOf,
   type ArgumentPlan,
@@ -10,9 +10,9 @@ import {
   doorOf,
   type ExclusiveMetadata,
   targetKeyOf,
-} from './exclusive-keys.js';
+} from './argument-plan.js';
 import { leaseEngineFor } from './engine-registry.js';
-import type { LeaseEngine, LeaseEntry } from './lease-engine.js';
+import type { LeaseEngine, LeaseEntry } from '../engine/lease-engine.js';
 
 /**
  * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the

@@ -12,8 +12,8 @@ import 'reflect-metadata';
 import { inspect } from 'node:util';
 import type { ModulesContainer } from '@nestjs/core';
 import { OPTIONAL_PROPERTY_DEPS_METADATA, PROPERTY_DEPS_METADATA } from '@nestjs/common/constants.js';
-import { LeaseConfigError } from './errors.js';
-import type { LeaseEngine } from './lease-engine.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import type { LeaseEngine } from '../engine/lease-engine.js';
 
 /** Injection token of the application's `EngineRef` (provided and exported by LeaseModule). */
 export const LEASE_ENGINE_REF = Symbol('nest-pg-lease:engine-ref');

@@ -10,9 +10,9 @@ import {
   PATH_METADATA,
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
-import { LeaseConfigError, LeaseKeyError } from './errors.js';
-import type { AcquireOptions } from './lease.types.js';
-import { assertHoldAtLeastMs, fillKeyTemplate } from './target-key.js';
+import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
+import type { AcquireOptions } from '../interfaces/lease-event.interface.js';
+import { assertHoldAtLeastMs, fillKeyTemplate } from '../options/call-input.js';
 
 /** A key template such as `'report:{id}'`, or a function of the method's arguments (after pipes, for handlers). */
 export type ExclusiveKey = string | ((...args: any[]) => string);

@@ -1,5 +1,5 @@
-import { LeaseKeyError } from './errors.js';
-import { assertTargetKey, fillKeyTemplate } from './target-key.js';
+import { LeaseKeyError } from '../errors/lease.errors.js';
+import { assertTargetKey, fillKeyTemplate } from './call-input.js';
 
 describe('target keys', () => {
   test('fills placeholders from the lookup', () => {

@@ -8,12 +8,18 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { LeaseConfigError, LeaseUnavailableError } from './errors.js';
+import { LeaseConfigError, LeaseUnavailableError } from '../errors/lease.errors.js';
 import { GroupCommit, isStatementError, type ItemOutcome } from './group-commit.js';
-import { acquireBoundMs, BATCH_LOCK_WAIT_MS, shortBoundMs, slackMs, statementPoolBoundMs } from './lease-bounds.js';
-import type { ResolvedLeaseOptions } from './lease.options.js';
-import { leaseObjectNames, schemaStatements } from './lease-schema.js';
-import { type BoundedStatement, type PoolLike, poolSessions, runStatement, type SessionSource } from './sessions.js';
+import { acquireBoundMs, BATCH_LOCK_WAIT_MS, shortBoundMs, slackMs, statementPoolBoundMs } from '../options/bounds.js';
+import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import { leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
+import {
+  type BoundedStatement,
+  type PoolLike,
+  poolSessions,
+  runStatement,
+  type SessionSource,
+} from '../database/sessions.js';
 
 /**
  * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
@@ -165,7 +171,7 @@ function readOnly(error: unknown, targetKey: string): LeaseUnavailableError | un
 }
 
 // The DDL and the names of the objects live in lease-schema.ts, with the entities they must match.
-export { quoteIdentifier, type LeaseNames, leaseObjectNames, grantStatements } from './lease-schema.js';
+export { quoteIdentifier, type LeaseNames, leaseObjectNames, grantStatements } from '../schema/lease-schema.js';
 
 export interface AcquireRequest {
   targetKey: string;

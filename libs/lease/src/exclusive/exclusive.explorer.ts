@@ -1,12 +1,12 @@
 import 'reflect-metadata';
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { MetadataScanner, ModulesContainer } from '@nestjs/core';
-import { LeaseConfigError } from './errors.js';
-import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from './lease.constants.js';
-import { LeaseEngine } from './lease-engine.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
+import { LeaseEngine } from '../engine/lease-engine.js';
 import { register, type Registration, unregister, wrappersOf } from './engine-registry.js';
-import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './exclusive-keys.js';
-import { currentLeaseFactory } from './decorators/current-lease.decorator.js';
+import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './argument-plan.js';
+import { currentLeaseFactory } from './current-lease.decorator.js';
 
 /**
  * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. At

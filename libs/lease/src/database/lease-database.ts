@@ -3,10 +3,10 @@ import { getDataSourceToken } from '@nestjs/typeorm';
 import type pg from 'pg';
 import { DataSource, type EntityManager } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
-import { LeaseConfigError } from './errors.js';
-import { closeStepMs, connectBoundMs, statementPoolBoundMs } from './lease-bounds.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from './lease.options.js';
-import { settleBy } from './settle-by.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { closeStepMs, connectBoundMs, statementPoolBoundMs } from '../options/bounds.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
 
 /** Where the lease engine gets its DataSource: a given one, or one resolved (or created) at bootstrap. */

@@ -9,13 +9,13 @@ import {
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
-} from './errors.js';
+} from '../errors/lease.errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
-import type { HeldLease } from './lease.js';
-import type { ResolvedLeaseOptions } from './lease.options.js';
-import type { LeaseStore, WaiterPlace } from './lease-store.js';
-import { Notifier } from './notifier.js';
-import { longTimeout, settleBy } from './settle-by.js';
+import type { HeldLease } from './held-lease.js';
+import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { LeaseStore, WaiterPlace } from '../store/lease-store.js';
+import { Notifier } from '../database/notifier.js';
+import { longTimeout, settleBy } from '../util/settle-by.js';
 
 /** One waiting call of this process. */
 export interface Waiter {

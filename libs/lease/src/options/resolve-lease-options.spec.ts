@@ -1,5 +1,5 @@
-import { LeaseConfigError } from './errors.js';
-import { type LeaseModuleOptions, resolveLeaseNames, resolveLeaseOptions } from './lease.options.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { type LeaseModuleOptions, resolveLeaseNames, resolveLeaseOptions } from './resolve-lease-options.js';
 
 /** Option resolution: the defaults, and every rule with the advice of its message. */
 describe('resolveLeaseOptions', () => {

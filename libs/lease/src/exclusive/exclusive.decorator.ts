@@ -1,12 +1,12 @@
 import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
-import { LeaseConfigError, LeaseKeyError } from '../errors.js';
-import { injectEngineInto } from '../engine-registry.js';
-import { callExclusive } from '../exclusive-call.js';
-import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from '../exclusive-keys.js';
-import { ExclusiveInterceptor } from '../interceptors/exclusive.interceptor.js';
+import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
+import { injectEngineInto } from './engine-registry.js';
+import { callExclusive } from './exclusive-call.js';
+import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from './argument-plan.js';
+import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
-import { fillKeyTemplate } from '../target-key.js';
+import { fillKeyTemplate } from '../options/call-input.js';
 
 /**
  * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an

@@ -1,5 +1,5 @@
 import type { EntityManager } from 'typeorm';
-import { LeaseLostError, type LeaseLossReason } from './errors.js';
+import { LeaseLostError, type LeaseLossReason } from '../errors/lease.errors.js';
 
 /** A held lease: the exclusive right over one target key until released, lost or expired. */
 export interface Lease {

@@ -1,4 +1,4 @@
-import { LeaseArgumentError, LeaseKeyError, messages } from './errors.js';
+import { LeaseArgumentError, LeaseKeyError, messages } from '../errors/lease.errors.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 

@@ -15,13 +15,17 @@ import {
   errorText,
   messages,
   unavailableOr,
-} from './errors.js';
+} from '../errors/lease.errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
-import { closeStepMs, connectionCloseMs, shortBoundMs } from './lease-bounds.js';
-import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './lease.js';
-import { LeaseDatabase, type LeaseDataSourceRef } from './lease-database.js';
+import { closeStepMs, connectionCloseMs, shortBoundMs } from '../options/bounds.js';
+import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './held-lease.js';
+import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
-import { type LeaseModuleOptions, type ResolvedLeaseOptions, resolveLeaseOptions } from './lease.options.js';
+import {
+  type LeaseModuleOptions,
+  type ResolvedLeaseOptions,
+  resolveLeaseOptions,
+} from '../options/resolve-lease-options.js';
 import {
   grantStatements,
   isSerializationFailure,
@@ -29,11 +33,16 @@ import {
   type RenewResult,
   type ServerHistory,
   timelineOf,
-} from './lease-store.js';
-import { DedicatedConnection } from './dedicated-connection.js';
-import type { AcquireOptions, LeaseEvent, LeaseSnapshot, TryAcquireOptions } from './lease.types.js';
-import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from './target-key.js';
-import { settleBy } from './settle-by.js';
+} from '../store/lease-store.js';
+import { DedicatedConnection } from '../database/dedicated-connection.js';
+import type {
+  AcquireOptions,
+  LeaseEvent,
+  LeaseSnapshot,
+  TryAcquireOptions,
+} from '../interfaces/lease-event.interface.js';
+import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from '../options/call-input.js';
+import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
 
 /** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */

@@ -3,7 +3,7 @@
  * "Bounds" section is this file in words). Every bound holds on the client and on the server: the server ends a
  * statement at its bound (statement_timeout, lock_timeout), and the client gives up a little later (`slackMs`).
  */
-import type { ResolvedLeaseOptions } from './lease.options.js';
+import type { ResolvedLeaseOptions } from './resolve-lease-options.js';
 
 type Timings = Pick<
   ResolvedLeaseOptions,

@@ -1,6 +1,6 @@
 import { jest } from '@jest/globals';
-import { LeaseLostError } from './errors.js';
-import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './lease.js';
+import { LeaseLostError } from '../errors/lease.errors.js';
+import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseContext } from './lease-context.js';
 
 /** The lease handle's local deadline: confirmed renewals push it; nothing after it brings the lease back. */

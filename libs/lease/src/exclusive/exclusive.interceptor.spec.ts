@@ -3,8 +3,8 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import { HttpException } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { firstValueFrom, NEVER, of, throwError } from 'rxjs';
-import { LeaseBusyError } from '../errors.js';
-import { handlerCalls } from '../exclusive-call.js';
+import { LeaseBusyError } from '../errors/lease.errors.js';
+import { handlerCalls } from './exclusive-call.js';
 import { EXCLUSIVE_METADATA } from '../lease.constants.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 
