@@ -22,7 +22,7 @@ describe('batches of several processes on the same keys', () => {
   const children: ChildProcess[] = [];
   const db = useTestDatabase('batchcontention', 'read committed', async (admin, url) => {
     const pool = new pg.Pool({ connectionString: url, max: 1 });
-    await new LeaseStore(pool, pool, resolveLeaseOptions({})).createSchema();
+    await new LeaseStore(pool, pool, resolveLeaseOptions({})).schema.createSchema();
     await pool.end();
     await admin.query(`CREATE SEQUENCE history_seq;
       CREATE TABLE history (seq bigint, target_id text, old_token uuid, new_token uuid, fencing_token bigint);

@@ -33,7 +33,7 @@ describe('group commit', () => {
 
   beforeAll(async () => {
     pool = new pg.Pool({ connectionString: db.url, max: 8 });
-    await new LeaseStore(pool, pool, resolveLeaseOptions({})).createSchema();
+    await new LeaseStore(pool, pool, resolveLeaseOptions({})).schema.createSchema();
     // Holds the statement that writes a `slow:` key (acquire or release) inside PostgreSQL; fails one that writes a
     // `bad:` key (a per-row error); other keys pass.
     await db.admin.query(`CREATE FUNCTION gc_stall() RETURNS trigger LANGUAGE plpgsql AS $$

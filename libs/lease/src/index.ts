@@ -26,8 +26,8 @@ export {
   LeaseShutdownError,
   LeaseQueueFullError,
   LeaseUnavailableError,
-  type LeaseLossReason,
 } from './errors/lease.errors.js';
+export type { LeaseLossReason } from './interfaces/lease-loss-reason.interface.js';
 export { leaseMigrations, createLeaseMigrations } from './schema/lease.migrations.js';
 export { leaseEntities, createLeaseEntities, type LeaseRow, type LeaseWaiterRow } from './schema/lease.entities.js';
 export { MAX_TARGET_KEY_BYTES } from './options/call-input.js';

@@ -2,7 +2,8 @@
  * The private entry point of this repository's tests and benchmarks (never in the package's `exports`): what they need
  * of the library's internals, in one place, so that moving a file inside `src` changes this file and no test.
  */
-export { LeaseStore, type AcquireRequest, type AcquiredRow, type Refusal } from './store/lease-store.js';
+export { LeaseStore } from './store/lease-store.js';
+export type { AcquireRequest, AcquiredRow, Refusal } from './store/store.types.js';
 export { resolveLeaseOptions } from './options/resolve-lease-options.js';
 export { columnCheckName, schemaStatements } from './schema/lease-schema.js';
 export { heartbeatRunning, interceptHeadWakeups } from './service-probes.js';

@@ -1,5 +1,6 @@
 import pg from 'pg';
-import { closeClient, type Queryable, type SessionSource, sessionSetup, SocketRegistry } from './sessions.js';
+import { type Queryable, type SessionSource, sessionSetup } from './sessions.js';
+import { closeClient, SocketRegistry } from './sockets.js';
 
 /**
  * One connection of its own, outside the application's pool, for one kind of heartbeat: renewals must not queue

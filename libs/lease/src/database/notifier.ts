@@ -1,7 +1,8 @@
 import type { Logger } from '@nestjs/common';
 import pg from 'pg';
-import { errorText } from '../errors/lease.errors.js';
-import { parseHeadPayload, quoteIdentifier } from '../store/lease-store.js';
+import { errorText } from '../errors/lease.messages.js';
+import { quoteIdentifier } from '../schema/lease-schema.js';
+import { parseHeadPayload } from './head-payload.js';
 import { settleBy } from '../util/settle-by.js';
 
 /**

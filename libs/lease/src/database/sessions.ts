@@ -14,8 +14,8 @@
  * Either way the client gives up a little after the server (`runStatement`), so a statement the client abandoned has
  * already been ended by the server, and committed nothing, unless it was committing at that very moment.
  */
-import { Socket } from 'node:net';
 import type pg from 'pg';
+import { isSerializationFailure } from '../errors/database-errors.js';
 
 /** The part of a `pg` pool (or client) the store needs. */
 export interface Queryable {
@@ -153,60 +153,22 @@ export function poolSessions(pool: PoolLike, boundedMs?: number): SessionSource 
   };
 }
 
-/**
- * The sockets of the library's own connections, so that a connection that does not answer can be destroyed: a
- * client's `end()` waits for the server's FIN, which a blackholed network never delivers. A `stream` of the
- * application's own configuration (a cloud connector, say) is kept and tracked the same way.
- */
-export class SocketRegistry {
-  private readonly sockets = new Set<Socket>();
-
-  /** `config` with a stream factory that records each socket it makes. */
-  track(config: pg.ClientConfig): pg.ClientConfig {
-    const given = config.stream as unknown;
-    // A stream object (not a factory) serves one connection only: leave such a configuration alone.
-    if (given !== undefined && typeof given !== 'function') return config;
-    const factory = given as ((connection: pg.ClientConfig) => Socket) | undefined;
-    const stream = (connection: pg.ClientConfig): Socket => {
-      const socket = factory ? factory(connection) : new Socket();
-      this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
-      return socket;
-    };
-    return { ...config, stream: stream as never };
-  }
-
-  /** Destroys every socket still open. */
-  destroyAll(): void {
-    for (const socket of this.sockets) socket.destroy();
-    this.sockets.clear();
-  }
-
-  get size(): number {
-    return this.sockets.size;
-  }
+/** `source` as a session source: a pool's sessions are its clients (see `poolSessions`). */
+export function sessionsOf(source: SessionSource | PoolLike): SessionSource {
+  return 'withSession' in source ? source : poolSessions(source, (source as { boundedMs?: number }).boundedMs);
 }
 
-/** The socket under a `pg` client (its connection's stream). */
-function socketOf(client: pg.Client): { destroy(): void } | undefined {
-  return (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream;
-}
+/** How many times a statement rolled back whole by a serialization failure is sent (see `retryingSerializationFailures`). */
+const MAX_ATTEMPTS = 10;
 
-/**
- * Ends a client within `boundMs`: a polite `end()` (Terminate, then the server's FIN), else the socket is destroyed.
- * Never rejects.
- */
-export async function closeClient(client: pg.Client, boundMs: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  const ended = client.end().then(
-    () => true,
-    () => false,
-  );
-  const late = new Promise<boolean>((resolve) => {
-    timer = setTimeout(() => resolve(false), boundMs);
-    timer.unref();
-  });
-  const polite = await Promise.race([ended, late]);
-  clearTimeout(timer);
-  if (!polite) socketOf(client)?.destroy();
+/** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
+export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await statement();
+    } catch (error) {
+      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
+      if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
+    }
+  }
 }

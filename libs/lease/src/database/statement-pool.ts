@@ -1,5 +1,7 @@
 import pg from 'pg';
-import { type PoolLike, type Queryable, type SessionBounds, sessionSetup, SocketRegistry } from './sessions.js';
+import { isUnsupportedSetting } from '../errors/database-errors.js';
+import { type PoolLike, type Queryable, type SessionBounds, sessionSetup } from './sessions.js';
+import { SocketRegistry } from './sockets.js';
 
 /** How long the server may take to notice that the client of a statement went away (see `StatementPool`). */
 const CLIENT_CHECK_MS = 1_000;
@@ -104,8 +106,7 @@ export class StatementPool implements PoolLike {
         .then(
           () => true,
           (error: unknown) => {
-            const code = (error as { code?: unknown }).code;
-            if (code === '42704' || code === '22023') return false;
+            if (isUnsupportedSetting(error)) return false;
             throw error;
           },
         );

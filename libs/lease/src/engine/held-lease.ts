@@ -1,5 +1,6 @@
 import type { EntityManager } from 'typeorm';
-import { LeaseLostError, type LeaseLossReason } from '../errors/lease.errors.js';
+import { LeaseLostError } from '../errors/lease.errors.js';
+import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 
 /** A held lease: the exclusive right over one target key until released, lost or expired. */
 export interface Lease {

@@ -3,19 +3,18 @@ import { randomUUID } from 'node:crypto';
 import { type BeforeApplicationShutdown, Logger, type OnModuleInit } from '@nestjs/common';
 import { type Observable, Subject, type Subscription } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
+import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
 import {
   LeaseArgumentError,
   LeaseBusyError,
   LeaseConfigError,
-  type LeaseLossReason,
   LeaseLostError,
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
-  errorText,
-  messages,
-  unavailableOr,
 } from '../errors/lease.errors.js';
+import { errorText, messages } from '../errors/lease.messages.js';
+import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import { closeStepMs, connectionCloseMs, shortBoundMs } from '../options/bounds.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './held-lease.js';
@@ -26,14 +25,10 @@ import {
   type ResolvedLeaseOptions,
   resolveLeaseOptions,
 } from '../options/resolve-lease-options.js';
-import {
-  grantStatements,
-  isSerializationFailure,
-  LeaseStore,
-  type RenewResult,
-  type ServerHistory,
-  timelineOf,
-} from '../store/lease-store.js';
+import { grantStatements } from '../schema/lease-schema.js';
+import { LeaseStore } from '../store/lease-store.js';
+import { timelineOf } from '../store/sql/fencing-token.js';
+import type { RenewResult, ServerHistory } from '../store/store.types.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type {
   AcquireOptions,
@@ -171,7 +166,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       );
     }
     if (this.options.createSchema) await this.createSchema();
-    const missing = await this.store.missingObjects();
+    const missing = await this.store.schema.missingObjects();
     if (missing.length > 0) {
       throw new LeaseConfigError(
         `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
@@ -187,8 +182,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
    * right — so a least-privileged role starts fine where the owner ran the migrations.
    */
   private async createSchema(): Promise<void> {
-    if ((await this.store.missingObjects()).length === 0) return;
-    const { role, allowed } = await this.store.mayCreateSchema();
+    if ((await this.store.schema.missingObjects()).length === 0) return;
+    const { role, allowed } = await this.store.schema.mayCreateSchema();
     if (!allowed) {
       throw new LeaseConfigError(
         `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
@@ -196,12 +191,12 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
           'in the README ("Database privileges"), or grant it CREATE on the schema',
       );
     }
-    await this.store.createSchema();
+    await this.store.schema.createSchema();
   }
 
   /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
   private async checkPrivileges(): Promise<void> {
-    const { role, missing } = await this.store.missingPrivileges();
+    const { role, missing } = await this.store.schema.missingPrivileges();
     if (missing.length === 0) return;
     throw new LeaseConfigError(
       `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +

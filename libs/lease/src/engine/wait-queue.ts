@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { Subscription } from 'rxjs';
+import { errorText } from '../errors/lease.messages.js';
 import {
-  errorText,
   LeaseError,
   LeaseQueueFullError,
   LeaseShutdownError,
@@ -13,7 +13,8 @@ import {
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
 import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
-import type { LeaseStore, WaiterPlace } from '../store/lease-store.js';
+import type { LeaseStore } from '../store/lease-store.js';
+import type { WaiterPlace } from '../store/store.types.js';
 import { Notifier } from '../database/notifier.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 

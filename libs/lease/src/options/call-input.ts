@@ -1,4 +1,5 @@
-import { LeaseArgumentError, LeaseKeyError, messages } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 

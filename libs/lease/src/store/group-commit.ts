@@ -158,14 +158,3 @@ export class GroupCommit<I, O> {
     });
   }
 }
-
-/**
- * A statement error after which the statement provably wrote nothing and can be sent again in parts: PostgreSQL
- * answered with an ERROR (it has a SQLSTATE) other than the connection and operator classes (08, 57: the outcome of a
- * COMMIT may be unknown there). Client-side timeouts and network errors have no SQLSTATE: never split.
- */
-export function isStatementError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  if (typeof code !== 'string' || !/^[0-9A-Z]{5}$/.test(code)) return false;
-  return !code.startsWith('08') && !code.startsWith('57');
-}

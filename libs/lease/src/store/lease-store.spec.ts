@@ -237,20 +237,20 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   missingObjects: async (r) => {
     r.answer([{ lease: true, waiter: false, seq: true, wseq: false }]);
-    return r.store.missingObjects();
+    return r.store.schema.missingObjects();
   },
   missingPrivileges: async (r) => {
     r.answer([{ role: 'app', granted: [true, true, true, false, true, true, true, true, true, true, false] }]);
-    return r.store.missingPrivileges();
+    return r.store.schema.missingPrivileges();
   },
   mayCreateSchema: async (r) => {
     r.answer([{ role: 'app', allowed: true }]);
-    return r.store.mayCreateSchema();
+    return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
     // Five statements, and a CREATE SCHEMA first for a schema other than public.
     r.answer(...Array.from({ length: r.options.schema === 'public' ? 5 : 6 }, () => []));
-    return r.store.createSchema();
+    return r.store.schema.createSchema();
   },
 };
 

@@ -1,660 +1,54 @@
 /**
- * Every SQL statement of the library, in one place. Parameters are always bound; the only text spliced into SQL
- * are the schema/table/sequence names, validated by `resolveLeaseOptions` and quoted here once.
+ * Runs the library's statements and maps their rows: every statement through `runStatement` (bounded on the client
+ * and the server; see database/sessions.ts), its text built once per store by the pure builders of `./sql/` (every
+ * value a bound parameter; the only text spliced in are the schema, table and sequence names, validated by
+ * `resolveLeaseOptions` and quoted once by `leaseObjectNames`), acquisitions and releases batched by group commit.
  *
  * Expiry is always judged by PostgreSQL's clock (`clock_timestamp()`), against the timeout the holder (or waiter)
  * wrote into its own row, so processes with different settings still agree on when a lease is free.
  */
-import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
-import { LeaseConfigError, LeaseUnavailableError } from '../errors/lease.errors.js';
-import { GroupCommit, isStatementError, type ItemOutcome } from './group-commit.js';
-import { acquireBoundMs, BATCH_LOCK_WAIT_MS, shortBoundMs, slackMs, statementPoolBoundMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
-import { leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
+import { headChannelOf } from '../database/head-payload.js';
 import {
   type BoundedStatement,
   type PoolLike,
-  poolSessions,
+  sessionsOf,
+  retryingSerializationFailures,
   runStatement,
   type SessionSource,
 } from '../database/sessions.js';
-
-/**
- * SQLSTATEs after which one of our single statements can simply run again: PostgreSQL rolled it back whole. Under
- * `default_transaction_isolation = serializable` (or repeatable read) concurrent acquisitions of one key raise
- * 40001; the statements are correct under READ COMMITTED's row locks, so a fresh attempt is all they need.
- */
-const RETRYABLE_SQLSTATES = new Set(['40001', '40P01']);
-const MAX_ATTEMPTS = 10;
-
-/** A serialization failure or deadlock: the statement (or transaction) was rolled back whole. */
-export function isSerializationFailure(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && RETRYABLE_SQLSTATES.has(code);
-}
-
-/** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
-async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await statement();
-    } catch (error) {
-      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
-      if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
-    }
-  }
-}
-
-/** What one batched renewal found, by lease token (tokens in none of the sets are lost: another token, or no row). */
-export interface RenewResult {
-  /** Renewed. */
-  kept: Set<string>;
-  /** Still ours and live, but the row is locked (by a fenced transaction of ours, say): neither renewed nor lost. */
-  skipped: Set<string>;
-  /** Still carrying our token but expired by the database clock: never revived. */
-  expired: Set<string>;
-  /**
-   * Acquired under another history of the database than the server now has (a failover): not renewed, lost. Set
-   * only when the renewal was given the leases' history (see `LeaseStore.renew`).
-   */
-  failover?: Set<string>;
-  /** What the server said of its history, when it was asked. */
-  history?: ServerHistory;
-}
-
-/**
- * Where a server stands in the history of its data: a promoted standby starts a new timeline, and a server in
- * recovery (a standby) can neither grant nor renew. Read by any role on PostgreSQL ≥ 15.
- */
-export interface ServerHistory {
-  /** A standby, or a server still replaying WAL: read-only. */
-  recovery: boolean;
-  /** The timeline of the server's WAL (null in recovery, where the current WAL position is not defined). */
-  timeline: bigint | null;
-  /**
-   * `system_identifier` of `pg_control_system()` (set by initdb; the same on a primary and its standbys; another
-   * value means another database cluster). Null where the role may not call the function.
-   */
-  systemId: string | null;
-}
-
-/** What a renewal compares with the server's history (see `LeaseStore.renew`). */
-export interface LeaseHistory {
-  /** The leases' fencing tokens, in the order of the lease tokens: each carries the timeline it was drawn in. */
-  fencingTokens: bigint[];
-  /** The system identifier the leases were acquired under (null: unknown, not compared). */
-  systemId: string | null;
-}
-
-/** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
-const FENCING_SEQUENCE_BITS = 40n;
-
-/** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
-export function timelineOf(fencingToken: bigint): bigint {
-  return fencingToken >> FENCING_SEQUENCE_BITS;
-}
-
-/**
- * The timeline of the server's WAL: the first 8 hex digits of the current WAL file's name. Any role may call both
- * functions; a promoted standby reports its new timeline at once (`pg_control_checkpoint()` lags until the next
- * checkpoint). Fails in recovery.
- */
-const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
-
-/**
- * The server's history, in one row. `pg_control_system()` is executable by PUBLIC on a stock server, but a managed
- * service may revoke it, and a function's right is checked when the statement starts, whichever branch runs: so the
- * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is
- * null, and the timeline and the recovery state decide alone.
- */
-function serverHistorySql(readSystemId: boolean): string {
-  const systemId = readSystemId ? '(SELECT system_identifier FROM pg_catalog.pg_control_system())::text' : 'NULL::text';
-  return `SELECT pg_is_in_recovery() AS recovery,
-    CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline, ${systemId} AS system_id`;
-}
-
-/** A statement refused because the role may not call `pg_control_system()`. */
-function systemIdRefused(error: unknown): boolean {
-  const { code, message } = (error ?? {}) as { code?: string; message?: string };
-  return code === '42501' && /pg_control_system/.test(message ?? '');
-}
-
-function serverHistory(row: { recovery: boolean; timeline: string | null; system_id: string | null }): ServerHistory {
-  const timeline = row.timeline === null ? null : BigInt(row.timeline);
-  return { recovery: row.recovery, timeline, systemId: row.system_id };
-}
-
-/**
- * A number drawn from `sequence` that orders across failovers: `(timeline << 40) | nextval`. After an asynchronous
- * failover the sequence resumes from what the standby had received, so its plain values can go back; the promoted
- * server's timeline is larger, so these numbers never do. Values of versions before this layout (< 2⁴⁰) stay below
- * every new one. The sequence is not reset by a failover: it has 2⁴⁰ values for the life of the table. A value
- * that would not fit its 40 bits (or a timeline past 2²³, which would overflow a bigint) gives NULL, which the
- * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
- * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
- * `sequence` is a quoted name, spliced as a string literal.
- */
-function historyOrdered(sequence: string): string {
-  return `(SELECT ${historyToken('s.v')}
-    FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
-}
-
-/** A quoted sequence name as the string literal `nextval` takes. */
-function sequenceLiteral(sequence: string): string {
-  return `'${sequence.replace(/'/g, "''")}'`;
-}
-
-/** The error of a statement that drew a number past the 40 bits of `historyOrdered` for `column`. */
-function exhausted(error: unknown, column: string, sequence: string): LeaseConfigError | undefined {
-  const { code, column: failed } = (error ?? {}) as { code?: string; column?: string };
-  if (code !== '23502' || failed !== column) return undefined;
-  return new LeaseConfigError(
-    `The sequence ${sequence} has passed 2^40 (or the server's timeline 2^23): nest-pg-lease refuses to hand out ` +
-      'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
-      'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
-      'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
-    { cause: error },
-  );
-}
-
-/**
- * A write refused because the server accepts no writes: a standby in recovery (the application reached a replica,
- * or a failover is under way), or a server set read-only.
- */
-function readOnly(error: unknown, targetKey: string): LeaseUnavailableError | undefined {
-  const { code, message } = (error ?? {}) as { code?: string; message?: string };
-  const recovery = code === '55000' && /recovery is in progress/.test(message ?? '');
-  if (code !== '25006' && !recovery) return undefined;
-  return new LeaseUnavailableError(targetKey, String(message), { cause: error });
-}
-
-// The DDL and the names of the objects live in lease-schema.ts, with the entities they must match.
-export { quoteIdentifier, type LeaseNames, leaseObjectNames, grantStatements } from '../schema/lease-schema.js';
-
-export interface AcquireRequest {
-  targetKey: string;
-  leaseToken: string;
-  priority: number;
-  /** The caller's waiter row, when it is queued: it may pass only waiters queued behind it. */
-  waiterId?: string;
-  waiterSeq?: bigint;
-  /** The target stays taken until this long after the acquisition, even once released (0: no hold). */
-  holdMs: number;
-  /**
-   * Queue the caller under this new waiter id when it is refused, in the same statement (the first attempt of a
-   * call that will wait). Such an attempt is never batched.
-   */
-  queueAs?: {
-    waiterId: string;
-  };
-}
-
-/** One caller of a release batch. */
-interface ReleaseItem {
-  targetKey: string;
-  leaseToken: string;
-  timeoutMs: number;
-}
-
-export interface AcquiredRow {
-  fencingToken: bigint;
-  /** Monotonic time the statement was sent (after waiting for a pooled connection): the lease counts from here. */
-  sentAt: number;
-  /** The row existed (expired) and was taken over, rather than inserted fresh. */
-  tookOver: boolean;
-  previousOwner: string | null;
-}
-
-/** A refused attempt; `holdLeftMs` is set when the target is free but for the hold of its last acquisition. */
-export interface Refusal {
-  readonly refused: true;
-  readonly holdLeftMs: number | null;
-  /** With `queueAs`: the caller's place in line, or null when the line was full (`maxWaitersPerTarget`). */
-  readonly place?: WaiterPlace | null;
-}
-
-export interface WaiterPlace {
-  seq: bigint;
-  queuedAt: Date;
-}
-
-export interface SnapshotRow {
-  state: 'held' | 'waiting';
-  target_id: string;
-  owner: string;
-  priority: number;
-  effective_priority: string;
-  fencing_token: string | null;
-  seq: string | null;
-  age_ms: number;
-  since_heartbeat_ms: number;
-  timeout_ms: number;
-}
-
-const MS = `* interval '1 millisecond'`;
-
-/** Lease row `alias` has a holder whose lease has not expired (database clock). */
-function live(alias: string): string {
-  return `(${alias}.lease_token IS NOT NULL
-    AND ${alias}.updated_at + ${alias}.lease_timeout_ms ${MS} > clock_timestamp())`;
-}
-
-/** The acquisition of lease row `alias` asked the target to stay taken until `hold_ms` after it (holdAtLeastMs). */
-function holding(alias: string): string {
-  return `(${alias}.acquired_at + ${alias}.hold_ms ${MS} > clock_timestamp())`;
-}
-
-/**
- * The target of lease row `alias` is taken: by a live holder, or by the tail of a hold (released or not). A released
- * or expired row past its hold is free.
- */
-function taken(alias: string): string {
-  return `(${live(alias)} OR ${holding(alias)})`;
-}
-
-/**
- * Effective priority of a waiter: its priority, plus one per `agingIntervalMs` waited since it first queued when
- * aging is on (the parameter is NULL when it is off). Database clock, one instant per statement, so every row of a
- * statement ages consistently.
- */
-function aged(queuedAt: string, agingParameter: string): string {
-  const alias = queuedAt.split('.')[0];
-  return `(${alias}.priority::bigint + CASE WHEN ${agingParameter}::bigint IS NULL THEN 0
-    ELSE floor(extract(epoch FROM statement_timestamp() - ${queuedAt}) * 1000 / ${agingParameter}::bigint)::bigint END)`;
-}
-
-/** A waiter row whose heartbeat is recent enough. */
-function liveWaiter(alias: string): string {
-  return `(${alias}.heartbeat_at + ${alias}.timeout_ms ${MS} > clock_timestamp())`;
-}
-
-/**
- * The first `heartbeat_at` of a row queued by an enqueue: it lives `bound` ms (≤ its `timeout`) from when the
- * statement reached the server, so a row landing after its caller gave up on the statement (given up after `bound`)
- * is born dead.
- */
-function bornWithin(timeout: string, bound: string): string {
-  return `statement_timestamp() - (${timeout} - ${bound}::int) ${MS}`;
-}
-
-/**
- * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
- * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
- * of a batch the same number), combined with the timeline of the statement's `history h`.
- */
-function historyToken(v: string): string {
-  const limit = 1n << FENCING_SEQUENCE_BITS;
-  return `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
-      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | ${v} END`;
-}
-
-/**
- * A batch's callers travel as ONE jsonb parameter, filtered by a range the planner cannot judge; both are about the
- * plan cache (measured by the prototype of issue 14 part 1). `unnest($1::text[])` is estimated at the array's length
- * in a custom plan but at 10 rows in the generic one, so a prepared statement would be planned afresh on every call
- * (1.5 ms of planning for 0.5 ms of execution); `jsonb_to_recordset` costs the same in both and the generic plan is
- * kept. And a generic plan made while the table was small must still probe the primary key per caller rather than
- * hash the whole table: `i BETWEEN 1 AND 100000` (always true) is estimated at one row in every plan.
- */
-const ONE_ROW_ESTIMATE = 'WHERE r.i BETWEEN 1 AND 100000';
-
-/** One caller of an acquire batch. */
-interface AcquireBatchItem {
-  i: number;
-  target_id: string;
-  lease_token: string;
-  priority: number;
-  waiter_id: string | null;
-  /** bigint as a decimal string */
-  waiter_seq: string | null;
-  hold_ms: number;
-}
-
-/** What each caller of an acquire batch gets back, by its position `i` (1-based). */
-interface AcquireBatchRow {
-  i: number;
-  /** `retry`: the row was locked by another transaction, or taken between the pre-check and the lock. */
-  outcome: 'won' | 'refused' | 'retry';
-  fencing_token: string | null;
-  took_over: boolean | null;
-  previous_owner: string | null;
-  hold_left_ms: number | null;
-}
-
-/**
- * The single acquisition statement (its contract: `LeaseStore.tryAcquire`). Parameters: $1 target, $2 lease token,
- * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7 its waiter seq, $8 aging interval, $9 hold.
- *
- * With `queue` (the first attempt of a call that will wait in line), a refused caller is queued by the same
- * statement: $10 its new waiter id, $11 waiter timeout, $12 maxWaitersPerTarget. Its place comes back in `seq`,
- * `queued_at` (null when the line is full). The row is an ordinary one (it lives a waiter timeout from when it is
- * written): the server ends the statement before its caller gives it up (see `tryAcquire`), so the caller hears of
- * every row this statement writes — and gives it back if it no longer waits.
- *
- * One fencing-sequence value per grant: an existing free row (released, or expired: a takeover) is locked first —
- * waiting for a transaction that holds it, within the statement's bound — checked again in its latest version, and
- * its token drawn after the lock; only a key that never had a row draws its token in the INSERT's source row (no
- * earlier grant of it exists). An insert that meets a concurrent first insert of the same key takes that row only if
- * it is free by then, drawing its token after the row lock (two values drawn, in that race alone).
- */
-function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean): string {
-  const { lease, waiter, fencingSequence, waiterSequence } = n;
-  const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
-  const queued = queue
-    ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
-          WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $12
-          RETURNING seq, queued_at`
-    : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
-  return `WITH held AS (
-          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
-        ), line AS MATERIALIZED (
-          -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
-          SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
-          FROM ${waiter} w WHERE w.target_id = $1
-        ), me AS (
-          -- The caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
-          SELECT CASE WHEN $6::uuid IS NULL THEN $4::bigint
-            ELSE coalesce((SELECT eff FROM line WHERE waiter_id = $6::uuid), $4::bigint) END AS eff
-        ), open AS MATERIALIZED (
-          -- The read-only pre-check: the target is free and no live waiter is ahead of the caller. A refusal takes no
-          -- row lock and writes nothing.
-          SELECT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = $1) AS has_row
-          WHERE NOT EXISTS (SELECT 1 FROM held)
-            AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
-              AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
-        ), locked AS MATERIALIZED (
-          SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
-          FROM ${lease} l, open o
-          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}
-          FOR NO KEY UPDATE OF l
-        ), won_old AS (
-          -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
-          -- grant of the key.
-          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
-            priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
-            hold_ms = $9
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
-          WHERE l.target_id = x.target_id
-          RETURNING l.fencing_token, x.was_held AS took_over, CASE WHEN x.was_held THEN x.previous_owner END
-            AS previous_owner
-        ), won_new AS (
-          INSERT INTO ${lease} AS l
-            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          FROM (SELECT ${nextval} AS v FROM open o WHERE NOT o.has_row) f, (SELECT ${TIMELINE} AS timeline) h
-          -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
-          -- token drawn after the row lock (the value drawn above is then left unused).
-          ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${historyOrdered(fencingSequence)},
-            owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
-            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
-          WHERE NOT ${taken('l')}
-          RETURNING l.fencing_token
-        ), won AS (
-          SELECT fencing_token, took_over, previous_owner FROM won_old
-          UNION ALL
-          SELECT fencing_token, false, NULL FROM won_new
-        ), granted AS (
-          -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
-          -- when the target has a line at all (the uncontended path skips the probe).
-          DELETE FROM ${waiter} w
-          WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
-            AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
-        ), queued AS (
-          ${queued}
-        )
-        SELECT won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
-          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at
-        FROM won
-        UNION ALL
-        -- Refused: its place in line when it was queued, and, with no live holder left and only a hold's tail in the
-        -- way, when that tail ends (no NOTIFY will say so).
-        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at
-        FROM (SELECT (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-            FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
-        LEFT JOIN queued q ON true
-        WHERE NOT EXISTS (SELECT 1 FROM won) AND (r.hold_left_ms IS NOT NULL OR q.seq IS NOT NULL)`;
-}
-
-/**
- * The single release statement (its contract: `LeaseStore.release`). $1 target, $2 lease token, $3 head-only NOTIFY
- * channel (NULL: none), $4 asyncReleaseCommits, $5 aging interval ms, $6 how long the row lock may be waited for (a
- * fenced write of the holder's still finishing): past it the statement fails on the server, and the engine retries.
- */
-function singleReleaseSql(n: ReturnType<typeof leaseObjectNames>): string {
-  return `WITH bound AS MATERIALIZED (
-          SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
-        ), gone AS (
-          UPDATE ${n.lease} SET lease_token = NULL
-          WHERE target_id = $1 AND lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
-          RETURNING target_id
-        ), head AS (
-          SELECT g.target_id, ${headOf(n, 'g.target_id', '$5')} AS waiter_id FROM gone g
-        ), woke AS (
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id) FROM head h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
-        )
-        -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
-        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
-          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
-}
-
-/**
- * The enqueue statement (its contract: `LeaseStore.enqueue`). $1 target, $2 waiter id, $3 owner, $4 priority, $5 waiter
- * timeout, $6 queued_at and $7 seq of an old place (re-queue), $8 maxWaitersPerTarget, $9 the statement's bound. The
- * place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a failover
- * never passes one queued before it that re-queues at its old place.
- */
-function enqueueSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { waiter, waiterSequence } = n;
-  return `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-        SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), ${bornWithin('$5', '$9')}
-        WHERE (SELECT count(*) FROM ${waiter} c WHERE c.target_id = $1 AND ${liveWaiter('c')}) < $8
-        ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = greatest(w.heartbeat_at, excluded.heartbeat_at)
-        RETURNING w.seq::text AS seq, w.queued_at`;
-}
-
-/**
- * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
- * identifier they were acquired under. Two texts per store, with and without reading the system identifier.
- */
-function renewSql(n: ReturnType<typeof leaseObjectNames>, readSystemId: boolean): string {
-  const { lease } = n;
-  return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
-    mine AS (
-      -- Without history ($3 null) the timelines are null: unnest pads a missing array.
-      SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)
-    ), current AS MATERIALIZED (
-      -- Leases of the history the server is in: the same timeline, the same database cluster.
-      SELECT mine.target_id, mine.lease_token FROM mine, here
-      WHERE $3::bigint[] IS NULL OR (NOT here.recovery AND mine.timeline = here.timeline::bigint
-        AND ($4::text IS NULL OR here.system_id IS NULL OR here.system_id = $4::text))
-    ), lockable AS MATERIALIZED (
-      SELECT l.target_id FROM ${lease} l
-      JOIN current c ON l.target_id = c.target_id AND l.lease_token = c.lease_token
-      WHERE ${live('l')}
-      FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), renewed AS (
-      UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
-      WHERE l.target_id = lockable.target_id
-      RETURNING l.lease_token
-    )
-    SELECT mine.lease_token::text AS lease_token,
-      CASE WHEN c.lease_token IS NULL THEN 'failover'
-        WHEN r.lease_token IS NOT NULL THEN 'kept'
-        WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
-        WHEN ${live('l')} THEN 'skipped'
-        ELSE 'expired' END AS outcome,
-      here.recovery, here.timeline, here.system_id
-    FROM mine CROSS JOIN here
-    LEFT JOIN current c ON c.lease_token = mine.lease_token
-    LEFT JOIN renewed r ON r.lease_token = mine.lease_token
-    LEFT JOIN ${lease} l ON l.target_id = mine.target_id`;
-}
-
-/**
- * The set-based acquire: the rules of the single statement (`LeaseStore.tryAcquire`) applied to every caller of a
- * batch, in one statement and one commit. $1 jsonb array of `AcquireBatchItem` (i = 1 … n), $2 owner, $3 lease
- * timeout ms, $4 aging interval ms (NULL: off). One row per caller, ordered by i.
- * - One candidate per key: the caller the no-barging rule would let through first. A duplicate key inside one batch
- *   has exactly one winner; if the candidate is refused, so is every other caller of the key in the batch.
- * - A key that is taken, or has a live waiter ahead of its candidate, is refused by a read-only pre-check: no row
- *   lock, no WAL, no transaction id for a batch that wins nothing.
- * - Existing free rows (released, or expired: a takeover) are locked in key order and never waited for (SKIP
- *   LOCKED), so concurrent batches of several processes cannot deadlock and one stalled row never stalls the batch;
- *   the lock re-checks the row's latest version. The fencing token is drawn in the UPDATE, after the row lock: larger
- *   than every earlier grant of the key.
- * - Keys that never had a row are inserted in key order (`ON CONFLICT DO NOTHING`): no earlier grant exists.
- * - A row the batch could not lock at once, or that a concurrent statement took or inserted meanwhile, is `retry`:
- *   that caller alone goes the single statement, which waits for the row lock as it always did.
- * - A granted waiter's own row, and the dead waiters of the won keys, are deleted in the same statement.
- */
-function batchAcquireSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { lease, waiter, fencingSequence } = n;
-  const nextvalArg = sequenceLiteral(fencingSequence);
-  // The batch never waits for a lock one caller's key is under (set first: every write of the statement reads
-  // history): past BATCH_LOCK_WAIT_MS the statement fails whole, and its callers go alone (see tryAcquire).
-  return `WITH history AS MATERIALIZED (
-      SELECT ${TIMELINE} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
-    ), req AS (
-      SELECT * FROM jsonb_to_recordset($1::jsonb)
-        AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
-      ${ONE_ROW_ESTIMATE}
-    ), mine AS (
-      -- Each caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
-      SELECT r.*, coalesce((SELECT ${aged('me.queued_at', '$4')} FROM ${waiter} me
-        WHERE me.target_id = r.target_id AND me.waiter_id = r.waiter_id), r.priority::bigint) AS eff
-      FROM req r
-    ), cand AS (
-      SELECT DISTINCT ON (m.target_id) m.* FROM mine m
-      ORDER BY m.target_id, m.eff DESC, m.waiter_seq NULLS LAST, m.i
-    ), open AS MATERIALIZED (
-      SELECT c.*, EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id) AS has_row
-      FROM cand c
-      WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND ${taken('l')})
-        AND NOT EXISTS (
-          SELECT 1 FROM ${waiter} w
-          WHERE w.target_id = c.target_id AND w.waiter_id IS DISTINCT FROM c.waiter_id AND ${liveWaiter('w')}
-            AND (${aged('w.queued_at', '$4')} > c.eff
-              OR (${aged('w.queued_at', '$4')} = c.eff AND w.seq < coalesce(c.waiter_seq, 9223372036854775807))))
-    ), locked AS MATERIALIZED (
-      SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
-      FROM ${lease} l JOIN open o ON o.target_id = l.target_id
-      WHERE o.has_row AND NOT ${taken('l')}
-      ORDER BY l.target_id
-      FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), won_old AS (
-      -- The token is drawn here, per row, after the row lock (locked is materialized first): larger than every
-      -- earlier grant of the key.
-      UPDATE ${lease} AS l SET lease_token = o.lease_token, fencing_token = ${historyToken('x.v')},
-        owner = $2, priority = o.priority, lease_timeout_ms = $3, acquired_at = clock_timestamp(),
-        updated_at = clock_timestamp(), hold_ms = o.hold_ms
-      FROM (SELECT k.target_id, k.was_held, k.previous_owner, nextval(${nextvalArg}) AS v FROM locked k) x
-        JOIN open o ON o.target_id = x.target_id, history h
-      WHERE l.target_id = x.target_id
-      RETURNING l.target_id, l.fencing_token, x.was_held, x.previous_owner
-    ), won_new AS (
-      INSERT INTO ${lease} AS l
-        (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-      SELECT f.target_id, f.lease_token, ${historyToken('f.v')}, $2, f.priority, $3,
-        clock_timestamp(), clock_timestamp(), f.hold_ms
-      FROM (SELECT o.*, nextval(${nextvalArg}) AS v FROM open o WHERE NOT o.has_row) f, history h
-      ORDER BY f.target_id
-      ON CONFLICT (target_id) DO NOTHING
-      RETURNING l.target_id, l.fencing_token
-    ), won AS (
-      SELECT target_id, fencing_token, was_held AS took_over,
-        CASE WHEN was_held THEN previous_owner END AS previous_owner
-      FROM won_old
-      UNION ALL
-      SELECT target_id, fencing_token, false, NULL FROM won_new
-    ), granted AS (
-      DELETE FROM ${waiter} w USING won, open o
-      WHERE w.target_id = won.target_id AND o.target_id = won.target_id AND w.waiter_id = o.waiter_id
-    ), dead AS (
-      -- Dead waiters of the won keys were skipped; no live waiter may be left to evict them. Never waited for.
-      DELETE FROM ${waiter} w USING (
-        SELECT d.target_id, d.waiter_id FROM ${waiter} d JOIN won ON d.target_id = won.target_id
-        WHERE NOT ${liveWaiter('d')}
-        ORDER BY d.target_id, d.waiter_id
-        FOR UPDATE OF d SKIP LOCKED
-      ) x
-      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
-    )
-    SELECT m.i::int AS i,
-      CASE WHEN w.target_id IS NOT NULL THEN 'won'
-        WHEN o.target_id IS NULL OR EXISTS (SELECT 1 FROM won x WHERE x.target_id = m.target_id) THEN 'refused'
-        ELSE 'retry' END AS outcome,
-      w.fencing_token::text AS fencing_token, w.took_over, w.previous_owner,
-      CASE WHEN w.target_id IS NULL THEN (
-        SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-        FROM ${lease} l WHERE l.target_id = m.target_id AND NOT ${live('l')} AND ${holding('l')}) END AS hold_left_ms
-    FROM mine m
-    LEFT JOIN open o ON o.target_id = m.target_id
-    LEFT JOIN won w ON w.target_id = m.target_id AND o.i = m.i
-    ORDER BY m.i`;
-}
-
-/**
- * The next waiter of each target in `targets` (a relation with a `target_id` column): the one the next acquire
- * statement would let through — highest effective priority, then first queued, live, not `except`. $aging is the
- * aging interval parameter.
- */
-function headOf(n: ReturnType<typeof leaseObjectNames>, target: string, aging: string, except?: string): string {
-  return `(SELECT w.waiter_id FROM ${n.waiter} w WHERE w.target_id = ${target} AND ${liveWaiter('w')}
-      ${except ? `AND w.waiter_id <> ${except}` : ''}
-      ORDER BY ${aged('w.queued_at', aging)} DESC, w.seq LIMIT 1)`;
-}
-
-/**
- * The set-based soft release (rows kept, token cleared): $1 jsonb array of `{ i, target_id, lease_token }`, $2 the
- * head-only NOTIFY channel (NULL: no NOTIFY), $3 asyncReleaseCommits, $4 aging interval ms (NULL: off). Rows are
- * locked in key order and never waited for: a row locked by another transaction (a fenced write of the holder's, say)
- * is `retry`, and that caller alone goes the single statement, which waits for it.
- */
-function batchReleaseSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { lease } = n;
-  return `WITH req AS (
-      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, lease_token uuid) ${ONE_ROW_ESTIMATE}
-    ), locked AS MATERIALIZED (
-      SELECT l.target_id, l.lease_token FROM ${lease} l
-      JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
-        ON l.target_id = p.target_id AND l.lease_token = p.lease_token
-      ORDER BY l.target_id
-      FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), gone AS (
-      UPDATE ${lease} l SET lease_token = NULL FROM locked k WHERE l.target_id = k.target_id
-      RETURNING l.target_id, k.lease_token
-    ), head AS (
-      SELECT g.target_id, ${headOf(n, 'g.target_id', '$4')} AS waiter_id FROM gone g
-    ), woke AS (
-      SELECT pg_notify($2, h.waiter_id::text || ' ' || h.target_id) FROM head h
-      WHERE $2::text IS NOT NULL AND h.waiter_id IS NOT NULL
-    )
-    SELECT r.i::int AS i,
-      CASE WHEN EXISTS (SELECT 1 FROM gone g WHERE g.target_id = r.target_id AND g.lease_token = r.lease_token)
-          THEN 'released'
-        WHEN EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = r.target_id AND l.lease_token = r.lease_token)
-          THEN 'retry'
-        ELSE 'gone' END AS outcome,
-      (SELECT count(*) FROM woke) AS woke,
-      CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit
-    FROM req r ORDER BY r.i`;
-}
-
-/** A head-only NOTIFY payload: `<waiter id> <target key>` (on the channel `LeaseStore.headChannel`). */
-export function parseHeadPayload(payload: string): { waiterId: string; targetKey: string } | undefined {
-  const match = /^([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}) (.+)$/s.exec(payload);
-  return match ? { waiterId: match[1], targetKey: match[2] } : undefined;
-}
-
-function outOfOrder(index: number): Error {
-  return new Error(`nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`);
-}
+import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
+import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
+import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import { GroupCommit, type ItemOutcome } from './group-commit.js';
+import { timelineOf } from './sql/fencing-token.js';
+import { SchemaStore } from './schema-store.js';
+import type { LeaseObjectNames } from './sql/fragments.js';
+import {
+  acquireBatchItems,
+  acquireBatchOutcomes,
+  acquireOutcome,
+  type AcquireRow,
+  releaseBatchOutcomes,
+  renewOutcome,
+  type RenewRow,
+  serverHistory,
+  type ServerHistoryRow,
+} from './rows.js';
+import { buildStatements, type StatementTexts } from './statement-texts.js';
+import type {
+  AcquireBatchRow,
+  AcquiredRow,
+  AcquireRequest,
+  LeaseHistory,
+  Refusal,
+  ReleaseItem,
+  RenewResult,
+  ServerHistory,
+  SnapshotRow,
+  WaiterPlace,
+} from './store.types.js';
 
 /**
  * Batches in flight at once per kind (acquisitions, releases): one, classic group commit. Measured on the
@@ -664,108 +58,18 @@ function outOfOrder(index: number): Error {
  */
 const BATCHES_IN_FLIGHT = 1;
 
-/** The enqueue, renew-waiters, dequeue, dequeue-all and snapshot texts (see their methods). */
-function renewWaitersSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { waiter } = n;
-  return `WITH mine AS (
-          SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
-        ), dead AS (
-          DELETE FROM ${waiter} w
-          WHERE w.target_id IN (SELECT target_id FROM mine)
-            AND w.heartbeat_at + w.timeout_ms ${MS} <= clock_timestamp()
-            AND w.waiter_id NOT IN (SELECT waiter_id FROM mine)
-          RETURNING w.target_id
-        ), woke AS (
-          -- Head-only: the line of these targets moved; only its new head (if live) need look.
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
-          FROM (SELECT t.target_id, ${headOf(n, 't.target_id', '$4')} AS waiter_id
-            FROM (SELECT DISTINCT target_id FROM dead) t) h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
-        ), renewed AS (
-          UPDATE ${waiter} AS w SET heartbeat_at = clock_timestamp()
-          FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
-          RETURNING w.waiter_id::text AS waiter_id
-        )
-        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
-        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`;
-}
-
-function dequeueSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { lease, waiter } = n;
-  return `WITH gone AS (
-          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
-        )
-        -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees).
-        SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
-        FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
-          WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
-        WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL`;
-}
-
-function snapshotSql(n: ReturnType<typeof leaseObjectNames>): string {
-  const { lease, waiter } = n;
-  const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-  return `SELECT * FROM (
-          SELECT 'held' AS state, target_id, owner, priority, priority::bigint AS effective_priority,
-            fencing_token::text AS fencing_token, NULL::text AS seq,
-            ${ms('acquired_at')} AS age_ms, ${ms('updated_at')} AS since_heartbeat_ms, lease_timeout_ms AS timeout_ms
-          FROM ${lease} WHERE lease_token IS NOT NULL AND ($1::text IS NULL OR target_id = $1)
-          UNION ALL
-          SELECT 'waiting', target_id, owner, priority, ${aged('w.queued_at', '$2')}, NULL, seq::text,
-            ${ms('queued_at')}, ${ms('heartbeat_at')}, timeout_ms
-          FROM ${waiter} w WHERE $1::text IS NULL OR target_id = $1
-        ) s
-        ORDER BY target_id, state, effective_priority DESC, seq::bigint`;
-}
-
-/**
- * First statement of a fenced transaction (see `LeaseStore.lockForFence`): $1 target, $2 the idle bound of the
- * transaction, $3 how long the row lock may be waited for. The wait is bounded for this statement only: the
- * transaction's own `lock_timeout` is put back once the row is locked, so the work's statements keep the
- * application's settings. A role default of `synchronous_commit = off` is raised to `on` for the transaction: a
- * fenced write is the guarantee, and must be durable.
- */
-function lockForFenceSql(n: ReturnType<typeof leaseObjectNames>): string {
-  return `WITH prior AS MATERIALIZED (
-          SELECT current_setting('lock_timeout') AS lock_timeout, set_config('lock_timeout', $3, true) AS bounded
-        ), locked AS MATERIALIZED (
-          -- Depends on prior, so the bound is set before the row is locked.
-          SELECT l.lease_token::text AS lease_token FROM ${n.lease} l, prior
-          WHERE l.target_id = $1 AND prior.bounded IS NOT NULL
-          FOR UPDATE OF l
-        )
-        -- The join needs the locked row first: only then is the transaction's own bound put back.
-        SELECT k.lease_token, set_config('lock_timeout', p.lock_timeout, true) AS restored,
-          set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
-          CASE WHEN current_setting('synchronous_commit') = 'off'
-            THEN set_config('synchronous_commit', 'on', true) END AS durable,
-          ${TIMELINE}::text AS timeline
-        FROM prior p LEFT JOIN locked k ON true`;
-}
-
 /**
  * The statements, bound to one set of table names, and how each is run: every one through `runStatement` (bounded
  * on the client and the server; see sessions.ts), hot ones named so `pg` prepares them once per connection — names
  * carry a hash of the table names, so two configurations never share a prepared plan.
  */
 export class LeaseStore {
-  private readonly n: ReturnType<typeof leaseObjectNames>;
-  private readonly sql: {
-    acquire: string;
-    acquireOrQueue: string;
-    batchAcquire: string;
-    batchRelease: string;
-    release: string;
-    enqueue: string;
-    renew: string;
-    renewWithoutSystemId: string;
-    renewWaiters: string;
-    dequeue: string;
-    dequeueAll: string;
-    snapshot: string;
-    lockForFence: string;
-  };
-  private readonly prefix: string;
+  private readonly n: LeaseObjectNames;
+  private readonly sql: StatementTexts;
+  /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
+  readonly schema: SchemaStore;
+  /** The prepared name of a hot statement (see `buildStatements`). */
+  private readonly statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
   private readonly db: SessionSource;
   private readonly heartbeatDb: SessionSource;
@@ -791,28 +95,12 @@ export class LeaseStore {
     private readonly options: ResolvedLeaseOptions,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
   ) {
-    const sessions = (source: SessionSource | PoolLike) =>
-      'withSession' in source ? source : poolSessions(source, (source as { boundedMs?: number }).boundedMs);
-    this.db = sessions(db);
-    this.heartbeatDb = sessions(heartbeatDb);
-    this.waiterHeartbeatDb = sessions(waiterHeartbeatDb);
-    this.n = leaseObjectNames(options);
-    // Built once: they depend only on the names (every value is a bound parameter).
-    this.sql = {
-      acquire: singleAcquireSql(this.n, false),
-      acquireOrQueue: singleAcquireSql(this.n, true),
-      batchAcquire: batchAcquireSql(this.n),
-      batchRelease: batchReleaseSql(this.n),
-      release: singleReleaseSql(this.n),
-      enqueue: enqueueSql(this.n),
-      renew: renewSql(this.n, true),
-      renewWithoutSystemId: renewSql(this.n, false),
-      renewWaiters: renewWaitersSql(this.n),
-      dequeue: dequeueSql(this.n),
-      dequeueAll: `DELETE FROM ${this.n.waiter} WHERE waiter_id = ANY($1::uuid[])`,
-      snapshot: snapshotSql(this.n),
-      lockForFence: lockForFenceSql(this.n),
-    };
+    this.db = sessionsOf(db);
+    this.heartbeatDb = sessionsOf(heartbeatDb);
+    this.waiterHeartbeatDb = sessionsOf(waiterHeartbeatDb);
+    const statements = buildStatements(options);
+    ({ names: this.n, sql: this.sql, named: this.statement } = statements);
+    this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
     const stallMs = Math.min(1_000, options.heartbeatIntervalMs);
@@ -822,15 +110,6 @@ export class LeaseStore {
       splittable: isStatementError,
     });
     this.releases = new GroupCommit((items) => this.sendReleases(items), { ...batching, splittable: isStatementError });
-    this.prefix = `lease_${createHash('sha1').update(`${options.schema}.${options.tableName}.${options.waiterTableName}`).digest('hex').slice(0, 10)}`;
-  }
-
-  /**
-   * Hot statements are named, so `pg` prepares them once per connection. Behind a transaction pooler a prepared
-   * statement belongs to whichever server connection ran it, not to our client: there every statement is unnamed.
-   */
-  private statement(name: string): { name?: string } {
-    return this.options.pooler === 'transaction' ? {} : { name: `${this.prefix}_${name}` };
   }
 
   /** A statement on the statement pool, bounded by `boundMs` (default: the short bound of a release or a read). */
@@ -896,15 +175,7 @@ export class LeaseStore {
     if (requests.length === 1) {
       return [{ ok: true, value: await retryingSerializationFailures(() => this.acquireOnce(requests[0])) }];
     }
-    const batch: AcquireBatchItem[] = requests.map((request, index) => ({
-      i: index + 1,
-      target_id: request.targetKey,
-      lease_token: request.leaseToken,
-      priority: request.priority,
-      waiter_id: request.waiterId ?? null,
-      waiter_seq: request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-      hold_ms: request.holdMs,
-    }));
+    const batch = acquireBatchItems(requests);
     const { rows, sentAt } = await this.run<AcquireBatchRow>({
       ...this.statement('acquire_batch'),
       ...this.acquireBounds,
@@ -915,34 +186,14 @@ export class LeaseStore {
         exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, requests[0].targetKey) ?? error
       );
     });
-    return requests.map((_, index): ItemOutcome<AcquiredRow | Refusal | 'retry'> => {
-      const row = rows[index];
-      if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
-      if (row.outcome === 'retry') return { ok: true, value: 'retry' };
-      if (row.outcome === 'refused') return { ok: true, value: { refused: true, holdLeftMs: row.hold_left_ms } };
-      const value = {
-        fencingToken: BigInt(row.fencing_token!),
-        sentAt,
-        tookOver: row.took_over === true,
-        previousOwner: row.previous_owner,
-      };
-      return { ok: true, value };
-    });
+    return acquireBatchOutcomes(requests.length, rows, sentAt);
   }
 
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
-    type Row = {
-      fencing_token: string | null;
-      took_over: boolean | null;
-      previous_owner: string | null;
-      hold_left_ms: number | null;
-      seq: string | null;
-      queued_at: Date | null;
-    };
     const { queueAs } = request;
     const queueValues =
       queueAs === undefined ? [] : [queueAs.waiterId, this.options.waiterTimeoutMs, this.options.maxWaitersPerTarget];
-    const { rows, sentAt } = await this.run<Row>({
+    const { rows, sentAt } = await this.run<AcquireRow>({
       ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
       ...this.acquireBounds,
       text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
@@ -966,19 +217,7 @@ export class LeaseStore {
         error
       );
     });
-    const row = rows[0];
-    if (!row || row.fencing_token === null) {
-      const refusal = { refused: true as const, holdLeftMs: row?.hold_left_ms ?? null };
-      if (queueAs === undefined) return refusal;
-      const place = row?.seq ? { seq: BigInt(row.seq), queuedAt: row.queued_at! } : null;
-      return { ...refusal, place };
-    }
-    return {
-      fencingToken: BigInt(row.fencing_token),
-      sentAt,
-      tookOver: row.took_over === true,
-      previousOwner: row.previous_owner,
-    };
+    return acquireOutcome(rows[0], sentAt, queueAs !== undefined);
   }
 
   /**
@@ -1021,11 +260,7 @@ export class LeaseStore {
     timeoutMs: number,
     history?: LeaseHistory,
   ): Promise<RenewResult> {
-    type Row = {
-      lease_token: string;
-      outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover';
-    } & Parameters<typeof serverHistory>[0];
-    const { rows } = await runStatement<Row>(this.heartbeatDb, {
+    const { rows } = await runStatement<RenewRow>(this.heartbeatDb, {
       ...this.statement(this.systemIdReadable ? 'renew' : 'renew_no_system_id'),
       boundMs: timeoutMs,
       customPlans: true,
@@ -1037,16 +272,7 @@ export class LeaseStore {
         history?.systemId ?? null,
       ],
     });
-    const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
-    if (history) {
-      outcome.failover = new Set();
-      if (rows[0]) outcome.history = serverHistory(rows[0]);
-    }
-    for (const row of rows) {
-      if (row.outcome === 'failover') outcome.failover?.add(row.lease_token);
-      else if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
-    }
-    return outcome;
+    return renewOutcome(rows, history);
   }
 
   /**
@@ -1054,10 +280,10 @@ export class LeaseStore {
    * lease is lost to the failover under way; otherwise the refusal is the tick's error (retried next tick).
    */
   private async renewOnReadOnly(leaseTokens: string[], timeoutMs: number, refusal: unknown): Promise<RenewResult> {
-    const { rows } = await runStatement<Parameters<typeof serverHistory>[0]>(this.heartbeatDb, {
+    const { rows } = await runStatement<ServerHistoryRow>(this.heartbeatDb, {
       boundMs: timeoutMs,
       customPlans: true,
-      text: serverHistorySql(this.systemIdReadable),
+      text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
     });
     const here = serverHistory(rows[0]);
     if (!here.recovery) throw refusal;
@@ -1071,11 +297,11 @@ export class LeaseStore {
    */
   async serverHistory(): Promise<ServerHistory> {
     const { rows } = await this.run<{ readable: boolean }>({
-      text: `SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE') AS readable`,
+      text: this.sql.systemIdReadable,
     });
     this.systemIdReadable = rows[0].readable;
-    const result = await this.run<Parameters<typeof serverHistory>[0]>({
-      text: serverHistorySql(this.systemIdReadable),
+    const result = await this.run<ServerHistoryRow>({
+      text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
     });
     return serverHistory(result.rows[0]);
   }
@@ -1114,11 +340,7 @@ export class LeaseStore {
         values: [JSON.stringify(batch), this.notifyChannel, asyncReleaseCommits, agingIntervalMs],
       }),
     );
-    return items.map((_, index): ItemOutcome<boolean | 'retry'> => {
-      const row = rows[index];
-      if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
-      return { ok: true, value: row.outcome === 'retry' ? 'retry' : row.outcome === 'released' };
-    });
+    return releaseBatchOutcomes(items.length, rows);
   }
 
   /** The single release statement: waits for a locked row, within its bound. */
@@ -1147,7 +369,7 @@ export class LeaseStore {
    * and falls back to its poll.
    */
   get headChannel(): string {
-    return `${this.options.tableName}_next`;
+    return headChannelOf(this.options.tableName);
   }
 
   /** The head channel when NOTIFY is on, else null (the statements then notify nobody). */
@@ -1262,64 +484,5 @@ export class LeaseStore {
       values: [targetKey ?? null, this.options.agingIntervalMs],
     });
     return rows;
-  }
-
-  /** Which lease objects are missing (bootstrap check). */
-  async missingObjects(): Promise<string[]> {
-    const { rows } = await this.run<{ lease: boolean; waiter: boolean; seq: boolean; wseq: boolean }>({
-      text: `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
-        to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`,
-      values: [this.n.lease, this.n.waiter, this.n.fencingSequence, this.n.waiterSequence],
-    });
-    const row = rows[0];
-    const missing: string[] = [];
-    if (!row.lease) missing.push(this.n.lease);
-    if (!row.waiter) missing.push(this.n.waiter);
-    if (!row.seq) missing.push(this.n.fencingSequence);
-    if (!row.wseq) missing.push(this.n.waiterSequence);
-    return missing;
-  }
-
-  /**
-   * The rights the library needs at run time that the session's role lacks, e.g. `DELETE on "public"."job_lease"`.
-   * No DDL and no ownership: the owner runs the migrations, the application's role only reads and writes rows.
-   */
-  async missingPrivileges(): Promise<{ role: string; missing: string[] }> {
-    const { lease, waiter, fencingSequence, waiterSequence } = this.n;
-    // [check function (a constant), object (bound), right (bound), how to name it]
-    const checks: Array<[string, string, string, string]> = [
-      ['has_schema_privilege', this.options.schema, 'USAGE', `USAGE on schema ${this.n.schema}`],
-      ...['SELECT', 'INSERT', 'UPDATE', 'DELETE'].flatMap((right): Array<[string, string, string, string]> => [
-        ['has_table_privilege', lease, right, `${right} on ${lease}`],
-        ['has_table_privilege', waiter, right, `${right} on ${waiter}`],
-      ]),
-      ['has_sequence_privilege', fencingSequence, 'USAGE', `USAGE on sequence ${fencingSequence}`],
-      ['has_sequence_privilege', waiterSequence, 'USAGE', `USAGE on sequence ${waiterSequence}`],
-    ];
-    const { rows } = await this.run<{ role: string; granted: boolean[] }>({
-      text: `SELECT current_user::text AS role,
-        ARRAY[${checks.map(([fn], i) => `${fn}($${2 * i + 1}, $${2 * i + 2})`).join(', ')}] AS granted`,
-      values: checks.flatMap(([, object, right]) => [object, right]),
-    });
-    const { role, granted } = rows[0];
-    return { role, missing: checks.filter((_, i) => !granted[i]).map(([, , , name]) => name) };
-  }
-
-  /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
-  async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
-    const { rows } = await this.run<{ role: string; allowed: boolean }>({
-      text: `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL
-          THEN has_database_privilege(current_database(), 'CREATE')
-          ELSE has_schema_privilege($2, 'CREATE') END AS allowed`,
-      values: [this.n.schema, this.options.schema],
-    });
-    return rows[0];
-  }
-
-  /** Creates the objects (idempotent), each statement bounded like every other. */
-  async createSchema(): Promise<void> {
-    for (const statement of schemaStatements(this.options)) {
-      await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
-    }
   }
 }

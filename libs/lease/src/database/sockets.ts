@@ -1,0 +1,61 @@
+/** The sockets of the library's own connections, and closing a connection whatever the network does. */
+import { Socket } from 'node:net';
+import type pg from 'pg';
+
+/**
+ * The sockets of the library's own connections, so that a connection that does not answer can be destroyed: a
+ * client's `end()` waits for the server's FIN, which a blackholed network never delivers. A `stream` of the
+ * application's own configuration (a cloud connector, say) is kept and tracked the same way.
+ */
+export class SocketRegistry {
+  private readonly sockets = new Set<Socket>();
+
+  /** `config` with a stream factory that records each socket it makes. */
+  track(config: pg.ClientConfig): pg.ClientConfig {
+    const given = config.stream as unknown;
+    // A stream object (not a factory) serves one connection only: leave such a configuration alone.
+    if (given !== undefined && typeof given !== 'function') return config;
+    const factory = given as ((connection: pg.ClientConfig) => Socket) | undefined;
+    const stream = (connection: pg.ClientConfig): Socket => {
+      const socket = factory ? factory(connection) : new Socket();
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+      return socket;
+    };
+    return { ...config, stream: stream as never };
+  }
+
+  /** Destroys every socket still open. */
+  destroyAll(): void {
+    for (const socket of this.sockets) socket.destroy();
+    this.sockets.clear();
+  }
+
+  get size(): number {
+    return this.sockets.size;
+  }
+}
+
+/** The socket under a `pg` client (its connection's stream). */
+function socketOf(client: pg.Client): { destroy(): void } | undefined {
+  return (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream;
+}
+
+/**
+ * Ends a client within `boundMs`: a polite `end()` (Terminate, then the server's FIN), else the socket is destroyed.
+ * Never rejects.
+ */
+export async function closeClient(client: pg.Client, boundMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const ended = client.end().then(
+    () => true,
+    () => false,
+  );
+  const late = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), boundMs);
+    timer.unref();
+  });
+  const polite = await Promise.race([ended, late]);
+  clearTimeout(timer);
+  if (!polite) socketOf(client)?.destroy();
+}

@@ -1,0 +1,149 @@
+/**
+ * What the statements' rows mean: pure mappings from the rows (and the requests) to the store's results, so each
+ * can be read, and tested, apart from running the statement.
+ */
+import { messages } from '../errors/lease.messages.js';
+import type { ItemOutcome } from './group-commit.js';
+import type { PrivilegeCheck } from './sql/bootstrap.sql.js';
+import type { LeaseObjectNames } from './sql/fragments.js';
+import type {
+  AcquireBatchItem,
+  AcquireBatchRow,
+  AcquiredRow,
+  AcquireRequest,
+  LeaseHistory,
+  Refusal,
+  RenewResult,
+  ServerHistory,
+} from './store.types.js';
+
+/** The server's history as the history statements (and the renewal) report it. */
+export interface ServerHistoryRow {
+  recovery: boolean;
+  timeline: string | null;
+  system_id: string | null;
+}
+
+export function serverHistory(row: ServerHistoryRow): ServerHistory {
+  const timeline = row.timeline === null ? null : BigInt(row.timeline);
+  return { recovery: row.recovery, timeline, systemId: row.system_id };
+}
+
+function outOfOrder(index: number): Error {
+  return new Error(messages.batchOutOfOrder(index));
+}
+
+/** The callers of an acquire batch as its one jsonb parameter's items (i = 1 … n). */
+export function acquireBatchItems(requests: readonly AcquireRequest[]): AcquireBatchItem[] {
+  return requests.map((request, index) => ({
+    i: index + 1,
+    target_id: request.targetKey,
+    lease_token: request.leaseToken,
+    priority: request.priority,
+    waiter_id: request.waiterId ?? null,
+    waiter_seq: request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+    hold_ms: request.holdMs,
+  }));
+}
+
+/** Each caller's outcome of an acquire batch, by its position (a row out of order fails that caller: a bug). */
+export function acquireBatchOutcomes(
+  count: number,
+  rows: readonly AcquireBatchRow[],
+  sentAt: number,
+): Array<ItemOutcome<AcquiredRow | Refusal | 'retry'>> {
+  return Array.from({ length: count }, (_, index): ItemOutcome<AcquiredRow | Refusal | 'retry'> => {
+    const row = rows[index];
+    if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
+    if (row.outcome === 'retry') return { ok: true, value: 'retry' };
+    if (row.outcome === 'refused') return { ok: true, value: { refused: true, holdLeftMs: row.hold_left_ms } };
+    const value = {
+      fencingToken: BigInt(row.fencing_token!),
+      sentAt,
+      tookOver: row.took_over === true,
+      previousOwner: row.previous_owner,
+    };
+    return { ok: true, value };
+  });
+}
+
+/** The row of the single acquisition statement. */
+export interface AcquireRow {
+  fencing_token: string | null;
+  took_over: boolean | null;
+  previous_owner: string | null;
+  hold_left_ms: number | null;
+  seq: string | null;
+  queued_at: Date | null;
+}
+
+/** The single acquisition's outcome: a grant, or a refusal (with the caller's place when it was to be queued). */
+export function acquireOutcome(row: AcquireRow | undefined, sentAt: number, queued: boolean): AcquiredRow | Refusal {
+  if (!row || row.fencing_token === null) {
+    const refusal = { refused: true as const, holdLeftMs: row?.hold_left_ms ?? null };
+    if (!queued) return refusal;
+    const place = row?.seq ? { seq: BigInt(row.seq), queuedAt: row.queued_at! } : null;
+    return { ...refusal, place };
+  }
+  return {
+    fencingToken: BigInt(row.fencing_token),
+    sentAt,
+    tookOver: row.took_over === true,
+    previousOwner: row.previous_owner,
+  };
+}
+
+/** A row of the renewal statement: one per lease, each carrying the server's history. */
+export type RenewRow = {
+  lease_token: string;
+  outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover';
+} & ServerHistoryRow;
+
+/** What a renewal found, by lease token (see `LeaseStore.renew`). */
+export function renewOutcome(rows: readonly RenewRow[], history: LeaseHistory | undefined): RenewResult {
+  const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set() };
+  if (history) {
+    outcome.failover = new Set();
+    if (rows[0]) outcome.history = serverHistory(rows[0]);
+  }
+  for (const row of rows) {
+    if (row.outcome === 'failover') outcome.failover?.add(row.lease_token);
+    else if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
+  }
+  return outcome;
+}
+
+/** Each caller's outcome of a release batch, by its position. */
+export function releaseBatchOutcomes(
+  count: number,
+  rows: ReadonlyArray<{ i: number; outcome: 'released' | 'gone' | 'retry' }>,
+): Array<ItemOutcome<boolean | 'retry'>> {
+  return Array.from({ length: count }, (_, index): ItemOutcome<boolean | 'retry'> => {
+    const row = rows[index];
+    if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
+    return { ok: true, value: row.outcome === 'retry' ? 'retry' : row.outcome === 'released' };
+  });
+}
+
+/** Which lease objects exist (the bootstrap check). */
+export interface ObjectsRow {
+  lease: boolean;
+  waiter: boolean;
+  seq: boolean;
+  wseq: boolean;
+}
+
+/** The quoted names of the objects the row says are missing, in creation order. */
+export function missingObjectNames(row: ObjectsRow, n: LeaseObjectNames): string[] {
+  const missing: string[] = [];
+  if (!row.lease) missing.push(n.lease);
+  if (!row.waiter) missing.push(n.waiter);
+  if (!row.seq) missing.push(n.fencingSequence);
+  if (!row.wseq) missing.push(n.waiterSequence);
+  return missing;
+}
+
+/** The names of the rights not granted (`granted`: one boolean per check, in order). */
+export function missingRights(checks: readonly PrivilegeCheck[], granted: readonly boolean[]): string[] {
+  return checks.filter((_, i) => !granted[i]).map(([, , , name]) => name);
+}

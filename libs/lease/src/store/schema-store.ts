@@ -1,0 +1,63 @@
+/**
+ * The bootstrap checks of the lease objects (which exist, which rights the role has, whether it may create them) and
+ * their creation: statements on the statement pool, bounded like every other (see `LeaseStore`).
+ */
+import type pg from 'pg';
+import type { BoundedStatement } from '../database/sessions.js';
+import { statementPoolBoundMs } from '../options/bounds.js';
+import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import { schemaStatements } from '../schema/lease-schema.js';
+import { missingObjectNames, missingRights, type ObjectsRow } from './rows.js';
+import type { Statements } from './statement-texts.js';
+
+/** Runs one statement on the statement pool (default bound: a read's). */
+export type RunStatement = <R extends pg.QueryResultRow>(
+  statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
+) => Promise<{ rows: R[]; sentAt: number }>;
+
+export class SchemaStore {
+  constructor(
+    private readonly run: RunStatement,
+    private readonly statements: Statements,
+    private readonly options: ResolvedLeaseOptions,
+  ) {}
+
+  /** Which lease objects are missing (bootstrap check). */
+  async missingObjects(): Promise<string[]> {
+    const { names } = this.statements;
+    const { rows } = await this.run<ObjectsRow>({
+      text: this.statements.sql.missingObjects,
+      values: [names.lease, names.waiter, names.fencingSequence, names.waiterSequence],
+    });
+    return missingObjectNames(rows[0], this.statements.names);
+  }
+
+  /**
+   * The rights the library needs at run time that the session's role lacks, e.g. `DELETE on "public"."job_lease"`.
+   * No DDL and no ownership: the owner runs the migrations, the application's role only reads and writes rows.
+   */
+  async missingPrivileges(): Promise<{ role: string; missing: string[] }> {
+    const checks = this.statements.privileges;
+    const { rows } = await this.run<{ role: string; granted: boolean[] }>({
+      text: this.statements.sql.missingPrivileges,
+      values: checks.flatMap(([, object, right]) => [object, right]),
+    });
+    return { role: rows[0].role, missing: missingRights(checks, rows[0].granted) };
+  }
+
+  /** Whether the session's role may create the lease objects: CREATE on the schema (on the database for a new one). */
+  async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
+    const { rows } = await this.run<{ role: string; allowed: boolean }>({
+      text: this.statements.sql.mayCreateSchema,
+      values: [this.statements.names.schema, this.options.schema],
+    });
+    return rows[0];
+  }
+
+  /** Creates the objects (idempotent), each statement bounded like every other. */
+  async createSchema(): Promise<void> {
+    for (const statement of schemaStatements(this.options)) {
+      await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
+    }
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * The fencing token layout, written once: `(timeline << 40) | sequence value`, and the server's history it is
+ * compared with. Pure: SQL text only.
+ */
+
+/** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
+export const FENCING_SEQUENCE_BITS = 40n;
+
+/** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
+export function timelineOf(fencingToken: bigint): bigint {
+  return fencingToken >> FENCING_SEQUENCE_BITS;
+}
+
+/**
+ * The timeline of the server's WAL: the first 8 hex digits of the current WAL file's name. Any role may call both
+ * functions; a promoted standby reports its new timeline at once (`pg_control_checkpoint()` lags until the next
+ * checkpoint). Fails in recovery.
+ */
+export const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
+
+/**
+ * The server's history, in one row. `pg_control_system()` is executable by PUBLIC on a stock server, but a managed
+ * service may revoke it, and a function's right is checked when the statement starts, whichever branch runs: so the
+ * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is
+ * null, and the timeline and the recovery state decide alone.
+ */
+export function serverHistorySql(readSystemId: boolean): string {
+  const systemId = readSystemId ? '(SELECT system_identifier FROM pg_catalog.pg_control_system())::text' : 'NULL::text';
+  return `SELECT pg_is_in_recovery() AS recovery,
+    CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline, ${systemId} AS system_id`;
+}
+
+/**
+ * A number drawn from `sequence` that orders across failovers: `(timeline << 40) | nextval`. After an asynchronous
+ * failover the sequence resumes from what the standby had received, so its plain values can go back; the promoted
+ * server's timeline is larger, so these numbers never do. Values of versions before this layout (< 2⁴⁰) stay below
+ * every new one. The sequence is not reset by a failover: it has 2⁴⁰ values for the life of the table. A value
+ * that would not fit its 40 bits (or a timeline past 2²³, which would overflow a bigint) gives NULL, which the
+ * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
+ * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
+ * `sequence` is a quoted name, spliced as a string literal.
+ */
+export function historyOrdered(sequence: string): string {
+  return `(SELECT ${historyToken('s.v')}
+    FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+}
+
+/** A quoted sequence name as the string literal `nextval` takes. */
+export function sequenceLiteral(sequence: string): string {
+  return `'${sequence.replace(/'/g, "''")}'`;
+}
+
+/**
+ * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
+ * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
+ * of a batch the same number), combined with the timeline of the statement's `history h`.
+ */
+export function historyToken(v: string): string {
+  const limit = 1n << FENCING_SEQUENCE_BITS;
+  return `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
+      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | ${v} END`;
+}

@@ -1,0 +1,41 @@
+/** The renewal statement of the lease heartbeat, with the server's history in the same round trip. */
+import { live, type LeaseObjectNames } from './fragments.js';
+import { serverHistorySql } from './fencing-token.js';
+
+/**
+ * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
+ * identifier they were acquired under. Two texts per store, with and without reading the system identifier.
+ */
+export function renewSql(n: LeaseObjectNames, readSystemId: boolean): string {
+  const { lease } = n;
+  return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
+    mine AS (
+      -- Without history ($3 null) the timelines are null: unnest pads a missing array.
+      SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)
+    ), current AS MATERIALIZED (
+      -- Leases of the history the server is in: the same timeline, the same database cluster.
+      SELECT mine.target_id, mine.lease_token FROM mine, here
+      WHERE $3::bigint[] IS NULL OR (NOT here.recovery AND mine.timeline = here.timeline::bigint
+        AND ($4::text IS NULL OR here.system_id IS NULL OR here.system_id = $4::text))
+    ), lockable AS MATERIALIZED (
+      SELECT l.target_id FROM ${lease} l
+      JOIN current c ON l.target_id = c.target_id AND l.lease_token = c.lease_token
+      WHERE ${live('l')}
+      FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), renewed AS (
+      UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+      WHERE l.target_id = lockable.target_id
+      RETURNING l.lease_token
+    )
+    SELECT mine.lease_token::text AS lease_token,
+      CASE WHEN c.lease_token IS NULL THEN 'failover'
+        WHEN r.lease_token IS NOT NULL THEN 'kept'
+        WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
+        WHEN ${live('l')} THEN 'skipped'
+        ELSE 'expired' END AS outcome,
+      here.recovery, here.timeline, here.system_id
+    FROM mine CROSS JOIN here
+    LEFT JOIN current c ON c.lease_token = mine.lease_token
+    LEFT JOIN renewed r ON r.lease_token = mine.lease_token
+    LEFT JOIN ${lease} l ON l.target_id = mine.target_id`;
+}

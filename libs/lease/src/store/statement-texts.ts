@@ -1,0 +1,96 @@
+/**
+ * Every statement text of one set of table names, built once (they depend only on the names: every value is a
+ * bound parameter), and the names of the prepared ones. Pure: no I/O.
+ */
+import { createHash } from 'node:crypto';
+import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import { leaseObjectNames } from '../schema/lease-schema.js';
+import { batchAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
+import {
+  MAY_CREATE_SCHEMA_SQL,
+  MISSING_OBJECTS_SQL,
+  missingPrivilegesSql,
+  type PrivilegeCheck,
+  privilegeChecks,
+  SYSTEM_ID_READABLE_SQL,
+} from './sql/bootstrap.sql.js';
+import { lockForFenceSql } from './sql/fence.sql.js';
+import { serverHistorySql } from './sql/fencing-token.js';
+import type { LeaseObjectNames } from './sql/fragments.js';
+import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
+import { renewSql } from './sql/renew.sql.js';
+import { snapshotSql } from './sql/snapshot.sql.js';
+import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
+
+/** The texts of one configuration's statements, by statement. */
+export interface StatementTexts {
+  readonly acquire: string;
+  readonly acquireOrQueue: string;
+  readonly batchAcquire: string;
+  readonly batchRelease: string;
+  readonly release: string;
+  readonly enqueue: string;
+  readonly renew: string;
+  readonly renewWithoutSystemId: string;
+  readonly renewWaiters: string;
+  readonly dequeue: string;
+  readonly dequeueAll: string;
+  readonly snapshot: string;
+  readonly lockForFence: string;
+  readonly serverHistory: string;
+  readonly serverHistoryWithoutSystemId: string;
+  readonly systemIdReadable: string;
+  readonly missingObjects: string;
+  readonly missingPrivileges: string;
+  readonly mayCreateSchema: string;
+}
+
+/** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
+export interface Statements {
+  readonly names: LeaseObjectNames;
+  readonly sql: StatementTexts;
+  /** The rights checked by `missingPrivileges`, in the order of its statement's parameters. */
+  readonly privileges: readonly PrivilegeCheck[];
+  /** The name of a hot statement, for `pg` to prepare it once per connection ({} behind a transaction pooler). */
+  readonly named: (statement: string) => { name?: string };
+}
+
+/**
+ * The prefix of the prepared statements' names: a hash of the table names, so two configurations never share a
+ * prepared plan.
+ */
+export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 'tableName' | 'waiterTableName'>) {
+  const names = `${options.schema}.${options.tableName}.${options.waiterTableName}`;
+  return `lease_${createHash('sha1').update(names).digest('hex').slice(0, 10)}`;
+}
+
+export function buildStatements(options: ResolvedLeaseOptions): Statements {
+  const n = leaseObjectNames(options);
+  const privileges = privilegeChecks(n, options.schema);
+  const sql: StatementTexts = {
+    acquire: singleAcquireSql(n, false),
+    acquireOrQueue: singleAcquireSql(n, true),
+    batchAcquire: batchAcquireSql(n),
+    batchRelease: batchReleaseSql(n),
+    release: singleReleaseSql(n),
+    enqueue: enqueueSql(n),
+    renew: renewSql(n, true),
+    renewWithoutSystemId: renewSql(n, false),
+    renewWaiters: renewWaitersSql(n),
+    dequeue: dequeueSql(n),
+    dequeueAll: dequeueAllSql(n),
+    snapshot: snapshotSql(n),
+    lockForFence: lockForFenceSql(n),
+    serverHistory: serverHistorySql(true),
+    serverHistoryWithoutSystemId: serverHistorySql(false),
+    systemIdReadable: SYSTEM_ID_READABLE_SQL,
+    missingObjects: MISSING_OBJECTS_SQL,
+    missingPrivileges: missingPrivilegesSql(privileges),
+    mayCreateSchema: MAY_CREATE_SCHEMA_SQL,
+  };
+  const prefix = preparedPrefix(options);
+  // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
+  // client: there every statement is unnamed.
+  const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });
+  return { names: n, sql, privileges, named };
+}
