@@ -1,7 +1,7 @@
 export { LeaseModule } from './lease.module.js';
 export { LeaseService } from './lease.service.js';
 export type { Lease } from './engine/held-lease.js';
-export type { LeaseModuleOptions, ResolvedLeaseOptions } from './options/resolve-lease-options.js';
+export type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
 export type { LeaseModuleAsyncOptions, LeaseOptionsFactory } from './lease.module-definition.js';
 export type {
   AcquireOptions,

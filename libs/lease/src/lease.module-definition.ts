@@ -1,5 +1,5 @@
 import { type ConfigurableModuleAsyncOptions, ConfigurableModuleBuilder } from '@nestjs/common';
-import type { LeaseModuleOptions } from './options/resolve-lease-options.js';
+import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
 
 export const {
   ConfigurableModuleClass: ConfigurableLeaseModule,

@@ -7,7 +7,7 @@ import { LeaseEngine } from './engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive/exclusive.explorer.js';
 import { EngineRef, LEASE_ENGINE_REF } from './exclusive/engine-registry.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
-import type { LeaseModuleOptions } from './options/resolve-lease-options.js';
+import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
 import { LeaseService } from './lease.service.js';
 
 /**

@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { Lease } from './engine/held-lease.js';
 import type { LeaseDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from './options/resolve-lease-options.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
 import type {
   AcquireOptions,
   LeaseEvent,

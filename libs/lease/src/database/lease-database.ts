@@ -5,7 +5,7 @@ import { DataSource, type EntityManager } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { closeStepMs, connectBoundMs, statementPoolBoundMs } from '../options/bounds.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
 

@@ -16,6 +16,7 @@
  */
 import type pg from 'pg';
 import { isSerializationFailure } from '../errors/database-errors.js';
+import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 
 /** The part of a `pg` pool (or client) the store needs. */
 export interface Queryable {
@@ -158,16 +159,13 @@ export function sessionsOf(source: SessionSource | PoolLike): SessionSource {
   return 'withSession' in source ? source : poolSessions(source, (source as { boundedMs?: number }).boundedMs);
 }
 
-/** How many times a statement rolled back whole by a serialization failure is sent (see `retryingSerializationFailures`). */
-const MAX_ATTEMPTS = 10;
-
 /** Runs `statement` again (a few times, with a short jittered pause) when it fails with a serialization failure. */
 export async function retryingSerializationFailures<T>(statement: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await statement();
     } catch (error) {
-      if (attempt >= MAX_ATTEMPTS || !isSerializationFailure(error)) throw error;
+      if (attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) throw error;
       if (attempt > 1) await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt));
     }
   }

@@ -20,11 +20,8 @@ import { closeStepMs, connectionCloseMs, shortBoundMs } from '../options/bounds.
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
-import {
-  type LeaseModuleOptions,
-  type ResolvedLeaseOptions,
-  resolveLeaseOptions,
-} from '../options/resolve-lease-options.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { grantStatements } from '../schema/lease-schema.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { timelineOf } from '../store/sql/fencing-token.js';
@@ -39,6 +36,7 @@ import type {
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from '../options/call-input.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
+import { INT32_MAX, SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 
 /** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
 interface OpenFence {
@@ -415,7 +413,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       try {
         return await this.fencedOnce(lease, work, () => (lockFailed = true));
       } catch (error) {
-        if (!lockFailed || attempt >= 10 || !isSerializationFailure(error)) throw error;
+        if (!lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) throw error;
         if (!lease.isHeld()) throw this.refuse(lease);
       }
     }
@@ -763,7 +761,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   private waitTimeoutOf(options: AcquireOptions): number {
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > 2_147_483_647) {
+    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > INT32_MAX) {
       throw new LeaseArgumentError(messages.waitTimeoutArgument(options.waitTimeoutMs));
     }
     return waitTimeoutMs;

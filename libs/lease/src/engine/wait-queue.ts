@@ -12,11 +12,12 @@ import {
 } from '../errors/lease.errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
-import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { WaiterPlace } from '../store/store.types.js';
 import { Notifier } from '../database/notifier.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
+import { ONE_SECOND_MS } from '../options/limits.js';
 
 /** One waiting call of this process. */
 export interface Waiter {
@@ -73,7 +74,7 @@ export class WaitQueue {
    * healthy database to finish (so the row is gone before the promise rejects), short enough to bound a stall.
    */
   get graceMs(): number {
-    return Math.min(this.options.heartbeatIntervalMs, 1_000);
+    return Math.min(this.options.heartbeatIntervalMs, ONE_SECOND_MS);
   }
 
   /** Whether a call may still join this process's line (not shut down, under `maxWaitersPerProcess`). */

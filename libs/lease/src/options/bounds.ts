@@ -3,7 +3,8 @@
  * "Bounds" section is this file in words). Every bound holds on the client and on the server: the server ends a
  * statement at its bound (statement_timeout, lock_timeout), and the client gives up a little later (`slackMs`).
  */
-import type { ResolvedLeaseOptions } from './resolve-lease-options.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { ONE_SECOND_MS } from './limits.js';
 
 type Timings = Pick<
   ResolvedLeaseOptions,
@@ -43,7 +44,7 @@ export function connectBoundMs(o: Timings): number {
 
 /** How much later than the server the client gives a statement up: time for the server's answer to arrive. */
 export function slackMs(o: Timings): number {
-  return Math.min(1_000, Math.ceil(o.heartbeatIntervalMs / 2));
+  return Math.min(ONE_SECOND_MS, Math.ceil(o.heartbeatIntervalMs / 2));
 }
 
 /**
@@ -60,5 +61,5 @@ export function closeStepMs(o: Timings): number {
 
 /** Closing one connection: a polite end, then its socket is destroyed. */
 export function connectionCloseMs(o: Timings): number {
-  return Math.min(1_000, o.heartbeatIntervalMs);
+  return Math.min(ONE_SECOND_MS, o.heartbeatIntervalMs);
 }

@@ -1,5 +1,6 @@
 import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
+import { INT32_MAX, INT32_MIN } from './limits.js';
 
 export const MAX_TARGET_KEY_BYTES = 255;
 
@@ -38,12 +39,7 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
 
 /** Checks a priority: an integer in PostgreSQL's `integer` range. */
 export function assertPriority(priority: unknown): asserts priority is number {
-  if (
-    typeof priority !== 'number' ||
-    !Number.isInteger(priority) ||
-    priority < -2_147_483_648 ||
-    priority > 2_147_483_647
-  ) {
+  if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < INT32_MIN || priority > INT32_MAX) {
     throw new LeaseArgumentError(messages.priorityArgument(priority));
   }
 }
@@ -52,7 +48,7 @@ export function assertPriority(priority: unknown): asserts priority is number {
 export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
   if (holdAtLeastMs === undefined) return;
   const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
-  if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > 2_147_483_647) {
+  if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > INT32_MAX) {
     throw new LeaseArgumentError(messages.holdArgument(holdAtLeastMs));
   }
 }

@@ -1,5 +1,7 @@
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import { type LeaseModuleOptions, resolveLeaseNames, resolveLeaseOptions } from './resolve-lease-options.js';
+import { resolveLeaseNames } from './lease-names.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import { resolveLeaseOptions } from './resolve-lease-options.js';
 
 /** Option resolution: the defaults, and every rule with the advice of its message. */
 describe('resolveLeaseOptions', () => {

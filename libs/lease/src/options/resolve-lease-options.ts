@@ -1,212 +1,24 @@
+/**
+ * The module's options with their defaults applied and checked: the only place that knows defaults. Every rule
+ * throws `LeaseConfigError` with advice.
+ */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import type { DataSourceOptions } from 'typeorm';
-import type { LeaseNames } from '../schema/lease-schema.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { LONE_SURROGATE } from './call-input.js';
-
-/** Options of `LeaseModule.forRoot()` / `forRootAsync()` and of a hand-made `LeaseService`. */
-export interface LeaseModuleOptions {
-  /**
-   * How often the holder renews its leases (one batched statement per tick for all of them).
-   * @default 30_000
-   */
-  heartbeatIntervalMs?: number;
-  /**
-   * How long after its last renewal (database clock) a lease may be taken over. At least 3 × heartbeatIntervalMs.
-   * @default 120_000
-   */
-  leaseTimeoutMs?: number;
-  /**
-   * The holder treats its lease as lost once `leaseTimeoutMs − safetyMarginMs` has passed since its last confirmed
-   * renewal was sent (monotonic clock), i.e. before anyone else may take it over. Must leave room for two
-   * heartbeats: `2 × heartbeatIntervalMs ≤ leaseTimeoutMs − safetyMarginMs`.
-   * @default heartbeatIntervalMs
-   */
-  safetyMarginMs?: number;
-  /**
-   * A waiter whose own heartbeat is older than this is skipped and removed. Waiters renew every third of it.
-   * @default 15_000
-   */
-  waiterTimeoutMs?: number;
-  /**
-   * How long `acquire()` / `run()` / `@Exclusive` with a priority wait when no waitTimeoutMs is given.
-   * @default 60_000
-   */
-  defaultWaitTimeoutMs?: number;
-  /**
-   * Fallback poll of a waiting call, jittered between half and all of it. NOTIFY wakes waiters sooner; the poll covers
-   * expired holders (which send no NOTIFY) and missed notifications.
-   * @default heartbeatIntervalMs; behind `pooler: 'transaction'` without `sessionUrl` (no NOTIFY),
-   * min(heartbeatIntervalMs, 1_000)
-   */
-  waitPollIntervalMs?: number;
-  /**
-   * Wake waiters with LISTEN/NOTIFY (one listening connection per process). Turn off behind poolers that do not
-   * support LISTEN; waiters then rely on polling.
-   * @default true; false behind `pooler: 'transaction'` without `sessionUrl`
-   */
-  notify?: boolean;
-  /**
-   * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`. A soft
-   * bound: waiters enqueuing at the same instant may overshoot it by a few.
-   * @default 1_000
-   */
-  maxWaitersPerTarget?: number;
-  /**
-   * At most this many waiting calls in this process at once.
-   * @default 10_000
-   */
-  maxWaitersPerProcess?: number;
-  /**
-   * Opt-in faster releases: a release commits without waiting for the WAL flush (`synchronous_commit = off` for that
-   * statement only). A database crash can then undo a release, which only delays the next holder until the lease
-   * expires. Acquisitions (they hand out fencing tokens), heartbeats (the local deadline counts from them) and fenced
-   * writes stay fully durable, so every guarantee is unchanged.
-   * @default false
-   */
-  asyncReleaseCommits?: boolean;
-  /**
-   * Group commit: while an acquisition (or a release) of this process is in flight, further ones queue and then go
-   * together in one statement and one commit, at most this many at once. A lone call is sent at once, alone. 1 turns
-   * batching off (every call its own statement and commit); at most 1,000 (a batch locks its rows in one statement).
-   * @default 64
-   */
-  maxBatchSize?: number;
-  /**
-   * Connections of the library's own for its statements (acquisitions, releases, waiter changes, reads), opened as
-   * needed and closed when idle, with the DataSource's connection settings: every statement on them is bounded on the
-   * server and durable whatever the role's defaults (see the README, "Bounds"). `fenced()` runs on the DataSource's
-   * own pool; heartbeats and LISTEN have one connection each besides.
-   * @default 10
-   */
-  poolSize?: number;
-  /**
-   * Opt-in aging against starvation: a waiter's effective priority grows by one for every `agingIntervalMs` it has
-   * waited since it first queued. Off by default (strict priority).
-   * @default undefined (off)
-   */
-  agingIntervalMs?: number;
-  /**
-   * Schema of the lease tables.
-   * @default 'public'
-   */
-  schema?: string;
-  /**
-   * Lease table.
-   * @default 'job_lease'
-   */
-  tableName?: string;
-  /**
-   * Waiter table.
-   * @default 'job_lease_waiter'
-   */
-  waiterTableName?: string;
-  /**
-   * Create the tables at bootstrap if they are missing (the same statements as `leaseMigrations`). Off by default:
-   * add `leaseMigrations` to your DataSource's migrations instead.
-   * @default false
-   */
-  createSchema?: boolean;
-  /**
-   * Holder identity stored in `owner` (informational: ownership is proven by the lease token).
-   * @default `${hostname}:${pid}:${random}`
-   */
-  owner?: string;
-  /**
-   * Name of the `@nestjs/typeorm` DataSource to reuse.
-   * @default the default DataSource
-   */
-  dataSourceName?: string;
-  /**
-   * TypeORM options for a DataSource the module creates, owns and destroys on shutdown (instead of reusing one).
-   */
-  dataSource?: DataSourceOptions;
-  /**
-   * Idle time allowed inside a fenced transaction before PostgreSQL ends the session
-   * (`idle_in_transaction_session_timeout`), so a paused holder cannot block a takeover for longer. At most
-   * 2 × leaseTimeoutMs − safetyMarginMs − 2 × heartbeatIntervalMs, so a blocked taker still gets a usable lease.
-   * @default leaseTimeoutMs
-   */
-  fencedIdleTimeoutMs?: number;
-  /**
-   * The connection pooler between the application's DataSource and PostgreSQL. `'transaction'` (PgBouncer's
-   * `pool_mode = transaction`, and poolers like it): no named prepared statements (they would leak between clients
-   * sharing a server connection) and no session state outside a transaction; LISTEN/NOTIFY only through `sessionUrl`.
-   * @default 'none'
-   */
-  pooler?: 'none' | 'transaction';
-  /**
-   * A connection string reaching PostgreSQL directly or through a session-mode pooler, for the lease heartbeat, waiter
-   * heartbeat and LISTEN connections (three per process): a saturated transaction pooler then cannot delay renewals
-   * and cost healthy leases, and NOTIFY wake-ups work. Acquisitions, releases and `fenced()` stay on the application's
-   * DataSource. Without it behind `pooler: 'transaction'`, heartbeats go through the pooler and `notify` is off
-   * (waiters poll).
-   * @default undefined (the application's DataSource settings)
-   */
-  sessionUrl?: string;
-}
-
-/** Options with every default applied and checked. */
-export interface ResolvedLeaseOptions {
-  readonly heartbeatIntervalMs: number;
-  readonly leaseTimeoutMs: number;
-  readonly safetyMarginMs: number;
-  readonly waiterTimeoutMs: number;
-  readonly waiterHeartbeatIntervalMs: number;
-  readonly defaultWaitTimeoutMs: number;
-  readonly waitPollIntervalMs: number;
-  readonly notify: boolean;
-  readonly maxWaitersPerTarget: number;
-  readonly maxWaitersPerProcess: number;
-  /** null when aging is off. */
-  readonly agingIntervalMs: number | null;
-  readonly schema: string;
-  readonly tableName: string;
-  readonly waiterTableName: string;
-  readonly createSchema: boolean;
-  readonly owner: string;
-  readonly fencedIdleTimeoutMs: number;
-  readonly asyncReleaseCommits: boolean;
-  readonly maxBatchSize: number;
-  readonly poolSize: number;
-  readonly pooler: 'none' | 'transaction';
-  /** null: heartbeats and LISTEN use the application's DataSource settings. */
-  readonly sessionUrl: string | null;
-}
+import { resolveLeaseNames } from './lease-names.js';
+import { INT32_MAX, ONE_SECOND_MS } from './limits.js';
 
 /** Fallback poll of waiters behind a transaction pooler without `sessionUrl`, where no NOTIFY can wake them. */
-export const POOLER_POLL_INTERVAL_MS = 1_000;
+export const POOLER_POLL_INTERVAL_MS = ONE_SECOND_MS;
 
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
 
-const IDENTIFIER_MAX_BYTES = 63;
-/** Suffixes appended to the table names for derived objects; the longest decides the room left for the name. */
-const DERIVED_SUFFIXES = ['_fencing_seq', '_seq', '_wake', '_order_idx'];
-const LONGEST_SUFFIX = Math.max(...DERIVED_SUFFIXES.map((suffix) => suffix.length));
-
-function positiveInteger(name: string, value: unknown, max = 2_147_483_647): number {
+function positiveInteger(name: string, value: unknown, max = INT32_MAX): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
     throw new LeaseConfigError(`${name} must be a positive integer (at most ${max}), got ${String(value)}`);
-  }
-  return value;
-}
-
-/** Checks a schema or table name: PostgreSQL identifiers are at most 63 bytes and cannot contain NUL. */
-export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_MAX_BYTES): string {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new LeaseConfigError(`${name} must be a non-empty string, got ${JSON.stringify(value)}`);
-  }
-  if (value.includes('\0')) {
-    throw new LeaseConfigError(`${name} must not contain NUL characters`);
-  }
-  const bytes = Buffer.byteLength(value, 'utf8');
-  if (bytes > room) {
-    throw new LeaseConfigError(
-      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ` +
-        `${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
-    );
   }
   return value;
 }
@@ -235,52 +47,8 @@ function fencedIdleTimeout(
   return timeout;
 }
 
-/**
- * The lease objects share one namespace per schema (tables, sequences, indexes): a table named like a derived object
- * (`waiterTableName: 'jl_fencing_seq'` with `tableName: 'jl'`) would fail later with a raw error.
- */
-function checkDerivedNames(table: string, waiterTable: string): void {
-  const objects: Array<[string, string]> = [
-    [table, `tableName "${table}"`],
-    [waiterTable, `waiterTableName "${waiterTable}"`],
-    [`${table}_fencing_seq`, `the fencing sequence of tableName "${table}"`],
-    [`${table}_pkey`, `the primary key index of tableName "${table}"`],
-    [`${waiterTable}_seq`, `the waiter sequence of waiterTableName "${waiterTable}"`],
-    [`${waiterTable}_order_idx`, `the order index of waiterTableName "${waiterTable}"`],
-    [`${waiterTable}_pkey`, `the primary key index of waiterTableName "${waiterTable}"`],
-  ];
-  for (const [i, [name, what]] of objects.entries()) {
-    const clash = objects.findIndex(([other], j) => j !== i && other === name);
-    if (clash >= 0 && clash < i) {
-      throw new LeaseConfigError(
-        `${objects[clash][1]} collides with ${what} (both are "${name}"): ` +
-          `choose table names that are not each other's derived names`,
-      );
-    }
-  }
-}
-
 function defaultOwner(): string {
   return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-}
-
-/** Applies defaults and validates, throwing `LeaseConfigError` with advice. The only place that knows defaults. */
-/**
- * The schema and table names with their defaults, validated (and their derived objects' names checked for clashes):
- * all the migrations and entities need — no owner identity, no timing options.
- */
-export function resolveLeaseNames(names: Partial<LeaseNames> = {}): LeaseNames {
-  if (typeof names !== 'object' || names === null) {
-    throw new LeaseConfigError('The lease table names must be an object: { schema, tableName, waiterTableName }');
-  }
-  const room = IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX;
-  const tableName = checkIdentifier('tableName', names.tableName ?? 'job_lease', room);
-  const waiterTableName = checkIdentifier('waiterTableName', names.waiterTableName ?? 'job_lease_waiter', room);
-  if (tableName === waiterTableName) {
-    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${tableName}")`);
-  }
-  checkDerivedNames(tableName, waiterTableName);
-  return { schema: checkIdentifier('schema', names.schema ?? 'public'), tableName, waiterTableName };
 }
 
 export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {

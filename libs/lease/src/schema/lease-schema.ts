@@ -4,13 +4,7 @@
  * TypeORM's schema diff after the migration and expects nothing to change.
  */
 import { EntitySchema, type EntitySchemaColumnOptions } from 'typeorm';
-
-/** The names a deployment chooses (validated by `resolveLeaseNames`). */
-export interface LeaseNames {
-  schema: string;
-  tableName: string;
-  waiterTableName: string;
-}
+import type { LeaseNames } from '../options/lease-names.js';
 
 /** Quotes a validated identifier. */
 export function quoteIdentifier(name: string): string {

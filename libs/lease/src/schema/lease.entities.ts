@@ -1,6 +1,6 @@
 import type { EntitySchema } from 'typeorm';
-import { type LeaseNames, leaseEntitySchemas } from './lease-schema.js';
-import { resolveLeaseNames } from '../options/resolve-lease-options.js';
+import { leaseEntitySchemas } from './lease-schema.js';
+import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
 
 /** A row of the lease table (for reading it with TypeORM; the library itself writes it with SQL). */
 export interface LeaseRow {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { dropSchemaStatements, type LeaseNames, schemaStatements } from './lease-schema.js';
-import { resolveLeaseNames } from '../options/resolve-lease-options.js';
+import { dropSchemaStatements, schemaStatements } from './lease-schema.js';
+import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
 
 /** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
 const CREATED_AT = 1764374400000;

@@ -7,7 +7,8 @@
 import type pg from 'pg';
 import type { EntityManager } from 'typeorm';
 import { LeaseStore } from './lease-store.js';
-import { type LeaseModuleOptions, resolveLeaseOptions } from '../options/resolve-lease-options.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import type { Queryable, SessionSource } from '../database/sessions.js';
 
 /** One statement as the store sent it (`query_timeout` is left out: it is measured from the clock). */

@@ -20,7 +20,7 @@ import {
 } from '../database/sessions.js';
 import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
 import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
@@ -49,6 +49,7 @@ import type {
   SnapshotRow,
   WaiterPlace,
 } from './store.types.js';
+import { ONE_SECOND_MS } from '../options/limits.js';
 
 /**
  * Batches in flight at once per kind (acquisitions, releases): one, classic group commit. Measured on the
@@ -103,7 +104,7 @@ export class LeaseStore {
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
-    const stallMs = Math.min(1_000, options.heartbeatIntervalMs);
+    const stallMs = Math.min(ONE_SECOND_MS, options.heartbeatIntervalMs);
     const batching = { maxBatch: options.maxBatchSize, maxInFlight: BATCHES_IN_FLIGHT, stallMs };
     this.acquisitions = new GroupCommit((items) => this.sendAcquisitions(items), {
       ...batching,

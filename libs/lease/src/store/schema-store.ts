@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
 import { statementPoolBoundMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { schemaStatements } from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow } from './rows.js';
 import type { Statements } from './statement-texts.js';

@@ -3,7 +3,7 @@
  * bound parameter), and the names of the prepared ones. Pure: no I/O.
  */
 import { createHash } from 'node:crypto';
-import type { ResolvedLeaseOptions } from '../options/resolve-lease-options.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { batchAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
 import {

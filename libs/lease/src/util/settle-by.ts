@@ -1,5 +1,4 @@
-/** setTimeout's longest delay; a longer one fires at once (with a warning). */
-const MAX_TIMER_MS = 2_147_483_647;
+import { MAX_TIMER_MS } from '../options/limits.js';
 
 /**
  * Calls `callback` once `ms` have passed, however long that is: a delay past setTimeout's range is covered by a chain
