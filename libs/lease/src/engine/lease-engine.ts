@@ -1,31 +1,29 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomUUID } from 'node:crypto';
 import { type BeforeApplicationShutdown, Logger, type OnModuleInit } from '@nestjs/common';
-import { type Observable, Subject, type Subscription } from 'rxjs';
+import { type Observable, Subject } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
+import { BootstrapChecks } from './bootstrap-checks.js';
+import { FencedTransactions } from './fenced-transaction.js';
+import { LeaseHeartbeat } from './lease-heartbeat.js';
+import { snapshotsOf } from './lease-snapshot.js';
+import { ReleaseRetries } from './release-retries.js';
+import { unavailableOr } from '../errors/database-errors.js';
 import {
   LeaseArgumentError,
   LeaseBusyError,
-  LeaseConfigError,
-  LeaseLostError,
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
-import { errorText, messages } from '../errors/lease.messages.js';
+import { messages } from '../errors/lease.messages.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
-import { closeStepMs, connectionCloseMs, shortBoundMs } from '../options/bounds.js';
+import { closeStepMs, connectionCloseMs } from '../options/bounds.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
-import { grantStatements } from '../schema/lease-schema.js';
 import { LeaseStore } from '../store/lease-store.js';
-import { timelineOf } from '../store/sql/fencing-token.js';
-import type { RenewResult, ServerHistory } from '../store/store.types.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type {
   AcquireOptions,
@@ -36,29 +34,11 @@ import type {
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from '../options/call-input.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
-import { INT32_MAX, SERIALIZATION_ATTEMPTS } from '../options/limits.js';
-
-/** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
-interface OpenFence {
-  readonly manager: EntityManager;
-  /** Nested parts run one at a time (each in a savepoint on the one connection). */
-  queue: Promise<unknown>;
-  closed: boolean;
-}
+import { INT32_MAX } from '../options/limits.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
   readonly waiter: Waiter;
-}
-
-/** A release that failed, retried until it lands or its lease would have expired anyway (see `release`). */
-interface Unreleased {
-  readonly targetKey: string;
-  readonly token: string;
-  /** Monotonic time after which the row has expired by itself (no need to go on). */
-  readonly until: number;
-  delayMs: number;
-  timer?: NodeJS.Timeout;
 }
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
@@ -91,29 +71,22 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly events = new Subject<LeaseEvent>();
   private readonly store: LeaseStore;
   private readonly context = new LeaseContext();
-  private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
   private readonly held = new Map<string, HeldLease>();
   /**
    * What close() waits for, each settled (never rejecting): calls in flight (acquiring or waiting), acquire statements
    * in flight (one a call gave up on may still land), releases in flight.
    */
   private readonly inFlight = new Set<Promise<void>>();
-  /** Releases that failed and are retried (by lease token). */
-  private readonly unreleased = new Map<string, Unreleased>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
   private readonly waiterHeartbeatConnection: DedicatedConnection;
-  private heartbeat?: Subscription;
   private closing?: Promise<void>;
   private readonly database: LeaseDatabase;
-  /**
-   * The system identifier of the database cluster this process acquires leases in (null: not readable by the role).
-   * Each lease's timeline is in its fencing token; together they are the history a renewal checks.
-   */
-  private systemId: string | null = null;
-  /** What the last renewal that found another history said about it, for the loss messages. */
-  private failoverDetail?: string;
+  private readonly checks: BootstrapChecks;
+  private readonly heartbeat: LeaseHeartbeat;
+  private readonly fencing: FencedTransactions;
+  private readonly retries: ReleaseRetries;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
@@ -150,56 +123,24 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
       this.logger,
     );
+    this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
+    const lose = this.lose.bind(this);
+    this.heartbeat = new LeaseHeartbeat(this.store, this.options, this.logger, this.held, lose, (event) =>
+      this.emit(event),
+    );
+    this.fencing = new FencedTransactions(this.database, this.store, lose);
+    this.retries = new ReleaseRetries(
+      this.store,
+      this.options,
+      this.logger,
+      (work) => this.track(work),
+      () => this.closing !== undefined,
+    );
   }
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
   async init(): Promise<void> {
-    await this.database.open();
-    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
-      this.logger.warn(
-        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
-          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
-          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, ` +
-          'for both',
-      );
-    }
-    if (this.options.createSchema) await this.createSchema();
-    const missing = await this.store.schema.missingObjects();
-    if (missing.length > 0) {
-      throw new LeaseConfigError(
-        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
-          'run them, or set createSchema: true',
-      );
-    }
-    await this.checkPrivileges();
-    this.systemId = (await this.store.serverHistory()).systemId;
-  }
-
-  /**
-   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
-   * right — so a least-privileged role starts fine where the owner ran the migrations.
-   */
-  private async createSchema(): Promise<void> {
-    if ((await this.store.schema.missingObjects()).length === 0) return;
-    const { role, allowed } = await this.store.schema.mayCreateSchema();
-    if (!allowed) {
-      throw new LeaseConfigError(
-        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
-          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
-          'in the README ("Database privileges"), or grant it CREATE on the schema',
-      );
-    }
-    await this.store.schema.createSchema();
-  }
-
-  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
-  private async checkPrivileges(): Promise<void> {
-    const { role, missing } = await this.store.schema.missingPrivileges();
-    if (missing.length === 0) return;
-    throw new LeaseConfigError(
-      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
-        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
-    );
+    this.heartbeat.systemId = await this.checks.run();
   }
 
   async onModuleInit(): Promise<void> {
@@ -229,12 +170,11 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
       const releases = [...this.held.values()].map((lease) => this.release(lease));
-      const retried = [...this.unreleased.values()].map((entry) => this.retryNow(entry));
+      const retried = this.retries.retryAll();
       await within('releases', Promise.all([...releases, ...retried, this.settled()]));
-      this.stopHeartbeat();
+      this.heartbeat.stop();
       await Promise.all([this.heartbeatConnection.close(), this.waiterHeartbeatConnection.close()]);
-      for (const entry of this.unreleased.values()) clearTimeout(entry.timer);
-      this.unreleased.clear();
+      this.retries.clear();
       this.events.complete();
       await this.database.close().catch((error: unknown) => this.logger.warn(`Shutdown: ${String(error)}`));
     })();
@@ -259,7 +199,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** Whether the lease heartbeat runs (tests, through `internal.ts`). */
   get heartbeatRunning(): boolean {
-    return this.heartbeat !== undefined;
+    return this.heartbeat.running;
   }
 
   /** Replaces the wake-up of the waiter a head-only NOTIFY names (tests, through `internal.ts`). */
@@ -361,29 +301,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const rows = await this.store.snapshot(targetKey).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, targetKey === undefined ? 'list leases' : 'list the leases of');
     });
-    const positions = new Map<string, number>();
-    return rows.map((row) => {
-      const live = row.since_heartbeat_ms < row.timeout_ms;
-      const snapshot: LeaseSnapshot = {
-        targetKey: row.target_id,
-        state: row.state,
-        owner: row.owner,
-        mine: row.owner === this.options.owner,
-        priority: row.priority,
-        effectivePriority: Number(row.effective_priority),
-        ageMs: Math.round(row.age_ms),
-        sinceHeartbeatMs: Math.round(row.since_heartbeat_ms),
-        timeoutMs: row.timeout_ms,
-        live,
-      };
-      if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
-      if (row.state === 'waiting' && live) {
-        const position = (positions.get(row.target_id) ?? 0) + 1;
-        positions.set(row.target_id, position);
-        snapshot.position = position;
-      }
-      return snapshot;
-    });
+    return snapshotsOf(rows, this.options.owner);
   }
 
   /** Leases this process holds now (local view; no database call). */
@@ -396,99 +314,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     return this.queue.size;
   }
 
-  /**
-   * The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. A `fenced()`
-   * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
-   * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
-   */
-  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    if (!lease.isHeld()) throw this.refuse(lease);
-    const open = this.fences.getStore()?.get(lease);
-    if (open && !open.closed) return this.joinFence(lease, open, work);
-    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
-    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
-    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
-    for (let attempt = 1; ; attempt++) {
-      let lockFailed = false;
-      try {
-        return await this.fencedOnce(lease, work, () => (lockFailed = true));
-      } catch (error) {
-        if (!lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) throw error;
-        if (!lease.isHeld()) throw this.refuse(lease);
-      }
-    }
-  }
-
-  private fencedOnce<T>(
-    lease: HeldLease,
-    work: (manager: EntityManager) => Promise<T>,
-    onLockFailed: () => void,
-  ): Promise<T> {
-    return this.database.transaction(async (manager) => {
-      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
-      try {
-        // The row lock is waited for no longer than the lease may still be used.
-        locked = await this.store.lockForFence(manager, lease.targetKey, lease.deadline - performance.now());
-      } catch (error) {
-        onLockFailed();
-        throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
-      }
-      const { leaseToken: token, timeline } = locked;
-      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
-      const acquiredIn = timelineOf(lease.fencingToken);
-      if (timeline !== acquiredIn) {
-        const detail = `timeline ${acquiredIn} → ${timeline}`;
-        this.lose(lease, 'failover', detail);
-        throw new LeaseLostError(lease.targetKey, 'failover', detail);
-      }
-      if (token !== lease.token) {
-        this.lose(lease, 'taken-over');
-        throw new LeaseLostError(lease.targetKey, 'taken-over');
-      }
-      const result = await this.withinFence(lease, manager, work);
-      // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
-      // it may commit.
-      if (!lease.isHeld()) throw this.refuse(lease);
-      return result;
-    });
-  }
-
-  /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
-  private async withinFence<T>(
-    lease: HeldLease,
-    manager: EntityManager,
-    work: (manager: EntityManager) => Promise<T>,
-  ): Promise<T> {
-    const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
-    const fences = new Map(this.fences.getStore());
-    fences.set(lease, fence);
-    try {
-      return await this.fences.run(fences, () => work(manager));
-    } finally {
-      fence.closed = true;
-    }
-  }
-
-  /** A nested part of an open fence: a savepoint on its connection; its failure rolls back only the part. */
-  private joinFence<T>(lease: HeldLease, open: OpenFence, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    const part = open.queue.then(() =>
-      open.manager.transaction(async (inner) => {
-        if (!lease.isHeld()) throw this.refuse(lease);
-        return this.withinFence(lease, inner, work);
-      }),
-    );
-    open.queue = part.catch(() => undefined);
-    return part;
-  }
-
-  /**
-   * A fenced write refused because the lease is not held. Past its deadline, the deadline timer may not have fired
-   * yet (a process resumed from a pause runs its due timers in order): lose the lease now, so the signal, the 'lost'
-   * event and the refusal agree.
-   */
-  private refuse(lease: HeldLease): LeaseLostError {
-    if (lease.active) this.lose(lease, 'renewal-deadline');
-    return new LeaseLostError(lease.targetKey, lease.lossReason);
+  /** The lease's `fenced()` (see `FencedTransactions`). */
+  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    return this.fencing.fenced(lease, work);
   }
 
   /**
@@ -502,7 +330,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.
     const until = lease.deadline + this.options.safetyMarginMs;
-    await this.releaseRow(lease.targetKey, lease.token, until, () =>
+    await this.retries.releaseRow(lease.targetKey, lease.token, until, () =>
       this.emit({
         type: 'released',
         targetKey: lease.targetKey,
@@ -510,53 +338,6 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
         heldMs,
         at: new Date(),
       }),
-    );
-  }
-
-  /** One release statement; on failure, the retries of `release`. Never rejects. */
-  private releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void): Promise<void> {
-    return this.track(
-      this.store.release(targetKey, token, shortBoundMs(this.options)).then(
-        (released) => {
-          if (released) onReleased?.();
-        },
-        (error: unknown) => this.retryRelease({ targetKey, token, until, delayMs: 50 }, error, onReleased),
-      ),
-    );
-  }
-
-  private retryRelease(entry: Unreleased, error: unknown, onReleased?: () => void): void {
-    const leftMs = entry.until - performance.now();
-    if (this.closing || leftMs <= entry.delayMs) {
-      this.unreleased.delete(entry.token);
-      this.logger.warn(`Release of "${entry.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
-      return;
-    }
-    if (!this.unreleased.has(entry.token)) {
-      this.logger.warn(
-        `Release of "${entry.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
-          `expire by itself in ${Math.round(leftMs)} ms)`,
-      );
-    }
-    this.unreleased.set(entry.token, entry);
-    entry.timer = setTimeout(() => {
-      entry.delayMs = Math.min(entry.delayMs * 2, this.options.heartbeatIntervalMs);
-      void this.retryNow(entry, onReleased);
-    }, entry.delayMs);
-    entry.timer.unref();
-  }
-
-  /** The next try of a failed release (at its timer, or at once at shutdown). */
-  private retryNow(entry: Unreleased, onReleased?: () => void): Promise<void> {
-    clearTimeout(entry.timer);
-    return this.track(
-      this.store.release(entry.targetKey, entry.token, shortBoundMs(this.options)).then(
-        (released) => {
-          this.unreleased.delete(entry.token);
-          if (released) onReleased?.();
-        },
-        (error: unknown) => this.retryRelease(entry, error, onReleased),
-      ),
     );
   }
 
@@ -608,13 +389,13 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
-      await this.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseShutdownError(targetKey);
     }
     const localLimitMs = this.options.leaseTimeoutMs - this.options.safetyMarginMs;
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
-      await this.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseUnavailableError(targetKey, `the grant arrived after its local deadline (${localLimitMs} ms)`, {
         kind: 'failing',
       });
@@ -624,7 +405,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     );
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);
-    this.startHeartbeat();
+    this.heartbeat.start();
     const at = new Date();
     if (row.tookOver) {
       this.logger.log(
@@ -669,88 +450,6 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.held.delete(lease.token);
   }
 
-  /**
-   * Runs while leases are held. It stops at its first tick that finds none, not at the last release: a process that
-   * acquires and releases in a loop keeps one heartbeat rather than building and tearing one down per lease.
-   */
-  private startHeartbeat(): void {
-    this.heartbeat ??= batchedHeartbeat(
-      this.options.heartbeatIntervalMs,
-      () => {
-        if (this.held.size === 0) queueMicrotask(() => this.held.size === 0 && this.stopHeartbeat());
-        return [...this.held.values()];
-      },
-      (batch) =>
-        this.store
-          .renew(
-            batch.map((lease) => lease.targetKey),
-            batch.map((lease) => lease.token),
-            this.options.heartbeatIntervalMs,
-            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
-          )
-          .then((result) => this.noteHistory(result)),
-    ).subscribe((tick) => this.onHeartbeat(tick));
-  }
-
-  /**
-   * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
-   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
-   */
-  private noteHistory(result: RenewResult): RenewResult {
-    const here = result.history;
-    if (!here || !result.failover?.size) return result;
-    this.failoverDetail = describeChange(here, this.systemId);
-    this.logger.warn(
-      `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
-        'are lost (reason failover); their work must stop, their fenced writes are refused',
-    );
-    if (here.systemId !== null) this.systemId = here.systemId;
-    return result;
-  }
-
-  private stopHeartbeat(): void {
-    this.heartbeat?.unsubscribe();
-    this.heartbeat = undefined;
-  }
-
-  private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
-    const at = new Date();
-    if (tick.error !== undefined) {
-      this.logger.warn(
-        `Heartbeat of ${tick.batch.length} lease(s) failed (${errorText(tick.error)}); retrying next tick`,
-      );
-      this.emit({
-        type: 'renew-failed',
-        leases: tick.batch.length,
-        error: errorText(tick.error),
-        latencyMs: tick.latencyMs,
-        at,
-      });
-      return;
-    }
-    for (const lease of tick.batch) {
-      if (!lease.active) continue;
-      if (tick.kept?.has(lease.token)) {
-        lease.confirm(tick.sentAt);
-        this.emit({
-          type: 'renewed',
-          targetKey: lease.targetKey,
-          fencingToken: lease.fencingToken,
-          latencyMs: tick.latencyMs,
-          at,
-        });
-      } else if (tick.skipped?.has(lease.token)) {
-        // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
-      } else if (tick.failover?.has(lease.token)) {
-        this.lose(lease, 'failover', this.failoverDetail);
-      } else if (tick.expired?.has(lease.token)) {
-        this.lose(lease, 'renewal-deadline');
-      } else {
-        this.lose(lease, 'taken-over');
-      }
-    }
-  }
-
   /** The one check of a call's key, priority and hold (`LeaseKeyError` / argument errors). */
   private request(targetKey: unknown, options: TryAcquireOptions): LeaseRequest {
     assertTargetKey(targetKey);
@@ -786,13 +485,4 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private emit(event: LeaseEvent): void {
     if (!this.events.closed) this.events.next(event);
   }
-}
-
-/** How the server's history differs from the leases': for log lines and `LeaseLostError` details. */
-function describeChange(here: ServerHistory, systemId: string | null): string {
-  if (here.recovery) return 'the server is in recovery: a standby, or a failover under way';
-  if (systemId !== null && here.systemId !== null && here.systemId !== systemId) {
-    return `another database cluster: system identifier ${systemId} → ${here.systemId}`;
-  }
-  return `the server is on timeline ${here.timeline}`;
 }

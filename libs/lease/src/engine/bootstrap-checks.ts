@@ -1,0 +1,71 @@
+/**
+ * What the engine checks at bootstrap, before the first lease: the DataSource, the tables (created when
+ * `createSchema` is set and some are missing), the role's rights, and the system identifier the leases are acquired
+ * under. Collaborators given explicitly.
+ */
+import type { Logger } from '@nestjs/common';
+import type { LeaseDatabase } from '../database/lease-database.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { grantStatements } from '../schema/lease-schema.js';
+import type { LeaseStore } from '../store/lease-store.js';
+
+export class BootstrapChecks {
+  constructor(
+    private readonly database: LeaseDatabase,
+    private readonly store: LeaseStore,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
+  /** Runs every check; resolves with the system identifier of the database cluster (null: not readable). */
+  async run(): Promise<string | null> {
+    await this.database.open();
+    if (this.options.pooler === 'transaction' && !this.options.sessionUrl) {
+      this.logger.warn(
+        "pooler: 'transaction' without sessionUrl: heartbeats go through the pooler (a saturated pooler can delay " +
+          'them past the lease timeout) and LISTEN/NOTIFY is off (waiters poll every ' +
+          `${this.options.waitPollIntervalMs} ms); give sessionUrl, a direct or session-mode connection string, ` +
+          'for both',
+      );
+    }
+    if (this.options.createSchema) await this.createSchema();
+    const missing = await this.store.schema.missingObjects();
+    if (missing.length > 0) {
+      throw new LeaseConfigError(
+        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
+          'run them, or set createSchema: true',
+      );
+    }
+    await this.checkPrivileges();
+    return (await this.store.serverHistory()).systemId;
+  }
+
+  /**
+   * `createSchema`: creates the objects only when some are missing — `CREATE … IF NOT EXISTS` still needs the CREATE
+   * right — so a least-privileged role starts fine where the owner ran the migrations.
+   */
+  private async createSchema(): Promise<void> {
+    if ((await this.store.schema.missingObjects()).length === 0) return;
+    const { role, allowed } = await this.store.schema.mayCreateSchema();
+    if (!allowed) {
+      throw new LeaseConfigError(
+        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
+          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
+          'in the README ("Database privileges"), or grant it CREATE on the schema',
+      );
+    }
+    await this.store.schema.createSchema();
+  }
+
+  /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */
+  private async checkPrivileges(): Promise<void> {
+    const { role, missing } = await this.store.schema.missingPrivileges();
+    if (missing.length === 0) return;
+    throw new LeaseConfigError(
+      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
+        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
+    );
+  }
+}

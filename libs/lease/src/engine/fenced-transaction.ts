@@ -1,0 +1,131 @@
+/**
+ * `fenced()`: the lease row locked and its token checked in the transaction that runs the work, and nested `fenced()`
+ * calls of the same lease joined in savepoints. Its collaborators are given explicitly: the database (transactions),
+ * the store (the locking statement) and `lose` (the engine's loss of a lease).
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import type { EntityManager } from 'typeorm';
+import type { LeaseDatabase } from '../database/lease-database.js';
+import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
+import { LeaseLostError } from '../errors/lease.errors.js';
+import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
+import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
+import type { LeaseStore } from '../store/lease-store.js';
+import { timelineOf } from '../store/sql/fencing-token.js';
+import type { HeldLease } from './held-lease.js';
+
+/** How the engine loses a lease (its signal, its event, its log line). */
+export type LoseLease = (lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string) => void;
+
+/** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
+interface OpenFence {
+  readonly manager: EntityManager;
+  /** Nested parts run one at a time (each in a savepoint on the one connection). */
+  queue: Promise<unknown>;
+  closed: boolean;
+}
+
+export class FencedTransactions {
+  private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
+
+  constructor(
+    private readonly database: LeaseDatabase,
+    private readonly store: LeaseStore,
+    private readonly lose: LoseLease,
+  ) {}
+
+  /**
+   * The lease's `fenced()`: lock the row, check the token, run `work` in the same transaction. A `fenced()`
+   * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
+   * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
+   */
+  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    if (!lease.isHeld()) throw this.refuse(lease);
+    const open = this.fences.getStore()?.get(lease);
+    if (open && !open.closed) return this.joinFence(lease, open, work);
+    // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
+    // 40001; nothing of `work` has run yet, so the transaction simply starts again.
+    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
+    for (let attempt = 1; ; attempt++) {
+      let lockFailed = false;
+      try {
+        return await this.fencedOnce(lease, work, () => (lockFailed = true));
+      } catch (error) {
+        if (!lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) throw error;
+        if (!lease.isHeld()) throw this.refuse(lease);
+      }
+    }
+  }
+
+  private fencedOnce<T>(
+    lease: HeldLease,
+    work: (manager: EntityManager) => Promise<T>,
+    onLockFailed: () => void,
+  ): Promise<T> {
+    return this.database.transaction(async (manager) => {
+      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
+      try {
+        // The row lock is waited for no longer than the lease may still be used.
+        locked = await this.store.lockForFence(manager, lease.targetKey, lease.deadline - performance.now());
+      } catch (error) {
+        onLockFailed();
+        throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
+      }
+      const { leaseToken: token, timeline } = locked;
+      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
+      const acquiredIn = timelineOf(lease.fencingToken);
+      if (timeline !== acquiredIn) {
+        const detail = `timeline ${acquiredIn} → ${timeline}`;
+        this.lose(lease, 'failover', detail);
+        throw new LeaseLostError(lease.targetKey, 'failover', detail);
+      }
+      if (token !== lease.token) {
+        this.lose(lease, 'taken-over');
+        throw new LeaseLostError(lease.targetKey, 'taken-over');
+      }
+      const result = await this.withinFence(lease, manager, work);
+      // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
+      // it may commit.
+      if (!lease.isHeld()) throw this.refuse(lease);
+      return result;
+    });
+  }
+
+  /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
+  private async withinFence<T>(
+    lease: HeldLease,
+    manager: EntityManager,
+    work: (manager: EntityManager) => Promise<T>,
+  ): Promise<T> {
+    const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
+    const fences = new Map(this.fences.getStore());
+    fences.set(lease, fence);
+    try {
+      return await this.fences.run(fences, () => work(manager));
+    } finally {
+      fence.closed = true;
+    }
+  }
+
+  /** A nested part of an open fence: a savepoint on its connection; its failure rolls back only the part. */
+  private joinFence<T>(lease: HeldLease, open: OpenFence, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    const part = open.queue.then(() =>
+      open.manager.transaction(async (inner) => {
+        if (!lease.isHeld()) throw this.refuse(lease);
+        return this.withinFence(lease, inner, work);
+      }),
+    );
+    open.queue = part.catch(() => undefined);
+    return part;
+  }
+
+  /**
+   * A fenced write refused because the lease is not held. Past its deadline, the deadline timer may not have fired
+   * yet (a process resumed from a pause runs its due timers in order): lose the lease now, so the signal, the 'lost'
+   * event and the refusal agree.
+   */
+  refuse(lease: HeldLease): LeaseLostError {
+    if (lease.active) this.lose(lease, 'renewal-deadline');
+    return new LeaseLostError(lease.targetKey, lease.lossReason);
+  }
+}

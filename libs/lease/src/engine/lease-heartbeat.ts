@@ -1,0 +1,130 @@
+/**
+ * The lease heartbeat of one engine: one batched renewal per tick for every lease held, the server's history checked
+ * in the same statement, and each lease confirmed, left to its local deadline, or lost. Collaborators given
+ * explicitly: the store, the options, the logger, the held leases, `lose` and `emit` of the engine.
+ */
+import type { Logger } from '@nestjs/common';
+import type { Subscription } from 'rxjs';
+import { errorText } from '../errors/lease.messages.js';
+import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseStore } from '../store/lease-store.js';
+import type { RenewResult, ServerHistory } from '../store/store.types.js';
+import type { LoseLease } from './fenced-transaction.js';
+import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
+import type { HeldLease } from './held-lease.js';
+
+export class LeaseHeartbeat {
+  private heartbeat?: Subscription;
+  /**
+   * The system identifier of the database cluster this process acquires leases in (null: not readable by the role).
+   * Each lease's timeline is in its fencing token; together they are the history a renewal checks.
+   */
+  systemId: string | null = null;
+  /** What the last renewal that found another history said about it, for the loss messages. */
+  private failoverDetail?: string;
+
+  constructor(
+    private readonly store: LeaseStore,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly logger: Logger,
+    private readonly held: ReadonlyMap<string, HeldLease>,
+    private readonly lose: LoseLease,
+    private readonly emit: (event: LeaseEvent) => void,
+  ) {}
+
+  get running(): boolean {
+    return this.heartbeat !== undefined;
+  }
+
+  /**
+   * Runs while leases are held. It stops at its first tick that finds none, not at the last release: a process that
+   * acquires and releases in a loop keeps one heartbeat rather than building and tearing one down per lease.
+   */
+  start(): void {
+    this.heartbeat ??= batchedHeartbeat(
+      this.options.heartbeatIntervalMs,
+      () => {
+        if (this.held.size === 0) queueMicrotask(() => this.held.size === 0 && this.stop());
+        return [...this.held.values()];
+      },
+      (batch) =>
+        this.store
+          .renew(
+            batch.map((lease) => lease.targetKey),
+            batch.map((lease) => lease.token),
+            this.options.heartbeatIntervalMs,
+            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
+          )
+          .then((result) => this.noteHistory(result)),
+    ).subscribe((tick) => this.onHeartbeat(tick));
+  }
+
+  /**
+   * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
+   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
+   */
+  private noteHistory(result: RenewResult): RenewResult {
+    const here = result.history;
+    if (!here || !result.failover?.size) return result;
+    this.failoverDetail = describeChange(here, this.systemId);
+    this.logger.warn(
+      `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
+        'are lost (reason failover); their work must stop, their fenced writes are refused',
+    );
+    if (here.systemId !== null) this.systemId = here.systemId;
+    return result;
+  }
+
+  stop(): void {
+    this.heartbeat?.unsubscribe();
+    this.heartbeat = undefined;
+  }
+
+  private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
+    const at = new Date();
+    if (tick.error !== undefined) {
+      this.logger.warn(
+        `Heartbeat of ${tick.batch.length} lease(s) failed (${errorText(tick.error)}); retrying next tick`,
+      );
+      this.emit({
+        type: 'renew-failed',
+        leases: tick.batch.length,
+        error: errorText(tick.error),
+        latencyMs: tick.latencyMs,
+        at,
+      });
+      return;
+    }
+    for (const lease of tick.batch) {
+      if (!lease.active) continue;
+      if (tick.kept?.has(lease.token)) {
+        lease.confirm(tick.sentAt);
+        this.emit({
+          type: 'renewed',
+          targetKey: lease.targetKey,
+          fencingToken: lease.fencingToken,
+          latencyMs: tick.latencyMs,
+          at,
+        });
+      } else if (tick.skipped?.has(lease.token)) {
+        // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
+      } else if (tick.failover?.has(lease.token)) {
+        this.lose(lease, 'failover', this.failoverDetail);
+      } else if (tick.expired?.has(lease.token)) {
+        this.lose(lease, 'renewal-deadline');
+      } else {
+        this.lose(lease, 'taken-over');
+      }
+    }
+  }
+}
+
+/** How the server's history differs from the leases': for log lines and `LeaseLostError` details. */
+function describeChange(here: ServerHistory, systemId: string | null): string {
+  if (here.recovery) return 'the server is in recovery: a standby, or a failover under way';
+  if (systemId !== null && here.systemId !== null && here.systemId !== systemId) {
+    return `another database cluster: system identifier ${systemId} → ${here.systemId}`;
+  }
+  return `the server is on timeline ${here.timeline}`;
+}

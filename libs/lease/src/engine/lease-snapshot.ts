@@ -1,0 +1,30 @@
+/** `LeaseService.list()`'s rows: the snapshot statement's rows as `LeaseSnapshot`s, with waiters' positions. */
+import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import type { SnapshotRow } from '../store/store.types.js';
+
+/** `rows` in grant order per target (as the statement returns them); `owner`: this process's, for `mine`. */
+export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseSnapshot[] {
+  const positions = new Map<string, number>();
+  return rows.map((row) => {
+    const live = row.since_heartbeat_ms < row.timeout_ms;
+    const snapshot: LeaseSnapshot = {
+      targetKey: row.target_id,
+      state: row.state,
+      owner: row.owner,
+      mine: row.owner === owner,
+      priority: row.priority,
+      effectivePriority: Number(row.effective_priority),
+      ageMs: Math.round(row.age_ms),
+      sinceHeartbeatMs: Math.round(row.since_heartbeat_ms),
+      timeoutMs: row.timeout_ms,
+      live,
+    };
+    if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
+    if (row.state === 'waiting' && live) {
+      const position = (positions.get(row.target_id) ?? 0) + 1;
+      positions.set(row.target_id, position);
+      snapshot.position = position;
+    }
+    return snapshot;
+  });
+}

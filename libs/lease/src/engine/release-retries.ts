@@ -1,0 +1,91 @@
+/**
+ * Releases that failed, retried in the background until they land or the row has expired by itself: a release is
+ * idempotent, and a row left held would block its key until it expires. Collaborators given explicitly: the store,
+ * the options, the engine's logger, its tracking of work in flight (for `close()`) and whether it is closing.
+ */
+import type { Logger } from '@nestjs/common';
+import { errorText } from '../errors/lease.messages.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { shortBoundMs } from '../options/bounds.js';
+import type { LeaseStore } from '../store/lease-store.js';
+
+/** A release that failed, retried until it lands or its lease would have expired anyway (see `release`). */
+interface Unreleased {
+  readonly targetKey: string;
+  readonly token: string;
+  /** Monotonic time after which the row has expired by itself (no need to go on). */
+  readonly until: number;
+  delayMs: number;
+  timer?: NodeJS.Timeout;
+}
+
+export class ReleaseRetries {
+  /** Releases that failed and are retried (by lease token). */
+  private readonly unreleased = new Map<string, Unreleased>();
+
+  constructor(
+    private readonly store: LeaseStore,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly logger: Logger,
+    private readonly track: <T>(work: Promise<T>) => Promise<T>,
+    private readonly closing: () => boolean,
+  ) {}
+
+  /** One release statement; on failure, the retries of `release`. Never rejects. */
+  releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void): Promise<void> {
+    return this.track(
+      this.store.release(targetKey, token, shortBoundMs(this.options)).then(
+        (released) => {
+          if (released) onReleased?.();
+        },
+        (error: unknown) => this.retryRelease({ targetKey, token, until, delayMs: 50 }, error, onReleased),
+      ),
+    );
+  }
+
+  private retryRelease(entry: Unreleased, error: unknown, onReleased?: () => void): void {
+    const leftMs = entry.until - performance.now();
+    if (this.closing() || leftMs <= entry.delayMs) {
+      this.unreleased.delete(entry.token);
+      this.logger.warn(`Release of "${entry.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
+      return;
+    }
+    if (!this.unreleased.has(entry.token)) {
+      this.logger.warn(
+        `Release of "${entry.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
+          `expire by itself in ${Math.round(leftMs)} ms)`,
+      );
+    }
+    this.unreleased.set(entry.token, entry);
+    entry.timer = setTimeout(() => {
+      entry.delayMs = Math.min(entry.delayMs * 2, this.options.heartbeatIntervalMs);
+      void this.retryNow(entry, onReleased);
+    }, entry.delayMs);
+    entry.timer.unref();
+  }
+
+  /** The next try of a failed release (at its timer, or at once at shutdown). */
+  retryNow(entry: Unreleased, onReleased?: () => void): Promise<void> {
+    clearTimeout(entry.timer);
+    return this.track(
+      this.store.release(entry.targetKey, entry.token, shortBoundMs(this.options)).then(
+        (released) => {
+          this.unreleased.delete(entry.token);
+          if (released) onReleased?.();
+        },
+        (error: unknown) => this.retryRelease(entry, error, onReleased),
+      ),
+    );
+  }
+
+  /** Every release still retried, tried once more now (shutdown). */
+  retryAll(): Array<Promise<void>> {
+    return [...this.unreleased.values()].map((entry) => this.retryNow(entry));
+  }
+
+  /** Stops every retry (the end of shutdown). */
+  clear(): void {
+    for (const entry of this.unreleased.values()) clearTimeout(entry.timer);
+    this.unreleased.clear();
+  }
+}
