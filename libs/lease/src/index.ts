@@ -1,33 +1,22 @@
-export { LeaseModule } from './lease.module.js';
-export { LeaseService } from './lease.service.js';
-export type { Lease } from './engine/held-lease.js';
-export type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
-export type { LeaseModuleAsyncOptions, LeaseOptionsFactory } from './lease.module-definition.js';
-export type {
-  AcquireOptions,
-  LeaseEvent,
-  LeaseEventType,
-  LeaseSnapshot,
-  TryAcquireOptions,
-} from './interfaces/lease-event.interface.js';
-export { Exclusive } from './exclusive/exclusive.decorator.js';
-export { CurrentLease } from './exclusive/current-lease.decorator.js';
-export type { ExclusiveKey, ExclusiveOptions, ExclusiveMetadata } from './exclusive/argument-plan.js';
-export { ExclusiveInterceptor } from './exclusive/exclusive.interceptor.js';
-export { LeaseExceptionFilter, leaseErrorToHttp } from './transport/lease-error-to-http.js';
-export {
-  LeaseError,
-  LeaseBusyError,
-  LeaseLostError,
-  LeaseWaitTimeoutError,
-  LeaseConfigError,
-  LeaseArgumentError,
-  LeaseKeyError,
-  LeaseShutdownError,
-  LeaseQueueFullError,
-  LeaseUnavailableError,
-} from './errors/lease.errors.js';
-export type { LeaseLossReason } from './interfaces/lease-loss-reason.interface.js';
-export { leaseMigrations, createLeaseMigrations } from './schema/lease.migrations.js';
-export { leaseEntities, createLeaseEntities, type LeaseRow, type LeaseWaiterRow } from './schema/lease.entities.js';
-export { MAX_TARGET_KEY_BYTES } from './options/call-input.js';
+/**
+ * The package's public entry: `export *` of the wholly public files, nothing else. Every other file of src is private
+ * (tests and benchmarks reach internals through internal.ts, which the package does not export).
+ */
+export * from './lease.module.js';
+export * from './lease.service.js';
+export * from './lease.constants.js';
+export * from './interfaces/lease.interface.js';
+export * from './interfaces/lease-module-options.interface.js';
+export * from './interfaces/lease-module-async-options.interface.js';
+export * from './interfaces/acquire-options.interface.js';
+export * from './interfaces/lease-event.interface.js';
+export * from './interfaces/lease-loss-reason.interface.js';
+export * from './interfaces/exclusive-options.interface.js';
+export * from './exclusive/exclusive.decorator.js';
+export * from './exclusive/current-lease.decorator.js';
+export * from './exclusive/exclusive.interceptor.js';
+export * from './transport/lease-error-to-http.js';
+export * from './transport/lease-exception.filter.js';
+export * from './errors/lease.errors.js';
+export * from './schema/lease.migrations.js';
+export * from './schema/lease.entities.js';

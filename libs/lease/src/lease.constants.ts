@@ -1,6 +1,2 @@
-/** Injection token of the TypeORM DataSource the lease service uses. */
-export const LEASE_DATA_SOURCE = Symbol('LEASE_DATA_SOURCE');
-/** Metadata key written by `@Exclusive`. */
-export const EXCLUSIVE_METADATA = 'nest-pg-lease:exclusive';
-/** Where `@Exclusive` keeps the undecorated method on the wrapper that replaces it. */
-export const ORIGINAL_METHOD = Symbol('nest-pg-lease:original');
+/** The longest target key, in bytes of UTF-8 (the lease row's CHECK constraint says the same). */
+export const MAX_TARGET_KEY_BYTES = 255;

@@ -1,4 +1,4 @@
-import { type ConfigurableModuleAsyncOptions, ConfigurableModuleBuilder } from '@nestjs/common';
+import { ConfigurableModuleBuilder } from '@nestjs/common';
 import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
 
 export const {
@@ -10,18 +10,3 @@ export const {
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createLeaseOptions')
   .build();
-
-/**
- * A class that `LeaseModule.forRootAsync({ useClass })` (or `useExisting`) instantiates for the options.
- *
- * @example
- * class LeaseConfig implements LeaseOptionsFactory {
- *   createLeaseOptions() { return { leaseTimeoutMs: 60_000 }; }
- * }
- */
-export interface LeaseOptionsFactory {
-  createLeaseOptions(): LeaseModuleOptions | Promise<LeaseModuleOptions>;
-}
-
-/** What `LeaseModule.forRootAsync()` takes: `imports`, `inject` with `useFactory`, or `useClass` / `useExisting`. */
-export type LeaseModuleAsyncOptions = ConfigurableModuleAsyncOptions<LeaseModuleOptions, 'createLeaseOptions'>;

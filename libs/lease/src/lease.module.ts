@@ -1,7 +1,7 @@
 import { Global, Module } from '@nestjs/common';
 import { DiscoveryModule, ModuleRef } from '@nestjs/core';
 import { ExclusiveInterceptor } from './exclusive/exclusive.interceptor.js';
-import { LEASE_DATA_SOURCE } from './lease.constants.js';
+import { LEASE_DATA_SOURCE } from './lease.internal-constants.js';
 import { type LeaseDataSourceRef, ModuleDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive/exclusive.explorer.js';

@@ -1,25 +1,12 @@
 import type { Observable } from 'rxjs';
 import type { DataSource } from 'typeorm';
-import type { Lease } from './engine/held-lease.js';
+import type { Lease } from './interfaces/lease.interface.js';
 import type { LeaseDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
+import { bindEngine, engineOf } from './engine-of.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
-import type {
-  AcquireOptions,
-  LeaseEvent,
-  LeaseSnapshot,
-  TryAcquireOptions,
-} from './interfaces/lease-event.interface.js';
-
-/** Each service's engine, kept off the class so that its `.d.ts` shows the documented members and nothing else. */
-const engines = new WeakMap<LeaseService, LeaseEngine>();
-
-/** @internal The engine behind a `LeaseService`: what the doors (`@Exclusive`, the explorer) use. */
-export function engineOf(service: LeaseService): LeaseEngine {
-  const engine = engines.get(service);
-  if (!engine) throw new TypeError('not a LeaseService');
-  return engine;
-}
+import type { AcquireOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
+import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows: `run`, `tryAcquire`, `acquire`, `current`, `list`, and the process's local
@@ -40,7 +27,7 @@ export class LeaseService {
   constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options?: LeaseModuleOptions);
   constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     const engine = source instanceof LeaseEngine ? source : new LeaseEngine(source, options);
-    engines.set(this, engine);
+    bindEngine(this, engine);
     this.events$ = engine.events$;
     this.options = engine.options;
   }

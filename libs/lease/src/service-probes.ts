@@ -2,7 +2,8 @@
  * What the end-to-end tests observe of a `LeaseService`'s engine beyond its public API, through named helpers rather
  * than private fields (which a rename would silently turn into `undefined` checks).
  */
-import { engineOf, type LeaseService } from './lease.service.js';
+import { engineOf } from './engine-of.js';
+import type { LeaseService } from './lease.service.js';
 
 /** Whether the service's lease heartbeat is running (it stops at its first tick with no lease held, and at close). */
 export function heartbeatRunning(service: LeaseService): boolean {

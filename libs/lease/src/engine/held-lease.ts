@@ -1,27 +1,7 @@
 import type { EntityManager } from 'typeorm';
 import { LeaseLostError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-
-/** A held lease: the exclusive right over one target key until released, lost or expired. */
-export interface Lease {
-  readonly targetKey: string;
-  /** Lease token (UUID v4), fresh for each acquisition; proves ownership. Never log it. */
-  readonly token: string;
-  /** From a database sequence: a later acquisition of the same target always has a larger one, whatever the timing.
-   * Use it to fence writes outside this database (idempotency keys, version columns of downstream systems). */
-  readonly fencingToken: bigint;
-  /** Aborted when the lease is lost (reason: `LeaseLostError`) or released. Pass it to `fetch` of the slow call. */
-  readonly signal: AbortSignal;
-  /** True while the lease is ours by the local clock: not released, not lost, within the local safety deadline. */
-  isHeld(): boolean;
-  /**
-   * Runs `work` in one transaction that first locks the lease row (`FOR UPDATE`) and checks the token. If the lease
-   * is no longer ours, rejects with `LeaseLostError` and writes nothing. `work` must write through `manager`.
-   */
-  fenced<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
-  /** Releases the lease (token-guarded; idempotent; never touches a newer holder's row). */
-  release(): Promise<void>;
-}
+import type { Lease } from '../interfaces/lease.interface.js';
 
 /** What a lease handle needs from the engine that made it. */
 export interface LeaseHandleOwner {

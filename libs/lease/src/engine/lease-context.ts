@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { Lease } from './held-lease.js';
+import type { Lease } from '../interfaces/lease.interface.js';
 
 interface Frame {
   readonly lease: Lease;

@@ -18,19 +18,16 @@ import {
 import { messages } from '../errors/lease.messages.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { closeStepMs, connectionCloseMs } from '../options/bounds.js';
-import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './held-lease.js';
+import type { Lease } from '../interfaces/lease.interface.js';
+import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
-import type {
-  AcquireOptions,
-  LeaseEvent,
-  LeaseSnapshot,
-  TryAcquireOptions,
-} from '../interfaces/lease-event.interface.js';
+import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from '../options/call-input.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';

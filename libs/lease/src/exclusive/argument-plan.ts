@@ -1,6 +1,5 @@
 /**
- * How `@Exclusive` finds a call's target key: the decorator's arguments checked once (`exclusiveMetadata`), the door
- * a method is reached through (`doorOf`), where each placeholder of its key template comes from (`argumentPlan`,
+ * How `@Exclusive` finds a call's target key: the door a method is reached through (`doorOf`), where each placeholder of its key template comes from (`argumentPlan`,
  * decided by the signature, checked at bootstrap by `checkKeyTemplate`), and the key of one call (`targetKeyOf`).
  */
 import 'reflect-metadata';
@@ -11,68 +10,8 @@ import {
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
-import type { AcquireOptions } from '../interfaces/lease-event.interface.js';
-import { assertHoldAtLeastMs, fillKeyTemplate } from '../options/call-input.js';
-
-/** A key template such as `'report:{id}'`, or a function of the method's arguments (after pipes, for handlers). */
-export type ExclusiveKey = string | ((...args: any[]) => string);
-
-export interface ExclusiveOptions {
-  /** Waits in the priority line (higher first) instead of refusing a busy target. */
-  priority?: number;
-  /** Waits in line up to this long (priority 0 unless given). */
-  waitTimeoutMs?: number;
-  /**
-   * After release, the target stays taken until this long after the acquisition (database clock): a scheduled job
-   * that finishes in milliseconds is not run again by an instance whose timer fires a little later. @default 0
-   */
-  holdAtLeastMs?: number;
-  /**
-   * What a busy target does to the call: `'throw'` a `LeaseBusyError`, or `'skip'` — the method does not run, the
-   * call resolves `undefined`, `events$` emits `busy` and the log gets at most a debug line (scheduled jobs, event
-   * listeners). Not for HTTP handlers, which answer 409. Waiting is chosen by `priority` / `waitTimeoutMs`.
-   * @default 'throw'
-   */
-  onBusy?: 'throw' | 'skip';
-}
-
-/** What `@Exclusive` records on the method. */
-export interface ExclusiveMetadata extends ExclusiveOptions {
-  targetKey: ExclusiveKey;
-}
-
-/** Validates the decorator's arguments once, at decoration time. */
-export function exclusiveMetadata(
-  targetKey: ExclusiveKey,
-  priorityOrOptions?: number | ExclusiveOptions,
-): ExclusiveMetadata {
-  if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
-    throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
-  }
-  const options: ExclusiveOptions =
-    typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
-  if (options.priority !== undefined && !Number.isInteger(options.priority)) {
-    throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
-  }
-  if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
-    throw new LeaseConfigError(
-      `@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`,
-    );
-  }
-  assertHoldAtLeastMs(options.holdAtLeastMs);
-  if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
-    throw new LeaseConfigError(`@Exclusive onBusy must be 'throw' or 'skip', got ${JSON.stringify(options.onBusy)}`);
-  }
-  return { targetKey, ...options };
-}
-
-export function acquireOptionsOf(metadata: ExclusiveMetadata): AcquireOptions {
-  const options: AcquireOptions = {};
-  if (metadata.priority !== undefined) options.priority = metadata.priority;
-  if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
-  if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
-  return options;
-}
+import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import { assertTargetKey } from '../options/call-input.js';
 
 /** How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, or a plain call. */
 export type Door = 'http' | 'ws' | 'rpc' | 'provider';
@@ -270,4 +209,31 @@ export function targetKeyOf(metadata: ExclusiveMetadata, plan: ArgumentPlan, arg
     }
     return undefined;
   });
+}
+
+const PLACEHOLDER = /\{([^{}]+)\}/g;
+
+/**
+ * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
+ * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
+ * "report:undefined".
+ */
+export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
+  const key = template.replace(PLACEHOLDER, (_, rawName: string) => {
+    const name = rawName.trim();
+    const value = lookup(name);
+    if (
+      value === undefined ||
+      value === null ||
+      value === '' ||
+      (typeof value === 'object' && !(value instanceof Date))
+    ) {
+      throw new LeaseKeyError(`Key template "${template}": placeholder {${name}} resolved to nothing`);
+    }
+    if (value instanceof Date) return value.toISOString();
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
+    return String(value);
+  });
+  assertTargetKey(key);
+  return key;
 }

@@ -1,32 +1,13 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { Logger } from '@nestjs/common';
 import { isObservable, Observable } from 'rxjs';
-import { currentLeaseFactory } from './current-lease.decorator.js';
+import { currentLeaseFactory } from './current-lease-factory.js';
 import { LeaseBusyError, LeaseLostError } from '../errors/lease.errors.js';
-import {
-  acquireOptionsOf,
-  type ArgumentPlan,
-  argumentPlan,
-  doorOf,
-  type ExclusiveMetadata,
-  targetKeyOf,
-} from './argument-plan.js';
+import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import { acquireOptionsOf } from '../options/call-input.js';
+import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
+import { claim, type HandlerCall } from './handler-call.js';
 import { leaseEngineFor } from './engine-registry.js';
 import type { LeaseEngine, LeaseEntry } from '../engine/lease-engine.js';
-
-/**
- * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
- * pipes, and the key must come from the piped arguments), so it leaves this for the method's wrapper: the signal
- * aborts when the caller goes away (timeout interceptor, SSE or WebSocket client gone, cancelled RPC).
- */
-export interface HandlerCall {
-  readonly handler: Function;
-  readonly signal: AbortSignal;
-  claimed: boolean;
-}
-
-/** The handler call in progress, set by the interceptor around `next.handle()`. */
-export const handlerCalls = new AsyncLocalStorage<HandlerCall>();
 
 const logger = new Logger('Exclusive');
 const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
@@ -37,14 +18,6 @@ function planOf(owner: Function, methodName: string | symbol, wrapped: Function)
   let plan = byMethod.get(methodName);
   if (!plan) byMethod.set(methodName, (plan = argumentPlan(owner, methodName, doorOf(wrapped), currentLeaseFactory)));
   return plan;
-}
-
-/** The interceptor's call, if it is this method's own (not a decorated method the handler calls in turn). */
-function claim(wrapped: Function): HandlerCall | undefined {
-  const call = handlerCalls.getStore();
-  if (!call || call.handler !== wrapped || call.claimed) return undefined;
-  call.claimed = true;
-  return call;
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>

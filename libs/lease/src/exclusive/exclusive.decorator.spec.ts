@@ -3,7 +3,7 @@ import { jest } from '@jest/globals';
 import { Body, Controller, Param, Post, SetMetadata } from '@nestjs/common';
 import { MetadataScanner, type ModulesContainer } from '@nestjs/core';
 import { LeaseBusyError, LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
-import { EXCLUSIVE_METADATA } from '../lease.constants.js';
+import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import type { LeaseEngine } from '../engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive.explorer.js';
 import { Exclusive } from './exclusive.decorator.js';

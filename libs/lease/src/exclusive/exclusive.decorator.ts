@@ -3,10 +3,11 @@ import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { injectEngineInto } from './engine-registry.js';
 import { callExclusive } from './exclusive-call.js';
-import { type ExclusiveKey, exclusiveMetadata, type ExclusiveOptions } from './argument-plan.js';
+import type { ExclusiveKey, ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
+import { exclusiveMetadata } from '../options/call-input.js';
+import { fillKeyTemplate } from './argument-plan.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
-import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
-import { fillKeyTemplate } from '../options/call-input.js';
+import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 
 /**
  * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an

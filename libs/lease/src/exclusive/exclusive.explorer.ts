@@ -2,11 +2,12 @@ import 'reflect-metadata';
 import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.constants.js';
+import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 import { LeaseEngine } from '../engine/lease-engine.js';
 import { register, type Registration, unregister, wrappersOf } from './engine-registry.js';
-import { argumentPlan, checkKeyTemplate, doorOf, type ExclusiveMetadata } from './argument-plan.js';
-import { currentLeaseFactory } from './current-lease.decorator.js';
+import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
+import { currentLeaseFactory } from './current-lease-factory.js';
 
 /**
  * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. At

@@ -1,10 +1,10 @@
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { catchError, defer, Observable } from 'rxjs';
-import { handlerCalls, type HandlerCall } from './exclusive-call.js';
-import type { ExclusiveMetadata } from './argument-plan.js';
-import { EXCLUSIVE_METADATA } from '../lease.constants.js';
-import { leaseErrorToTransport } from '../transport/lease-error-to-http.js';
+import { handlerCalls, type HandlerCall } from './handler-call.js';
+import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
+import { leaseErrorToTransport } from '../transport/transport-errors.js';
 
 /**
  * The handler door of `@Exclusive` (HTTP, WebSocket, microservice). It does not acquire: interceptors run before

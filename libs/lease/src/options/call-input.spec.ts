@@ -1,5 +1,6 @@
 import { LeaseKeyError } from '../errors/lease.errors.js';
-import { assertTargetKey, fillKeyTemplate } from './call-input.js';
+import { fillKeyTemplate } from '../exclusive/argument-plan.js';
+import { assertTargetKey } from './call-input.js';
 
 describe('target keys', () => {
   test('fills placeholders from the lookup', () => {

@@ -1,8 +1,14 @@
-import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
+/**
+ * Every rule for a call's input — the key, priority, holdAtLeastMs, waitTimeoutMs, onBusy —, checked where it enters:
+ * at decoration time (`exclusiveMetadata`, `LeaseConfigError`) and per call (the assert* functions, argument errors).
+ */
+import { LeaseArgumentError, LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
+import type { AcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { ExclusiveKey, ExclusiveMetadata, ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
 import { INT32_MAX, INT32_MIN } from './limits.js';
 
-export const MAX_TARGET_KEY_BYTES = 255;
+import { MAX_TARGET_KEY_BYTES } from '../lease.constants.js';
 
 /** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -53,29 +59,35 @@ export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeast
   }
 }
 
-const PLACEHOLDER = /\{([^{}]+)\}/g;
+/** Validates the decorator's arguments once, at decoration time. */
+export function exclusiveMetadata(
+  targetKey: ExclusiveKey,
+  priorityOrOptions?: number | ExclusiveOptions,
+): ExclusiveMetadata {
+  if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
+    throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
+  }
+  const options: ExclusiveOptions =
+    typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
+  if (options.priority !== undefined && !Number.isInteger(options.priority)) {
+    throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
+  }
+  if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
+    throw new LeaseConfigError(
+      `@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`,
+    );
+  }
+  assertHoldAtLeastMs(options.holdAtLeastMs);
+  if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
+    throw new LeaseConfigError(`@Exclusive onBusy must be 'throw' or 'skip', got ${JSON.stringify(options.onBusy)}`);
+  }
+  return { targetKey, ...options };
+}
 
-/**
- * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
- * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
- * "report:undefined".
- */
-export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
-  const key = template.replace(PLACEHOLDER, (_, rawName: string) => {
-    const name = rawName.trim();
-    const value = lookup(name);
-    if (
-      value === undefined ||
-      value === null ||
-      value === '' ||
-      (typeof value === 'object' && !(value instanceof Date))
-    ) {
-      throw new LeaseKeyError(`Key template "${template}": placeholder {${name}} resolved to nothing`);
-    }
-    if (value instanceof Date) return value.toISOString();
-    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
-    return String(value);
-  });
-  assertTargetKey(key);
-  return key;
+export function acquireOptionsOf(metadata: ExclusiveMetadata): AcquireOptions {
+  const options: AcquireOptions = {};
+  if (metadata.priority !== undefined) options.priority = metadata.priority;
+  if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
+  if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
+  return options;
 }

@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { HttpException } from '@nestjs/common';
 import * as api from '../index.js';
 import { LeaseError } from '../errors/lease.errors.js';
-import { leaseErrorBody, leaseErrorToHttp } from './lease-error-to-http.js';
+import { leaseErrorToHttp } from './lease-error-to-http.js';
+import { leaseErrorBody } from './transport-errors.js';
 
 /** One instance of every error class the package exports (the test fails when a new class is not listed here). */
 const samples: Record<string, LeaseError> = {

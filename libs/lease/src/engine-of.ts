@@ -1,0 +1,20 @@
+/**
+ * Each `LeaseService`'s engine, kept off the class so that its `.d.ts` shows the documented members and nothing else.
+ * Private: the doors, the integrations' tests and `internal.ts` reach the engine through `engineOf`.
+ */
+import type { LeaseEngine } from './engine/lease-engine.js';
+import type { LeaseService } from './lease.service.js';
+
+const engines = new WeakMap<LeaseService, LeaseEngine>();
+
+/** Binds a service to its engine (its constructor does). */
+export function bindEngine(service: LeaseService, engine: LeaseEngine): void {
+  engines.set(service, engine);
+}
+
+/** The engine behind a `LeaseService`: what the doors (`@Exclusive`, the explorer) use. */
+export function engineOf(service: LeaseService): LeaseEngine {
+  const engine = engines.get(service);
+  if (!engine) throw new TypeError('not a LeaseService');
+  return engine;
+}

@@ -1,0 +1,20 @@
+/** Options of `LeaseService.tryAcquire()`. */
+export interface TryAcquireOptions {
+  /** Higher is served first. Giving it (or waitTimeoutMs) makes `acquire`/`run` wait in line. @default 0 */
+  priority?: number;
+  /**
+   * The target stays taken until this long after the acquisition (database clock), even once released — with no
+   * heartbeat for that tail. For jobs that must run once per tick across instances (ShedLock's `lockAtLeastFor`):
+   * an instance whose timer fires a few milliseconds late finds the target still taken. A non-negative integer, at
+   * most 2147483647. @default 0
+   */
+  holdAtLeastMs?: number;
+}
+
+/** Options of `LeaseService.acquire()` and `run()`. */
+export interface AcquireOptions extends TryAcquireOptions {
+  /** How long to wait in line. @default defaultWaitTimeoutMs of the module */
+  waitTimeoutMs?: number;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
+}

@@ -1,0 +1,28 @@
+/** What `@Exclusive` takes and records. */
+
+/** A key template such as `'report:{id}'`, or a function of the method's arguments (after pipes, for handlers). */
+export type ExclusiveKey = string | ((...args: any[]) => string);
+
+export interface ExclusiveOptions {
+  /** Waits in the priority line (higher first) instead of refusing a busy target. */
+  priority?: number;
+  /** Waits in line up to this long (priority 0 unless given). */
+  waitTimeoutMs?: number;
+  /**
+   * After release, the target stays taken until this long after the acquisition (database clock): a scheduled job
+   * that finishes in milliseconds is not run again by an instance whose timer fires a little later. @default 0
+   */
+  holdAtLeastMs?: number;
+  /**
+   * What a busy target does to the call: `'throw'` a `LeaseBusyError`, or `'skip'` — the method does not run, the
+   * call resolves `undefined`, `events$` emits `busy` and the log gets at most a debug line (scheduled jobs, event
+   * listeners). Not for HTTP handlers, which answer 409. Waiting is chosen by `priority` / `waitTimeoutMs`.
+   * @default 'throw'
+   */
+  onBusy?: 'throw' | 'skip';
+}
+
+/** What `@Exclusive` records on the method. */
+export interface ExclusiveMetadata extends ExclusiveOptions {
+  targetKey: ExclusiveKey;
+}
