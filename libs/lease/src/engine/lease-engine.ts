@@ -9,13 +9,11 @@ import { snapshotsOf } from './lease-snapshot.js';
 import { ReleaseRetries } from './release-retries.js';
 import { unavailableOr } from '../errors/database-errors.js';
 import {
-  LeaseArgumentError,
   LeaseBusyError,
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
-import { messages } from '../errors/lease.messages.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { closeStepMs, connectionCloseMs } from '../options/bounds.js';
 import type { Lease } from '../interfaces/lease.interface.js';
@@ -28,10 +26,9 @@ import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import { assertHoldAtLeastMs, assertPriority, assertTargetKey } from '../options/call-input.js';
+import { assertHoldAtLeastMs, assertPriority, assertTargetKey, checkCall } from '../options/call-input.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
-import { INT32_MAX } from '../options/limits.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
@@ -457,9 +454,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   private waitTimeoutOf(options: AcquireOptions): number {
     const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    if (!Number.isInteger(waitTimeoutMs) || waitTimeoutMs < 0 || waitTimeoutMs > INT32_MAX) {
-      throw new LeaseArgumentError(messages.waitTimeoutArgument(options.waitTimeoutMs));
-    }
+    checkCall('waitTimeoutMs', waitTimeoutMs);
     return waitTimeoutMs;
   }
 

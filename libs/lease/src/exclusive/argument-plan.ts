@@ -11,7 +11,6 @@ import {
 } from '@nestjs/common/constants.js';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
-import { assertTargetKey } from '../options/call-input.js';
 
 /** How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, or a plain call. */
 export type Door = 'http' | 'ws' | 'rpc' | 'provider';
@@ -234,6 +233,7 @@ export function fillKeyTemplate(template: string, lookup: (name: string) => unkn
     // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
     return String(value);
   });
-  assertTargetKey(key);
+  // Not checked here: the engine checks every call's key once (`LeaseEngine.request`), and the decoration checks the
+  // template's own text (`checkTemplateText`).
   return key;
 }

@@ -4,7 +4,7 @@ import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { injectEngineInto } from './engine-registry.js';
 import { callExclusive } from './exclusive-call.js';
 import type { ExclusiveKey, ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
-import { exclusiveMetadata } from '../options/call-input.js';
+import { assertTargetKey, exclusiveMetadata } from '../options/call-input.js';
 import { fillKeyTemplate } from './argument-plan.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
@@ -70,7 +70,7 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
 function checkTemplateText(targetKey: unknown, label: string): void {
   if (typeof targetKey !== 'string') return;
   try {
-    fillKeyTemplate(targetKey, () => '0');
+    assertTargetKey(fillKeyTemplate(targetKey, () => '0'));
   } catch (error) {
     if (!(error instanceof LeaseKeyError)) throw error;
     throw new LeaseConfigError(`@Exclusive on ${label}: its key template can never make a valid key: ${error.message}`);

@@ -43,20 +43,52 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   }
 }
 
+/**
+ * The rules of a call's options, one table for both entry points: at decoration or bootstrap (`checkDeclared`,
+ * `LeaseConfigError`) and per call (`checkCall`, `LeaseArgumentError`). Each gives the message of a value that
+ * breaks it, or undefined.
+ */
+const RULES = {
+  /** An integer in PostgreSQL's `integer` range (the priority column). */
+  priority: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= INT32_MIN && value <= INT32_MAX
+      ? undefined
+      : messages.priorityArgument(value),
+  /** A non-negative integer that a timer can wait (about 24.8 days at most). */
+  waitTimeoutMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
+      ? undefined
+      : messages.waitTimeoutArgument(value),
+  /** A non-negative integer that fits the lease row's `integer` column. */
+  holdAtLeastMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
+      ? undefined
+      : messages.holdArgument(value),
+} satisfies Record<string, (value: unknown) => string | undefined>;
+
+/** An option a call (or a declaration) gives. */
+export type CallInput = keyof typeof RULES;
+
+/** Per call: the option is valid, or a `LeaseArgumentError`. */
+export function checkCall(name: CallInput, value: unknown): void {
+  const message = RULES[name](value);
+  if (message !== undefined) throw new LeaseArgumentError(message);
+}
+
+/** At decoration (or bootstrap): the option is valid, or a `LeaseConfigError` naming `@Exclusive`. */
+export function checkDeclared(name: CallInput, value: unknown): void {
+  const message = RULES[name](value);
+  if (message !== undefined) throw new LeaseConfigError(`@Exclusive ${message}`);
+}
+
 /** Checks a priority: an integer in PostgreSQL's `integer` range. */
 export function assertPriority(priority: unknown): asserts priority is number {
-  if (typeof priority !== 'number' || !Number.isInteger(priority) || priority < INT32_MIN || priority > INT32_MAX) {
-    throw new LeaseArgumentError(messages.priorityArgument(priority));
-  }
+  checkCall('priority', priority);
 }
 
 /** Checks holdAtLeastMs: a non-negative integer that fits the lease row's `integer` column. */
 export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
-  if (holdAtLeastMs === undefined) return;
-  const valid = typeof holdAtLeastMs === 'number' && Number.isInteger(holdAtLeastMs);
-  if (!valid || holdAtLeastMs < 0 || holdAtLeastMs > INT32_MAX) {
-    throw new LeaseArgumentError(messages.holdArgument(holdAtLeastMs));
-  }
+  if (holdAtLeastMs !== undefined) checkCall('holdAtLeastMs', holdAtLeastMs);
 }
 
 /** Validates the decorator's arguments once, at decoration time. */
@@ -69,15 +101,10 @@ export function exclusiveMetadata(
   }
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
-  if (options.priority !== undefined && !Number.isInteger(options.priority)) {
-    throw new LeaseConfigError(`@Exclusive priority must be an integer, got ${String(options.priority)}`);
+  // The same rules as per call (checkCall), as configuration errors: a declaration's values never change.
+  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs'] as const) {
+    if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
-  if (options.waitTimeoutMs !== undefined && (!Number.isInteger(options.waitTimeoutMs) || options.waitTimeoutMs < 0)) {
-    throw new LeaseConfigError(
-      `@Exclusive waitTimeoutMs must be a non-negative integer, got ${String(options.waitTimeoutMs)}`,
-    );
-  }
-  assertHoldAtLeastMs(options.holdAtLeastMs);
   if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
     throw new LeaseConfigError(`@Exclusive onBusy must be 'throw' or 'skip', got ${JSON.stringify(options.onBusy)}`);
   }
