@@ -3,17 +3,17 @@
  * Private: the doors, the integrations' tests and `internal.ts` reach the engine through `engineOf`.
  */
 import type { LeaseEngine } from './engine/lease-engine.js';
-import type { LeaseService } from './lease.service.js';
 
-const engines = new WeakMap<LeaseService, LeaseEngine>();
+/** Keyed by the service (typed `object` here: lease.service.ts imports this file, not the other way round). */
+const engines = new WeakMap<object, LeaseEngine>();
 
 /** Binds a service to its engine (its constructor does). */
-export function bindEngine(service: LeaseService, engine: LeaseEngine): void {
+export function bindEngine(service: object, engine: LeaseEngine): void {
   engines.set(service, engine);
 }
 
 /** The engine behind a `LeaseService`: what the doors (`@Exclusive`, the explorer) use. */
-export function engineOf(service: LeaseService): LeaseEngine {
+export function engineOf(service: object): LeaseEngine {
   const engine = engines.get(service);
   if (!engine) throw new TypeError('not a LeaseService');
   return engine;

@@ -1,0 +1,83 @@
+// The dependency rules of libs/lease/src (issue 22), checked by `npm run lint` (`npm run lint:deps` alone). Folders
+// are areas; these are the arrows allowed between them. Type-only imports count like any other: a type is a
+// dependency of the design too.
+const SRC = '^libs/lease/src/';
+const area = (name) => `${SRC}${name}/`;
+
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'No cycles, of values or of types.',
+      from: {},
+      to: { circular: true },
+    },
+    {
+      name: 'no-orphans',
+      severity: 'error',
+      comment: 'Every file of the library is reached from an entry point (index, internal, integrations) or a spec.',
+      from: {
+        orphan: true,
+        path: SRC,
+        pathNot: ['\\.spec\\.ts$', `${SRC}(index|internal)\\.ts$`, `${SRC}integrations/`, '\\.d\\.ts$'],
+      },
+      to: {},
+    },
+    {
+      name: 'store-not-above',
+      severity: 'error',
+      comment: 'The store runs statements: it never imports the engine, the door or the transport mapping.',
+      from: { path: area('store') },
+      to: { path: [area('engine'), area('exclusive'), area('transport')] },
+    },
+    {
+      name: 'database-not-above',
+      severity: 'error',
+      comment: 'Connections and sessions never import the store, the engine or the door.',
+      from: { path: area('database') },
+      to: { path: [area('store'), area('engine'), area('exclusive'), area('transport')] },
+    },
+    {
+      name: 'schema-below',
+      severity: 'error',
+      comment: 'The schema imports only options, errors and interfaces (and itself).',
+      from: { path: area('schema') },
+      to: { path: SRC, pathNot: [area('schema'), area('options'), area('errors'), area('interfaces')] },
+    },
+    {
+      name: 'engine-not-door',
+      severity: 'error',
+      comment: 'The engine never imports the door or the transport mapping.',
+      from: { path: area('engine') },
+      to: { path: [area('exclusive'), area('transport')] },
+    },
+    {
+      name: 'errors-and-interfaces-alone',
+      severity: 'error',
+      comment: 'Errors and public types import only each other and options/limits.ts.',
+      from: { path: [area('errors'), area('interfaces')] },
+      to: { path: SRC, pathNot: [area('errors'), area('interfaces'), `${SRC}options/limits\\.ts$`] },
+    },
+    {
+      name: 'only-entry-points-from-outside',
+      severity: 'error',
+      comment: 'Outside src, only index.ts, internal.ts and integrations/* are imported (tests, bench, apps).',
+      from: { pathNot: SRC },
+      to: { path: SRC, pathNot: [`${SRC}(index|internal)\\.ts$`, `${SRC}integrations/[^/]+\\.ts$`] },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    exclude: { path: ['(^|/)dist/', '^node_modules/', '^artifacts/', '^coverage/'] },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+    enhancedResolveOptions: {
+      exportsFields: ['exports'],
+      conditionNames: ['import', 'require', 'node', 'default', 'types'],
+      extensions: ['.ts', '.js', '.mjs', '.cjs', '.d.ts'],
+    },
+    moduleSystems: ['es6', 'cjs'],
+  },
+};
