@@ -8,6 +8,7 @@ import { closeStepMs, connectBoundMs, statementPoolBoundMs } from '../options/bo
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** Where the lease engine gets its DataSource: a given one, or one resolved (or created) at bootstrap. */
 export interface LeaseDataSourceRef {
@@ -29,9 +30,7 @@ function isDataSourceRef(value: unknown): value is LeaseDataSourceRef {
 export type SessionRole = 'statements' | 'heartbeat' | 'waiters' | 'listen';
 
 function notPostgres(type: unknown, advice: string): LeaseConfigError {
-  return new LeaseConfigError(
-    `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${String(type)}": ${advice}`,
-  );
+  return new LeaseConfigError(messages.notPostgres(String(type), advice));
 }
 
 /**
@@ -49,9 +48,7 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
   async resolve(): Promise<DataSource> {
     if (this.options.dataSource) {
       if (this.options.dataSourceName) {
-        throw new LeaseConfigError(
-          'Give either dataSource (the module creates its own) or dataSourceName (reuse one), not both',
-        );
+        throw new LeaseConfigError(messages.dataSourceAndName());
       }
       // Before the DataSource exists: TypeORM loads the driver package in its constructor, and a user who asked for
       // another database would only hear "install mysql2".
@@ -72,9 +69,7 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
     if (!(dataSource instanceof DataSource)) {
       const named = this.options.dataSourceName;
       throw new LeaseConfigError(
-        `No TypeORM DataSource ${named ? `named "${named}"` : '(default)'} found: import ` +
-          `TypeOrmModule.forRoot(...)${named ? ` with name "${named}"` : ''}, or pass dataSource options to ` +
-          'LeaseModule.forRoot() so it creates its own',
+        messages.dataSourceNotFound(named ? `named "${named}"` : '(default)', named ? ` with name "${named}"` : ''),
       );
     }
     return dataSource;
@@ -186,7 +181,7 @@ export class LeaseDatabase {
 
   private requireDataSource(): DataSource {
     if (!this.dataSource) {
-      throw new LeaseConfigError('LeaseService is not initialized: call init() (Nest does it at bootstrap) first');
+      throw new LeaseConfigError(messages.serviceNotInitialized());
     }
     return this.dataSource;
   }
@@ -199,9 +194,7 @@ export class LeaseDatabase {
     const driver = this.requireDataSource().driver as PostgresDriver;
     const pool = driver.master as pg.Pool | undefined;
     if (!pool) {
-      throw new LeaseConfigError(
-        'The DataSource is not initialized: initialize it (or let Nest do it) before using leases',
-      );
+      throw new LeaseConfigError(messages.dataSourceNotInitialized());
     }
     return pool;
   }

@@ -9,6 +9,7 @@ import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { grantStatements } from '../schema/lease-schema.js';
 import type { LeaseStore } from '../store/lease-store.js';
+import { messages } from '../errors/lease.messages.js';
 
 export class BootstrapChecks {
   constructor(
@@ -33,10 +34,7 @@ export class BootstrapChecks {
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.schema.missingObjects();
     if (missing.length > 0) {
-      throw new LeaseConfigError(
-        `Lease tables are missing (${missing.join(', ')}): add leaseMigrations to your DataSource's migrations and ` +
-          'run them, or set createSchema: true',
-      );
+      throw new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
     }
     await this.checkPrivileges();
     return (await this.store.serverHistory()).systemId;
@@ -50,11 +48,7 @@ export class BootstrapChecks {
     if ((await this.store.schema.missingObjects()).length === 0) return;
     const { role, allowed } = await this.store.schema.mayCreateSchema();
     if (!allowed) {
-      throw new LeaseConfigError(
-        `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
-          `"${this.options.schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
-          'in the README ("Database privileges"), or grant it CREATE on the schema',
-      );
+      throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     }
     await this.store.schema.createSchema();
   }
@@ -64,8 +58,7 @@ export class BootstrapChecks {
     const { role, missing } = await this.store.schema.missingPrivileges();
     if (missing.length === 0) return;
     throw new LeaseConfigError(
-      `The database role "${role}" lacks rights nest-pg-lease needs: ${missing.join(', ')}. ` +
-        `As the owner of the lease tables, run: ${grantStatements(this.options, role).join('; ')}`,
+      messages.privilegesMissing(role, missing.join(', '), grantStatements(this.options, role).join('; ')),
     );
   }
 }

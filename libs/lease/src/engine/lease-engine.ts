@@ -8,6 +8,7 @@ import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { ReleaseRetries } from './release-retries.js';
 import { unavailableOr } from '../errors/database-errors.js';
+import { messages } from '../errors/lease.messages.js';
 import {
   LeaseBusyError,
   LeaseShutdownError,
@@ -390,7 +391,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
       await this.retries.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
-      throw new LeaseUnavailableError(targetKey, `the grant arrived after its local deadline (${localLimitMs} ms)`, {
+      throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), {
         kind: 'failing',
       });
     }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { Subscription } from 'rxjs';
-import { errorText } from '../errors/lease.messages.js';
+import { errorText, messages } from '../errors/lease.messages.js';
 import {
   LeaseError,
   LeaseQueueFullError,
@@ -166,7 +166,7 @@ export class WaitQueue {
       throw new LeaseQueueFullError(
         targetKey,
         this.options.heartbeatIntervalMs,
-        `this process already has ${this.waiters.size} waiting calls (maxWaitersPerProcess)`,
+        messages.processLineFull(this.waiters.size),
       );
     }
     this.register(waiter);
@@ -188,7 +188,7 @@ export class WaitQueue {
               throw new LeaseQueueFullError(
                 targetKey,
                 this.options.heartbeatIntervalMs,
-                `it already has ${this.options.maxWaitersPerTarget} live waiters (maxWaitersPerTarget)`,
+                messages.targetLineFull(this.options.maxWaitersPerTarget),
               );
             }
             waiter.place = place;

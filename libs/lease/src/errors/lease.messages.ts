@@ -1,6 +1,7 @@
 /**
- * Every message of the library, in one place, so the wording (and its advice) can be read and kept consistent:
- * the errors' messages (the classes are the API, the wording may improve) and the log lines' texts. Private.
+ * Every message of the library's errors, in one place, so the wording (and its advice) can be read and kept
+ * consistent (the classes are the API, the wording may improve). Private. The log lines' texts are still written
+ * where they are logged (see the redesign notes: left for later).
  */
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 
@@ -52,6 +53,121 @@ export const messages = {
     'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
   batchOutOfOrder: (index: number) =>
     `nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`,
+  processLineFull: (waiting: number) => `this process already has ${waiting} waiting calls (maxWaitersPerProcess)`,
+  targetLineFull: (max: number) => `it already has ${max} live waiters (maxWaitersPerTarget)`,
+  grantPastDeadline: (localLimitMs: number) => `the grant arrived after its local deadline (${localLimitMs} ms)`,
+  // Configuration, declaration and bootstrap errors (LeaseConfigError), and the call-input errors of keys.
+  positiveInteger: (name: string | number, max: string | number, v3: string | number) =>
+    `${name} must be a positive integer (at most ${max}), got ${v3}`,
+  fencedIdleTimeoutTooLong: (timeout: string | number, max: string | number) =>
+    `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
+    `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
+    'receive a lease already past its deadline',
+  optionsNotObject: () => 'LeaseModule options must be an object',
+  leaseTimeoutTooShort: (leaseTimeoutMs: string | number, heartbeatIntervalMs: string | number, v3: string | number) =>
+    `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
+    `${v3}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
+    'taken for a dead holder',
+  safetyMarginTooLarge: (
+    safetyMarginMs: string | number,
+    heartbeatIntervalMs: string | number,
+    leaseTimeoutMs: string | number,
+    v4: string | number,
+  ) =>
+    `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
+    `before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at ` +
+    `most ${v4}`,
+  asyncReleaseCommitsNotBoolean: () => 'asyncReleaseCommits must be a boolean',
+  waiterTimeoutTooShort: (waiterTimeoutMs: string | number) =>
+    `waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`,
+  ownerEmpty: () => 'owner must be a non-empty string when given',
+  ownerNul: () => 'owner must not contain NUL characters: choose a printable process identity',
+  ownerLoneSurrogate: () => 'owner must be well-formed UTF-16 (it contains a lone surrogate)',
+  notifyNotBoolean: () => 'notify must be a boolean',
+  poolerUnknown: (v1: string | number) => `pooler must be 'none' or 'transaction', got ${v1}`,
+  sessionUrlEmpty: () => 'sessionUrl must be a non-empty connection string when given',
+  notifyBehindBlindPooler: () =>
+    "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction " +
+    'pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset',
+  identifierEmpty: (name: string | number, v2: string | number) => `${name} must be a non-empty string, got ${v2}`,
+  identifierNul: (name: string | number) => `${name} must not contain NUL characters`,
+  identifierTooLong: (
+    name: string | number,
+    value: string | number,
+    bytes: string | number,
+    room: string | number,
+    IDENTIFIER_MAX_BYTES: string | number,
+  ) =>
+    `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ` +
+    `${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
+  derivedNamesCollide: (v1: string | number, what: string | number, name: string | number) =>
+    `${v1} collides with ${what} (both are "${name}"): ` + `choose table names that are not each other's derived names`,
+  namesNotObject: () => 'The lease table names must be an object: { schema, tableName, waiterTableName }',
+  tableNamesEqual: (tableName: string | number) =>
+    `tableName and waiterTableName must differ (both are "${tableName}")`,
+  keyNotString: (v1: string | number) => `A target key must be a string, got ${v1}`,
+  keyEmpty: () => 'A target key must not be empty: name the work, e.g. "report:user:42"',
+  keyNul: () => 'A target key must not contain NUL characters',
+  keyLoneSurrogate: () =>
+    'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
+    'build keys from whole characters',
+  keyTooLong: (MAX_TARGET_KEY_BYTES: string | number, bytes: string | number) =>
+    `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: ` +
+    'hash long identifiers into the key',
+  declared: (message: string | number) => `@Exclusive ${message}`,
+  exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
+  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw' or 'skip', got ${v1}`,
+  notPostgres: (v1: string | number, advice: string | number) =>
+    `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${v1}": ${advice}`,
+  dataSourceAndName: () =>
+    'Give either dataSource (the module creates its own) or dataSourceName (reuse one), not both',
+  dataSourceNotFound: (v1: string | number, v2: string | number) =>
+    `No TypeORM DataSource ${v1} found: import ` +
+    `TypeOrmModule.forRoot(...)${v2}, or pass dataSource options to ` +
+    'LeaseModule.forRoot() so it creates its own',
+  serviceNotInitialized: () => 'LeaseService is not initialized: call init() (Nest does it at bootstrap) first',
+  dataSourceNotInitialized: () =>
+    'The DataSource is not initialized: initialize it (or let Nest do it) before using leases',
+  tablesMissing: (v1: string | number) =>
+    `Lease tables are missing (${v1}): add leaseMigrations to your DataSource's migrations and ` +
+    'run them, or set createSchema: true',
+  createSchemaNotAllowed: (role: string | number, schema: string | number) =>
+    `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
+    `"${schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
+    'in the README ("Database privileges"), or grant it CREATE on the schema',
+  privilegesMissing: (role: string | number, v2: string | number, v3: string | number) =>
+    `The database role "${role}" lacks rights nest-pg-lease needs: ${v2}. ` +
+    `As the owner of the lease tables, run: ${v3}`,
+  placeholderPositionUndeclared: (label: string | number, name: string | number, index: string | number) =>
+    `@Exclusive on ${label}: placeholder {${name}} names argument ${index}, ` +
+    'which the handler does not declare with a parameter decorator',
+  placeholderAmbiguous: (label: string | number, name: string | number, sources: string | number) =>
+    `@Exclusive on ${label}: placeholder {${name}} is ambiguous: ${sources} all declare it; ` +
+    'name the argument by position ({0}, {1}, …) or rename one',
+  placeholderUndeclared: (label: string | number, name: string | number, alternatives: string | number) =>
+    `@Exclusive on ${label}: placeholder {${name}} names no parameter of the handler; ` +
+    `declare it with ${alternatives}`,
+  keyFunctionNotString: (label: string | number, v2: string | number) =>
+    `The @Exclusive key function of ${label} returned ${v2}, not a string`,
+  placeholderEmpty: (template: string | number, name: string | number) =>
+    `Key template "${template}": placeholder {${name}} resolved to nothing`,
+  moduleImportedTwice: () =>
+    'LeaseModule is imported more than once in this application (two LeaseModule.forRoot / forRootAsync): ' +
+    'import it once, in the root module — it is global, so every module can inject LeaseService — and give ' +
+    'other lease tables a service of their own (new LeaseService(dataSource, options))',
+  noServiceRunning: (label: string | number) =>
+    `@Exclusive on ${label}: no LeaseService is running; import LeaseModule.forRoot() in the application`,
+  instanceOfNoApplication: (label: string | number, v2: string | number, v3: string | number, v4: string | number) =>
+    `@Exclusive on ${label}: ${v2} of the ${v3} Nest applications ` +
+    `of this process provide${v4} this instance, and no application's injector made ` +
+    'it; call it on an instance the application created (app.get(…), app.resolve(…))',
+  exclusiveNotOnMethod: (v1: string | number) => `@Exclusive goes on a method; ${v1} is not one`,
+  templateNeverValid: (label: string | number, message: string | number) =>
+    `@Exclusive on ${label}: its key template can never make a valid key: ${message}`,
+  skipOnHttpHandler: (label: string | number) =>
+    `@Exclusive on ${label}: onBusy: 'skip' is for provider methods and message handlers; ` +
+    'an HTTP handler answers 409 (with Retry-After) when the target is busy. ' +
+    'Remove onBusy, or call a provider method that has it',
 };
 
 /** An error (or any thrown value) as one line of a log message. */

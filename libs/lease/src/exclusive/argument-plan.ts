@@ -11,6 +11,7 @@ import {
 } from '@nestjs/common/constants.js';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, or a plain call. */
 export type Door = 'http' | 'ws' | 'rpc' | 'provider';
@@ -150,20 +151,14 @@ function sourceOf(
   if (/^\d+$/.test(head)) {
     const index = Number(head);
     if (plan.positions !== 'any' && !plan.positions.has(index)) {
-      throw new LeaseConfigError(
-        `@Exclusive on ${plan.label}: placeholder {${name}} names argument ${index}, ` +
-          'which the handler does not declare with a parameter decorator',
-      );
+      throw new LeaseConfigError(messages.placeholderPositionUndeclared(plan.label, name, index));
     }
     return { index, path };
   }
   const declared = plan.named.get(head) ?? [];
   if (declared.length > 1) {
     const sources = declared.map((source) => `${source.label} (argument ${source.index})`).join(' and ');
-    throw new LeaseConfigError(
-      `@Exclusive on ${plan.label}: placeholder {${name}} is ambiguous: ${sources} all declare it; ` +
-        'name the argument by position ({0}, {1}, …) or rename one',
-    );
+    throw new LeaseConfigError(messages.placeholderAmbiguous(plan.label, name, sources));
   }
   if (declared.length === 1) return { index: declared[0].index, path };
   if (plan.wholes.length > 0) return { wholes: plan.wholes, path: name };
@@ -174,10 +169,7 @@ function sourceOf(
       ? `@Param('${head}') (a route parameter), @Body('${head}') (a body field), @Query('${head}') (a query value), ` +
         'or @Body() for fields of the body'
       : `${example}, or the whole data with ${plan.door === 'ws' ? '@MessageBody()' : '@Payload()'}`;
-  throw new LeaseConfigError(
-    `@Exclusive on ${plan.label}: placeholder {${name}} names no parameter of the handler; ` +
-      `declare it with ${alternatives}`,
-  );
+  throw new LeaseConfigError(messages.placeholderUndeclared(plan.label, name, alternatives));
 }
 
 /** Checks every placeholder of a template against a plan (at bootstrap, so a bad template fails early). */
@@ -192,9 +184,7 @@ export function targetKeyOf(metadata: ExclusiveMetadata, plan: ArgumentPlan, arg
   if (typeof metadata.targetKey === 'function') {
     const key = metadata.targetKey(...args);
     if (typeof key !== 'string') {
-      throw new LeaseKeyError(
-        `The @Exclusive key function of ${plan.label} returned ${key === null ? 'null' : typeof key}, not a string`,
-      );
+      throw new LeaseKeyError(messages.keyFunctionNotString(plan.label, key === null ? 'null' : typeof key));
     }
     return key;
   }
@@ -227,7 +217,7 @@ export function fillKeyTemplate(template: string, lookup: (name: string) => unkn
       value === '' ||
       (typeof value === 'object' && !(value instanceof Date))
     ) {
-      throw new LeaseKeyError(`Key template "${template}": placeholder {${name}} resolved to nothing`);
+      throw new LeaseKeyError(messages.placeholderEmpty(template, name));
     }
     if (value instanceof Date) return value.toISOString();
     // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above

@@ -14,6 +14,7 @@ import type { ModulesContainer } from '@nestjs/core';
 import { OPTIONAL_PROPERTY_DEPS_METADATA, PROPERTY_DEPS_METADATA } from '@nestjs/common/constants.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { LeaseEngine } from '../engine/lease-engine.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** Injection token of the application's `EngineRef` (provided and exported by LeaseModule). */
 export const LEASE_ENGINE_REF = Symbol('nest-pg-lease:engine-ref');
@@ -70,11 +71,7 @@ let classOwners = new WeakMap<Function, LeaseEngine>();
 export function register(registration: Registration): void {
   for (const other of registrations) {
     if (other.modules === registration.modules) {
-      throw new LeaseConfigError(
-        'LeaseModule is imported more than once in this application (two LeaseModule.forRoot / forRootAsync): ' +
-          'import it once, in the root module — it is global, so every module can inject LeaseService — and give ' +
-          'other lease tables a service of their own (new LeaseService(dataSource, options))',
-      );
+      throw new LeaseConfigError(messages.moduleImportedTwice());
     }
   }
   registrations.add(registration);
@@ -116,13 +113,14 @@ export function leaseEngineFor(instance: unknown, label: string): LeaseEngine {
     return found[0].leases;
   }
   if (all.length === 0) {
-    throw new LeaseConfigError(
-      `@Exclusive on ${label}: no LeaseService is running; import LeaseModule.forRoot() in the application`,
-    );
+    throw new LeaseConfigError(messages.noServiceRunning(label));
   }
   throw new LeaseConfigError(
-    `@Exclusive on ${label}: ${found.length === 0 ? 'none' : 'several'} of the ${all.length} Nest applications ` +
-      `of this process provide${found.length === 0 ? '' : 's'} this instance, and no application's injector made ` +
-      'it; call it on an instance the application created (app.get(…), app.resolve(…))',
+    messages.instanceOfNoApplication(
+      label,
+      found.length === 0 ? 'none' : 'several',
+      all.length,
+      found.length === 0 ? '' : 's',
+    ),
   );
 }

@@ -8,6 +8,7 @@ import { assertTargetKey, exclusiveMetadata } from '../options/call-input.js';
 import { fillKeyTemplate } from './argument-plan.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
+import { messages } from '../errors/lease.messages.js';
 
 /**
  * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an
@@ -38,7 +39,7 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
   return (target: object, methodName: string | symbol, descriptor: PropertyDescriptor) => {
     const original: unknown = descriptor.value;
     if (typeof original !== 'function') {
-      throw new LeaseConfigError(`@Exclusive goes on a method; ${String(methodName)} is not one`);
+      throw new LeaseConfigError(messages.exclusiveNotOnMethod(String(methodName)));
     }
     const declaringClass = typeof target === 'function' ? target : target.constructor;
     checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`);
@@ -73,6 +74,6 @@ function checkTemplateText(targetKey: unknown, label: string): void {
     assertTargetKey(fillKeyTemplate(targetKey, () => '0'));
   } catch (error) {
     if (!(error instanceof LeaseKeyError)) throw error;
-    throw new LeaseConfigError(`@Exclusive on ${label}: its key template can never make a valid key: ${error.message}`);
+    throw new LeaseConfigError(messages.templateNeverValid(label, error.message));
   }
 }

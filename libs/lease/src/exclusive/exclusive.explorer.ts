@@ -8,6 +8,7 @@ import { register, type Registration, unregister, wrappersOf } from './engine-re
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
+import { messages } from '../errors/lease.messages.js';
 
 /**
  * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. At
@@ -67,11 +68,7 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
     const door = doorOf(method);
     const plan = argumentPlan(type, name, door, currentLeaseFactory);
     if (door === 'http' && metadata.onBusy === 'skip') {
-      throw new LeaseConfigError(
-        `@Exclusive on ${plan.label}: onBusy: 'skip' is for provider methods and message handlers; ` +
-          'an HTTP handler answers 409 (with Retry-After) when the target is busy. ' +
-          'Remove onBusy, or call a provider method that has it',
-      );
+      throw new LeaseConfigError(messages.skipOnHttpHandler(plan.label));
     }
     // (What the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time.)
     if (door !== 'provider') checkKeyTemplate(metadata, plan);

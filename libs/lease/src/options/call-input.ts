@@ -16,30 +16,22 @@ export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\u
 /** Checks a target key before any SQL runs: a well-formed string of 1–255 bytes of UTF-8 without NUL. */
 export function assertTargetKey(targetKey: unknown): asserts targetKey is string {
   if (typeof targetKey !== 'string') {
-    throw new LeaseKeyError(`A target key must be a string, got ${targetKey === null ? 'null' : typeof targetKey}`);
+    throw new LeaseKeyError(messages.keyNotString(targetKey === null ? 'null' : typeof targetKey));
   }
   if (targetKey.length === 0) {
-    throw new LeaseKeyError('A target key must not be empty: name the work, e.g. "report:user:42"');
+    throw new LeaseKeyError(messages.keyEmpty());
   }
   if (targetKey.includes('\0')) {
-    throw new LeaseKeyError('A target key must not contain NUL characters', targetKey.replace(/\0/g, '\\0'));
+    throw new LeaseKeyError(messages.keyNul(), targetKey.replace(/\0/g, '\\0'));
   }
   // Encoded to UTF-8, a lone surrogate becomes U+FFFD: two different keys would share one row, and the NOTIFY of a
   // release would name a key no waiter is waiting for.
   if (LONE_SURROGATE.test(targetKey)) {
-    throw new LeaseKeyError(
-      'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
-        'build keys from whole characters',
-      targetKey.replace(new RegExp(LONE_SURROGATE, 'g'), '\uFFFD'),
-    );
+    throw new LeaseKeyError(messages.keyLoneSurrogate(), targetKey.replace(new RegExp(LONE_SURROGATE, 'g'), '\uFFFD'));
   }
   const bytes = Buffer.byteLength(targetKey, 'utf8');
   if (bytes > MAX_TARGET_KEY_BYTES) {
-    throw new LeaseKeyError(
-      `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: ` +
-        'hash long identifiers into the key',
-      `${targetKey.slice(0, 40)}…`,
-    );
+    throw new LeaseKeyError(messages.keyTooLong(MAX_TARGET_KEY_BYTES, bytes), `${targetKey.slice(0, 40)}…`);
   }
 }
 
@@ -78,7 +70,7 @@ export function checkCall(name: CallInput, value: unknown): void {
 /** At decoration (or bootstrap): the option is valid, or a `LeaseConfigError` naming `@Exclusive`. */
 export function checkDeclared(name: CallInput, value: unknown): void {
   const message = RULES[name](value);
-  if (message !== undefined) throw new LeaseConfigError(`@Exclusive ${message}`);
+  if (message !== undefined) throw new LeaseConfigError(messages.declared(message));
 }
 
 /** Checks a priority: an integer in PostgreSQL's `integer` range. */
@@ -97,7 +89,7 @@ export function exclusiveMetadata(
   priorityOrOptions?: number | ExclusiveOptions,
 ): ExclusiveMetadata {
   if (typeof targetKey !== 'function' && (typeof targetKey !== 'string' || targetKey.length === 0)) {
-    throw new LeaseConfigError('@Exclusive needs a key template such as "report:{id}" or a function returning the key');
+    throw new LeaseConfigError(messages.exclusiveKeyMissing());
   }
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
@@ -106,7 +98,7 @@ export function exclusiveMetadata(
     if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
   if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
-    throw new LeaseConfigError(`@Exclusive onBusy must be 'throw' or 'skip', got ${JSON.stringify(options.onBusy)}`);
+    throw new LeaseConfigError(messages.exclusiveOnBusyUnknown(JSON.stringify(options.onBusy)));
   }
   return { targetKey, ...options };
 }

@@ -3,6 +3,7 @@
  * objects' suffixes and no clash between them. All the migrations and entities need (schema/ imports them from here).
  */
 import { LeaseConfigError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** The names a deployment chooses (validated by `resolveLeaseNames`). */
 export interface LeaseNames {
@@ -19,17 +20,14 @@ const LONGEST_SUFFIX = Math.max(...DERIVED_SUFFIXES.map((suffix) => suffix.lengt
 /** Checks a schema or table name: PostgreSQL identifiers are at most 63 bytes and cannot contain NUL. */
 export function checkIdentifier(name: string, value: unknown, room = IDENTIFIER_MAX_BYTES): string {
   if (typeof value !== 'string' || value.length === 0) {
-    throw new LeaseConfigError(`${name} must be a non-empty string, got ${JSON.stringify(value)}`);
+    throw new LeaseConfigError(messages.identifierEmpty(name, JSON.stringify(value)));
   }
   if (value.includes('\0')) {
-    throw new LeaseConfigError(`${name} must not contain NUL characters`);
+    throw new LeaseConfigError(messages.identifierNul(name));
   }
   const bytes = Buffer.byteLength(value, 'utf8');
   if (bytes > room) {
-    throw new LeaseConfigError(
-      `${name} "${value}" is ${bytes} bytes; at most ${room} fit (PostgreSQL identifiers are at most ` +
-        `${IDENTIFIER_MAX_BYTES} bytes, including suffixes for sequences and indexes): choose a shorter name`,
-    );
+    throw new LeaseConfigError(messages.identifierTooLong(name, value, bytes, room, IDENTIFIER_MAX_BYTES));
   }
   return value;
 }
@@ -51,10 +49,7 @@ function checkDerivedNames(table: string, waiterTable: string): void {
   for (const [i, [name, what]] of objects.entries()) {
     const clash = objects.findIndex(([other], j) => j !== i && other === name);
     if (clash >= 0 && clash < i) {
-      throw new LeaseConfigError(
-        `${objects[clash][1]} collides with ${what} (both are "${name}"): ` +
-          `choose table names that are not each other's derived names`,
-      );
+      throw new LeaseConfigError(messages.derivedNamesCollide(objects[clash][1], what, name));
     }
   }
 }
@@ -65,13 +60,13 @@ function checkDerivedNames(table: string, waiterTable: string): void {
  */
 export function resolveLeaseNames(names: Partial<LeaseNames> = {}): LeaseNames {
   if (typeof names !== 'object' || names === null) {
-    throw new LeaseConfigError('The lease table names must be an object: { schema, tableName, waiterTableName }');
+    throw new LeaseConfigError(messages.namesNotObject());
   }
   const room = IDENTIFIER_MAX_BYTES - LONGEST_SUFFIX;
   const tableName = checkIdentifier('tableName', names.tableName ?? 'job_lease', room);
   const waiterTableName = checkIdentifier('waiterTableName', names.waiterTableName ?? 'job_lease_waiter', room);
   if (tableName === waiterTableName) {
-    throw new LeaseConfigError(`tableName and waiterTableName must differ (both are "${tableName}")`);
+    throw new LeaseConfigError(messages.tableNamesEqual(tableName));
   }
   checkDerivedNames(tableName, waiterTableName);
   return { schema: checkIdentifier('schema', names.schema ?? 'public'), tableName, waiterTableName };

@@ -9,6 +9,7 @@ import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lea
 import { LONE_SURROGATE } from './call-input.js';
 import { resolveLeaseNames } from './lease-names.js';
 import { INT32_MAX, ONE_SECOND_MS } from './limits.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** Fallback poll of waiters behind a transaction pooler without `sessionUrl`, where no NOTIFY can wake them. */
 export const POOLER_POLL_INTERVAL_MS = ONE_SECOND_MS;
@@ -18,7 +19,7 @@ export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
 
 function positiveInteger(name: string, value: unknown, max = INT32_MAX): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
-    throw new LeaseConfigError(`${name} must be a positive integer (at most ${max}), got ${String(value)}`);
+    throw new LeaseConfigError(messages.positiveInteger(name, max, String(value)));
   }
   return value;
 }
@@ -38,11 +39,7 @@ function fencedIdleTimeout(
   const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
   const max = 2 * leaseTimeoutMs - safetyMarginMs - 2 * intervalMs;
   if (timeout > max) {
-    throw new LeaseConfigError(
-      `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
-        `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
-        'receive a lease already past its deadline',
-    );
+    throw new LeaseConfigError(messages.fencedIdleTimeoutTooLong(timeout, max));
   }
   return timeout;
 }
@@ -53,7 +50,7 @@ function defaultOwner(): string {
 
 export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {
   if (typeof options !== 'object' || options === null) {
-    throw new LeaseConfigError('LeaseModule options must be an object');
+    throw new LeaseConfigError(messages.optionsNotObject());
   }
   const heartbeatIntervalMs = positiveInteger(
     'heartbeatIntervalMs',
@@ -62,9 +59,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   const leaseTimeoutMs = positiveInteger('leaseTimeoutMs', options.leaseTimeoutMs ?? DEFAULT_LEASE_TIMEOUT_MS);
   if (leaseTimeoutMs < 3 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
-        `${3 * heartbeatIntervalMs}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
-        'taken for a dead holder',
+      messages.leaseTimeoutTooShort(leaseTimeoutMs, heartbeatIntervalMs, 3 * heartbeatIntervalMs),
     );
   }
   const safetyMarginMs = positiveInteger('safetyMarginMs', options.safetyMarginMs ?? heartbeatIntervalMs);
@@ -72,32 +67,35 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   // (or its retry) time to be confirmed before the local deadline.
   if (leaseTimeoutMs - safetyMarginMs < 2 * heartbeatIntervalMs) {
     throw new LeaseConfigError(
-      `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
-        `before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at ` +
-        `most ${leaseTimeoutMs - 2 * heartbeatIntervalMs}`,
+      messages.safetyMarginTooLarge(
+        safetyMarginMs,
+        heartbeatIntervalMs,
+        leaseTimeoutMs,
+        leaseTimeoutMs - 2 * heartbeatIntervalMs,
+      ),
     );
   }
   if (options.asyncReleaseCommits !== undefined && typeof options.asyncReleaseCommits !== 'boolean') {
-    throw new LeaseConfigError('asyncReleaseCommits must be a boolean');
+    throw new LeaseConfigError(messages.asyncReleaseCommitsNotBoolean());
   }
   const waiterTimeoutMs = positiveInteger('waiterTimeoutMs', options.waiterTimeoutMs ?? 15_000);
   if (waiterTimeoutMs < 30) {
-    throw new LeaseConfigError(`waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`);
+    throw new LeaseConfigError(messages.waiterTimeoutTooShort(waiterTimeoutMs));
   }
   const { schema, tableName: table, waiterTableName: waiterTable } = resolveLeaseNames(options);
   if (options.owner !== undefined && (typeof options.owner !== 'string' || options.owner.length === 0)) {
-    throw new LeaseConfigError('owner must be a non-empty string when given');
+    throw new LeaseConfigError(messages.ownerEmpty());
   }
   // PostgreSQL text cannot hold NUL (every acquire would fail with a raw error), and a lone surrogate cannot be
   // encoded: refuse both here, where the option is named.
   if (options.owner?.includes('\0')) {
-    throw new LeaseConfigError('owner must not contain NUL characters: choose a printable process identity');
+    throw new LeaseConfigError(messages.ownerNul());
   }
   if (options.owner !== undefined && LONE_SURROGATE.test(options.owner)) {
-    throw new LeaseConfigError('owner must be well-formed UTF-16 (it contains a lone surrogate)');
+    throw new LeaseConfigError(messages.ownerLoneSurrogate());
   }
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
-    throw new LeaseConfigError('notify must be a boolean');
+    throw new LeaseConfigError(messages.notifyNotBoolean());
   }
   const { pooler, sessionUrl, notify, pollDefault } = poolerSettings(options, heartbeatIntervalMs);
   return {
@@ -139,18 +137,15 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
 function poolerSettings(options: LeaseModuleOptions, heartbeatIntervalMs: number) {
   const pooler = options.pooler ?? 'none';
   if (pooler !== 'none' && pooler !== 'transaction') {
-    throw new LeaseConfigError(`pooler must be 'none' or 'transaction', got ${JSON.stringify(pooler)}`);
+    throw new LeaseConfigError(messages.poolerUnknown(JSON.stringify(pooler)));
   }
   const sessionUrl = options.sessionUrl ?? null;
   if (sessionUrl !== null && (typeof sessionUrl !== 'string' || sessionUrl.length === 0)) {
-    throw new LeaseConfigError('sessionUrl must be a non-empty connection string when given');
+    throw new LeaseConfigError(messages.sessionUrlEmpty());
   }
   const blind = pooler === 'transaction' && sessionUrl === null;
   if (blind && options.notify === true) {
-    throw new LeaseConfigError(
-      "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction " +
-        'pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset',
-    );
+    throw new LeaseConfigError(messages.notifyBehindBlindPooler());
   }
   return {
     pooler,
