@@ -17,7 +17,7 @@ import {
   unavailableOr,
 } from './errors.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
-import { closeStepMs, connectionCloseMs, shortBoundMs } from './lease-bounds.js';
+import { closeStepMs, connectBoundMs, connectionCloseMs, shortBoundMs } from './lease-bounds.js';
 import { BorrowedLease, HeldLease, type Lease, type LeaseHandleOwner } from './lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from './lease-database.js';
 import { LeaseContext } from './lease-context.js';
@@ -122,16 +122,20 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const ownSessions = this.options.pooler !== 'transaction' || this.options.sessionUrl !== null;
     const { heartbeatIntervalMs, waiterHeartbeatIntervalMs } = this.options;
     const closeMs = connectionCloseMs(this.options);
+    // Opening a connection may take longer than a tick (a busy server's fork and authentication): the tick fails, the
+    // connection goes on opening within its own bound, and the next tick uses it. Cut at every tick instead, a
+    // connection slower than one interval would never open, and every lease would be lost.
+    const connectMs = connectBoundMs(this.options);
     this.heartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('heartbeat'),
-      heartbeatIntervalMs,
+      connectMs,
       ownSessions ? heartbeatIntervalMs : undefined,
       closeMs,
     );
     // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
     this.waiterHeartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('waiters'),
-      waiterHeartbeatIntervalMs,
+      connectMs,
       ownSessions ? waiterHeartbeatIntervalMs : undefined,
       closeMs,
     );
