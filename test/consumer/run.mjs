@@ -100,10 +100,12 @@ try {
       `${(packed.unpackedSize / 1024).toFixed(1)} kB unpacked`,
   );
   for (const file of packed.files) console.log(`  ${String(file.size).padStart(7)}  ${file.path}`);
-  check(
-    files.includes('dist/index.js') && files.includes('dist/index.d.ts'),
-    'tarball has dist/index.js and its .d.ts',
-  );
+  for (const build of ['esm', 'cjs']) {
+    check(
+      files.includes(`dist/${build}/index.js`) && files.includes(`dist/${build}/index.d.ts`),
+      `tarball has dist/${build}/index.js and its .d.ts`,
+    );
+  }
   check(files.includes('README.md') && files.includes('LICENSE'), 'tarball has README.md and LICENSE');
   check(!files.some((file) => file.startsWith('src/')), 'tarball has no src/');
   check(!files.some((file) => /\.spec\./.test(file)), 'tarball has no spec files');
