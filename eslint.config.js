@@ -6,7 +6,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['**/dist/**', 'node_modules/**', 'coverage/**', 'artifacts/**', 'libs/pg-harness/src/index.js'] },
+  { ignores: ['**/dist/**', 'node_modules/**', 'coverage/**', 'artifacts/**', '.cache/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

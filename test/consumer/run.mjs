@@ -1,26 +1,73 @@
-// `npm run test:consumer`: nest-pg-lease as a new user gets it. Packs libs/lease, installs the tarball into a fresh
-// NestJS 12 ESM app in a temporary directory (real packages from the registry, with the README's install commands
-// and its Node 20 override), writes the app from the README's Usage code blocks (so the README is what is tested),
-// compiles it with plain `tsc` under `strict` without `skipLibCheck`, starts it with `node` on a real PostgreSQL and
-// proves it over HTTP: a duplicate request refused with 409 + Retry-After by a decorated provider method called from
-// an undecorated controller, and a fenced save in the database with its fencing token.
+// `npm run test:consumer`: nest-pg-lease as new users get it, on the matrix the README's Install section states.
+// Packs libs/lease once and checks the tarball (both builds, their module systems, @arethetypeswrong/cli on every
+// entry point). Then, for each application of the matrix — NestJS 12 as ES modules, NestJS 11 as CommonJS — installs
+// the tarball into a fresh app in a temporary directory (real packages from the registry, with the README's install
+// commands of that application's subsection), writes the app from the README's Usage code blocks (so the README is
+// what is tested), and compiles it with plain `tsc` under `strict` without `skipLibCheck`. One install and one build
+// per application; then the built app is started with `node` of each Node.js major of the matrix on a real
+// PostgreSQL and proven over HTTP: a duplicate request refused with 409 + Retry-After by a decorated provider method
+// called from an undecorated controller, a fenced save in the database with its fencing token, a clean SIGTERM.
+// Prints a table (application, module system, Node → result, time) and writes it to artifacts/consumer/summary.md.
+//
+//   npm run test:consumer                                    the whole matrix
+//   npm run test:consumer -- --app nest11-cjs --node 20,22   a part of it
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
+import { parseArgs } from 'node:util';
 import { createDatabase, dropDatabase, freePort, startPostgres } from '@app/pg-harness';
 import pg from 'pg';
 
+/**
+ * The Node.js releases of the matrix. This machine's own `node` serves its major; another major runs the binary of
+ * the registry's `node-<platform>-<arch>` package at this version, installed once into .cache/node-<major>
+ * (git-ignored). Every npm install runs on this machine's node and npm: the app's `node` is the matrix axis.
+ */
+const NODE_RELEASES = { 20: '20.20.2', 22: '22.23.5', 24: '24.22.3' };
+
+/** The applications, each written from its subsection of the README's Install section. */
+const APPS = [
+  { id: 'nest12-esm', subsection: 'NestJS 12 (ES modules)', modules: 'ESM', type: 'module', nodes: [20, 22, 24] },
+  // A NestJS 11 app as `nest new` made them: no "type" in package.json, so CommonJS. Also type-checked as a
+  // `"module": "commonjs"` tsconfig would (TypeScript's node10 resolution: `types` and `typesVersions`).
+  { id: 'nest11-cjs', subsection: 'NestJS 11 and CommonJS', modules: 'CommonJS', nodes: [20, 22, 24], node10: true },
+];
+
+const { values: options } = parseArgs({
+  options: { app: { type: 'string' }, node: { type: 'string' } },
+});
+const apps = APPS.filter((app) => !options.app || options.app.split(',').includes(app.id));
+const majors = options.node?.split(',').map(Number);
+for (const app of apps) app.nodes = app.nodes.filter((major) => !majors || majors.includes(major));
+if (apps.length === 0 || apps.every((app) => app.nodes.length === 0))
+  throw new Error('nothing to run: check --app and --node');
+
 const repo = execFileSync('git', ['rev-parse', '--show-toplevel'], { encoding: 'utf8' }).trim();
+const startedAt = performance.now();
+const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
 const log = (message) => console.log(`[consumer] ${message}`);
 const failures = [];
+/** The row of the summary whose checks are running (its failures are its result). */
+const packageRow = { label: 'package', failures: [] };
+let row = packageRow;
 const check = (ok, message) => {
   if (ok) log(`ok   ${message}`);
   else {
-    failures.push(message);
-    console.error(`[consumer] FAIL ${message}`);
+    failures.push(`${row.label}: ${message}`);
+    row.failures.push(message);
+    console.error(`[consumer] FAIL ${row.label}: ${message}`);
   }
 };
 
@@ -41,7 +88,11 @@ function run(command, args, cwd, env = process.env) {
   }
 }
 
-/** Same, keeping stderr apart (npm writes its warnings there). */
+function spawnSyncCapture(command, args, cwd) {
+  return spawnSync(command, args, { cwd, encoding: 'utf8', maxBuffer: 64 << 20 });
+}
+
+/** Same as run, keeping stderr apart (npm writes its warnings there). */
 function runSplit(command, args, cwd) {
   const child = spawnSyncCapture(command, args, cwd);
   if (child.status !== 0)
@@ -49,24 +100,76 @@ function runSplit(command, args, cwd) {
   return child;
 }
 
-function spawnSyncCapture(command, args, cwd) {
-  return spawnSync(command, args, { cwd, encoding: 'utf8', maxBuffer: 64 << 20 });
-}
+/** The lines of npm's output that are warnings or errors. */
+const npmNoise = (result) =>
+  `${result.stdout}\n${result.stderr}`.split('\n').filter((line) => /warn|EBADENGINE|ERR/i.test(line));
 
-/** The README's fenced code blocks of one section, with their language. */
+/** The README's fenced code blocks of one section, with their language and the `###` subsection they are in. */
 function readmeBlocks(section) {
   const readme = readFileSync(join(repo, 'README.md'), 'utf8');
   const start = readme.indexOf(`\n## ${section}\n`);
   if (start < 0) throw new Error(`README has no "## ${section}" section`);
   const end = readme.indexOf('\n## ', start + 1);
   const text = readme.slice(start, end < 0 ? undefined : end);
-  return [...text.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map(([, lang, body]) => ({ lang, body }));
+  return [...text.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((match) => {
+    const headings = [...text.slice(0, match.index).matchAll(/\n### (.+)\n/g)];
+    return { lang: match[1], body: match[2], subsection: headings.at(-1)?.[1] };
+  });
 }
 
 /** A block whose first line is `// path` is the file at that path. */
 function fileOf(block) {
   const first = /^\/\/ ([\w./-]+)\n/.exec(block.body);
   return first ? first[1] : undefined;
+}
+
+/** The `npm install` commands of some README blocks, the package's name replaced by the tarball. */
+function installCommands(blocks, tarball) {
+  return blocks
+    .filter((block) => block.lang === 'bash')
+    .flatMap((block) => block.body.split('\n'))
+    .filter((line) => line.startsWith('npm install'))
+    .map((line) => ({
+      line,
+      args: line
+        .split(/\s+/)
+        .slice(1)
+        .map((arg) => (arg === 'nest-pg-lease' ? tarball : arg)),
+    }));
+}
+
+/** Every file under a directory, relative to it. */
+function filesUnder(dir) {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(dir, join(entry.parentPath, entry.name)));
+}
+
+/** The `node` binary of a Node.js major (see NODE_RELEASES). */
+function nodeBinary(major) {
+  if (Number(process.versions.node.split('.')[0]) === major) return process.execPath;
+  const release = NODE_RELEASES[major];
+  if (!release) throw new Error(`NODE_RELEASES has no Node ${major}`);
+  const name = `node-${process.platform}-${process.arch}`;
+  const prefix = join(repo, '.cache', `node-${major}`);
+  const manifest = join(prefix, 'node_modules', name, 'package.json');
+  const installed = existsSync(manifest) ? JSON.parse(readFileSync(manifest, 'utf8')).version : undefined;
+  if (installed !== release) {
+    log(`npm install --prefix .cache/node-${major} ${name}@${release} …`);
+    run(
+      'npm',
+      ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', `${name}@${release}`],
+      repo,
+    );
+  }
+  return join(prefix, 'node_modules', name, 'bin', 'node');
+}
+
+/** npm's own script, to run npm under another Node.js (`<node> <npm-cli.js> …`). */
+function npmCli() {
+  const fromRun = process.env.npm_execpath;
+  if (fromRun && /npm-cli\.js$/.test(fromRun)) return fromRun;
+  return realpathSync(execFileSync('which', ['npm'], { encoding: 'utf8' }).trim());
 }
 
 async function request(url, init) {
@@ -82,101 +185,21 @@ async function request(url, init) {
 }
 
 const work = mkdtempSync(join(tmpdir(), 'nest-pg-lease-consumer-'));
-const app = join(work, 'app');
+/** The summary's rows: one per application and Node.js major. */
+const rows = [];
+const notes = [];
 let server;
-let databaseUrl;
 let child;
 let scoring;
-try {
-  // 1. The tarball, exactly as `npm publish` would make it (prepack builds a clean dist).
-  log(`npm pack libs/lease (prepack builds dist) …`);
-  const packed = JSON.parse(
-    run('npm', ['pack', '--json', '--pack-destination', work, '--loglevel=error'], join(repo, 'libs/lease')),
-  )[0];
-  const tarball = join(work, packed.filename);
-  const files = packed.files.map((file) => file.path).sort();
-  log(
-    `${packed.filename}: ${packed.entryCount} files, ${(packed.size / 1024).toFixed(1)} kB packed, ` +
-      `${(packed.unpackedSize / 1024).toFixed(1)} kB unpacked`,
-  );
-  for (const file of packed.files) console.log(`  ${String(file.size).padStart(7)}  ${file.path}`);
-  check(
-    files.includes('dist/index.js') && files.includes('dist/index.d.ts'),
-    'tarball has dist/index.js and its .d.ts',
-  );
-  check(files.includes('README.md') && files.includes('LICENSE'), 'tarball has README.md and LICENSE');
-  check(!files.some((file) => file.startsWith('src/')), 'tarball has no src/');
-  check(!files.some((file) => /\.spec\./.test(file)), 'tarball has no spec files');
-  check(!files.some((file) => /tsconfig/.test(file)), 'tarball has no tsconfig');
-  check(!files.some((file) => file.endsWith('.ts') && !file.endsWith('.d.ts')), 'tarball has no TypeScript sources');
+const databases = [];
 
-  // 2. A fresh app: package.json with the README's Node 20 override, then the README's install commands.
-  mkdirSync(app);
-  const install = readmeBlocks('Install');
-  const override = install.find((block) => block.lang === 'json' && block.body.includes('"overrides"'));
-  if (!override) throw new Error('README Install shows no "overrides" block');
-  const manifest = { name: 'consumer-app', private: true, type: 'module', ...JSON.parse(`{${override.body}}`) };
-  writeFileSync(join(app, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-  const commands = install
-    .filter((block) => block.lang === 'bash')
-    .flatMap((block) => block.body.split('\n'))
-    .filter((line) => line.startsWith('npm install'));
-  if (commands.length === 0) throw new Error('README Install shows no npm install command');
-  for (const command of commands) {
-    const args = command
-      .split(/\s+/)
-      .slice(1)
-      .map((arg) => (arg === 'nest-pg-lease' ? tarball : arg));
-    log(`${command.replace('nest-pg-lease', packed.filename)}`);
-    const result = runSplit('npm', [...args, '--no-audit', '--no-fund'], app);
-    const noise = `${result.stdout}\n${result.stderr}`.split('\n').filter((line) => /warn|EBADENGINE|ERR/i.test(line));
-    for (const line of noise) console.log(`  ${line}`);
-    check(
-      !noise.some((line) => /EBADENGINE/.test(line)),
-      `install is free of EBADENGINE on Node ${process.versions.node}`,
-    );
-    check(noise.length === 0, `install is quiet (no npm warnings): ${command.split(' ').slice(0, 3).join(' ')} …`);
-  }
-  const installed = JSON.parse(run('npm', ['ls', '--json', '--depth=0'], app)).dependencies;
-  log(
-    `installed: ${Object.entries(installed)
-      .map(([name, info]) => `${name}@${info.version}`)
-      .join(', ')}`,
-  );
-  const fileType = JSON.parse(run('npm', ['ls', 'file-type', '--json'], app));
-  log(
-    `file-type resolved: ${JSON.stringify(fileType.dependencies ?? {}).match(/"file-type":\{"version":"([^"]+)"/)?.[1]}`,
-  );
-
-  // 3. The README's Usage (and its tsconfig), file by file.
-  const blocks = [...install, ...readmeBlocks('Usage')].filter((block) => fileOf(block));
-  for (const block of blocks) {
-    const path = join(app, fileOf(block));
-    mkdirSync(dirname(path), { recursive: true });
-    writeFileSync(path, block.body);
-  }
-  log(`wrote from the README: ${blocks.map(fileOf).join(', ')}`);
-  const tsconfig = readFileSync(join(app, 'tsconfig.json'), 'utf8');
-  check(/"strict": true/.test(tsconfig) && !/skipLibCheck/.test(tsconfig), 'tsconfig is strict, without skipLibCheck');
-  check(blocks.map(fileOf).includes('src/main.ts'), 'the README gives src/main.ts');
-
-  // 4. Plain tsc, every .d.ts checked.
-  log('npx tsc -p tsconfig.json …');
-  const tsc = spawnSyncCapture('npx', ['--no-install', 'tsc', '-p', 'tsconfig.json'], app);
-  if (tsc.stdout.trim())
-    console.log(
-      tsc.stdout
-        .trim()
-        .split('\n')
-        .map((line) => `  ${line}`)
-        .join('\n'),
-    );
-  check(tsc.status === 0, `tsc (strict, no skipLibCheck) compiles the app: exit ${tsc.status}`);
-  if (tsc.status !== 0) throw new Error('the app does not compile');
-
-  // 5. PostgreSQL (DATABASE_URL or embedded), a fake slow scoring API, and the app started with plain node.
-  server = await startPostgres();
-  databaseUrl = await createDatabase(server.url, 'consumer');
+/**
+ * The built app of `dir`, started with `node` (the binary of one Node.js major) on a fresh database, proven over
+ * HTTP, stopped with SIGTERM.
+ */
+async function proveApp(dir, node) {
+  const databaseUrl = await createDatabase(server.url, 'consumer');
+  databases.push(databaseUrl);
   let releaseScore;
   const scoreGate = new Promise((resolve) => (releaseScore = resolve));
   const scoringCalls = [];
@@ -191,8 +214,8 @@ try {
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   let output = '';
-  child = spawn(process.execPath, ['dist/main.js'], {
-    cwd: app,
+  child = spawn(node, ['dist/main.js'], {
+    cwd: dir,
     env: {
       ...process.env,
       DATABASE_URL: databaseUrl,
@@ -216,8 +239,8 @@ try {
   }
   log(`node dist/main.js is listening on ${base}`);
 
-  // 6. Two concurrent requests for one user: one holds the lease (its scoring call waits at our gate), the other is
-  //    refused; then the gate opens and the holder saves, fenced.
+  // Two concurrent requests for one user: one holds the lease (its scoring call waits at our gate), the other is
+  // refused; then the gate opens and the holder saves, fenced.
   const first = request(`${base}/reports/7`, { method: 'POST' });
   const second = request(`${base}/reports/7`, { method: 'POST' });
   const refused = await Promise.race([first, second]);
@@ -242,33 +265,40 @@ try {
 
   const db = new pg.Client({ connectionString: databaseUrl });
   await db.connect();
-  const rows = (await db.query('SELECT user_id, score, fencing_token::text AS fencing_token FROM job_result')).rows;
-  const leases = (await db.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].n;
-  const last = (await db.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v;
-  log(`job_result: ${JSON.stringify(rows)}; job_lease rows: ${leases}; fencing sequence at ${last}`);
-  check(rows.length === 1 && rows[0].user_id === 7 && rows[0].score === 0.75, 'the fenced save is in job_result');
-  // The token the service saw inside the fence: the server's timeline in the high bits, a value of the lease's
-  // sequence in the low 40 (README, Failover).
-  const savedToken = BigInt(rows[0]?.fencing_token ?? 0);
-  check(
-    rows[0]?.fencing_token === saved.body?.fencingToken &&
-      savedToken >> 40n === 1n &&
-      BigInt(last) >= (savedToken & ((1n << 40n) - 1n)),
-    'the row carries the fencing token of the lease that saved it',
-  );
-  check(leases === 0, 'the lease was released');
+  try {
+    const results = (await db.query('SELECT user_id, score, fencing_token::text AS fencing_token FROM job_result'))
+      .rows;
+    const leases = (await db.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].n;
+    const last = (await db.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v;
+    log(`job_result: ${JSON.stringify(results)}; job_lease rows: ${leases}; fencing sequence at ${last}`);
+    check(
+      results.length === 1 && results[0].user_id === 7 && results[0].score === 0.75,
+      'the fenced save is in job_result',
+    );
+    // The token the service saw inside the fence: the server's timeline in the high bits, a value of the lease's
+    // sequence in the low 40 (README, Failover).
+    const savedToken = BigInt(results[0]?.fencing_token ?? 0);
+    check(
+      results[0]?.fencing_token === saved.body?.fencingToken &&
+        savedToken >> 40n === 1n &&
+        BigInt(last) >= (savedToken & ((1n << 40n) - 1n)),
+      'the row carries the fencing token of the lease that saved it',
+    );
+    check(leases === 0, 'the lease was released');
 
-  const again = await request(`${base}/reports/7`, { method: 'POST' });
-  log(`after the release: ${again.status} ${JSON.stringify(again.body)}`);
-  check(
-    again.status === 201 && BigInt(again.body.fencingToken) > BigInt(saved.body.fencingToken),
-    'the next run gets the lease with a larger fencing token',
-  );
-  const other = await request(`${base}/reports/8`, { method: 'POST' });
-  check(other.status === 201, `another user's report runs independently: ${other.status}`);
-  await db.end();
+    const again = await request(`${base}/reports/7`, { method: 'POST' });
+    log(`after the release: ${again.status} ${JSON.stringify(again.body)}`);
+    check(
+      again.status === 201 && BigInt(again.body.fencingToken) > BigInt(saved.body.fencingToken),
+      'the next run gets the lease with a larger fencing token',
+    );
+    const other = await request(`${base}/reports/8`, { method: 'POST' });
+    check(other.status === 201, `another user's report runs independently: ${other.status}`);
+  } finally {
+    await db.end();
+  }
 
-  // 7. Shutdown hooks: SIGTERM ends the app cleanly.
+  // Shutdown hooks: SIGTERM ends the app cleanly.
   child.kill('SIGTERM');
   const [code, signal] = await Promise.race([
     exited,
@@ -280,19 +310,301 @@ try {
   child = undefined;
   if (/error/i.test(output)) console.log(output);
   check(!/\bERROR\b/.test(output), 'the app logged no errors');
+  scoring.close();
+  scoring.closeAllConnections();
+  scoring = undefined;
+}
+
+try {
+  // 1. The tarball, exactly as `npm publish` would make it (prepack builds a clean dist), checked once.
+  const packStarted = performance.now();
+  log(`npm pack libs/lease (prepack builds dist/esm and dist/cjs) …`);
+  const packed = JSON.parse(
+    run('npm', ['pack', '--json', '--pack-destination', work, '--loglevel=error'], join(repo, 'libs/lease')),
+  )[0];
+  const tarball = join(work, packed.filename);
+  const files = packed.files.map((file) => file.path).sort();
+  log(
+    `${packed.filename}: ${packed.entryCount} files, ${(packed.size / 1024).toFixed(1)} kB packed, ` +
+      `${(packed.unpackedSize / 1024).toFixed(1)} kB unpacked`,
+  );
+  for (const file of packed.files) console.log(`  ${String(file.size).padStart(7)}  ${file.path}`);
+  for (const build of ['esm', 'cjs']) {
+    check(
+      files.includes(`dist/${build}/index.js`) && files.includes(`dist/${build}/index.d.ts`),
+      `tarball has dist/${build}/index.js and its .d.ts`,
+    );
+  }
+  check(
+    files.includes('dist/esm/package.json') && files.includes('dist/cjs/package.json'),
+    'tarball has the package.json that marks each build',
+  );
+  check(files.includes('README.md') && files.includes('LICENSE'), 'tarball has README.md and LICENSE');
+  check(!files.some((file) => file.startsWith('src/')), 'tarball has no src/');
+  check(!files.some((file) => /\.spec\./.test(file)), 'tarball has no spec files');
+  check(!files.some((file) => /tsconfig|^scripts\//.test(file)), 'tarball has no tsconfig or build script');
+  check(!files.some((file) => file.endsWith('.ts') && !file.endsWith('.d.ts')), 'tarball has no TypeScript sources');
+  // Types for every entry point and every resolution mode: node10, node16 from CJS and from ESM, bundler.
+  const attw = spawnSyncCapture(
+    process.execPath,
+    [
+      join(repo, 'node_modules/@arethetypeswrong/cli/dist/index.js'),
+      tarball,
+      '--no-definitely-typed',
+      '--format',
+      'table-flipped',
+      '--no-emoji',
+      '--no-color',
+    ],
+    work,
+  );
+  console.log(`${attw.stdout}${attw.stderr}`.trim().replace(/^/gm, '  '));
+  check(attw.status === 0, `@arethetypeswrong/cli finds no problem in the tarball's types: exit ${attw.status}`);
+  notes.push(`pack + checks + @arethetypeswrong/cli: ${seconds(packStarted)} s`);
+
+  // 2. The Node.js binaries of the matrix, and one PostgreSQL (DATABASE_URL or embedded) for every run.
+  const nodes = new Map();
+  for (const major of [...new Set(apps.flatMap((app) => app.nodes))].sort()) {
+    const binary = nodeBinary(major);
+    nodes.set(major, { binary, version: run(binary, ['--version'], repo).trim() });
+  }
+  log(`Node.js: ${[...nodes.values()].map((node) => `${node.version} (${node.binary})`).join(', ')}`);
+  server = await startPostgres();
+
+  const installBlocks = readmeBlocks('Install');
+  const usageBlocks = readmeBlocks('Usage').filter((block) => fileOf(block));
+  for (const app of apps) {
+    const buildStarted = performance.now();
+    row = { label: `${app.id} install + build`, failures: [] };
+    const appRows = app.nodes.map((major) => ({
+      label: `${app.id} on Node ${major}`,
+      app,
+      major,
+      node: nodes.get(major).version,
+      failures: [],
+    }));
+    rows.push(...appRows);
+    const dir = join(work, app.id);
+    const blocks = installBlocks.filter((block) => block.subsection === app.subsection);
+    const override = blocks.find((block) => block.lang === 'json' && block.body.includes('"overrides"'));
+    try {
+      // 3. A fresh app: package.json (the subsection's overrides, if it gives any), then its install commands.
+      log(`── ${app.subsection} ──`);
+      mkdirSync(dir);
+      if (blocks.length === 0) throw new Error(`README Install has no "### ${app.subsection}" subsection`);
+      const overrides = override ? JSON.parse(`{${override.body}}`) : {};
+      const manifest = { name: 'consumer-app', private: true, ...(app.type && { type: app.type }), ...overrides };
+      writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+      const commands = installCommands(blocks, tarball);
+      if (commands.length === 0) throw new Error(`README "### ${app.subsection}" shows no npm install command`);
+      for (const { line, args } of commands) {
+        log(line.replace('nest-pg-lease', packed.filename));
+        const noise = npmNoise(runSplit('npm', [...args, '--no-audit', '--no-fund'], dir));
+        for (const text of noise) console.log(`  ${text}`);
+        check(
+          !noise.some((text) => /EBADENGINE/.test(text)),
+          `install is free of EBADENGINE on Node ${process.versions.node}`,
+        );
+        check(noise.length === 0, `install is quiet (no npm warnings): ${line.split(' ').slice(0, 3).join(' ')} …`);
+      }
+      const installed = JSON.parse(run('npm', ['ls', '--json', '--depth=0'], dir)).dependencies;
+      const version = (name) => installed[name]?.version ?? '?';
+      log(
+        `installed: ${Object.entries(installed)
+          .map(([name, info]) => `${name}@${info.version}`)
+          .join(', ')}`,
+      );
+      const fileType = JSON.stringify(
+        JSON.parse(run('npm', ['ls', 'file-type', '--json'], dir)).dependencies ?? {},
+      ).match(/"file-type":\{"version":"([^"]+)"/)?.[1];
+      log(`file-type resolved: ${fileType}`);
+      Object.assign(app, {
+        nest: version('@nestjs/core'),
+        typeorm: version('typeorm'),
+        typescript: version('typescript'),
+      });
+
+      // 4. The installed package: which build each module system gets, and that neither build loads the other.
+      const pkg = join(dir, 'node_modules/nest-pg-lease/dist');
+      const esmFiles = filesUnder(join(pkg, 'esm')).filter((file) => file.endsWith('.js'));
+      const cjsFiles = filesUnder(join(pkg, 'cjs')).filter((file) => file.endsWith('.js'));
+      const text = (build, file) => readFileSync(join(pkg, build, file), 'utf8');
+      check(
+        esmFiles.every((file) => !/\brequire\(|\/cjs\//.test(text('esm', file))),
+        `dist/esm: ${esmFiles.length} ES modules, none requires anything or names dist/cjs`,
+      );
+      check(
+        cjsFiles.every((file) => !/^(import|export)\s|\bimport\(|\/esm\//m.test(text('cjs', file))),
+        `dist/cjs: ${cjsFiles.length} CommonJS modules, none imports anything or names dist/esm`,
+      );
+      const resolved =
+        app.modules === 'ESM'
+          ? run(
+              process.execPath,
+              ['--input-type=module', '-e', "console.log(import.meta.resolve('nest-pg-lease'))"],
+              dir,
+            )
+          : run(process.execPath, ['-e', "console.log(require.resolve('nest-pg-lease'))"], dir);
+      const expected = app.modules === 'ESM' ? '/dist/esm/index.js' : '/dist/cjs/index.js';
+      check(resolved.trim().endsWith(expected), `the ${app.modules} app resolves nest-pg-lease to ${expected}`);
+
+      // 5. The README's Usage (and its tsconfig), file by file; plain tsc, every .d.ts checked.
+      const written = [...installBlocks, ...usageBlocks].filter((block) => fileOf(block));
+      for (const block of written) {
+        const path = join(dir, fileOf(block));
+        mkdirSync(dirname(path), { recursive: true });
+        writeFileSync(path, block.body);
+      }
+      log(`wrote from the README: ${written.map(fileOf).join(', ')}`);
+      const tsconfig = readFileSync(join(dir, 'tsconfig.json'), 'utf8');
+      check(
+        /"strict": true/.test(tsconfig) && !/skipLibCheck/.test(tsconfig),
+        'tsconfig is strict, without skipLibCheck',
+      );
+      check(written.map(fileOf).includes('src/main.ts'), 'the README gives src/main.ts');
+      const compile = (args, what) => {
+        log(`npx tsc ${args.join(' ')} …`);
+        const tsc = spawnSyncCapture('npx', ['--no-install', 'tsc', ...args], dir);
+        if (tsc.stdout.trim()) console.log(tsc.stdout.trim().replace(/^/gm, '  '));
+        check(
+          tsc.status === 0,
+          `tsc ${app.typescript} (strict, no skipLibCheck) compiles the app ${what}: exit ${tsc.status}`,
+        );
+        return tsc.status === 0;
+      };
+      if (!compile(['-p', 'tsconfig.json'], `as ${app.modules}`)) throw new Error('the app does not compile');
+      if (app.node10) {
+        // TypeScript 6 deprecates node10 resolution; the apps that still use it are on TypeScript 5.
+        const deprecated = Number(app.typescript.split('.')[0]) >= 6 ? ['--ignoreDeprecations', '6.0'] : [];
+        compile(
+          ['-p', 'tsconfig.json', '--noEmit', '--module', 'commonjs', '--moduleResolution', 'node10', ...deprecated],
+          'with "module": "commonjs" (node10 resolution)',
+        );
+      }
+      const main = readFileSync(join(dir, 'dist/app.module.js'), 'utf8');
+      check(
+        app.modules === 'ESM'
+          ? /^import .* from 'nest-pg-lease';$/m.test(main) && !/\brequire\(/.test(main)
+          : /\brequire\("nest-pg-lease"\)/.test(main) && !/^import /m.test(main),
+        `tsc emitted ${app.modules} (dist/app.module.js ${app.modules === 'ESM' ? 'imports' : 'requires'} nest-pg-lease)`,
+      );
+      notes.push(
+        `${app.id}: install + build ${seconds(buildStarted)} s (@nestjs/core ${app.nest}, typeorm ${app.typeorm}, ` +
+          `typescript ${app.typescript}, file-type ${fileType})`,
+      );
+    } catch (error) {
+      check(false, String(error?.message ?? error));
+    }
+    if (row.failures.length > 0) {
+      for (const appRow of appRows) appRow.skipped = `${row.label} failed`;
+      continue;
+    }
+
+    // 6. The built app on each Node.js major.
+    for (const appRow of appRows) {
+      row = appRow;
+      log(`── ${appRow.label} (${appRow.node}) ──`);
+      const runStarted = performance.now();
+      try {
+        await proveApp(dir, nodes.get(appRow.major).binary);
+      } catch (error) {
+        check(false, String(error?.message ?? error));
+        child?.kill('SIGKILL');
+        child = undefined;
+        scoring?.close();
+        scoring?.closeAllConnections();
+        scoring = undefined;
+      }
+      appRow.seconds = seconds(runStarted);
+    }
+
+    // 7. The README's Node 20 override of file-type: needed on Node 20, not on Node ≥ 22. npm resolves the same
+    //    install commands without the override (a lock file only, nothing downloaded) under each Node.js.
+    if (override) {
+      for (const appRow of appRows) {
+        row = appRow;
+        const scratch = join(work, `${app.id}-engines-${appRow.major}`);
+        mkdirSync(scratch);
+        writeFileSync(
+          join(scratch, 'package.json'),
+          `${JSON.stringify({ name: 'engines', private: true, type: app.type })}\n`,
+        );
+        const warned = new Set();
+        let failed;
+        for (const { args } of installCommands(blocks, tarball)) {
+          const result = spawnSyncCapture(
+            nodes.get(appRow.major).binary,
+            [npmCli(), ...args, '--package-lock-only', '--no-audit', '--no-fund'],
+            scratch,
+          );
+          if (result.status !== 0) failed ??= `npm (lock only) failed on Node ${appRow.node}:\n${result.stderr}`;
+          for (const match of result.stderr.matchAll(/EBADENGINE\s+package: '([^']+)'/g)) warned.add(match[1]);
+        }
+        if (failed) {
+          check(false, failed);
+          continue;
+        }
+        const names = [...warned];
+        log(
+          `without the override on Node ${appRow.node}: ${names.length > 0 ? `EBADENGINE for ${names.join(', ')}` : 'no EBADENGINE'}`,
+        );
+        check(
+          appRow.major < 22
+            ? names.length > 0 && names.every((name) => name.startsWith('file-type@'))
+            : names.length === 0,
+          appRow.major < 22
+            ? `without the README's override, npm warns EBADENGINE on Node ${appRow.node} for file-type alone (the override is needed)`
+            : `without the README's override, npm is free of EBADENGINE on Node ${appRow.node} (none needed)`,
+        );
+        appRow.override = appRow.major < 22 ? 'needed' : 'not needed';
+      }
+    }
+  }
 } catch (error) {
-  failures.push(String(error?.message ?? error));
-  console.error(`[consumer] FAIL ${error?.stack ?? error}`);
+  check(false, String(error?.stack ?? error));
 } finally {
   child?.kill('SIGKILL');
   scoring?.close();
   scoring?.closeAllConnections();
-  if (server && databaseUrl) await dropDatabase(server.url, databaseUrl).catch(() => undefined);
+  for (const databaseUrl of databases) await dropDatabase(server.url, databaseUrl).catch(() => undefined);
   await server?.destroy();
   rmSync(work, { recursive: true, force: true });
 }
-if (failures.length > 0) {
-  console.error(`[consumer] ${failures.length} failure(s)`);
-  process.exit(1);
-}
-log('all checks passed');
+
+// The summary: printed, and written to artifacts/consumer/summary.md.
+const result = (r) =>
+  r.skipped ? `not run (${r.skipped})` : r.failures.length === 0 ? 'pass' : `FAIL: ${r.failures.join('; ')}`;
+const table = [
+  '| NestJS | modules | TypeORM | TypeScript | Node.js | result | time |',
+  '|---|---|---|---|---|---|---|',
+  ...rows.map(
+    (r) =>
+      `| ${r.app.nest ?? '?'} | ${r.app.modules} | ${r.app.typeorm ?? '?'} | ${r.app.typescript ?? '?'} | ${r.node} | ` +
+      `${result(r)} | ${r.seconds ? `${r.seconds} s` : '–'} |`,
+  ),
+];
+const total = seconds(startedAt);
+const summary = [
+  '# Consumer matrix (`npm run test:consumer`)',
+  '',
+  ...table,
+  '',
+  'Time per row: the built app started with that `node`, proven over HTTP, stopped with SIGTERM. Shared steps:',
+  '',
+  ...notes.map((note) => `- ${note}`),
+  ...rows.filter((r) => r.override).map((r) => `- the README's file-type override on Node ${r.node}: ${r.override}`),
+  `- package checks (tarball, both builds, @arethetypeswrong/cli): ${result(packageRow)}`,
+  `- total: ${total} s`,
+  ...(failures.length > 0 ? ['', `${failures.length} failure(s):`, '', ...failures.map((f) => `- ${f}`)] : []),
+  '',
+].join('\n');
+console.log(`\n${summary}`);
+mkdirSync(join(repo, 'artifacts/consumer'), { recursive: true });
+writeFileSync(join(repo, 'artifacts/consumer/summary.md'), summary);
+const counted = [packageRow, ...rows];
+const passed = counted.filter((r) => !r.skipped && r.failures.length === 0).length;
+if (failures.length > 0) console.error(`[consumer] ${failures.length} failure(s)`);
+else log('all checks passed');
+// The closing line: the matrix's rows and the package checks.
+console.log(`consumer: ${passed} passed, ${counted.length - passed} failed`);
+if (failures.length > 0) process.exit(1);

@@ -3,6 +3,7 @@ import { Registry } from 'prom-client';
 import { LeaseMetrics } from '../../libs/lease/src/integrations/prometheus.js';
 import { LeaseHealthIndicator } from '../../libs/lease/src/integrations/terminus.js';
 import { eventually, startService, useTestDatabase } from '../support/db.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { sample } from './support.js';
 
 // The library's optional integrations on their own, against a real PostgreSQL: what each metric counts, and when
@@ -76,8 +77,10 @@ describe('LeaseMetrics', () => {
 
 describe('LeaseHealthIndicator', () => {
   test('up with the held count; down when a heartbeat is late; down when the database is gone', async () => {
-    // Heartbeats every 10 s: nothing renews the lease during the test, so its heartbeat age only grows.
-    const { service, dataSource, close } = await startService(db.url, {
+    // Heartbeats every 10 s: nothing renews the lease during the test, so its heartbeat age only grows. Through a
+    // proxy, so that the database can be made to vanish (a silent partition) for the last check.
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    const { service, close } = await startService(url, {
       heartbeatIntervalMs: 10_000,
       leaseTimeoutMs: 60_000,
     });
@@ -92,11 +95,13 @@ describe('LeaseHealthIndicator', () => {
       expect(late.leases.message).toMatch(/heartbeats late .*"health:a"/);
 
       await lease!.release();
-      await dataSource.destroy();
+      proxy.freeze();
       const gone = await indicator.isHealthy('leases', { timeoutMs: 2_000 });
       expect(gone.leases.status).toBe('down');
     } finally {
+      proxy.thaw();
       await close();
+      await proxy.stop();
     }
   });
 });

@@ -21,7 +21,7 @@ const mtime = (path: string) => (existsSync(path) ? statSync(path).mtimeMs : 0);
 
 function stale(): boolean {
   return (
-    newestSource(join(root, 'libs/lease/src')) > mtime(join(root, 'libs/lease/dist/index.js')) ||
+    newestSource(join(root, 'libs/lease/src')) > mtime(join(root, 'libs/lease/dist/esm/index.js')) ||
     newestSource(join(root, 'apps')) > mtime(join(root, 'dist/apps/demo/src/main.js'))
   );
 }

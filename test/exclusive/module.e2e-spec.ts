@@ -150,12 +150,14 @@ describe('LeaseModule wiring', () => {
     ];
     const first = await startApp(imports, [HoldController], [Jobs]);
     const second = await startApp(imports, [], []);
+    const jobs = (app: typeof first) => app.app.get(Jobs);
     try {
-      const jobs = first.app.get(Jobs);
       const httpHold = post(`${first.url}/hold`);
-      const providerHold = jobs.hold('x').catch((error: unknown) => error);
+      const providerHold = jobs(first)
+        .hold('x')
+        .catch((error: unknown) => error);
       await eventually(
-        () => jobs.gate.entered,
+        () => jobs(first).gate.entered,
         (n) => n === 2,
         'both holds to start',
       );
@@ -176,12 +178,14 @@ describe('LeaseModule wiring', () => {
       const taken = await other.tryAcquire('hold:x');
       expect(taken).not.toBeNull();
       await taken!.release();
-      jobs.gate.release();
+      jobs(first).gate.release();
       await closing;
       await httpHold.catch(() => undefined);
       await providerHold;
     } finally {
-      await second.app.close();
+      // Whatever failed above, neither application may outlive the test (an open HTTP server keeps Jest alive).
+      jobs(first).gate.release();
+      await Promise.all([first.app.close().catch(() => undefined), second.app.close()]);
     }
   });
 });

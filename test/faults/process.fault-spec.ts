@@ -108,7 +108,7 @@ test('SIGSTOP inside a fenced transaction: the taker blocks on the row lock unti
     async () =>
       (
         await admin.query(
-          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'fenced-stop-B' AND wait_event_type = 'Lock'`,
+          `SELECT 1 FROM pg_stat_activity WHERE application_name = 'fenced-stop-B:statements' AND wait_event_type = 'Lock'`,
         )
       ).rowCount,
     (n) => n === 1,

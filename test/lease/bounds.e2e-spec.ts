@@ -120,4 +120,28 @@ describe('bounds of the library’s statements', () => {
       await locker.end();
     }
   });
+
+  test('a heartbeat connection slow to open is waited for, not abandoned at every tick', async () => {
+    // Opening a connection takes longer than a heartbeat interval (200 ms) — a busy server's fork and
+    // authentication, say —; a renewal on an open one does not.
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    proxies.push(proxy);
+    const slow = await proc('slow-link', { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, 4, url);
+    proxy.slowNewConnections(350);
+    const lease = await slow.service.tryAcquire('bound:slow-connect');
+    expect(lease?.isHeld()).toBe(true);
+    const renewed = new Promise<void>((resolve) => {
+      const subscription = slow.service.events$.subscribe((event) => {
+        if (event.type !== 'renewed') return;
+        subscription.unsubscribe();
+        resolve();
+      });
+    });
+    await renewed;
+    // Renewed on from then on: held well past the local deadline (1.8 s).
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    expect(lease!.isHeld()).toBe(true);
+    proxy.slowNewConnections(0);
+    await lease!.release();
+  }, 20_000);
 });

@@ -128,8 +128,11 @@ describe('heartbeats and takeover', () => {
     try {
       const leases = await Promise.all(Array.from({ length: 200 }, (_, i) => a.service.tryAcquire(`many:${i}`)));
       expect(leases.every(Boolean)).toBe(true);
+      // pg_stat_force_next_flush() is PostgreSQL 15's (statistics in shared memory); before 15, a fresh snapshot.
+      const version = Number((await db.admin.query(`SHOW server_version_num`)).rows[0].server_version_num);
+      const flush = version >= 150_000 ? 'pg_stat_force_next_flush()' : 'pg_stat_clear_snapshot()';
       const before = await db.admin
-        .query(`SELECT pg_stat_force_next_flush()`)
+        .query(`SELECT ${flush}`)
         .then(() =>
           db.admin.query(`SELECT n_tup_upd::int AS upd FROM pg_stat_user_tables WHERE relname = 'job_lease'`),
         );

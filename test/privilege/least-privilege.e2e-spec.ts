@@ -24,6 +24,8 @@ describe('least privilege', () => {
     const owner = await startService(db.url); // the owner (a superuser here) runs the migrations
     await owner.close();
     await db.admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
+    // No CREATE on schema public but through a grant: PostgreSQL 15's default; up to 14 every role has it.
+    await db.admin.query('REVOKE CREATE ON SCHEMA public FROM PUBLIC');
     for (const grant of grants) await db.admin.query(grant);
     // The application's own table, written inside the fence.
     await db.admin.query(

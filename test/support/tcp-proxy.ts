@@ -10,6 +10,8 @@
  *   through either); what was held back is delivered, in order, when it heals (`thaw()`);
  * - `stallNewConnections()`: new connections get no server until `thaw()` (their startup is never answered), while
  *   established ones keep working;
+ * - `slowNewConnections(ms)`: every new connection reaches the server only `ms` after it was opened (a slow link or a
+ *   busy server's fork and authentication), while established ones keep working;
  * - `holdRepliesAfterReady()`: new connections complete their startup (the server's first ReadyForQuery gets
  *   through), then every later reply to them is held until `thaw()`: a session whose first statement never answers.
  * The failover suite's SwitchableProxy (re-pointing a connection at a promoted standby) stays its own: see its file.
@@ -33,6 +35,7 @@ export class TcpProxy {
   private readonly held: Array<() => void> = [];
   private stallingNew = false;
   private holdingAfterReady = false;
+  private newConnectionDelayMs = 0;
   private readonly stalled: Array<() => void> = [];
   /** When the last delayed chunk to each socket goes out: later chunks never overtake it. */
   private readonly due = new WeakMap<Socket, number>();
@@ -99,6 +102,11 @@ export class TcpProxy {
     this.stallingNew = true;
   }
 
+  /** Every new connection reaches the server only `ms` after it was opened (0: at once). */
+  slowNewConnections(ms: number): void {
+    this.newConnectionDelayMs = ms;
+  }
+
   /** New connections answer their startup, then nothing more until `thaw()` (see the module note). */
   holdRepliesAfterReady(): void {
     this.holdingAfterReady = true;
@@ -139,6 +147,9 @@ export class TcpProxy {
     if (this.stallingNew) {
       client.pause();
       this.stalled.push(connect);
+    } else if (this.newConnectionDelayMs > 0) {
+      client.pause();
+      setTimeout(() => client.readyState !== 'closed' && connect(), this.newConnectionDelayMs);
     } else connect();
   }
 

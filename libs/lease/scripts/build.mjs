@@ -1,0 +1,48 @@
+// Builds the package from libs/lease/src twice: dist/esm (ES modules, what `import` gets) and dist/cjs (CommonJS,
+// what `require` gets), each with its own .d.ts, and marks each folder's module system with a package.json of its
+// own. Both builds compile every file under src (tsconfig.lib.json's `include`), so the build does not depend on the
+// source layout; what it checks at the end is that every file package.json names (`main`, `types`, `exports`,
+// `typesVersions`) was built, and that `typesVersions` lists every subpath of `exports`.
+//
+//   node scripts/build.mjs           the workspace's build (npm run build:lib): overwrites dist in place
+//   node scripts/build.mjs --clean   the package's build (prepack): removes dist first, so nothing stale is packed
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const lib = join(dirname(fileURLToPath(import.meta.url)), '..');
+const tsc = createRequire(join(lib, 'package.json')).resolve('typescript/bin/tsc');
+
+if (process.argv.includes('--clean')) rmSync(join(lib, 'dist'), { recursive: true, force: true });
+for (const project of ['tsconfig.lib.json', 'tsconfig.cjs.json']) {
+  execFileSync(process.execPath, [tsc, '-p', project], { cwd: lib, stdio: 'inherit' });
+}
+// Node and TypeScript read a .js / .d.ts file's module system from the nearest package.json.
+writeFileSync(join(lib, 'dist/esm/package.json'), '{ "type": "module" }\n');
+writeFileSync(join(lib, 'dist/cjs/package.json'), '{ "type": "commonjs" }\n');
+
+/** Every file path named in a package.json field (conditions nested at any depth). */
+function targets(value) {
+  if (typeof value === 'string') return [value];
+  return Object.values(value ?? {}).flatMap(targets);
+}
+const manifest = JSON.parse(readFileSync(join(lib, 'package.json'), 'utf8'));
+const problems = [];
+const named = [manifest.main, manifest.types, ...targets(manifest.exports), ...targets(manifest.typesVersions)];
+for (const target of new Set(named)) {
+  if (!existsSync(join(lib, target))) problems.push(`${target} is named in package.json but was not built`);
+}
+// TypeScript's node10 resolution (`"module": "commonjs"` without `moduleResolution`) ignores `exports`: it finds a
+// subpath's types through `typesVersions`, which must therefore list every subpath entry point.
+for (const subpath of Object.keys(manifest.exports)) {
+  const name = subpath.slice(2);
+  if (name && name !== 'package.json' && !manifest.typesVersions?.['*']?.[name]) {
+    problems.push(`exports has ${subpath} but typesVersions["*"] has no "${name}"`);
+  }
+}
+if (problems.length > 0) {
+  console.error(`nest-pg-lease build:\n  ${problems.join('\n  ')}`);
+  process.exit(1);
+}
