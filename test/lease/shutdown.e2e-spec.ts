@@ -111,4 +111,28 @@ describe('close() at the seams', () => {
     );
     proxy.thaw();
   });
+
+  test('close() ends while a heartbeat connection is still connecting', async () => {
+    // Found by the model test (a service closed while its heartbeat connection was being opened never finished
+    // closing): ending a pg client that is still connecting never settles its connect(). Here the heartbeat's first
+    // connection is aimed at that moment: new connections get no answer from the first acquisition on.
+    const { proxy, url } = await proxied();
+    const opening = await proc('opening', { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 }, 4, url);
+    proxy.stallNewConnections();
+    const lease = await opening.service.tryAcquire('close:connecting');
+    expect(lease?.isHeld()).toBe(true);
+    // The first tick (200 ms) is opening the heartbeat connection, which the proxy never answers.
+    await eventually(
+      () => proxy.stalledConnections,
+      (n) => n > 0,
+      'the heartbeat connection opening',
+      3_000,
+    );
+    const started = performance.now();
+    const closing = track(opening.service.close());
+    await eventually(() => closing.settled(), Boolean, 'close() settled', 10_000);
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(closing.error).toBeUndefined();
+    proxy.thaw();
+  });
 });

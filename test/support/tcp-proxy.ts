@@ -116,6 +116,11 @@ export class TcpProxy {
     return this.pairs.size;
   }
 
+  /** New connections held by `stallNewConnections()`, not yet let through. */
+  get stalledConnections(): number {
+    return this.stalled.length;
+  }
+
   async stop(): Promise<void> {
     this.thaw();
     for (const pair of this.pairs) this.close(pair);

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { type Queryable, type SessionSource, sessionSetup } from './sessions.js';
-import { closeClient, SocketRegistry } from './sockets.js';
+import { closeClient, connectClient, SocketRegistry } from './sockets.js';
 
 /**
  * One connection of its own, outside the application's pool, for one kind of heartbeat: renewals must not queue
@@ -85,7 +85,7 @@ export class DedicatedConnection implements Queryable, SessionSource {
     this.opening = client;
     const pending = (async () => {
       try {
-        await client.connect();
+        await connectClient(client);
         if (this.boundedMs !== undefined) {
           const setUp = { text: sessionSetup({ boundMs: this.boundedMs, customPlans: true }) };
           await (client as Queryable).query({ ...setUp, query_timeout: this.connectTimeoutMs });

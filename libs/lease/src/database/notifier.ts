@@ -3,6 +3,7 @@ import pg from 'pg';
 import { errorText } from '../errors/lease.messages.js';
 import { quoteIdentifier } from '../schema/lease-schema.js';
 import { parseHeadPayload } from './head-payload.js';
+import { connectClient } from './sockets.js';
 import { settleBy } from '../util/settle-by.js';
 
 /**
@@ -53,7 +54,7 @@ export class Notifier {
     client.on('error', (error) => this.lostConnection(client, error));
     client.on('end', () => this.lostConnection(client));
     try {
-      await client.connect();
+      await connectClient(client);
       const listen: pg.QueryConfig & { query_timeout: number } = {
         text: [this.channel, this.head?.channel]
           .flatMap((channel) => (channel ? [`LISTEN ${quoteIdentifier(channel)}`] : []))

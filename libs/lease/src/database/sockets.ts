@@ -59,3 +59,25 @@ export async function closeClient(client: pg.Client, boundMs: number): Promise<v
   clearTimeout(timer);
   if (!polite) socketOf(client)?.destroy();
 }
+
+/**
+ * `client.connect()`, settled whatever happens to the client meanwhile: pg never settles a `connect()` whose client is
+ * ended while it connects (its handler of the connection's end skips the callback once `end()` was called), so a
+ * close() racing a connection being opened would wait for it forever. This also rejects when the client ends first.
+ */
+export function connectClient(client: pg.Client): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const ended = () => reject(new Error('Connection ended while connecting'));
+    client.once('end', ended);
+    client.connect().then(
+      () => {
+        client.off('end', ended);
+        resolve();
+      },
+      (error: unknown) => {
+        client.off('end', ended);
+        reject(error);
+      },
+    );
+  });
+}
