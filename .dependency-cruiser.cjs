@@ -54,6 +54,22 @@ module.exports = {
       to: { path: [area('exclusive'), area('transport')] },
     },
     {
+      name: 'observability-below',
+      severity: 'error',
+      comment: 'Traces and diagnostics channels know only the public types, errors, options and constants.',
+      from: { path: area('observability') },
+      to: {
+        path: SRC,
+        pathNot: [
+          area('observability'),
+          area('interfaces'),
+          area('errors'),
+          area('options'),
+          `${SRC}lease\\.constants\\.ts$`,
+        ],
+      },
+    },
+    {
       name: 'errors-and-interfaces-alone',
       severity: 'error',
       comment: 'Errors and public types import only each other and options/limits.ts.',

@@ -2,6 +2,8 @@ import type { EntityManager } from 'typeorm';
 import { LeaseLostError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
+import type { HolderSpan } from '../observability/tracing.js';
+import { NO_KEY_TEMPLATE } from '../options/call-input.js';
 
 /** What a lease handle needs from the engine that made it. */
 export interface LeaseHandleOwner {
@@ -22,6 +24,12 @@ export class HeldLease implements Lease {
   /** Monotonic time when the last confirmed renewal (or the acquisition) was sent. */
   private confirmedAt: number;
   private deadlineTimer?: NodeJS.Timeout;
+  /** What the key is an instance of (`TryAcquireOptions.keyTemplate`): traces and metrics name the lease by it. */
+  keyTemplate = NO_KEY_TEMPLATE;
+  /** Acquired by taking over an expired row. */
+  tookOver = false;
+  /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */
+  holder?: HolderSpan;
 
   constructor(
     readonly targetKey: string,

@@ -11,6 +11,8 @@ import { unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import {
   LeaseBusyError,
+  LeaseLostError,
+  LeaseQueueFullError,
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
@@ -27,7 +29,21 @@ import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import { assertHoldAtLeastMs, assertPriority, assertTargetKey, checkCall } from '../options/call-input.js';
+import {
+  assertHoldAtLeastMs,
+  assertPriority,
+  assertTargetKey,
+  checkCall,
+  keyTemplateOf,
+} from '../options/call-input.js';
+import {
+  activeSpanSetter,
+  holderSpan,
+  type LeaseSpan,
+  loadTracing,
+  type SpanAttributes,
+  startSpan,
+} from '../observability/tracing.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
 
@@ -47,6 +63,8 @@ interface LeaseRequest {
   readonly targetKey: string;
   readonly priority: number;
   readonly holdMs: number;
+  /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
+  readonly keyTemplate: string;
 }
 
 /**
@@ -85,6 +103,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
+    void loadTracing();
     this.database = new LeaseDatabase(dataSource, this.options);
     this.events$ = this.events.asObservable();
     // Outside a transaction pooler the heartbeat connections are sessions of their own: bounded by session settings,
@@ -119,7 +138,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       this.store,
       this.options,
       () => this.database.sessionConfig('listen'),
-      (waiter) => this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter),
+      (waiter) =>
+        this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate),
       this.logger,
     );
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
@@ -139,7 +159,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
   async init(): Promise<void> {
-    this.heartbeat.systemId = await this.checks.run();
+    const [systemId] = await Promise.all([this.checks.run(), loadTracing()]);
+    this.heartbeat.systemId = systemId;
   }
 
   async onModuleInit(): Promise<void> {
@@ -215,7 +236,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
     const request = this.request(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.track(this.tryOnce(request));
+    return reentrant ? new BorrowedLease(reentrant) : this.track(this.traced(request, () => this.tryOnce(request)));
   }
 
   /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
@@ -224,7 +245,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const waitTimeoutMs = this.waitTimeoutOf(options);
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.track(this.waitFor(request, waitTimeoutMs, options.signal));
+    if (reentrant) return new BorrowedLease(reentrant);
+    return this.track(this.traced(request, () => this.waitFor(request, waitTimeoutMs, options.signal), options.signal));
   }
 
   /**
@@ -240,10 +262,53 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
     const lease = await this.track(
-      waits ? this.waitFor(request, waitTimeoutMs, options.signal) : this.tryOnce(request),
+      this.traced(
+        request,
+        () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal) : this.tryOnce(request)),
+        options.signal,
+      ),
     );
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
+  }
+
+  /**
+   * One call's acquisition in a `lease.acquire` span, child of the caller's active span (when an SDK records): its
+   * outcome, fencing token and the batch its statement went in; a wait in line is its child `lease.wait`. The
+   * caller's span is kept on the lease: heartbeat failures and the loss become its events.
+   */
+  private traced<T extends Lease | null>(
+    request: LeaseRequest,
+    work: () => Promise<T>,
+    signal?: AbortSignal,
+  ): Promise<T> {
+    const holder = holderSpan();
+    const span = startSpan('lease.acquire', {
+      ...this.spanAttributes(request.targetKey, request.keyTemplate),
+      'lease.priority': request.priority,
+    });
+    const acquired = (lease: T): T => {
+      if (lease instanceof HeldLease) lease.holder = holder;
+      return lease;
+    };
+    if (!span) return work().then(acquired);
+    return span.within(work).then(
+      (lease) => {
+        if (lease) span.set({ 'lease.fencing_token': String(lease.fencingToken) });
+        span.end(lease instanceof HeldLease && lease.tookOver ? 'taken-over' : lease ? 'acquired' : 'busy');
+        return acquired(lease);
+      },
+      (error: unknown) => {
+        const outcome = failureOf(error, signal);
+        span.end(outcome, outcome === 'error' || outcome === 'unavailable' ? error : undefined);
+        throw error;
+      },
+    );
+  }
+
+  /** The attributes every span of a lease carries: its template, and its key only when `traceTargetKeys` is on. */
+  private spanAttributes(targetKey: string, keyTemplate: string): SpanAttributes {
+    return { 'lease.key_template': keyTemplate, 'lease.key': this.options.traceTargetKeys ? targetKey : undefined };
   }
 
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
@@ -255,14 +320,15 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** One attempt, then the priority line until `waitTimeoutMs` (or the signal) ends the wait. */
   private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
-    const { targetKey, priority, holdMs } = request;
+    const { targetKey, priority, holdMs, keyTemplate } = request;
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait).
-    const waiter = waitTimeoutMs > 0 && this.queue.hasRoom() ? this.queue.newWaiter(targetKey, priority, holdMs) : null;
+    const waiter =
+      waitTimeoutMs > 0 && this.queue.hasRoom() ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
     // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined),
+      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate),
       until + this.queue.graceMs,
       signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -274,20 +340,43 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
     const started = performance.now();
+    const span = startSpan('lease.wait', {
+      ...this.spanAttributes(targetKey, keyTemplate),
+      'lease.priority': priority,
+    });
+    const inLine = waiter ?? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate);
+    if (span) this.tracePosition(span, inLine);
     try {
-      const granted = await this.queue.wait(
-        waiter ?? this.queue.newWaiter(targetKey, priority, holdMs),
-        until,
-        waitTimeoutMs,
-        signal,
-      );
+      const wait = () => this.queue.wait(inLine, until, waitTimeoutMs, signal);
+      const granted = await (span ? span.within(wait) : wait());
       this.emitWaitEnded(targetKey, priority, 'granted', started);
+      span?.set({ 'lease.fencing_token': String(granted.fencingToken) });
+      span?.end('granted');
       return granted;
     } catch (error) {
       const outcome = signal?.aborted ? 'aborted' : error instanceof LeaseWaitTimeoutError ? 'timeout' : 'error';
       this.emitWaitEnded(targetKey, priority, outcome, started);
+      span?.end(outcome, outcome === 'error' ? error : undefined);
       throw error;
     }
+  }
+
+  /**
+   * `lease.wait.position` of a traced wait: the waiter's place among the live waiters of its target (1 = granted
+   * next), read with one snapshot statement in parallel with the wait — only when a span records it.
+   */
+  private tracePosition(span: LeaseSpan, waiter: Waiter): void {
+    const seq = waiter.place?.seq;
+    if (seq === undefined) return;
+    const reading = this.store.snapshot(waiter.targetKey).then((rows) => {
+      let position = 0;
+      for (const row of rows) {
+        if (row.state !== 'waiting' || row.since_heartbeat_ms >= row.timeout_ms) continue;
+        position++;
+        if (row.seq === String(seq)) return span.set({ 'lease.wait.position': position });
+      }
+    });
+    void this.track(reading).catch(() => undefined);
   }
 
   /** Runs `work` with `lease` as the current lease of its call chain. */
@@ -315,7 +404,23 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** The lease's `fenced()` (see `FencedTransactions`). */
   fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.fencing.fenced(lease, work);
+    const span = startSpan('lease.fenced', {
+      ...this.spanAttributes(lease.targetKey, lease.keyTemplate),
+      'lease.fencing_token': String(lease.fencingToken),
+    });
+    if (!span) return this.fencing.fenced(lease, work);
+    return span
+      .within(() => this.fencing.fenced(lease, work))
+      .then(
+        (result) => {
+          span.end('committed');
+          return result;
+        },
+        (error: unknown) => {
+          span.end(error instanceof LeaseLostError ? 'lost' : 'error', error);
+          throw error;
+        },
+      );
   }
 
   /**
@@ -329,15 +434,26 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.
     const until = lease.deadline + this.options.safetyMarginMs;
-    await this.retries.releaseRow(lease.targetKey, lease.token, until, () =>
-      this.emit({
-        type: 'released',
-        targetKey: lease.targetKey,
-        fencingToken: lease.fencingToken,
-        heldMs,
-        at: new Date(),
-      }),
-    );
+    const span = startSpan('lease.release', {
+      ...this.spanAttributes(lease.targetKey, lease.keyTemplate),
+      'lease.fencing_token': String(lease.fencingToken),
+      'lease.held_ms': Math.round(heldMs),
+    });
+    let released = false;
+    const releasing = () =>
+      this.retries.releaseRow(lease.targetKey, lease.token, until, () => {
+        released = true;
+        this.emit({
+          type: 'released',
+          targetKey: lease.targetKey,
+          fencingToken: lease.fencingToken,
+          heldMs,
+          at: new Date(),
+        });
+      });
+    await (span ? span.within(releasing) : releasing());
+    // Not confirmed: the statement failed (retried in the background until the row expires) or found another token.
+    span?.end(released ? 'released' : 'not-confirmed');
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
@@ -347,8 +463,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     holdMs: number,
     waiter?: Waiter,
     queueAs?: QueueAs,
+    keyTemplate?: string,
   ): Promise<HeldLease | null> {
-    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs));
+    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs, keyTemplate));
   }
 
   /**
@@ -361,6 +478,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     holdMs: number,
     waiter?: Waiter,
     queueAs?: QueueAs,
+    keyTemplate = keyTemplateOf(undefined),
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
     const leaseToken = randomUUID();
@@ -374,7 +492,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       queueAs: queueAs && { waiterId: queueAs.waiter.id },
     };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
-    const row = await this.store.tryAcquire(request).catch((error: unknown) => {
+    const row = await this.store.tryAcquire(request, activeSpanSetter('lease.batch_size')).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, 'acquire a lease on');
     });
     if ('refused' in row) {
@@ -402,6 +520,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const lease = new HeldLease(targetKey, leaseToken, row.fencingToken, row.sentAt, localLimitMs, this, (expired) =>
       this.lose(expired, 'renewal-deadline'),
     );
+    lease.keyTemplate = keyTemplate;
+    lease.tookOver = row.tookOver;
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);
     this.heartbeat.start();
@@ -442,6 +562,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
     };
     this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
+    lease.holder?.event('lease.lost', { 'lease.reason': reason, 'lease.fencing_token': String(lease.fencingToken) });
     this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
   }
 
@@ -454,7 +575,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     assertTargetKey(targetKey);
     if (options.priority !== undefined) assertPriority(options.priority);
     assertHoldAtLeastMs(options.holdAtLeastMs);
-    return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0 };
+    const keyTemplate = keyTemplateOf(options.keyTemplate);
+    return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate };
   }
 
   private waitTimeoutOf(options: AcquireOptions): number {
@@ -482,4 +604,14 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private emit(event: LeaseEvent): void {
     if (!this.events.closed) this.events.next(event);
   }
+}
+
+/** The `lease.outcome` of an acquisition that failed. */
+function failureOf(error: unknown, signal?: AbortSignal): string {
+  if (signal?.aborted) return 'aborted';
+  if (error instanceof LeaseWaitTimeoutError) return 'timeout';
+  if (error instanceof LeaseQueueFullError) return 'queue-full';
+  if (error instanceof LeaseShutdownError) return 'shutdown';
+  if (error instanceof LeaseUnavailableError) return 'unavailable';
+  return 'error';
 }

@@ -94,6 +94,13 @@ export class LeaseHeartbeat {
         latencyMs: tick.latencyMs,
         at,
       });
+      for (const lease of tick.batch) {
+        lease.holder?.event('lease.renew_failed', {
+          'lease.error': errorText(tick.error),
+          'lease.batch_size': tick.batch.length,
+          'lease.latency_ms': tick.latencyMs,
+        });
+      }
       return;
     }
     for (const lease of tick.batch) {

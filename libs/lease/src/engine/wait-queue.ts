@@ -26,6 +26,8 @@ export interface Waiter {
   readonly priority: number;
   /** holdAtLeastMs of the lease it waits for. */
   readonly holdAtLeastMs: number;
+  /** The call's key template (traces, metrics). */
+  readonly keyTemplate?: string;
   place?: WaiterPlace;
   /** Set by a refused attempt when only a hold's tail is in the way: it ends in this many ms (no NOTIFY then). */
   holdLeftMs?: number;
@@ -83,8 +85,8 @@ export class WaitQueue {
   }
 
   /** A waiter for a call about to wait; its first attempt may already queue it (`place`), see `LeaseStore`. */
-  newWaiter(targetKey: string, priority: number, holdAtLeastMs: number): Waiter {
-    return { id: randomUUID(), targetKey, priority, holdAtLeastMs, evicted: false, pending: false };
+  newWaiter(targetKey: string, priority: number, holdAtLeastMs: number, keyTemplate?: string): Waiter {
+    return { id: randomUUID(), targetKey, priority, holdAtLeastMs, keyTemplate, evicted: false, pending: false };
   }
 
   /**

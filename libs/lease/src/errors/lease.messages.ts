@@ -84,6 +84,9 @@ export const messages = {
   ownerNul: () => 'owner must not contain NUL characters: choose a printable process identity',
   ownerLoneSurrogate: () => 'owner must be well-formed UTF-16 (it contains a lone surrogate)',
   notifyNotBoolean: () => 'notify must be a boolean',
+  traceTargetKeysNotBoolean: () => 'traceTargetKeys must be a boolean',
+  keyTemplateInvalid: (got: string | number) =>
+    `keyTemplate must be a non-empty string of at most 255 characters, got ${got}`,
   poolerUnknown: (v1: string | number) => `pooler must be 'none' or 'transaction', got ${v1}`,
   sessionUrlEmpty: () => 'sessionUrl must be a non-empty connection string when given',
   notifyBehindBlindPooler: () =>

@@ -44,12 +44,12 @@ export async function callExclusive(
   const plan = planOf(owner, methodName, wrapped);
   const leases = leaseEngineFor(self, plan.label);
   const targetKey = targetKeyOf(metadata, plan, args);
+  // Traces and metrics name the call by its template (a key function: by the method), never by the key.
+  const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
   let entry: LeaseEntry;
   try {
-    entry = await leases.enter(
-      targetKey,
-      call ? { ...acquireOptionsOf(metadata), signal: call.signal } : acquireOptionsOf(metadata),
-    );
+    const options = { ...acquireOptionsOf(metadata), keyTemplate };
+    entry = await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
   } catch (error) {
     if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) {
       logger.debug(`${plan.label} skipped: "${targetKey}" is busy`);

@@ -71,7 +71,9 @@ describe('@Exclusive', () => {
 
   it('runs the original with its `this` and arguments, under the key filled from the first argument', async () => {
     await expect(new Reports().build({ id: 7 }, '!')).resolves.toBe('from this: 7!');
-    expect(entered).toEqual([{ key: 'report:7', options: { priority: 3, holdAtLeastMs: 10 } }]);
+    expect(entered).toEqual([
+      { key: 'report:7', options: { priority: 3, holdAtLeastMs: 10, keyTemplate: 'report:{id}' } },
+    ]);
   });
 
   it('works for a method captured early and called detached with another `this`', async () => {

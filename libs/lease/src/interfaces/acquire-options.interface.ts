@@ -9,6 +9,13 @@ export interface TryAcquireOptions {
    * most 2147483647. @default 0
    */
   holdAtLeastMs?: number;
+  /**
+   * What the key is an instance of, e.g. `'report:{userId}'` for `report:42`: the `lease.key_template` attribute of
+   * the call's spans (and the `key_template` label of its metrics). Never the key itself: it names a kind of work, so
+   * traces group and metrics keep few series. `@Exclusive` sets it to its key template (or `Class.method` for a key
+   * function). @default '(none)'
+   */
+  keyTemplate?: string;
 }
 
 /** Options of `LeaseService.acquire()` and `run()`. */

@@ -44,6 +44,13 @@ export interface LeaseModuleOptions {
    */
   notify?: boolean;
   /**
+   * Whether the spans of the library (`lease.acquire`, `lease.wait`, `lease.fenced`, `lease.release`) carry the
+   * target key itself as `lease.key`. Off by default: a key may be personal data (`report:user:42`); every span
+   * carries the key's template (`lease.key_template`) either way.
+   * @default false
+   */
+  traceTargetKeys?: boolean;
+  /**
    * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`. A soft
    * bound: waiters enqueuing at the same instant may overshoot it by a few.
    * @default 1_000
@@ -153,6 +160,7 @@ export interface ResolvedLeaseOptions {
   readonly defaultWaitTimeoutMs: number;
   readonly waitPollIntervalMs: number;
   readonly notify: boolean;
+  readonly traceTargetKeys: boolean;
   readonly maxWaitersPerTarget: number;
   readonly maxWaitersPerProcess: number;
   /** null when aging is off. */

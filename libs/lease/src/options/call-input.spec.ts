@@ -1,6 +1,6 @@
-import { LeaseKeyError } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
 import { fillKeyTemplate } from '../exclusive/argument-plan.js';
-import { assertTargetKey } from './call-input.js';
+import { assertTargetKey, keyTemplateOf } from './call-input.js';
 
 describe('target keys', () => {
   test('fills placeholders from the lookup', () => {
@@ -33,5 +33,23 @@ describe('target keys', () => {
     expect(() => assertTargetKey('a\uD800')).toThrow(/lone surrogate/);
     expect(() => assertTargetKey('\uDFFFb')).toThrow(LeaseKeyError);
     expect(() => assertTargetKey('emoji:\uD83D\uDE00')).not.toThrow();
+  });
+});
+
+describe('key templates (the label of traces and metrics)', () => {
+  test("absent: '(none)'; given: itself, 1–255 characters", () => {
+    expect(keyTemplateOf(undefined)).toBe('(none)');
+    expect(keyTemplateOf('report:{userId}')).toBe('report:{userId}');
+    expect(keyTemplateOf('t'.repeat(255))).toHaveLength(255);
+  });
+
+  test.each<[unknown, RegExp]>([
+    ['', /got a string of 0 characters/],
+    ['t'.repeat(256), /got a string of 256 characters/],
+    [42, /got number/],
+    [null, /got null/],
+  ])('%p is a LeaseArgumentError', (value, message) => {
+    expect(() => keyTemplateOf(value)).toThrow(LeaseArgumentError);
+    expect(() => keyTemplateOf(value)).toThrow(message);
   });
 });

@@ -78,6 +78,19 @@ export function assertPriority(priority: unknown): asserts priority is number {
   checkCall('priority', priority);
 }
 
+/** The template a call's spans and metrics name it by (`TryAcquireOptions.keyTemplate`). */
+export const NO_KEY_TEMPLATE = '(none)';
+
+/** Checks keyTemplate: a non-empty string of at most 255 characters (a label, not a key). */
+export function keyTemplateOf(keyTemplate: unknown): string {
+  if (keyTemplate === undefined) return NO_KEY_TEMPLATE;
+  if (typeof keyTemplate !== 'string' || keyTemplate.length === 0 || keyTemplate.length > 255) {
+    const got = typeof keyTemplate === 'string' ? `a string of ${keyTemplate.length} characters` : typeof keyTemplate;
+    throw new LeaseArgumentError(messages.keyTemplateInvalid(keyTemplate === null ? 'null' : got));
+  }
+  return keyTemplate;
+}
+
 /** Checks holdAtLeastMs: a non-negative integer that fits the lease row's `integer` column. */
 export function assertHoldAtLeastMs(holdAtLeastMs: unknown): asserts holdAtLeastMs is number | undefined {
   if (holdAtLeastMs !== undefined) checkCall('holdAtLeastMs', holdAtLeastMs);

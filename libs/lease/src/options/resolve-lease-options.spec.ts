@@ -68,6 +68,7 @@ describe('resolveLeaseOptions', () => {
     ['a NUL in the owner', { owner: 'a\0' }, /owner must not contain NUL/],
     ['a lone surrogate in the owner', { owner: '\uD800' }, /well-formed UTF-16/],
     ['notify not a boolean', { notify: 1 as never }, /notify must be a boolean/],
+    ['traceTargetKeys not a boolean', { traceTargetKeys: 'yes' as never }, /traceTargetKeys must be a boolean/],
     ['an unknown pooler', { pooler: 'session' as never }, /pooler must be 'none' or 'transaction'/],
     ['an empty sessionUrl', { sessionUrl: '' }, /sessionUrl must be a non-empty connection string/],
     [

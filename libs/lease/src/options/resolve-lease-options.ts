@@ -97,6 +97,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.notify !== undefined && typeof options.notify !== 'boolean') {
     throw new LeaseConfigError(messages.notifyNotBoolean());
   }
+  if (options.traceTargetKeys !== undefined && typeof options.traceTargetKeys !== 'boolean') {
+    throw new LeaseConfigError(messages.traceTargetKeysNotBoolean());
+  }
   const { pooler, sessionUrl, notify, pollDefault } = poolerSettings(options, heartbeatIntervalMs);
   return {
     heartbeatIntervalMs,
@@ -107,6 +110,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     defaultWaitTimeoutMs: positiveInteger('defaultWaitTimeoutMs', options.defaultWaitTimeoutMs ?? 60_000),
     waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? pollDefault),
     notify,
+    traceTargetKeys: options.traceTargetKeys ?? false,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
     agingIntervalMs:

@@ -34,6 +34,8 @@ export interface GroupCommitOptions {
 
 interface Entry<I, O> {
   item: I;
+  /** Told the size of the batch the item went in (the last one, when a failed batch is split). */
+  onBatch?: (size: number) => void;
   resolve: (value: O) => void;
   reject: (error: unknown) => void;
 }
@@ -75,9 +77,10 @@ export class GroupCommit<I, O> {
     }
   }
 
-  submit(item: I): Promise<O> {
+  /** Queues `item`; `onBatch` learns the size of the batch it goes in (for traces). */
+  submit(item: I, onBatch?: (size: number) => void): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      this.queue.push({ item, onBatch, resolve, reject });
       // A free slot sends at the end of this turn of the event loop, not at once: calls made in the same turn (the
       // callers of the batch that just returned, moving on to their next step) go together. No timer: nothing waits
       // when there is nothing to group.
@@ -137,6 +140,7 @@ export class GroupCommit<I, O> {
   }
 
   private async run(batch: Array<Entry<I, O>>): Promise<void> {
+    for (const entry of batch) entry.onBatch?.(batch.length);
     let outcomes: Array<ItemOutcome<O>>;
     try {
       outcomes = await this.send(batch.map((entry) => entry.item));

@@ -140,13 +140,15 @@ export class LeaseStore {
    * deadline): a statement waiting for a locked row (a fenced transaction still finishing) waits within it, and one
    * the client gave up on committed nothing.
    */
-  tryAcquire(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
-    if (this.options.maxBatchSize === 1 || request.queueAs !== undefined) {
+  tryAcquire(request: AcquireRequest, onBatch?: (size: number) => void): Promise<AcquiredRow | Refusal> {
+    const alone = () => {
+      onBatch?.(1);
       return retryingSerializationFailures(() => this.acquireOnce(request));
-    }
-    return this.acquisitions.submit(request).then((outcome) =>
+    };
+    if (this.options.maxBatchSize === 1 || request.queueAs !== undefined) return alone();
+    return this.acquisitions.submit(request, onBatch).then((outcome) =>
       // A row the batch could not lock at once: this caller alone goes the single statement, which waits for it.
-      outcome === 'retry' ? retryingSerializationFailures(() => this.acquireOnce(request)) : outcome,
+      outcome === 'retry' ? alone() : outcome,
     );
   }
 

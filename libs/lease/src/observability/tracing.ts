@@ -1,0 +1,110 @@
+/**
+ * OpenTelemetry spans through `@opentelemetry/api`, an optional peer dependency loaded with `import()` by
+ * `loadTracing()` (the engine's `init()`). Without the package, or without an SDK registered, nothing is recorded and
+ * nothing is allocated per call: `startSpan` returns undefined for a span that would not record.
+ */
+import type { Context, Span } from '@opentelemetry/api';
+import { errorText } from '../errors/lease.messages.js';
+
+/** The tracer's name (instrumentation scope). */
+export const TRACER_NAME = 'nest-pg-lease';
+
+type Api = typeof import('@opentelemetry/api');
+
+/** undefined: not loaded yet; null: not installed. */
+let api: Api | null | undefined;
+let loading: Promise<void> | undefined;
+
+/** Loads `@opentelemetry/api` once, if installed (idempotent; never rejects). */
+export function loadTracing(): Promise<void> {
+  loading ??= import('@opentelemetry/api').then(
+    (loaded) => {
+      // The CJS build sees the module's namespace under `default` as well: either has `trace`.
+      api = (loaded as { trace?: unknown }).trace ? loaded : (loaded as unknown as { default: Api }).default;
+    },
+    () => {
+      api = null;
+    },
+  );
+  return loading;
+}
+
+export type SpanAttributes = Record<string, string | number | boolean | undefined>;
+
+/** One recording span of the library's, with the few operations it needs. */
+export class LeaseSpan {
+  private ended = false;
+
+  constructor(
+    private readonly otel: Api,
+    private readonly span: Span,
+    private readonly parent: Context,
+  ) {}
+
+  set(attributes: SpanAttributes): void {
+    if (!this.ended) this.span.setAttributes(defined(attributes));
+  }
+
+  event(name: string, attributes: SpanAttributes = {}): void {
+    if (!this.ended) this.span.addEvent(name, defined(attributes));
+  }
+
+  /** Runs `work` with this span as the active span: spans started inside are its children. */
+  within<T>(work: () => T): T {
+    return this.otel.context.with(this.otel.trace.setSpan(this.parent, this.span), work);
+  }
+
+  /** Ends the span with its `lease.outcome`; `error` marks it failed (status ERROR, the exception recorded). */
+  end(outcome: string, error?: unknown): void {
+    if (this.ended) return;
+    this.span.setAttribute('lease.outcome', outcome);
+    if (error !== undefined) {
+      this.span.recordException(error instanceof Error ? error : errorText(error));
+      this.span.setStatus({ code: this.otel.SpanStatusCode.ERROR, message: errorText(error) });
+    }
+    this.ended = true;
+    this.span.end();
+  }
+}
+
+/** The span active in the caller's context (an HTTP request's, say), if one records; for events during a hold. */
+export class HolderSpan {
+  constructor(private readonly span: Span) {}
+
+  event(name: string, attributes: SpanAttributes = {}): void {
+    if (this.span.isRecording()) this.span.addEvent(name, defined(attributes));
+  }
+}
+
+/** A span named `name`, child of the caller's active span; undefined when nothing would record it. */
+export function startSpan(name: string, attributes: SpanAttributes): LeaseSpan | undefined {
+  if (!api) return undefined;
+  const parent = api.context.active();
+  const span = api.trace.getTracer(TRACER_NAME).startSpan(name, { attributes: defined(attributes) }, parent);
+  if (!span.isRecording()) return undefined;
+  return new LeaseSpan(api, span, parent);
+}
+
+/**
+ * Sets `name` on the span active now (one of the library's, when it records), later: for what is known only once a
+ * statement went (its batch size). Captured now, since the statement runs from another call's turn of the loop.
+ */
+export function activeSpanSetter(name: string): ((value: number) => void) | undefined {
+  const span = api?.trace.getActiveSpan();
+  if (!span?.isRecording()) return undefined;
+  return (value) => {
+    if (span.isRecording()) span.setAttribute(name, value);
+  };
+}
+
+/** The caller's active span, if one records. */
+export function holderSpan(): HolderSpan | undefined {
+  const span = api?.trace.getActiveSpan();
+  return span?.isRecording() ? new HolderSpan(span) : undefined;
+}
+
+function defined(attributes: SpanAttributes): Record<string, string | number | boolean> {
+  const out: Record<string, string | number | boolean> = {};
+  for (const [name, value] of Object.entries(attributes)) if (value !== undefined) out[name] = value;
+  return out;
+}
