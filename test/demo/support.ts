@@ -56,13 +56,22 @@ export async function ensureDemoBuilt(): Promise<void> {
   }
 }
 
-/** The value of one sample in Prometheus text format, e.g. `sample(text, 'lease_lost_total', { reason: 'taken-over' })`. */
+/**
+ * The sum of the samples of `name` in Prometheus text format whose labels include `labels` (every series of the metric
+ * when none are given), e.g. `sample(text, 'lease_lost_total', { reason: 'taken-over' })`. A metric with no series yet
+ * (labelled series appear with their first label values) counts 0; an unknown name throws.
+ */
 export function sample(text: string, name: string, labels: Record<string, string> = {}): number {
-  const wanted = Object.entries(labels)
-    .map(([key, value]) => `${key}="${value}"`)
-    .join(',');
-  const series = wanted ? `${name}{${wanted}}` : name;
-  const line = text.split('\n').find((row) => row.startsWith(`${series} `));
-  if (!line) throw new Error(`No sample ${series} in:\n${text}`);
-  return Number(line.slice(series.length + 1));
+  if (!text.includes(`# TYPE ${name} `) && !new RegExp(`^${name}[ {]`, 'm').test(text)) {
+    throw new Error(`No metric ${name} in:\n${text}`);
+  }
+  const wanted = Object.entries(labels).map(([key, value]) => `${key}="${value}"`);
+  let sum = 0;
+  for (const row of text.split('\n')) {
+    const match = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(row);
+    if (!match || match[1] !== name) continue;
+    const has = new Set((match[2] ?? '').split(/,(?=[a-zA-Z_]\w*=")/).filter(Boolean));
+    if (wanted.every((pair) => has.has(pair))) sum += Number(match[3]);
+  }
+  return sum;
 }

@@ -203,7 +203,11 @@ describe('OpenTelemetry spans', () => {
       expect(one('lease.fenced').attributes['lease.outcome']).toBe('lost');
       expect(one('lease.fenced').status.code).toBe(2);
       await held.lease.release();
-      expect(one('lease.release').attributes).toMatchObject({ 'lease.outcome': 'released', 'lease.key': 'job:7' });
+      expect(one('lease.release').attributes).toMatchObject({
+        'lease.outcome': 'released',
+        'lease.key': 'job:7',
+        'lease.key_template': 'job:{id}',
+      });
     } finally {
       await close();
     }

@@ -10,6 +10,7 @@ import ts from 'typescript';
  */
 const EXPORTS = [
   'AcquireOptions',
+  'AcquireOutcome',
   'CurrentLease',
   'Exclusive',
   'ExclusiveInterceptor',
@@ -17,6 +18,7 @@ const EXPORTS = [
   'ExclusiveMetadata',
   'ExclusiveOptions',
   'Lease',
+  'LEASE_CHANNELS',
   'LeaseArgumentError',
   'LeaseBusyError',
   'LeaseConfigError',

@@ -28,7 +28,7 @@ import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
-import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import type { AcquireOutcome, LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import {
   assertHoldAtLeastMs,
   assertPriority,
@@ -36,6 +36,7 @@ import {
   checkCall,
   keyTemplateOf,
 } from '../options/call-input.js';
+import { publish } from '../observability/diagnostics.js';
 import {
   activeSpanSetter,
   holderSpan,
@@ -287,20 +288,30 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       ...this.spanAttributes(request.targetKey, request.keyTemplate),
       'lease.priority': request.priority,
     });
-    const acquired = (lease: T): T => {
-      if (lease instanceof HeldLease) lease.holder = holder;
-      return lease;
-    };
-    if (!span) return work().then(acquired);
-    return span.within(work).then(
+    const started = performance.now();
+    const ended = (outcome: AcquireOutcome) =>
+      this.emit({
+        type: 'acquire-ended',
+        targetKey: request.targetKey,
+        keyTemplate: request.keyTemplate,
+        priority: request.priority,
+        outcome,
+        durationMs: performance.now() - started,
+        at: new Date(),
+      });
+    return (span ? span.within(work) : work()).then(
       (lease) => {
-        if (lease) span.set({ 'lease.fencing_token': String(lease.fencingToken) });
-        span.end(lease instanceof HeldLease && lease.tookOver ? 'taken-over' : lease ? 'acquired' : 'busy');
-        return acquired(lease);
+        const outcome = lease instanceof HeldLease && lease.tookOver ? 'taken-over' : lease ? 'acquired' : 'busy';
+        if (lease instanceof HeldLease) lease.holder = holder;
+        if (lease) span?.set({ 'lease.fencing_token': String(lease.fencingToken) });
+        span?.end(outcome);
+        ended(outcome);
+        return lease;
       },
       (error: unknown) => {
         const outcome = failureOf(error, signal);
-        span.end(outcome, outcome === 'error' || outcome === 'unavailable' ? error : undefined);
+        span?.end(outcome, outcome === 'error' || outcome === 'unavailable' ? error : undefined);
+        ended(outcome);
         throw error;
       },
     );
@@ -313,8 +324,11 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
   private async tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
-    const lease = await this.attempt(request.targetKey, request.priority, request.holdMs);
-    if (!lease) this.emit({ type: 'busy', targetKey: request.targetKey, at: new Date() });
+    const { targetKey, priority, holdMs, keyTemplate } = request;
+    const lease = await this.attempt(targetKey, priority, holdMs, undefined, undefined, keyTemplate);
+    if (!lease) {
+      this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
+    }
     return lease;
   }
 
@@ -338,7 +352,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       },
     );
     if (lease) return lease;
-    this.emit({ type: 'waiting', targetKey, priority, at: new Date() });
+    this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const started = performance.now();
     const span = startSpan('lease.wait', {
       ...this.spanAttributes(targetKey, keyTemplate),
@@ -349,13 +363,13 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     try {
       const wait = () => this.queue.wait(inLine, until, waitTimeoutMs, signal);
       const granted = await (span ? span.within(wait) : wait());
-      this.emitWaitEnded(targetKey, priority, 'granted', started);
+      this.emitWaitEnded(request, 'granted', started);
       span?.set({ 'lease.fencing_token': String(granted.fencingToken) });
       span?.end('granted');
       return granted;
     } catch (error) {
       const outcome = signal?.aborted ? 'aborted' : error instanceof LeaseWaitTimeoutError ? 'timeout' : 'error';
-      this.emitWaitEnded(targetKey, priority, outcome, started);
+      this.emitWaitEnded(request, outcome, started);
       span?.end(outcome, outcome === 'error' ? error : undefined);
       throw error;
     }
@@ -446,6 +460,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
         this.emit({
           type: 'released',
           targetKey: lease.targetKey,
+          keyTemplate: lease.keyTemplate,
           fencingToken: lease.fencingToken,
           heldMs,
           at: new Date(),
@@ -534,6 +549,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       this.emit({
         type: 'taken-over',
         targetKey,
+        keyTemplate,
         fencingToken: row.fencingToken,
         priority,
         owner: this.options.owner,
@@ -544,6 +560,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       this.emit({
         type: 'acquired',
         targetKey,
+        keyTemplate,
         fencingToken: row.fencingToken,
         priority,
         owner: this.options.owner,
@@ -563,7 +580,15 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     };
     this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
     lease.holder?.event('lease.lost', { 'lease.reason': reason, 'lease.fencing_token': String(lease.fencingToken) });
-    this.emit({ type: 'lost', targetKey: lease.targetKey, fencingToken: lease.fencingToken, reason, at: new Date() });
+    this.emit({
+      type: 'lost',
+      targetKey: lease.targetKey,
+      keyTemplate: lease.keyTemplate,
+      fencingToken: lease.fencingToken,
+      reason,
+      heldMs: performance.now() - (this.acquiredAt.get(lease) ?? performance.now()),
+      at: new Date(),
+    });
   }
 
   private forget(lease: HeldLease): void {
@@ -586,14 +611,14 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   }
 
   private emitWaitEnded(
-    targetKey: string,
-    priority: number,
+    { targetKey, keyTemplate, priority }: LeaseRequest,
     outcome: 'granted' | 'timeout' | 'aborted' | 'error',
     started: number,
   ): void {
     this.emit({
       type: 'wait-ended',
       targetKey,
+      keyTemplate,
       priority,
       outcome,
       waitedMs: performance.now() - started,
@@ -602,12 +627,13 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   }
 
   private emit(event: LeaseEvent): void {
+    publish(event);
     if (!this.events.closed) this.events.next(event);
   }
 }
 
 /** The `lease.outcome` of an acquisition that failed. */
-function failureOf(error: unknown, signal?: AbortSignal): string {
+function failureOf(error: unknown, signal?: AbortSignal): AcquireOutcome {
   if (signal?.aborted) return 'aborted';
   if (error instanceof LeaseWaitTimeoutError) return 'timeout';
   if (error instanceof LeaseQueueFullError) return 'queue-full';

@@ -110,6 +110,7 @@ export class LeaseHeartbeat {
         this.emit({
           type: 'renewed',
           targetKey: lease.targetKey,
+          keyTemplate: lease.keyTemplate,
           fencingToken: lease.fencingToken,
           latencyMs: tick.latencyMs,
           at,

@@ -20,12 +20,20 @@ export interface LeaseMetricsOptions {
    * @default [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5]
    */
   latencyBuckets?: number[];
+  /**
+   * Buckets of the wait, hold and acquire duration histograms, in seconds.
+   * @default [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600]
+   */
+  durationBuckets?: number[];
 }
+
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
 
 /**
  * Prometheus metrics of one `LeaseService`, fed by its `events$`: acquisitions, takeovers, busy refusals, losses,
- * renewal failures, heartbeat latency, wait outcomes, and gauges of held leases and waiting calls. No metric is
- * labelled by target key, so cardinality stays fixed however many targets there are.
+ * renewal failures, heartbeat latency, wait outcomes, histograms of acquire, wait and hold durations, and gauges of
+ * held leases and waiting calls. Labelled by key template (`key_template`: `@Exclusive`'s template, or a call's
+ * `keyTemplate`), never by target key, so cardinality stays fixed however many targets there are.
  *
  * Optional integration (needs `prom-client`): import it from `nest-pg-lease/prometheus`, never from the main entry.
  */
@@ -45,22 +53,25 @@ export class LeaseMetrics implements OnModuleDestroy {
     const acquisitions = new Counter({
       name: metricName('acquisitions_total'),
       help: 'Leases acquired by this process, takeovers of expired leases included',
+      labelNames: ['key_template'],
       registers,
     });
     const takeovers = new Counter({
       name: metricName('takeovers_total'),
       help: 'Expired leases of other holders taken over by this process',
+      labelNames: ['key_template'],
       registers,
     });
     const busy = new Counter({
       name: metricName('busy_total'),
       help: 'Acquisition attempts refused because the target was held (or a waiter was ahead)',
+      labelNames: ['key_template'],
       registers,
     });
     const lost = new Counter({
       name: metricName('lost_total'),
       help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover)',
-      labelNames: ['reason'],
+      labelNames: ['reason', 'key_template'],
       registers,
     });
     const renewFailures = new Counter({
@@ -71,7 +82,26 @@ export class LeaseMetrics implements OnModuleDestroy {
     const waits = new Counter({
       name: metricName('waits_total'),
       help: 'Waits in the priority line that ended, by outcome (granted, timeout, aborted, error)',
-      labelNames: ['outcome'],
+      labelNames: ['outcome', 'key_template'],
+      registers,
+    });
+    const durations = { buckets: options.durationBuckets ?? DURATION_BUCKETS, labelNames: ['key_template', 'outcome'] };
+    const acquireDuration = new Histogram({
+      name: metricName('acquire_duration_seconds'),
+      help: 'Acquisition calls from call to outcome (a wait in line included), by outcome: acquired, taken-over, busy, timeout, aborted, queue-full, shutdown, unavailable, error',
+      ...durations,
+      registers,
+    });
+    const waitDuration = new Histogram({
+      name: metricName('wait_duration_seconds'),
+      help: 'Time spent waiting in the priority line, by outcome: granted, timeout, aborted, error',
+      ...durations,
+      registers,
+    });
+    const holdDuration = new Histogram({
+      name: metricName('hold_duration_seconds'),
+      help: 'Time a lease was held, from acquisition to release (outcome released) or loss (the loss reason)',
+      ...durations,
       registers,
     });
     const heartbeatLatency = new Histogram({
@@ -96,24 +126,39 @@ export class LeaseMetrics implements OnModuleDestroy {
         this.set(leases.waitingCount());
       },
     });
-    // Labelled series start at zero, so a dashboard sees them before the first loss or wait.
-    for (const reason of ['taken-over', 'renewal-deadline', 'failover']) lost.inc({ reason }, 0);
-    for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome }, 0);
+    // A template's counters start at zero when it is first seen, so a dashboard sees its series before the first
+    // loss or wait (and `rate()` sees the first increment).
+    const seen = new Set<string>();
+    const start = (key_template: string) => {
+      if (seen.has(key_template)) return;
+      seen.add(key_template);
+      for (const counter of [acquisitions, takeovers, busy]) counter.inc({ key_template }, 0);
+      for (const reason of ['taken-over', 'renewal-deadline', 'failover']) lost.inc({ reason, key_template }, 0);
+      for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome, key_template }, 0);
+    };
 
     this.subscription = leases.events$.subscribe((event) => {
+      if ('keyTemplate' in event) start(event.keyTemplate);
       switch (event.type) {
         case 'acquired':
-          acquisitions.inc();
+          acquisitions.inc({ key_template: event.keyTemplate });
           break;
         case 'taken-over':
-          acquisitions.inc();
-          takeovers.inc();
+          acquisitions.inc({ key_template: event.keyTemplate });
+          takeovers.inc({ key_template: event.keyTemplate });
           break;
         case 'busy':
-          busy.inc();
+          busy.inc({ key_template: event.keyTemplate });
           break;
         case 'lost':
-          lost.inc({ reason: event.reason });
+          lost.inc({ reason: event.reason, key_template: event.keyTemplate });
+          holdDuration.observe({ key_template: event.keyTemplate, outcome: event.reason }, event.heldMs / 1000);
+          break;
+        case 'released':
+          holdDuration.observe({ key_template: event.keyTemplate, outcome: 'released' }, event.heldMs / 1000);
+          break;
+        case 'acquire-ended':
+          acquireDuration.observe({ key_template: event.keyTemplate, outcome: event.outcome }, event.durationMs / 1000);
           break;
         case 'renewed':
           heartbeatLatency.observe(event.latencyMs / 1000);
@@ -122,7 +167,8 @@ export class LeaseMetrics implements OnModuleDestroy {
           renewFailures.inc();
           break;
         case 'wait-ended':
-          waits.inc({ outcome: event.outcome });
+          waits.inc({ outcome: event.outcome, key_template: event.keyTemplate });
+          waitDuration.observe({ key_template: event.keyTemplate, outcome: event.outcome }, event.waitedMs / 1000);
           break;
       }
     });

@@ -1,37 +1,71 @@
-/** What `LeaseService.events$` emits. Tokens never appear in events (they prove ownership); fencing tokens do. */
+/**
+ * What `LeaseService.events$` emits (and each event type's `node:diagnostics_channel`, see `LEASE_CHANNELS`). Tokens
+ * never appear in events (they prove ownership); fencing tokens do. `keyTemplate` is what the key is an instance of
+ * (`TryAcquireOptions.keyTemplate`; `@Exclusive`'s template): metrics label by it, never by the key.
+ */
 export type LeaseEvent =
-  | { type: 'acquired'; targetKey: string; fencingToken: bigint; priority: number; owner: string; at: Date }
+  | {
+      type: 'acquired';
+      targetKey: string;
+      keyTemplate: string;
+      fencingToken: bigint;
+      priority: number;
+      owner: string;
+      at: Date;
+    }
   | {
       type: 'taken-over';
       targetKey: string;
+      keyTemplate: string;
       fencingToken: bigint;
       priority: number;
       owner: string;
       previousOwner: string | null;
       at: Date;
     }
-  | { type: 'renewed'; targetKey: string; fencingToken: bigint; latencyMs: number; at: Date }
+  | { type: 'renewed'; targetKey: string; keyTemplate: string; fencingToken: bigint; latencyMs: number; at: Date }
   | { type: 'renew-failed'; leases: number; error: string; latencyMs: number; at: Date }
   | {
       type: 'lost';
       targetKey: string;
+      keyTemplate: string;
       fencingToken: bigint;
       reason: 'taken-over' | 'renewal-deadline' | 'failover';
+      /** Since the acquisition, until the loss. */
+      heldMs: number;
       at: Date;
     }
-  | { type: 'released'; targetKey: string; fencingToken: bigint; heldMs: number; at: Date }
-  | { type: 'busy'; targetKey: string; at: Date }
-  | { type: 'waiting'; targetKey: string; priority: number; at: Date }
+  | { type: 'released'; targetKey: string; keyTemplate: string; fencingToken: bigint; heldMs: number; at: Date }
+  | { type: 'busy'; targetKey: string; keyTemplate: string; at: Date }
+  | { type: 'waiting'; targetKey: string; keyTemplate: string; priority: number; at: Date }
   | {
       type: 'wait-ended';
       targetKey: string;
+      keyTemplate: string;
       priority: number;
       outcome: 'granted' | 'timeout' | 'aborted' | 'error';
       waitedMs: number;
       at: Date;
+    }
+  | {
+      /**
+       * One acquisition call ended (`tryAcquire`, `acquire`, `run`, `@Exclusive`; not a reentrant one), however it
+       * ended: `durationMs` from the call to its outcome, a wait in line included.
+       */
+      type: 'acquire-ended';
+      targetKey: string;
+      keyTemplate: string;
+      priority: number;
+      outcome: AcquireOutcome;
+      durationMs: number;
+      at: Date;
     };
 
 export type LeaseEventType = LeaseEvent['type'];
+
+/** How an acquisition call ended (`acquire-ended` events; the `lease.acquire` span's `lease.outcome`). */
+export type AcquireOutcome =
+  'acquired' | 'taken-over' | 'busy' | 'timeout' | 'aborted' | 'queue-full' | 'shutdown' | 'unavailable' | 'error';
 
 /** One row of `LeaseService.list()`: a holder or a waiter. Ages come from the database clock. */
 export interface LeaseSnapshot {
