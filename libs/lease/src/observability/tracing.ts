@@ -3,13 +3,33 @@
  * `loadTracing()` (the engine's `init()`). Without the package, or without an SDK registered, nothing is recorded and
  * nothing is allocated per call: `startSpan` returns undefined for a span that would not record.
  */
-import type { Context, Span } from '@opentelemetry/api';
 import { errorText } from '../errors/lease.messages.js';
 
 /** The tracer's name (instrumentation scope). */
 export const TRACER_NAME = 'nest-pg-lease';
 
-type Api = typeof import('@opentelemetry/api');
+// The slice of `@opentelemetry/api` the library uses, written here: the published declarations must not name the
+// package, which an application without it could not resolve.
+type Attributes = Record<string, string | number | boolean>;
+type Context = object;
+interface Span {
+  setAttributes(attributes: Attributes): unknown;
+  setAttribute(name: string, value: string | number | boolean): unknown;
+  addEvent(name: string, attributes?: Attributes): unknown;
+  recordException(exception: Error | string): void;
+  setStatus(status: { code: number; message?: string }): unknown;
+  isRecording(): boolean;
+  end(): void;
+}
+interface Api {
+  context: { active(): Context; with<T>(context: Context, work: () => T): T };
+  trace: {
+    getTracer(name: string): { startSpan(name: string, options: { attributes: Attributes }, context: Context): Span };
+    setSpan(context: Context, span: Span): Context;
+    getActiveSpan(): Span | undefined;
+  };
+  SpanStatusCode: { ERROR: number };
+}
 
 /** undefined: not loaded yet; null: not installed. */
 let api: Api | null | undefined;
@@ -18,9 +38,10 @@ let loading: Promise<void> | undefined;
 /** Loads `@opentelemetry/api` once, if installed (idempotent; never rejects). */
 export function loadTracing(): Promise<void> {
   loading ??= import('@opentelemetry/api').then(
-    (loaded) => {
-      // The CJS build sees the module's namespace under `default` as well: either has `trace`.
-      api = (loaded as { trace?: unknown }).trace ? loaded : (loaded as unknown as { default: Api }).default;
+    (loaded: unknown) => {
+      // The CJS build may see the module's namespace under `default`: either has `trace`.
+      const module = loaded as Api & { default?: Api };
+      api = (module.trace as unknown) ? module : (module.default ?? null);
     },
     () => {
       api = null;
@@ -103,8 +124,8 @@ export function holderSpan(): HolderSpan | undefined {
   return span?.isRecording() ? new HolderSpan(span) : undefined;
 }
 
-function defined(attributes: SpanAttributes): Record<string, string | number | boolean> {
-  const out: Record<string, string | number | boolean> = {};
+function defined(attributes: SpanAttributes): Attributes {
+  const out: Attributes = {};
   for (const [name, value] of Object.entries(attributes)) if (value !== undefined) out[name] = value;
   return out;
 }
