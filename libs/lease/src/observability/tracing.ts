@@ -1,7 +1,8 @@
 /**
- * OpenTelemetry spans through `@opentelemetry/api`, an optional peer dependency loaded with `import()` by
- * `loadTracing()` (the engine's `init()`). Without the package, or without an SDK registered, nothing is recorded and
- * nothing is allocated per call: `startSpan` returns undefined for a span that would not record.
+ * OpenTelemetry spans through `@opentelemetry/api`, an optional peer dependency loaded dynamically (as the transports'
+ * optional packages are) by `loadTracing()` in the engine's `init()`. Without the package, or without an SDK
+ * registered, nothing is recorded and nothing is allocated per call: `startSpan` returns undefined for a span that
+ * would not record.
  */
 import { errorText } from '../errors/lease.messages.js';
 
