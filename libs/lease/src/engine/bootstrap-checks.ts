@@ -37,6 +37,7 @@ export class BootstrapChecks {
       throw new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
     }
     await this.checkPrivileges();
+    await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
   }
 
@@ -51,6 +52,22 @@ export class BootstrapChecks {
       throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     }
     await this.store.schema.createSchema();
+  }
+
+  /**
+   * Which history probe the server allows: the WAL timeline, or (EXECUTE on the WAL functions revoked, or refused as
+   * on Aurora) a fixed timeline, said once here. See the README's "Failover" section for what holds where.
+   */
+  private async probeTimeline(): Promise<void> {
+    const fixed = await this.store.probeTimeline();
+    if (fixed === null) return;
+    this.logger.warn(
+      'pg_current_wal_lsn()/pg_walfile_name() are not executable here (a managed server such as Aurora, or EXECUTE ' +
+        `revoked): the timeline guard is off, fencing tokens carry the fixed timeline ${fixed} (the largest in the ` +
+        'tables) and rise within this server; leases still end when the system identifier changes where it is ' +
+        'readable. Safe where replication is synchronous or at the storage layer (Aurora); see the README ' +
+        '"Failover" section',
+    );
   }
 
   /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */

@@ -18,7 +18,13 @@ import {
   runStatement,
   type SessionSource,
 } from '../database/sessions.js';
-import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
+import {
+  exhausted,
+  isStatementError,
+  readOnly,
+  systemIdRefused,
+  walFunctionsRefused,
+} from '../errors/database-errors.js';
 import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
@@ -66,11 +72,11 @@ const BATCHES_IN_FLIGHT = 1;
  */
 export class LeaseStore {
   private readonly n: LeaseObjectNames;
-  private readonly sql: StatementTexts;
+  private sql: StatementTexts;
   /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
   readonly schema: SchemaStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
-  private readonly statement: (name: string) => { name?: string };
+  private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
   private readonly db: SessionSource;
   private readonly heartbeatDb: SessionSource;
@@ -290,6 +296,34 @@ export class LeaseStore {
     if (!here.recovery) throw refusal;
     const none = { kept: new Set<string>(), skipped: new Set<string>(), expired: new Set<string>() };
     return { ...none, history: here, failover: new Set(leaseTokens) };
+  }
+
+  /**
+   * Bootstrap, before any lease statement: whether the role may call the WAL functions the timeline is read with
+   * (`TIMELINE`). Where it may not — EXECUTE revoked from PUBLIC, or the server does not support them (Aurora) —
+   * every statement uses a fixed timeline instead, the largest already in the tables (at least 1), so new tokens stay
+   * above every token there; the timeline guard is then off (no failover is seen through the timeline). Resolves with
+   * that fixed timeline, or null when the server's timeline is read as usual.
+   */
+  async probeTimeline(): Promise<bigint | null> {
+    const { rows } = await this.run<{ readable: boolean }>({ text: this.sql.walReadable });
+    if (rows[0].readable) {
+      const refused = await this.run({ text: this.sql.walProbe }).then(
+        () => false,
+        (error: unknown) => {
+          if (walFunctionsRefused(error)) return true;
+          throw error;
+        },
+      );
+      if (!refused) return null;
+    }
+    const found = await this.run<{ timeline: string }>({
+      text: this.sql.tableTimeline,
+      boundMs: acquireBoundMs(this.options),
+    });
+    const timeline = BigInt(found.rows[0].timeline);
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline));
+    return timeline;
   }
 
   /**

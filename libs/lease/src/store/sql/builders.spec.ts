@@ -102,4 +102,18 @@ describe('SQL builders', () => {
     expect(buildStatements(defaults).named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_acquire` });
     expect(buildStatements(resolveLeaseOptions({ pooler: 'transaction' })).named('acquire')).toEqual({});
   });
+
+  it('a fixed timeline (WAL functions not executable) replaces every call of them but the probe, under other names', () => {
+    const fixed = buildStatements(defaults, 3n);
+    for (const [key, text] of Object.entries(fixed.sql)) {
+      const calls = /pg_walfile_name\(pg_current_wal_lsn\(\)\)/;
+      if (key === 'walProbe') expect(text).toMatch(calls);
+      else expect(text).not.toMatch(calls);
+    }
+    expect(fixed.sql.acquire).toMatch(/\(3::bigint\)/);
+    expect(fixed.named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_t3_acquire` });
+    // Only the timeline differs.
+    const normal = buildStatements(defaults).sql;
+    expect(fixed.sql.release).toBe(normal.release);
+  });
 });
