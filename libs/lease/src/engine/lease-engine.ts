@@ -16,7 +16,7 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
+import { closeStepMs, connectBoundMs, connectionCloseMs, PURGE_INTERVAL_MS } from '../options/bounds.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
@@ -82,6 +82,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly heartbeat: LeaseHeartbeat;
   private readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
+  /** The next purge of free rows (see `purge`). */
+  private purgeTimer?: NodeJS.Timeout;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
@@ -140,6 +142,34 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
   async init(): Promise<void> {
     this.heartbeat.systemId = await this.checks.run();
+    // The first purge at a random point of the first interval: processes restarted together spread out, and a
+    // bootstrap never waits for (or competes with) a purge.
+    this.schedulePurge(PURGE_INTERVAL_MS * (0.1 + Math.random() * 0.9));
+  }
+
+  /**
+   * Purges free rows of keys granted longer ago than the purge bound (`LeaseStore.purge`), tracked for close(); a
+   * failure is logged and the next run tries again. Resolves with the count deleted (null: it failed).
+   */
+  purgeNow(): Promise<number | null> {
+    return this.track(
+      this.store
+        .purge(() => this.closing !== undefined)
+        .catch((error: unknown) => {
+          this.logger.warn(`Purging free lease rows failed (retried later): ${String(error)}`);
+          return null;
+        }),
+    );
+  }
+
+  /** The next purge in `delayMs`, then every `PURGE_INTERVAL_MS` (± a tenth). */
+  private schedulePurge(delayMs: number): void {
+    if (this.closing !== undefined) return;
+    clearTimeout(this.purgeTimer);
+    this.purgeTimer = setTimeout(() => {
+      void this.purgeNow().finally(() => this.schedulePurge(PURGE_INTERVAL_MS * (0.9 + Math.random() * 0.2)));
+    }, delayMs);
+    this.purgeTimer.unref();
   }
 
   async onModuleInit(): Promise<void> {
@@ -158,6 +188,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      clearTimeout(this.purgeTimer);
       const stepMs = closeStepMs(this.options);
       const within = async (what: string, work: Promise<unknown>) => {
         const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);

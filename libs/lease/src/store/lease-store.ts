@@ -25,7 +25,7 @@ import {
   systemIdRefused,
   walFunctionsRefused,
 } from '../errors/database-errors.js';
-import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
+import { acquireBoundMs, PURGE_AFTER_MS, PURGE_BATCH_ROWS, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { timelineOf } from './sql/fencing-token.js';
@@ -95,17 +95,19 @@ export class LeaseStore {
    * @param options the resolved options
    * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
    *   renewal (default: heartbeatDb)
+   * @param purgeAfterMs the purge bound (`PURGE_AFTER_MS`; tests give a shorter one): its acquisitions' run cap is half
    */
   constructor(
     db: SessionSource | PoolLike,
     heartbeatDb: SessionSource | PoolLike,
     private readonly options: ResolvedLeaseOptions,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
+    private readonly purgeAfterMs = PURGE_AFTER_MS,
   ) {
     this.db = sessionsOf(db);
     this.heartbeatDb = sessionsOf(heartbeatDb);
     this.waiterHeartbeatDb = sessionsOf(waiterHeartbeatDb);
-    const statements = buildStatements(options);
+    const statements = buildStatements(options, undefined, purgeAfterMs);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
@@ -322,7 +324,7 @@ export class LeaseStore {
       boundMs: acquireBoundMs(this.options),
     });
     const timeline = BigInt(found.rows[0].timeline);
-    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline));
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
     return timeline;
   }
 
@@ -507,6 +509,39 @@ export class LeaseStore {
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
     await this.run({ text: this.sql.dequeueAll, values: [waiterIds] });
+  }
+
+  /**
+   * Deletes the rows of keys that are free (released, or expired: a holder that crashed; past their hold) and whose
+   * token was granted more than the purge bound ago, in statements of at most `PURGE_BATCH_ROWS` rows, never waiting
+   * for a locked row; `stop` ends it between statements. The row of the table's largest token stays (read once per
+   * run: the largest timeline in the tables, which a fixed timeline is read from). Resolves with the count deleted.
+   *
+   * Why no token goes back: an acquisition draws its token before the key's row exists only when it inserts the key's
+   * first row; every acquisition statement fails on the server, undone, once it has run past half the purge bound
+   * (`acquireRunCapMs`), after its writes and before its commit. A purge deletes a row only when its grant is older than
+   * the bound, so any acquisition that drew a smaller value than that grant's started more than the bound ago: its
+   * insert either ran while the row still existed (it then takes the row under its lock with a new token, or waits for
+   * this purge and is past its cap), or it fails. A new row of a purged key draws a later sequence value, so a larger
+   * token (same timeline, or a larger one). README: "Purging free rows".
+   */
+  async purge(stop: () => boolean = () => false): Promise<number> {
+    const bound = { boundMs: acquireBoundMs(this.options) };
+    const largest = await this.run<{ token: string | null }>({ text: this.sql.largestToken, ...bound });
+    const keep = largest.rows[0].token;
+    if (keep === null) return 0;
+    let purged = 0;
+    for (;;) {
+      const { rows } = await retryingSerializationFailures(() =>
+        this.run<{ purged: number }>({
+          text: this.sql.purge,
+          values: [this.purgeAfterMs, PURGE_BATCH_ROWS, keep],
+          ...bound,
+        }),
+      );
+      purged += rows[0].purged;
+      if (rows[0].purged < PURGE_BATCH_ROWS || stop()) return purged;
+    }
   }
 
   /**

@@ -4,6 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { acquireRunCapMs, PURGE_AFTER_MS } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { batchAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
 import {
@@ -24,6 +25,7 @@ import {
   WAL_READABLE_SQL,
 } from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
+import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
@@ -50,6 +52,8 @@ export interface StatementTexts {
   readonly walReadable: string;
   readonly walProbe: string;
   readonly tableTimeline: string;
+  readonly purge: string;
+  readonly largestToken: string;
   readonly missingObjects: string;
   readonly missingPrivileges: string;
   readonly mayCreateSchema: string;
@@ -78,13 +82,18 @@ export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 't
  * @param timeline where the role may not call the WAL functions (see `LeaseStore.probeTimeline`): the fixed timeline
  *   every statement uses instead of the server's (`fixedTimeline`); the probes keep the server's.
  */
-export function buildStatements(options: ResolvedLeaseOptions, timeline?: bigint): Statements {
+export function buildStatements(
+  options: ResolvedLeaseOptions,
+  timeline?: bigint,
+  purgeAfterMs = PURGE_AFTER_MS,
+): Statements {
+  const capMs = acquireRunCapMs(purgeAfterMs);
   const n = leaseObjectNames(options);
   const privileges = privilegeChecks(n, options.schema);
   const sql: StatementTexts = {
-    acquire: singleAcquireSql(n, false),
-    acquireOrQueue: singleAcquireSql(n, true),
-    batchAcquire: batchAcquireSql(n),
+    acquire: singleAcquireSql(n, false, capMs),
+    acquireOrQueue: singleAcquireSql(n, true, capMs),
+    batchAcquire: batchAcquireSql(n, capMs),
     batchRelease: batchReleaseSql(n),
     release: singleReleaseSql(n),
     enqueue: enqueueSql(n),
@@ -104,6 +113,8 @@ export function buildStatements(options: ResolvedLeaseOptions, timeline?: bigint
     walReadable: WAL_READABLE_SQL,
     walProbe: WAL_PROBE_SQL,
     tableTimeline: tableTimelineSql(n.lease, n.waiter),
+    purge: purgeSql(n),
+    largestToken: largestTokenSql(n),
   };
   if (timeline !== undefined) {
     const fixed = fixedTimeline(timeline);
@@ -112,7 +123,11 @@ export function buildStatements(options: ResolvedLeaseOptions, timeline?: bigint
     }
   }
   // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.
-  const prefix = preparedPrefix(options) + (timeline === undefined ? '' : `_t${timeline}`);
+  // So is another purge bound (tests): its acquisitions' cap is in their text.
+  const prefix =
+    preparedPrefix(options) +
+    (timeline === undefined ? '' : `_t${timeline}`) +
+    (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`);
   // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
   // client: there every statement is unnamed.
   const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });
