@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { LeaseConfigError, LeaseUnavailableError } from './errors.js';
+import { faultSwitches } from './fault-switches.js';
 import { GroupCommit, isStatementError, type ItemOutcome } from './group-commit.js';
 import type { ResolvedLeaseOptions } from './lease.options.js';
 import { leaseObjectNames, schemaStatements } from './lease-schema.js';
@@ -397,7 +398,8 @@ function singleAcquireSql(n: ReturnType<typeof leaseObjectNames>, queue: boolean
             AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
               AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${token}, owner = EXCLUDED.owner,
+            lease_token = EXCLUDED.lease_token, owner = EXCLUDED.owner,
+            fencing_token = ${faultSwitches.tokenBeforeLock ? 'EXCLUDED.fencing_token' : token},
             priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
