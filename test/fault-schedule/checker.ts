@@ -77,6 +77,8 @@ export interface Figures {
    * itself, as the README says), or a worker killed before it could report. Counted, not judged.
    */
   unreportedGrants: number;
+  /** Event-loop stalls of 250 ms or more in the workers (SIGSTOPs included), and the longest. */
+  stalls: { count: number; maxMs: number };
 }
 
 /** Above the README's bound (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
@@ -237,16 +239,19 @@ export async function checkRun(
     operations += n;
     calls[msg.op] = (calls[msg.op] ?? 0) + n;
     if (!msg.wait) continue;
-    const { startedAt, endedAt, boundMs, key, priority } = msg.wait;
+    const { startedAt, endedAt, boundMs, key, priority, stalledMs } = msg.wait;
     waits.total++;
     waits.byOutcome[msg.outcome] = (waits.byOutcome[msg.outcome] ?? 0) + 1;
-    const paused = (pauses.get(worker) ?? []).reduce(
+    // The time the process could not run: its SIGSTOPs (the runner's clock) or its event loop's lateness (its own),
+    // which counts the SIGSTOPs too; the larger.
+    const stopped = (pauses.get(worker) ?? []).reduce(
       (sum, [from, to]) => sum + Math.max(0, Math.min(to, endedAt) - Math.max(from, startedAt)),
       0,
     );
+    const paused = Math.max(stopped, stalledMs);
     const overshoot = endedAt - startedAt - paused - boundMs;
     waits.maxOvershootMs = Math.max(waits.maxOvershootMs, overshoot);
-    const what = `${worker}: ${msg.op} of ${key} (priority ${priority}, bound ${boundMs} ms) ended '${msg.outcome}' after ${Math.round(endedAt - startedAt)} ms${paused ? ` (${Math.round(paused)} ms of it stopped)` : ''}${msg.error ? `: ${msg.error.slice(0, 120)}` : ''}`;
+    const what = `${worker}: ${msg.op} of ${key} (priority ${priority}, bound ${boundMs} ms) ended '${msg.outcome}' after ${Math.round(endedAt - startedAt)} ms${paused ? ` (${Math.round(paused)} ms of it unable to run)` : ''}${msg.error ? `: ${msg.error.slice(0, 120)}` : ''}`;
     overshoots.push({ ms: overshoot, what });
     if (overshoot > STATEMENT_IN_FLIGHT_MS + LOAD_ALLOWANCE_MS) flag('waits settle within their bound', what);
   }
@@ -307,6 +312,10 @@ export async function checkRun(
     waits,
     priorityGrantsJudged: judged,
     unreportedGrants: grants.filter((g) => !reported.has(g.fencing_token)).length,
+    stalls: log.reduce(
+      (acc, { msg }) => (msg.t === 'stall' ? { count: acc.count + 1, maxMs: Math.max(acc.maxMs, msg.ms) } : acc),
+      { count: 0, maxMs: 0 },
+    ),
   };
   return { violations, figures };
 }

@@ -49,6 +49,11 @@ export interface WaitRecord {
   boundMs: number;
   startedAt: number;
   endedAt: number;
+  /**
+   * How long the process could not run during the wait (SIGSTOP, CPU starvation): the lateness of an event-loop
+   * monitor's 50 ms ticks, summed over the wait.
+   */
+  stalledMs: number;
 }
 
 export type ScheduleMessage =
@@ -57,6 +62,8 @@ export type ScheduleMessage =
   | { t: 'released'; key: string; fencingToken: string }
   | { t: 'op'; op: OpKind; outcome: string; calls?: number; wait?: WaitRecord; error?: string }
   | { t: 'hit'; step: number; phase: Phase; key?: string; fencingToken?: string }
+  /** The event loop could not run for `ms` (a tick that late), ending at `at`. Reported from 250 ms on. */
+  | { t: 'stall'; ms: number; at: number }
   | {
       t: 'closed';
       /** Local state once close() resolved: leases held and calls waiting (both must be 0). */

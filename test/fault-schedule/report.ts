@@ -52,11 +52,11 @@ export function tableOf(runs: readonly JudgedRun[], totalMs: number): string {
     const caught = result.firstViolation
       ? ` (probe: step #${result.firstViolation.step}, ${s(result.firstViolation.atMs)} s)`
       : '';
-    return `| ${label} | ${s(result.stepsMs / 60)} | ${result.records.length} | ${fg.operations} | ${fg.grants} (${fg.unreportedGrants}) | ${fg.writes.committed} / ${fg.writes.refused} / ${fg.writes.unknown} | ${fg.waits.total} (${Math.round(fg.waits.maxOvershootMs)} ms) | ${fg.priorityGrantsJudged} | ${faultCell(result)} | ${hit}/${aimed.length} | ${result.violations.length}${known(result)}${caught} | ${verdict} |`;
+    return `| ${label} | ${s(result.stepsMs / 60)} | ${result.records.length} | ${fg.operations} | ${fg.grants} (${fg.unreportedGrants}) | ${fg.writes.committed} / ${fg.writes.refused} / ${fg.writes.unknown} | ${fg.waits.total} (${Math.round(fg.waits.maxOvershootMs)} ms) | ${fg.priorityGrantsJudged} | ${fg.stalls.count} (${s(fg.stalls.maxMs)} s) | ${faultCell(result)} | ${hit}/${aimed.length} | ${result.violations.length}${known(result)}${caught} | ${verdict} |`;
   });
   return [
-    '| run | minutes of steps | steps | operations | grants (unreported) | fenced writes (committed / refused / unknown) | waits (most over bound) | grants judged for priority | faults | aimed (hit / all) | violations | result |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| run | minutes of steps | steps | operations | grants (unreported) | fenced writes (committed / refused / unknown) | waits (most over bound) | grants judged for priority | event-loop stalls ≥ 250 ms (longest) | faults | aimed (hit / all) | violations | result |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...rows,
     '',
     `Fault mix (weights): ${Object.entries(FAULT_MIX)

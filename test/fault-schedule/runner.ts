@@ -21,13 +21,14 @@ import { armRacepoint, disarmRacepoints, installInstrumentation, probe, sleeping
 import type { ScheduleMessage, ScheduleParentMessage, ScheduleWorkerConfig } from './protocol.js';
 import { deriveSeed, describeStep, FAULT_KINDS, stepOf, type FaultKind, type Step } from './schedule.js';
 
-export const ARTIFACTS = join(process.cwd(), 'artifacts', 'fault-schedule');
-const SCRIPT: WorkerScript = { path: join(process.cwd(), 'test', 'fault-schedule', 'worker.ts'), artifacts: ARTIFACTS };
+const WORKER_SCRIPT = join(process.cwd(), 'test', 'fault-schedule', 'worker.ts');
 
 export const CONTROLS = ['fence-off', 'token-before-lock'] as const;
 export type Control = (typeof CONTROLS)[number];
 
 export const WORKERS = 4;
+const LIVE_LEASE = `(l.updated_at + l.lease_timeout_ms * interval '1 millisecond' > clock_timestamp())`;
+const LIVE_WAITER = `(w.heartbeat_at + w.timeout_ms * interval '1 millisecond' > clock_timestamp())`;
 const LOOPS = 3;
 const HOT_KEYS = Array.from({ length: 6 }, (_, i) => `h${i}`);
 const BULK_KEYS = Array.from({ length: 48 }, (_, i) => `b${i}`);
@@ -100,11 +101,17 @@ export class ScheduleRun {
   /** When a row may last have been left to expire by itself (a kill, a close that logged a failed release). */
   private lastOrphanAt = 0;
 
+  private readonly script: WorkerScript;
+
+  /** `artifacts`: the run's folder, where each worker's output goes (`<worker>.log`). */
   constructor(
     private readonly spec: RunSpec,
     private readonly server: PostgresServer,
+    artifacts: string,
     private readonly say: (line: string) => void = console.log,
-  ) {}
+  ) {
+    this.script = { path: WORKER_SCRIPT, artifacts };
+  }
 
   async run(): Promise<RunResult> {
     const startedAt = wall();
@@ -195,7 +202,7 @@ export class ScheduleRun {
       for (let attempt = 1; ; attempt++) {
         try {
           slot.worker = await Worker.startScript<ScheduleMessage, ScheduleParentMessage>(
-            SCRIPT,
+            this.script,
             config,
             this.log,
             60_000,
@@ -365,14 +372,26 @@ export class ScheduleRun {
     if (msg.t !== 'closed') throw new Error('unreachable');
     if (msg.held || msg.waiting)
       flag(`close() resolved with ${msg.held} lease(s) held and ${msg.waiting} call(s) waiting`);
-    const { rows } = await admin.query<{ what: string }>(
-      `SELECT 'lease row ' || target_id AS what FROM job_lease WHERE owner = $1 AND lease_token IS NOT NULL
-       UNION ALL SELECT 'waiter row ' || target_id FROM job_lease_waiter WHERE owner = $1`,
+    // Rows of the owner still taken: a lease the process was granted and did not lose, or a live waiter row. A row
+    // whose grant the process never heard of (its statement committed after the caller gave up on it) and a waiter
+    // row born dead (it landed after its statement's bound) are the README's "expires by itself": not judged here.
+    const { rows } = await admin.query<{ what: string; token: string | null; live: boolean }>(
+      `SELECT 'lease row ' || target_id AS what, fencing_token::text AS token, ${LIVE_LEASE} AS live
+       FROM job_lease l WHERE owner = $1 AND lease_token IS NOT NULL
+       UNION ALL SELECT 'waiter row ' || target_id, NULL, ${LIVE_WAITER} FROM job_lease_waiter w WHERE owner = $1`,
       [name],
     );
-    if (rows.length && msg.warnings.length === 0) {
-      flag(`close() resolved, no failure logged, but left ${rows.map((r) => r.what).join(', ')}`);
-    } else if (rows.length) this.lastOrphanAt = wall();
+    const granted = new Set<string>();
+    const lost = new Set<string>();
+    for (const { msg: m } of worker.messages()) {
+      if (m.t === 'grant') granted.add(m.fencingToken);
+      if (m.t === 'lost') lost.add(m.fencingToken);
+    }
+    const left = rows.filter((r) => (r.token === null ? r.live : granted.has(r.token) && !lost.has(r.token)));
+    const what = left.map((r) => `${r.what}${r.token ? ` (token ${r.token}, ${r.live ? 'live' : 'expired'})` : ''}`);
+    if (left.length && msg.warnings.length === 0)
+      flag(`close() resolved, no failure logged, but left ${what.join(', ')}`);
+    if (rows.length) this.lastOrphanAt = wall();
     const own = await this.sessionsLeft(admin, [`${name}:heartbeat`, `${name}:waiters`, `${name}:listen`]);
     if (own.length) flag(`close() resolved but its own connections are still open: ${own.join(', ')}`);
     worker.post({ t: 'exit' });

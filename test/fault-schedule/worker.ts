@@ -70,6 +70,22 @@ setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
 
 const wall = () => performance.timeOrigin + performance.now();
 
+/**
+ * The event-loop monitor: the lateness of a 50 ms tick is time this process could not run (stopped, starved of CPU
+ * on a shared machine, or blocked). Summed, so a wait knows how much of its duration was not the library's.
+ */
+const TICK_MS = 50;
+let stalledMs = 0;
+let lastTick = performance.now();
+setInterval(() => {
+  const now = performance.now();
+  const late = now - lastTick - TICK_MS;
+  lastTick = now;
+  if (late <= 10) return;
+  stalledMs += late;
+  if (late >= 250) send({ t: 'stall', ms: Math.round(late), at: wall() });
+}, TICK_MS).unref();
+
 function send(message: ScheduleMessage): void {
   if (process.connected) process.send!(message);
 }
@@ -286,17 +302,23 @@ class Loop {
     const controller = new AbortController();
     const abort = abortAfterMs === undefined ? undefined : setTimeout(() => controller.abort(), abortAfterMs);
     const startedAt = wall();
+    const stalledFrom = stalledMs;
     const boundMs = Math.min(waitTimeoutMs, abortAfterMs ?? Infinity);
     let lease: Lease;
     try {
       lease = await leases.acquire(key, { priority, waitTimeoutMs, signal: controller.signal });
     } catch (error) {
-      op(kind, outcomeOf(error), { wait: { key, priority, boundMs, startedAt, endedAt: wall() }, error });
+      op(kind, outcomeOf(error), {
+        wait: { key, priority, boundMs, startedAt, endedAt: wall(), stalledMs: stalledMs - stalledFrom },
+        error,
+      });
       return;
     } finally {
       clearTimeout(abort);
     }
-    op(kind, 'granted', { wait: { key, priority, boundMs, startedAt, endedAt: wall() } });
+    op(kind, 'granted', {
+      wait: { key, priority, boundMs, startedAt, endedAt: wall(), stalledMs: stalledMs - stalledFrom },
+    });
     try {
       await work(lease, this.random);
     } finally {
@@ -309,13 +331,16 @@ class Loop {
     const priority = this.random.int(0, 3);
     const waitTimeoutMs = this.random.int(300, 2_000);
     const startedAt = wall();
+    const stalledFrom = stalledMs;
     let grantedAt: number | undefined;
+    let stalledAtGrant = 0;
     const kind: OpKind = waiting ? 'run-wait' : 'run';
     try {
       await leases.run(
         key,
         async (lease) => {
           grantedAt = wall();
+          stalledAtGrant = stalledMs;
           await work(lease, this.random);
         },
         waiting ? { priority, waitTimeoutMs } : {},
@@ -323,12 +348,23 @@ class Loop {
       op(
         kind,
         'granted',
-        waiting ? { wait: { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt: grantedAt! } } : {},
+        waiting
+          ? {
+              wait: {
+                key,
+                priority,
+                boundMs: waitTimeoutMs,
+                startedAt,
+                endedAt: grantedAt!,
+                stalledMs: stalledAtGrant - stalledFrom,
+              },
+            }
+          : {},
       );
     } catch (error) {
       const wait =
         waiting && grantedAt === undefined
-          ? { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt: wall() }
+          ? { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt: wall(), stalledMs: stalledMs - stalledFrom }
           : undefined;
       op(kind, grantedAt === undefined ? outcomeOf(error) : 'work-failed', { wait, error });
     }
@@ -338,17 +374,21 @@ class Loop {
     const key = await this.anyKey();
     const id = randomUUID();
     const startedAt = wall();
+    const stalledFrom = stalledMs;
     const response = await fetch(`${baseUrl}/${route}/${encodeURIComponent(key)}?op=${id}`, {
       method: 'POST',
       signal: AbortSignal.timeout(20_000),
     });
     await response.arrayBuffer();
-    const grantedAt = httpGrants.get(id);
+    const granted = httpGrants.get(id);
     httpGrants.delete(id);
     if (route === 'x') return op('http', String(response.status));
     const priority = route === 'w1' ? 1 : 3;
-    const endedAt = grantedAt ?? wall();
-    op('http-wait', String(response.status), { wait: { key, priority, boundMs: HTTP_WAIT_MS, startedAt, endedAt } });
+    const endedAt = granted?.at ?? wall();
+    const stalled = (granted?.stalledMs ?? stalledMs) - stalledFrom;
+    op('http-wait', String(response.status), {
+      wait: { key, priority, boundMs: HTTP_WAIT_MS, startedAt, endedAt, stalledMs: stalled },
+    });
   }
 
   /** Many acquisitions in one turn of the event loop (they go in group-commit batches), then their releases. */
@@ -395,11 +435,11 @@ class Loop {
 
 const HTTP_WAIT_MS = 1_500;
 /** Request id → when its handler got the lease (so a waiting request's wait ends there, not after its work). */
-const httpGrants = new Map<string, number>();
+const httpGrants = new Map<string, { at: number; stalledMs: number }>();
 const httpRandom = new Random(deriveSeed(config.seed, 0x417));
 
 async function handle(lease: Lease, id: string): Promise<{ fencingToken: string }> {
-  httpGrants.set(id, wall());
+  httpGrants.set(id, { at: wall(), stalledMs });
   await work(lease, httpRandom);
   return { fencingToken: lease.fencingToken.toString() };
 }
