@@ -70,6 +70,7 @@ export interface RunResult {
 }
 
 const wall = () => performance.timeOrigin + performance.now();
+const s = (ms: number) => (ms / 1000).toFixed(1);
 
 /** A worker slot: one proxy, a succession of incarnations (`w<slot>.<n>`, also their owner and application_name). */
 class Slot {
@@ -124,11 +125,13 @@ export class ScheduleRun {
       this.slots.push(new Slot(index, proxy, url));
     }
     const records: StepRecord[] = [];
+    const phases: string[] = [];
     let firstViolation: RunResult['firstViolation'];
     let stepsMs = 0;
     try {
       await Promise.all(this.slots.map((slot) => this.startIncarnation(slot)));
       const stepsFrom = wall();
+      phases.push(`setup ${s(stepsFrom - startedAt)} s`);
       const deadline = this.spec.steps === undefined ? stepsFrom + (this.spec.minutes ?? 1) * 60_000 : Infinity;
       for (let index = 0; this.spec.steps === undefined ? wall() < deadline : index < this.spec.steps; index++) {
         const step = stepOf(this.spec.seed, index, { workers: WORKERS, leaseTimeoutMs: LEASE.leaseTimeoutMs! });
@@ -147,7 +150,10 @@ export class ScheduleRun {
         }
       }
       stepsMs = wall() - stepsFrom;
+      phases.push(`steps ${s(stepsMs)} s`);
+      const settling = wall();
       await this.settle();
+      phases.push(`settling ${s(wall() - settling)} s`);
     } catch (error) {
       this.harnessErrors.push(`harness: ${(error as Error)?.stack ?? String(error)}`);
     } finally {
@@ -158,10 +164,13 @@ export class ScheduleRun {
       }
     }
     let figures: Figures;
+    const checking = wall();
     try {
       const checked = await checkRun(this.admin, this.log, this.pauses);
       figures = checked.figures;
       this.violations.push(...checked.violations);
+      phases.push(`check ${s(wall() - checking)} s`);
+      this.say(`  ${phases.join(', ')}`);
     } finally {
       await this.admin.end().catch(() => undefined);
       await dropDatabase(this.server.url, this.url).catch(() => undefined);
@@ -300,9 +309,15 @@ export class ScheduleRun {
         break;
       }
       case 'racepoint': {
-        await armRacepoint(this.admin, step.point!, worker.name, step.sleepMs!, step.durationMs);
+        // Aimed like a phase: armed until a first statement of the owner stalls there (at most AIM_TIMEOUT_MS), and
+        // from then on for the step's duration.
+        await armRacepoint(this.admin, step.point!, worker.name, step.sleepMs!, AIM_TIMEOUT_MS + step.durationMs);
         let most = 0;
-        for (const until = wall() + step.durationMs; wall() < until; await sleep(50)) {
+        for (const until = wall() + AIM_TIMEOUT_MS; wall() < until && !most; await sleep(25)) {
+          most = await sleepingBackends(this.admin, worker.name);
+        }
+        record.aim = most ? 'hit' : 'missed';
+        for (const until = wall() + (most ? step.durationMs : 0); wall() < until; await sleep(50)) {
           most = Math.max(most, await sleepingBackends(this.admin, worker.name));
         }
         await disarmRacepoints(this.admin);
