@@ -88,6 +88,8 @@ const STATEMENT_IN_FLIGHT_MS = 1_000;
 const VISIBLE_MARGIN_MS = 300;
 /** … and as live only if it still lived this long after the statement began (its check runs a little later). */
 const LIVE_MARGIN_MS = 300;
+/** How far back a grantee's evicted waiter row counts as its place: the longest wait of the workload, and then some. */
+const EVICTION_WINDOW_US = 5_000_000n;
 
 interface LeaseEventRow {
   seq: string;
@@ -263,12 +265,24 @@ export async function checkRun(
 
   // Priority order among live waiters.
   const gone = (
-    await admin.query<{ txid: string; target_id: string; owner: string; priority: number; seq: string }>(
-      'SELECT txid::text, target_id, owner, priority, seq::text FROM sched_waiter_gone',
-    )
+    await admin.query<{
+      txid: string;
+      target_id: string;
+      owner: string;
+      priority: number;
+      seq: string;
+      app: string;
+      at_us: string;
+    }>(`SELECT txid::text, target_id, owner, priority, seq::text, app,
+          (extract(epoch FROM at) * 1000000)::bigint::text AS at_us FROM sched_waiter_gone`)
   ).rows;
   const goneIn = new Map<string, typeof gone>();
-  for (const row of gone) (goneIn.get(row.txid) ?? goneIn.set(row.txid, []).get(row.txid)!).push(row);
+  const goneOf = new Map<string, typeof gone>();
+  for (const row of gone) {
+    (goneIn.get(row.txid) ?? goneIn.set(row.txid, []).get(row.txid)!).push(row);
+    const key = `${row.target_id}\u0000${row.owner}`;
+    (goneOf.get(key) ?? goneOf.set(key, []).get(key)!).push(row);
+  }
   let judged = 0;
   for (const grant of grants) {
     const waiting = (grant.waiters ?? []).filter(
@@ -280,19 +294,33 @@ export async function checkRun(
     );
     if (!waiting.length) continue;
     judged++;
-    // The grantee's own row, deleted by the grant's transaction; none: a newcomer, behind every queued waiter.
+    // The grantee's own row, deleted by the grant's transaction. None: a newcomer, behind every queued waiter —
+    // unless the grantee is a waiter whose row another process removed as dead a moment before (its heartbeat was
+    // late) and that attempted at its old place before it noticed and re-queued: the README keeps a waiter's place
+    // across an eviction. Its place is then the earliest such row's (the benefit of the doubt).
     const own = (goneIn.get(grant.txid) ?? []).filter(
       (row) => row.target_id === grant.target_id && row.owner === grant.owner && row.priority === grant.priority,
     );
-    const place = own.length ? own.map((row) => BigInt(row.seq)).reduce((a, b) => (a < b ? a : b)) : undefined;
+    const at = BigInt(grant.at_us);
+    const recent = (goneOf.get(`${grant.target_id}\u0000${grant.owner}`) ?? []).filter(
+      (row) => BigInt(row.at_us) < at && at - BigInt(row.at_us) < EVICTION_WINDOW_US && row.txid !== grant.txid,
+    );
+    const evicted = recent.filter((row) => row.app !== row.owner && row.priority === grant.priority);
+    const seqs = (own.length ? own : evicted).map((row) => BigInt(row.seq));
+    const place = seqs.length ? seqs.reduce((a, b) => (a < b ? a : b)) : undefined;
+    const as = own.length ? `place ${place}` : evicted.length ? `evicted waiter at place ${place}` : 'a newcomer';
     for (const w of waiting) {
       const ahead =
         w.priority > grant.priority! ||
         (w.priority === grant.priority && (place === undefined || BigInt(w.seq) < place));
       if (ahead) {
+        const before = recent.map(
+          (row) =>
+            `place ${row.seq} priority ${row.priority} removed by ${row.app} ${Math.round(Number(at - BigInt(row.at_us)) / 1000)} ms before`,
+        );
         flag(
           'priority order',
-          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${place === undefined ? 'a newcomer' : `place ${place}`}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms more)`,
+          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${as}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms more); the grantee's rows of the key gone in the ${EVICTION_WINDOW_US / 1_000_000n} s before: ${before.join(', ') || 'none'}`,
         );
       }
     }

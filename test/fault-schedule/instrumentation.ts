@@ -9,7 +9,8 @@
  *   process than the row's owner, or of a row already expired when the statement began. Ordinary renewals are not
  *   logged (a heartbeat renews every lease of a process every tick).
  * - `sched_waiter_landed` / `sched_waiter_gone`: when each waiter row was inserted, and each deleted row with its
- *   transaction (the grantee of a grant is the row its own transaction deleted).
+ *   transaction and the process that deleted it (the grantee of a grant is the row its own transaction deleted; a row
+ *   deleted by another process was evicted as dead, and its waiter keeps its place).
  * - Racepoints: BEFORE triggers at named points that sleep in the server, for one owner, while a row of
  *   `sched_racepoint` arms them. They are installed once and armed by a row instead of being created and dropped per
  *   step: CREATE TRIGGER waits for the table's writers and DROP TRIGGER takes an ACCESS EXCLUSIVE lock that queues
@@ -82,7 +83,7 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
 
     CREATE TABLE sched_waiter_landed (waiter_id uuid PRIMARY KEY, landed_at timestamptz NOT NULL);
     CREATE TABLE sched_waiter_gone (txid bigint NOT NULL, target_id text NOT NULL, waiter_id uuid NOT NULL,
-      owner text NOT NULL, priority int NOT NULL, seq bigint NOT NULL, at timestamptz NOT NULL);
+      owner text NOT NULL, priority int NOT NULL, seq bigint NOT NULL, at timestamptz NOT NULL, app text NOT NULL);
     CREATE INDEX ON sched_waiter_gone (txid);
     CREATE FUNCTION sched_waiter_event() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -91,7 +92,7 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
         ON CONFLICT (waiter_id) DO UPDATE SET landed_at = EXCLUDED.landed_at;
       ELSE
         INSERT INTO sched_waiter_gone VALUES (txid_current(), OLD.target_id, OLD.waiter_id, OLD.owner, OLD.priority,
-          OLD.seq, clock_timestamp());
+          OLD.seq, clock_timestamp(), split_part(current_setting('application_name'), ':', 1));
       END IF;
       RETURN NULL;
     END $$;
