@@ -236,7 +236,7 @@ test('priority order: no violation when the waiters are behind the grantee, dead
   expect(await violations()).toEqual([]);
 });
 
-test('priority order: a waiter evicted as dead keeps its place; one that left on its own does not', async () => {
+test('priority order: a waiter whose row just went keeps its place; one whose row went 5 s before does not', async () => {
   const admin = await as('fault-harness');
   const queue = (key: string, owner: string, priority: number, seq: number) =>
     admin.query(
@@ -248,17 +248,19 @@ test('priority order: a waiter evicted as dead keeps its place; one that left on
   await queue('q', 'w1.1', 0, 5);
   await queue('k', 'w0.1', 0, 1);
   await queue('q', 'w0.1', 0, 1);
-  await new Promise((resolve) => setTimeout(resolve, 600));
-  // On k, another process's grant statement removed w0.1's row as dead; on q, w0.1 removed its own (it left).
-  const other = await as('w2.1');
-  await other.query(`DELETE FROM job_lease_waiter WHERE target_id = 'k' AND owner = 'w0.1'`);
+  // On q, w0.1's row went long before the grant (a wait that ended); on k, just before it (another process's grant
+  // statement removed it as dead).
   const a = await as('w0.1');
   await a.query(`DELETE FROM job_lease_waiter WHERE target_id = 'q' AND owner = 'w0.1'`);
+  await a.query(`UPDATE sched_waiter_gone SET at = at - interval '6 seconds'`);
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  const other = await as('w2.1');
+  await other.query(`DELETE FROM job_lease_waiter WHERE target_id = 'k' AND owner = 'w0.1'`);
   await grant(a, 'k', 10n, 'w0.1', 0);
   await grant(a, 'q', 11n, 'w0.1', 0);
   expect(await violations()).toEqual([
     expect.stringMatching(
-      /^priority order: q: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1 .* removed by w0.1 \d+ ms before$/,
+      /^priority order: q: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1 .* gone in the 5 s before: none$/,
     ),
   ]);
 });

@@ -283,6 +283,7 @@ export async function checkRun(
     const key = `${row.target_id}\u0000${row.owner}`;
     (goneOf.get(key) ?? goneOf.set(key, []).get(key)!).push(row);
   }
+  const grantTx = new Map(grants.map((g) => [g.txid, g]));
   let judged = 0;
   for (const grant of grants) {
     const waiting = (grant.waiters ?? []).filter(
@@ -295,9 +296,11 @@ export async function checkRun(
     if (!waiting.length) continue;
     judged++;
     // The grantee's own row, deleted by the grant's transaction. None: a newcomer, behind every queued waiter —
-    // unless the grantee is a waiter whose row another process removed as dead a moment before (its heartbeat was
-    // late) and that attempted at its old place before it noticed and re-queued: the README keeps a waiter's place
-    // across an eviction. Its place is then the earliest such row's (the benefit of the doubt).
+    // unless a row of the grantee's process for this key and priority was deleted in the 5 s before. Either another
+    // process removed it as dead (its heartbeat late) and the waiter attempted at its old place before it noticed
+    // and re-queued (the README keeps a place across an eviction); or the wait gave up and removed its row while an
+    // attempt it had sent, carrying its place, was still on its way (a grant after the caller gave up is released
+    // at once). Its place is then the earliest such row's: the benefit of the doubt.
     const own = (goneIn.get(grant.txid) ?? []).filter(
       (row) => row.target_id === grant.target_id && row.owner === grant.owner && row.priority === grant.priority,
     );
@@ -305,10 +308,14 @@ export async function checkRun(
     const recent = (goneOf.get(`${grant.target_id}\u0000${grant.owner}`) ?? []).filter(
       (row) => BigInt(row.at_us) < at && at - BigInt(row.at_us) < EVICTION_WINDOW_US && row.txid !== grant.txid,
     );
-    const evicted = recent.filter((row) => row.app !== row.owner && row.priority === grant.priority);
+    const evicted = recent.filter((row) => row.priority === grant.priority);
     const seqs = (own.length ? own : evicted).map((row) => BigInt(row.seq));
     const place = seqs.length ? seqs.reduce((a, b) => (a < b ? a : b)) : undefined;
-    const as = own.length ? `place ${place}` : evicted.length ? `evicted waiter at place ${place}` : 'a newcomer';
+    const as = own.length
+      ? `place ${place}`
+      : evicted.length
+        ? `a waiter whose row just went, place ${place}`
+        : 'a newcomer';
     for (const w of waiting) {
       const ahead =
         w.priority > grant.priority! ||
@@ -316,7 +323,7 @@ export async function checkRun(
       if (ahead) {
         const before = recent.map(
           (row) =>
-            `place ${row.seq} priority ${row.priority} removed by ${row.app} ${Math.round(Number(at - BigInt(row.at_us)) / 1000)} ms before`,
+            `place ${row.seq} priority ${row.priority} removed by ${row.app}${grantTx.has(row.txid) ? ` (in grant #${grantTx.get(row.txid)!.seq} to ${grantTx.get(row.txid)!.owner})` : ''} ${Math.round(Number(at - BigInt(row.at_us)) / 1000)} ms before`,
         );
         flag(
           'priority order',
