@@ -66,6 +66,17 @@ async function write(c: pg.Client, key: string, token: bigint, worker: string): 
   return report(worker, { t: 'write', opId, key, fencingToken: token.toString(), outcome: 'ack', afterLoss: false });
 }
 
+/** Queues waiter rows as the enqueue statement would (landed and renewed now, live `timeoutMs`). */
+async function waiters() {
+  const admin = await as('fault-harness');
+  return (key: string, owner: string, priority: number, seq: number, timeoutMs = 10_000) =>
+    admin.query(
+      `INSERT INTO job_lease_waiter VALUES ($1, gen_random_uuid(), $2, $3, $4, clock_timestamp(), $5,
+         clock_timestamp())`,
+      [key, owner, priority, timeoutMs, seq],
+    );
+}
+
 const report = (worker: string, msg: ScheduleMessage): Received<ScheduleMessage> => ({ at: 0, worker, msg });
 const granted = (worker: string, key: string, token: bigint) =>
   report(worker, { t: 'grant', key, fencingToken: token.toString(), owner: worker, at: 0 });
@@ -185,13 +196,7 @@ test('waits settle within their bound: a wait past it is flagged, unless its pro
 });
 
 test('priority order: a newcomer granted past a live waiter of its priority; a waiter past a higher one', async () => {
-  const admin = await as('fault-harness');
-  const queue = (key: string, owner: string, priority: number, seq: number) =>
-    admin.query(
-      `INSERT INTO job_lease_waiter VALUES ($1, gen_random_uuid(), $2, $3, 10000, clock_timestamp(), $4,
-         clock_timestamp())`,
-      [key, owner, priority, seq],
-    );
+  const queue = await waiters();
   await queue('k', 'w1.1', 0, 1);
   await queue('q', 'w1.1', 3, 1);
   await queue('q', 'w0.1', 1, 2);
@@ -215,13 +220,7 @@ test('priority order: a newcomer granted past a live waiter of its priority; a w
 });
 
 test('priority order: no violation when the waiters are behind the grantee, dead, or landed during the grant', async () => {
-  const admin = await as('fault-harness');
-  const queue = (key: string, owner: string, priority: number, seq: number, timeoutMs = 10_000) =>
-    admin.query(
-      `INSERT INTO job_lease_waiter VALUES ($1, gen_random_uuid(), $2, $3, $4, clock_timestamp(), $5,
-         clock_timestamp())`,
-      [key, owner, priority, timeoutMs, seq],
-    );
+  const queue = await waiters();
   await queue('k', 'w1.1', 0, 5);
   await queue('k', 'w2.1', 2, 1, 100); // dead by the time of the grant
   await new Promise((resolve) => setTimeout(resolve, 600));
@@ -237,13 +236,7 @@ test('priority order: no violation when the waiters are behind the grantee, dead
 });
 
 test('priority order: a waiter whose row just went keeps its place; one whose row went 5 s before does not', async () => {
-  const admin = await as('fault-harness');
-  const queue = (key: string, owner: string, priority: number, seq: number) =>
-    admin.query(
-      `INSERT INTO job_lease_waiter VALUES ($1, gen_random_uuid(), $2, $3, 10000, clock_timestamp(), $4,
-         clock_timestamp())`,
-      [key, owner, priority, seq],
-    );
+  const queue = await waiters();
   await queue('k', 'w1.1', 0, 5);
   await queue('q', 'w1.1', 0, 5);
   await queue('k', 'w0.1', 0, 1);
