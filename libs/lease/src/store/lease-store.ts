@@ -19,7 +19,7 @@ import {
   type SessionSource,
 } from '../database/sessions.js';
 import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
-import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
+import { acquireBoundMs, bootstrapBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { timelineOf } from './sql/fencing-token.js';
@@ -299,10 +299,12 @@ export class LeaseStore {
   async serverHistory(): Promise<ServerHistory> {
     const { rows } = await this.run<{ readable: boolean }>({
       text: this.sql.systemIdReadable,
+      boundMs: bootstrapBoundMs(this.options),
     });
     this.systemIdReadable = rows[0].readable;
     const result = await this.run<ServerHistoryRow>({
       text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
+      boundMs: bootstrapBoundMs(this.options),
     });
     return serverHistory(result.rows[0]);
   }
