@@ -320,8 +320,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /**
    * The lease's `release()`: token-guarded; idempotent; quiet when the lease was lost. A release that fails (the
-   * database unreachable, or a statement past its bound) is retried in the background until it lands or the row has
-   * expired by itself: a release is idempotent, and a row left held would block its key until it expires.
+   * database unreachable, or a statement past its bound) is retried in the background until it lands, past the row's
+   * expiry too (see `ReleaseRetries`): a release is idempotent, and a row left held would block its key until it
+   * expires, and name this process afterwards.
    */
   async release(lease: HeldLease): Promise<void> {
     if (!lease.markReleased()) return;
