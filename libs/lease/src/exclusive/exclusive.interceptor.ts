@@ -7,7 +7,7 @@ import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import { leaseErrorToTransport } from '../transport/transport-errors.js';
 
 /**
- * The handler door of `@Exclusive` (HTTP, WebSocket, microservice). It does not acquire: interceptors run before
+ * The handler door of `@Exclusive` (HTTP, WebSocket, microservice, GraphQL). It does not acquire: interceptors run before
  * the pipes, and the key comes from the piped arguments, so the method's own wrapper acquires (exactly once per
  * call). This interceptor gives that call a signal that aborts when the caller goes away — an outer timeout
  * interceptor, an SSE or WebSocket client that disconnects, a cancelled RPC — so a wait in line ends, its waiter row
@@ -22,7 +22,7 @@ export class ExclusiveInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const metadata = this.reflector.get<ExclusiveMetadata | undefined>(EXCLUSIVE_METADATA, context.getHandler());
     if (!metadata) return next.handle();
-    const type = context.getType<'http' | 'ws' | 'rpc'>();
+    const type = context.getType<string>();
     const response = type === 'http' ? context.switchToHttp().getResponse<unknown>() : undefined;
     return new Observable<unknown>((subscriber) => {
       const caller = new AbortController();
