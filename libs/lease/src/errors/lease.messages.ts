@@ -35,10 +35,13 @@ export const messages = {
   databaseFailing: (targetKey: string | undefined, operation: string, detail: string) =>
     `Could not ${operation}${targetKey === undefined ? '' : ` "${targetKey}"`}: the database is unreachable or ` +
     `failing (${detail}). Transient: retry later; if it lasts, check the database and the connection settings`,
-  shutdown: (what: 'leases' | 'waits' | 'cancelled') =>
+  shutdown: (what: 'leases' | 'waits' | 'cancelled' | 'released') =>
     what === 'cancelled'
       ? 'LeaseService is shutting down: the wait was cancelled (its waiter row is removed)'
-      : `LeaseService is shut down: no new ${what} (the application is closing; acquire before shutdown begins)`,
+      : what === 'released'
+        ? 'LeaseService is shutting down: the lease was released and its work told to stop (retry: another ' +
+          'instance can serve it)'
+        : `LeaseService is shut down: no new ${what} (the application is closing; acquire before shutdown begins)`,
   waitTimeoutArgument: (got: unknown) =>
     `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
   holdArgument: (got: unknown) =>
