@@ -70,6 +70,7 @@ export async function callExclusive(
   }
   if (isObservable(result)) return holdWhileSubscribed(result, entry, leases, call);
   if (!isThenable(result)) {
+    if (call) call.settled = true;
     await entry.exit();
     return result;
   }
@@ -95,6 +96,7 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
     const settle = (finish: () => void) => {
       if (settled) return;
       settled = true;
+      call.settled = true;
       lease.signal.removeEventListener('abort', onLost);
       call.signal.removeEventListener('abort', onGone);
       void entry.exit().finally(finish);
@@ -139,6 +141,7 @@ function holdWhileSubscribed(
     const finish = (end: () => void) => {
       if (finished) return;
       finished = true;
+      if (call) call.settled = true;
       lease.signal.removeEventListener('abort', onLost);
       void entry.exit().finally(end);
     };
