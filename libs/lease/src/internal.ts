@@ -7,3 +7,5 @@ export type { AcquireRequest, AcquiredRow, Refusal } from './store/store.types.j
 export { resolveLeaseOptions } from './options/resolve-lease-options.js';
 export { columnCheckName, schemaStatements } from './schema/lease-schema.js';
 export { heartbeatRunning, interceptHeadWakeups, purgeFreeRows } from './service-probes.js';
+export { faultSwitches } from './store/sql/fault-switches.js';
+export { DedicatedConnection } from './database/dedicated-connection.js';

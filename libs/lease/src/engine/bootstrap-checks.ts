@@ -7,7 +7,7 @@ import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { grantStatements } from '../schema/lease-schema.js';
+import { grantStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -33,12 +33,27 @@ export class BootstrapChecks {
     }
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.schema.missingObjects();
-    if (missing.length > 0) {
-      throw new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
-    }
+    if (missing.length > 0) throw this.missingError(missing);
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
+  }
+
+  /**
+   * The objects missing, and what to do. Tables without their sequences are what TypeORM's `synchronize: true` builds
+   * from `leaseEntities` before the migrations ran (entities cannot declare sequences): name the sequences and the
+   * exact statements that create them.
+   */
+  private missingError(missing: readonly string[]): LeaseConfigError {
+    const n = leaseObjectNames(this.options);
+    const sequences = [n.fencingSequence, n.waiterSequence];
+    if (!missing.every((name) => sequences.includes(name))) {
+      return new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
+    }
+    const statements = schemaStatements(this.options).filter(
+      (statement) => statement.startsWith('CREATE SEQUENCE') && missing.some((name) => statement.includes(name)),
+    );
+    return new LeaseConfigError(messages.sequencesMissing(missing.join(', '), statements.join('; ')));
   }
 
   /**

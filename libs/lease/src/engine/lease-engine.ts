@@ -199,7 +199,10 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       await within('waits', this.queue.close());
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
-      const releases = [...this.held.values()].map((lease) => this.release(lease));
+      // The work of a held lease hears why it must stop: a LeaseShutdownError (503 + Retry-After), not an AbortError.
+      const releases = [...this.held.values()].map((lease) =>
+        this.release(lease, () => new LeaseShutdownError(lease.targetKey, 'released')),
+      );
       const retried = this.retries.retryAll();
       await within('releases', Promise.all([...releases, ...retried, this.settled()]));
       this.heartbeat.stop();
@@ -351,11 +354,12 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /**
    * The lease's `release()`: token-guarded; idempotent; quiet when the lease was lost. A release that fails (the
-   * database unreachable, or a statement past its bound) is retried in the background until it lands or the row has
-   * expired by itself: a release is idempotent, and a row left held would block its key until it expires.
+   * database unreachable, or a statement past its bound) is retried in the background until it lands, past the row's
+   * expiry too (see `ReleaseRetries`): a release is idempotent, and a row left held would block its key until it
+   * expires, and name this process afterwards.
    */
-  async release(lease: HeldLease): Promise<void> {
-    if (!lease.markReleased()) return;
+  async release(lease: HeldLease, reason?: () => unknown): Promise<void> {
+    if (!lease.markReleased(reason)) return;
     this.forget(lease);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.

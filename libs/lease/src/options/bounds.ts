@@ -35,6 +35,15 @@ export function statementPoolBoundMs(o: Timings): number {
 }
 
 /**
+ * The bootstrap checks' reads (which objects exist, which rights the role has): a start may meet a slow server or
+ * link (cold caches, a busy machine), and failing it costs a restart, so they get an acquisition's bound, not a
+ * heartbeat interval.
+ */
+export function bootstrapBoundMs(o: Timings): number {
+  return statementPoolBoundMs(o);
+}
+
+/**
  * Getting a connection for a statement (connecting, or waiting for a free one in the statement pool): no longer than
  * an acquisition may take, and at most 10 s — but never less than a heartbeat interval.
  */

@@ -25,7 +25,14 @@ import {
   systemIdRefused,
   walFunctionsRefused,
 } from '../errors/database-errors.js';
-import { acquireBoundMs, PURGE_AFTER_MS, PURGE_BATCH_ROWS, shortBoundMs, slackMs } from '../options/bounds.js';
+import {
+  acquireBoundMs,
+  bootstrapBoundMs,
+  PURGE_AFTER_MS,
+  PURGE_BATCH_ROWS,
+  shortBoundMs,
+  slackMs,
+} from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { timelineOf } from './sql/fencing-token.js';
@@ -335,10 +342,12 @@ export class LeaseStore {
   async serverHistory(): Promise<ServerHistory> {
     const { rows } = await this.run<{ readable: boolean }>({
       text: this.sql.systemIdReadable,
+      boundMs: bootstrapBoundMs(this.options),
     });
     this.systemIdReadable = rows[0].readable;
     const result = await this.run<ServerHistoryRow>({
       text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
+      boundMs: bootstrapBoundMs(this.options),
     });
     return serverHistory(result.rows[0]);
   }

@@ -11,6 +11,7 @@ import {
   taken,
   type LeaseObjectNames,
 } from './fragments.js';
+import { faultSwitches } from './fault-switches.js';
 import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
 
 /**
@@ -35,6 +36,9 @@ import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fenci
 export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: number): string {
   const { lease, waiter, fencingSequence, waiterSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
+  // Off except in the fault schedule's negative control (see fault-switches.ts): every grant then goes through the
+  // INSERT, and a conflict keeps the token its source row drew before the row lock.
+  const early = faultSwitches.tokenBeforeLock;
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
           SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
@@ -61,7 +65,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
         ), locked AS MATERIALIZED (
           SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
           FROM ${lease} l, open o
-          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}
+          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}${early ? ' AND false' : ''}
           FOR NO KEY UPDATE OF l
         ), won_old AS (
           -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
@@ -77,11 +81,11 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          FROM (SELECT ${nextval} AS v FROM open o WHERE NOT o.has_row) f, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${TIMELINE} AS timeline) h
           -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
           -- token drawn after the row lock (the value drawn above is then left unused).
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${historyOrdered(fencingSequence)},
+            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence)},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
