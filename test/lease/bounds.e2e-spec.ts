@@ -144,4 +144,15 @@ describe('bounds of the library’s statements', () => {
     proxy.slowNewConnections(0);
     await lease!.release();
   }, 20_000);
+
+  test('bootstrap reads are bounded like an acquisition, not like a heartbeat: a slow link still starts', async () => {
+    // Found under load (CI rehearsal, load average 10): a bootstrap check given one heartbeat interval (100 ms here)
+    // failed the start with "Query read timeout". Here every round trip takes 160 ms, longer than that and its slack.
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    proxies.push(proxy);
+    proxy.set('delay', 80);
+    const slow = await proc('slow-start', {}, 4, url);
+    expect(slow.service.heldLeases()).toEqual([]);
+    proxy.set('pass');
+  }, 20_000);
 });

@@ -1,6 +1,7 @@
 import {
   createLeaseEntities,
   createLeaseMigrations,
+  LeaseConfigError,
   LeaseService,
   leaseEntities,
   leaseMigrations,
@@ -113,6 +114,36 @@ test('the CHECK constraint names written in the DDL are the ones PostgreSQL give
       }
     }
   } finally {
+    await admin.end();
+    await db.drop();
+  }
+});
+
+test('synchronize: true before the migrations: bootstrap names the missing sequences and the statements to run', async () => {
+  const db = await createTestDatabase('synchronized');
+  const admin = await adminClient(db.url);
+  const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], synchronize: true });
+  await dataSource.initialize();
+  try {
+    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 };
+    const refused = await new LeaseService(dataSource, options).init().catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(LeaseConfigError);
+    const { message } = refused as Error;
+    expect(message).toMatch(
+      /the sequences "public"\."job_lease_fencing_seq", "public"\."job_lease_waiter_seq" are missing/,
+    );
+    expect(message).toMatch(/synchronize/);
+    // What the message says to run is enough.
+    const statements = message.slice(message.indexOf('run: ') + 5).split('; ');
+    expect(statements[0]).toBe('CREATE SEQUENCE IF NOT EXISTS "public"."job_lease_fencing_seq" AS bigint');
+    for (const statement of statements) await admin.query(statement);
+    const service = new LeaseService(dataSource, options);
+    await service.init();
+    const lease = await service.tryAcquire('synchronized');
+    expect(lease).not.toBeNull();
+    await service.close();
+  } finally {
+    await dataSource.destroy();
     await admin.end();
     await db.drop();
   }

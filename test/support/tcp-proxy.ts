@@ -121,10 +121,22 @@ export class TcpProxy {
     return this.stalled.length;
   }
 
+  /** The server is gone: see `down` above. */
+  async down(): Promise<void> {
+    await this.stop();
+    this.server = undefined;
+  }
+
+  /** The server is back on the same port (after `down()`). */
+  async up(): Promise<void> {
+    this.server = createServer({ allowHalfOpen: true }, (client) => this.accept(client));
+    await new Promise<void>((resolve) => this.server!.listen(this.port, '127.0.0.1', resolve));
+  }
+
   async stop(): Promise<void> {
     this.thaw();
     for (const pair of this.pairs) this.close(pair);
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    await new Promise<void>((resolve) => (this.server?.listening ? this.server.close(() => resolve()) : resolve()));
   }
 
   private accept(client: Socket): void {

@@ -17,3 +17,8 @@ export function heartbeatRunning(service: LeaseService): boolean {
 export function interceptHeadWakeups(service: LeaseService, onHead: (waiterId: string) => void): void {
   engineOf(service).interceptHeadWakeups(onHead);
 }
+
+/** Runs the engine's purge of free rows now (it runs by itself every `PURGE_INTERVAL_MS`); the count deleted. */
+export function purgeFreeRows(service: LeaseService): Promise<number | null> {
+  return engineOf(service).purgeNow();
+}

@@ -9,6 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { LeaseLostError, LeaseService, leaseEntities, type Lease, type LeaseModuleOptions } from 'nest-pg-lease';
 import { DataSource, type EntityManager } from 'typeorm';
+import { sleep } from '../../support/sleep.js';
 
 export interface WriteRecord {
   opId: string;
@@ -53,20 +54,6 @@ export const HISTORY_DDL = [
     lease_token uuid NOT NULL, client integer NOT NULL, commit_seq bigint NOT NULL, at timestamptz NOT NULL)`,
   `CREATE TABLE failover_counter (target text PRIMARY KEY, n bigint NOT NULL)`,
 ];
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 
 const between = ([min, max]: [number, number]) => min + Math.random() * (max - min);
 

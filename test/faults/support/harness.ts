@@ -11,13 +11,29 @@ import type { LeaseModuleOptions } from 'nest-pg-lease';
 import type { Command, LoopPlan, ParentMessage, WorkerConfig, WorkerMessage } from './protocol.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'faults');
-const WORKER = join(process.cwd(), 'test', 'faults', 'support', 'worker.ts');
+
+/** The script a `Worker` runs (under `node --import tsx`) and the folder its output goes to (`<name>.log`). */
+export interface WorkerScript {
+  path: string;
+  artifacts: string;
+}
+
+/** This suite's worker; the fault schedule (test/fault-schedule) runs its own through the same class. */
+const FAULT_WORKER: WorkerScript = {
+  path: join(process.cwd(), 'test', 'faults', 'support', 'worker.ts'),
+  artifacts: ARTIFACTS,
+};
+
+/** What every worker sends: `ready` once it can be driven, `reply` to a command (`{ t: 'reply', id, ok, … }`). */
+export interface AnyWorkerMessage {
+  t: string;
+}
 
 /** A message from a worker with the parent's monotonic receipt time (the only clock the timing checks compare). */
-export interface Received {
+export interface Received<M extends AnyWorkerMessage = WorkerMessage> {
   at: number;
   worker: string;
-  msg: WorkerMessage;
+  msg: M;
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -45,7 +61,7 @@ export async function connect(url: string): Promise<pg.Client> {
   return client;
 }
 
-export class Worker {
+export class Worker<M extends AnyWorkerMessage = WorkerMessage, P extends object = ParentMessage> {
   readonly exited: Promise<number | null>;
   private readonly listeners = new Set<() => void>();
   private nextId = 1;
@@ -55,7 +71,8 @@ export class Worker {
   private constructor(
     readonly name: string,
     private readonly child: ChildProcess,
-    private readonly log: Received[],
+    private readonly log: Received<M>[],
+    private readonly artifacts: string,
   ) {
     this.exited = new Promise((resolve) =>
       child.once('exit', (code, signal) => {
@@ -65,26 +82,44 @@ export class Worker {
         this.notify();
       }),
     );
-    child.on('message', (msg: WorkerMessage) => {
+    child.on('message', (msg: M) => {
       log.push({ at: performance.now(), worker: name, msg });
       this.notify();
     });
   }
 
-  /** Forks a worker and waits until its LeaseService is ready. `log` is shared by a fleet, so order is global. */
-  static async start(config: WorkerConfig, log: Received[] = []): Promise<Worker> {
-    mkdirSync(ARTIFACTS, { recursive: true });
-    const child = fork(WORKER, [JSON.stringify(config)], {
+  /** Forks a worker of this suite and waits until its LeaseService is ready. `log` is shared by a fleet, so order is global. */
+  static start(config: WorkerConfig, log: Received[] = []): Promise<Worker> {
+    return Worker.startScript(FAULT_WORKER, config, log);
+  }
+
+  /**
+   * Forks the worker `script` with `config` (JSON in argv[2], as this suite's) and waits for its `ready` message; a
+   * worker not ready within `readyTimeoutMs` is killed.
+   */
+  static async startScript<M extends AnyWorkerMessage, P extends object>(
+    script: WorkerScript,
+    config: { name: string },
+    log: Received<M>[] = [],
+    readyTimeoutMs = 30_000,
+  ): Promise<Worker<M, P>> {
+    mkdirSync(script.artifacts, { recursive: true });
+    const child = fork(script.path, [JSON.stringify(config)], {
       execArgv: ['--import', 'tsx'],
       cwd: process.cwd(),
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       env: { ...process.env, NODE_OPTIONS: '' },
     });
-    const out = createWriteStream(join(ARTIFACTS, `${config.name}.log`));
+    const out = createWriteStream(join(script.artifacts, `${config.name}.log`));
     child.stdout!.pipe(out);
     child.stderr!.pipe(out);
-    const worker = new Worker(config.name, child, log);
-    await worker.waitFor((m) => m.t === 'ready', 'ready', 30_000);
+    const worker = new Worker<M, P>(config.name, child, log, script.artifacts);
+    try {
+      await worker.waitFor((m) => m.t === 'ready', 'ready', readyTimeoutMs);
+    } catch (error) {
+      worker.signal('SIGKILL');
+      throw error;
+    }
     return worker;
   }
 
@@ -96,12 +131,12 @@ export class Worker {
     return this.alive;
   }
 
-  messages(): Received[] {
+  messages(): Received<M>[] {
     return this.log.filter((r) => r.worker === this.name);
   }
 
   /** Resolves with the first message of this worker (already received or future) matching `predicate`. */
-  waitFor(predicate: (msg: WorkerMessage) => boolean, what: string, timeoutMs = 15_000, since = 0): Promise<Received> {
+  waitFor(predicate: (msg: M) => boolean, what: string, timeoutMs = 15_000, since = 0): Promise<Received<M>> {
     return new Promise((resolve, reject) => {
       const check = () => {
         const found = this.log.find((r) => r.worker === this.name && r.at >= since && predicate(r.msg));
@@ -110,7 +145,7 @@ export class Worker {
           return finish(() =>
             reject(
               new Error(
-                `${this.name} exited (${this.exit}) while waiting for ${what}; its output is in artifacts/faults/${this.name}.log`,
+                `${this.name} exited (${this.exit}) while waiting for ${what}; its output is in ${join(this.artifacts, `${this.name}.log`)}`,
               ),
             ),
           );
@@ -132,14 +167,20 @@ export class Worker {
   /** Sends a command (scripted mode) and resolves with its result; rejects with the worker's error text. */
   async command<T = unknown>(cmd: Command, timeoutMs = 20_000): Promise<T> {
     const id = this.nextId++;
-    this.post({ t: 'cmd', id, cmd });
-    const { msg } = await this.waitFor((m) => m.t === 'reply' && m.id === id, `reply to ${cmd.op}`, timeoutMs);
-    if (msg.t !== 'reply') throw new Error('unreachable');
+    this.send({ t: 'cmd', id, cmd });
+    const isReply = (m: AnyWorkerMessage): m is Extract<WorkerMessage, { t: 'reply' }> =>
+      m.t === 'reply' && (m as { id?: number }).id === id;
+    const { msg } = await this.waitFor(isReply, `reply to ${cmd.op}`, timeoutMs);
+    if (!isReply(msg)) throw new Error('unreachable');
     if (!msg.ok) throw new Error(msg.error);
     return msg.value as T;
   }
 
-  post(message: ParentMessage): void {
+  post(message: P): void {
+    this.send(message);
+  }
+
+  private send(message: object): void {
     // The worker may be leaving at this very moment: a message it can no longer receive is moot.
     if (this.alive && this.child.connected) this.child.send(message, () => undefined);
   }
@@ -151,8 +192,8 @@ export class Worker {
   /** Ends the worker: asks politely, then SIGKILLs (and un-stops it first, so a SIGSTOPped worker dies too). */
   async end(graceMs = 10_000): Promise<void> {
     if (!this.alive) return;
-    this.post({ t: 'cmd', id: 0, cmd: { op: 'exit' } });
-    this.post({ t: 'stop' });
+    this.send({ t: 'cmd', id: 0, cmd: { op: 'exit' } });
+    this.send({ t: 'stop' });
     const timer = setTimeout(() => {
       this.signal('SIGKILL');
       this.signal('SIGCONT');

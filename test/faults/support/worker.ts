@@ -17,6 +17,8 @@ import {
   leaseEntities,
   type Lease,
 } from '../../../libs/lease/src/index.js';
+import { sleep } from '../../support/sleep.js';
+import { recordWrite } from './history.js';
 import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
 
 const config = JSON.parse(process.argv[2]) as WorkerConfig;
@@ -34,19 +36,6 @@ function send(message: WorkerMessage): void {
   if (process.connected) process.send!(message);
 }
 
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
-
 const proceedWaiters = new Map<string, () => void>();
 
 async function historyWrite(manager: EntityManager, lease: Lease, opId: string, holdInside: boolean): Promise<void> {
@@ -56,13 +45,7 @@ async function historyWrite(manager: EntityManager, lease: Lease, opId: string, 
     send({ t: 'inside', opId });
     await proceed;
   }
-  const [counter] = await manager.query('SELECT n FROM fault_counter WHERE target = $1', [lease.targetKey]);
-  await manager.query(
-    `INSERT INTO fault_history (op_id, target, fencing_token, worker, commit_seq, at)
-     VALUES ($1, $2, $3, $4, nextval('fault_commit_seq'), clock_timestamp())`,
-    [opId, lease.targetKey, lease.fencingToken.toString(), config.name],
-  );
-  await manager.query('UPDATE fault_counter SET n = $2 WHERE target = $1', [lease.targetKey, Number(counter.n) + 1]);
+  await recordWrite(manager, { opId, target: lease.targetKey, fencingToken: lease.fencingToken, worker: config.name });
 }
 
 async function fencedWrite(

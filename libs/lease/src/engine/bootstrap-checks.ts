@@ -7,7 +7,7 @@ import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { grantStatements } from '../schema/lease-schema.js';
+import { grantStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -33,11 +33,27 @@ export class BootstrapChecks {
     }
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.schema.missingObjects();
-    if (missing.length > 0) {
-      throw new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
-    }
+    if (missing.length > 0) throw this.missingError(missing);
     await this.checkPrivileges();
+    await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
+  }
+
+  /**
+   * The objects missing, and what to do. Tables without their sequences are what TypeORM's `synchronize: true` builds
+   * from `leaseEntities` before the migrations ran (entities cannot declare sequences): name the sequences and the
+   * exact statements that create them.
+   */
+  private missingError(missing: readonly string[]): LeaseConfigError {
+    const n = leaseObjectNames(this.options);
+    const sequences = [n.fencingSequence, n.waiterSequence];
+    if (!missing.every((name) => sequences.includes(name))) {
+      return new LeaseConfigError(messages.tablesMissing(missing.join(', ')));
+    }
+    const statements = schemaStatements(this.options).filter(
+      (statement) => statement.startsWith('CREATE SEQUENCE') && missing.some((name) => statement.includes(name)),
+    );
+    return new LeaseConfigError(messages.sequencesMissing(missing.join(', '), statements.join('; ')));
   }
 
   /**
@@ -51,6 +67,22 @@ export class BootstrapChecks {
       throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     }
     await this.store.schema.createSchema();
+  }
+
+  /**
+   * Which history probe the server allows: the WAL timeline, or (EXECUTE on the WAL functions revoked, or refused as
+   * on Aurora) a fixed timeline, said once here. See the README's "Failover" section for what holds where.
+   */
+  private async probeTimeline(): Promise<void> {
+    const fixed = await this.store.probeTimeline();
+    if (fixed === null) return;
+    this.logger.warn(
+      'pg_current_wal_lsn()/pg_walfile_name() are not executable here (a managed server such as Aurora, or EXECUTE ' +
+        `revoked): the timeline guard is off, fencing tokens carry the fixed timeline ${fixed} (the largest in the ` +
+        'tables) and rise within this server; leases still end when the system identifier changes where it is ' +
+        'readable. Safe where replication is synchronous or at the storage layer (Aurora); see the README ' +
+        '"Failover" section',
+    );
   }
 
   /** A role missing a right would fail later, statement by statement: name every missing right at bootstrap. */

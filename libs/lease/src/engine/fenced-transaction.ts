@@ -17,6 +17,12 @@ import type { HeldLease } from './held-lease.js';
 /** How the engine loses a lease (its signal, its event, its log line). */
 export type LoseLease = (lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string) => void;
 
+/** Where one attempt of a fenced transaction is: its lock failed; `work` is running (what fails is the work's). */
+interface FenceStep {
+  lockFailed: boolean;
+  inWork: boolean;
+}
+
 /** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
 interface OpenFence {
   readonly manager: EntityManager;
@@ -47,21 +53,22 @@ export class FencedTransactions {
     // 40001; nothing of `work` has run yet, so the transaction simply starts again.
     // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
     for (let attempt = 1; ; attempt++) {
-      let lockFailed = false;
+      const step: FenceStep = { lockFailed: false, inWork: false };
       try {
-        return await this.fencedOnce(lease, work, () => (lockFailed = true));
+        return await this.fencedOnce(lease, work, step);
       } catch (error) {
-        if (!lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) throw error;
+        if (!step.lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
+          // The database failing around the work (its connection, BEGIN, COMMIT) is the library's 503; what the work
+          // itself throws is the work's, unchanged.
+          throw step.inWork ? error : unavailableOr(error, lease.targetKey, 'run the fenced transaction of');
+        }
         if (!lease.isHeld()) throw this.refuse(lease);
       }
     }
   }
 
-  private fencedOnce<T>(
-    lease: HeldLease,
-    work: (manager: EntityManager) => Promise<T>,
-    onLockFailed: () => void,
-  ): Promise<T> {
+  private fencedOnce<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, step: FenceStep): Promise<T> {
+    const onLockFailed = () => (step.lockFailed = true);
     return this.database.transaction(async (manager) => {
       let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
       try {
@@ -83,7 +90,13 @@ export class FencedTransactions {
         this.lose(lease, 'taken-over');
         throw new LeaseLostError(lease.targetKey, 'taken-over');
       }
-      const result = await this.withinFence(lease, manager, work);
+      step.inWork = true;
+      let result: T;
+      try {
+        result = await this.withinFence(lease, manager, work);
+      } finally {
+        step.inWork = false;
+      }
       // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
       // it may commit.
       if (!lease.isHeld()) throw this.refuse(lease);

@@ -101,13 +101,18 @@ export class HeldLease implements Lease {
     return true;
   }
 
-  /** Marks the lease released and aborts its signal. Returns false when it was already released. */
-  markReleased(): boolean {
+  /**
+   * Marks the lease released and aborts its signal (with `reason()` when given: shutdown's `LeaseShutdownError`).
+   * Returns false when it was already released.
+   */
+  markReleased(reason?: () => unknown): boolean {
     if (this.state === 'released') return false;
     const wasHeld = this.state === 'held';
     this.state = 'released';
     this.disarm();
-    if (wasHeld) this.end(() => new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError'));
+    if (wasHeld) {
+      this.end(reason ?? (() => new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError')));
+    }
     return true;
   }
 

@@ -18,7 +18,7 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
+import { closeStepMs, connectBoundMs, connectionCloseMs, PURGE_INTERVAL_MS } from '../options/bounds.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
@@ -101,6 +101,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly heartbeat: LeaseHeartbeat;
   private readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
+  /** The next purge of free rows (see `purge`). */
+  private purgeTimer?: NodeJS.Timeout;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
@@ -162,6 +164,34 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   async init(): Promise<void> {
     const [systemId] = await Promise.all([this.checks.run(), loadTracing()]);
     this.heartbeat.systemId = systemId;
+    // The first purge at a random point of the first interval: processes restarted together spread out, and a
+    // bootstrap never waits for (or competes with) a purge.
+    this.schedulePurge(PURGE_INTERVAL_MS * (0.1 + Math.random() * 0.9));
+  }
+
+  /**
+   * Purges free rows of keys granted longer ago than the purge bound (`LeaseStore.purge`), tracked for close(); a
+   * failure is logged and the next run tries again. Resolves with the count deleted (null: it failed).
+   */
+  purgeNow(): Promise<number | null> {
+    return this.track(
+      this.store
+        .purge(() => this.closing !== undefined)
+        .catch((error: unknown) => {
+          this.logger.warn(`Purging free lease rows failed (retried later): ${String(error)}`);
+          return null;
+        }),
+    );
+  }
+
+  /** The next purge in `delayMs`, then every `PURGE_INTERVAL_MS` (± a tenth). */
+  private schedulePurge(delayMs: number): void {
+    if (this.closing !== undefined) return;
+    clearTimeout(this.purgeTimer);
+    this.purgeTimer = setTimeout(() => {
+      void this.purgeNow().finally(() => this.schedulePurge(PURGE_INTERVAL_MS * (0.9 + Math.random() * 0.2)));
+    }, delayMs);
+    this.purgeTimer.unref();
   }
 
   async onModuleInit(): Promise<void> {
@@ -180,6 +210,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
+      clearTimeout(this.purgeTimer);
       const stepMs = closeStepMs(this.options);
       const within = async (what: string, work: Promise<unknown>) => {
         const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);
@@ -190,7 +221,10 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       await within('waits', this.queue.close());
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
-      const releases = [...this.held.values()].map((lease) => this.release(lease));
+      // The work of a held lease hears why it must stop: a LeaseShutdownError (503 + Retry-After), not an AbortError.
+      const releases = [...this.held.values()].map((lease) =>
+        this.release(lease, () => new LeaseShutdownError(lease.targetKey, 'released')),
+      );
       const retried = this.retries.retryAll();
       await within('releases', Promise.all([...releases, ...retried, this.settled()]));
       this.heartbeat.stop();
@@ -439,11 +473,12 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /**
    * The lease's `release()`: token-guarded; idempotent; quiet when the lease was lost. A release that fails (the
-   * database unreachable, or a statement past its bound) is retried in the background until it lands or the row has
-   * expired by itself: a release is idempotent, and a row left held would block its key until it expires.
+   * database unreachable, or a statement past its bound) is retried in the background until it lands, past the row's
+   * expiry too (see `ReleaseRetries`): a release is idempotent, and a row left held would block its key until it
+   * expires, and name this process afterwards.
    */
-  async release(lease: HeldLease): Promise<void> {
-    if (!lease.markReleased()) return;
+  async release(lease: HeldLease, reason?: () => unknown): Promise<void> {
+    if (!lease.markReleased(reason)) return;
     this.forget(lease);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.

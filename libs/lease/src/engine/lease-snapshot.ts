@@ -20,6 +20,8 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
       live,
     };
     if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
+    // JSON-safe as returned (a controller may answer `list()` as is): the fencing token serializes as a string.
+    Object.defineProperty(snapshot, 'toJSON', { value: snapshotJson, enumerable: false });
     if (row.state === 'waiting' && live) {
       const position = (positions.get(row.target_id) ?? 0) + 1;
       positions.set(row.target_id, position);
@@ -27,4 +29,10 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
     }
     return snapshot;
   });
+}
+
+/** `JSON.stringify` of a snapshot: the same fields, the fencing token (a bigint) as a decimal string. */
+function snapshotJson(this: LeaseSnapshot): Record<string, unknown> {
+  const { fencingToken, ...rest } = this;
+  return fencingToken === undefined ? rest : { ...rest, fencingToken: String(fencingToken) };
 }

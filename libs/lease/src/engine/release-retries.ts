@@ -1,7 +1,10 @@
 /**
- * Releases that failed, retried in the background until they land or the row has expired by itself: a release is
- * idempotent, and a row left held would block its key until it expires. Collaborators given explicitly: the store,
- * the options, the engine's logger, its tracking of work in flight (for `close()`) and whether it is closing.
+ * Releases that failed, retried in the background until they land (or shutdown ends them): a release is idempotent
+ * and token-guarded, and a row left naming this process would block its key until it expires, and then go on naming
+ * this process (in `list()`, on dashboards) until someone takes it over. Retried past the row's expiry too, at most
+ * once per heartbeat interval: after an outage longer than the lease timeout the row is released once the database
+ * answers again. Collaborators given explicitly: the store, the options, the engine's logger, its tracking of work in
+ * flight (for `close()`) and whether it is closing.
  */
 import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
@@ -9,11 +12,11 @@ import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.in
 import { shortBoundMs } from '../options/bounds.js';
 import type { LeaseStore } from '../store/lease-store.js';
 
-/** A release that failed, retried until it lands or its lease would have expired anyway (see `release`). */
+/** A release that failed, retried until it lands (see the module note). */
 interface Unreleased {
   readonly targetKey: string;
   readonly token: string;
-  /** Monotonic time after which the row has expired by itself (no need to go on). */
+  /** Monotonic time after which the row has expired by itself (from then on, one try per heartbeat interval). */
   readonly until: number;
   delayMs: number;
   timer?: NodeJS.Timeout;
@@ -45,7 +48,7 @@ export class ReleaseRetries {
 
   private retryRelease(entry: Unreleased, error: unknown, onReleased?: () => void): void {
     const leftMs = entry.until - performance.now();
-    if (this.closing() || leftMs <= entry.delayMs) {
+    if (this.closing()) {
       this.unreleased.delete(entry.token);
       this.logger.warn(`Release of "${entry.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
       return;
@@ -53,7 +56,7 @@ export class ReleaseRetries {
     if (!this.unreleased.has(entry.token)) {
       this.logger.warn(
         `Release of "${entry.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
-          `expire by itself in ${Math.round(leftMs)} ms)`,
+          `expire by itself in ${Math.max(0, Math.round(leftMs))} ms)`,
       );
     }
     this.unreleased.set(entry.token, entry);
@@ -70,7 +73,9 @@ export class ReleaseRetries {
     return this.track(
       this.store.release(entry.targetKey, entry.token, shortBoundMs(this.options)).then(
         (released) => {
-          this.unreleased.delete(entry.token);
+          if (this.unreleased.delete(entry.token)) {
+            this.logger.log(`Release of "${entry.targetKey}" landed once the database answered again`);
+          }
           if (released) onReleased?.();
         },
         (error: unknown) => this.retryRelease(entry, error, onReleased),

@@ -8,6 +8,7 @@ import {
   readOnly,
   systemIdRefused,
   unavailableOr,
+  walFunctionsRefused,
 } from './database-errors.js';
 
 const pgError = (code: string, message = 'server error', extra: Record<string, unknown> = {}) =>
@@ -55,6 +56,15 @@ describe('database error classification', () => {
     expect(systemIdRefused(pgError('42501', 'permission denied for function pg_control_system'))).toBe(true);
     expect(systemIdRefused(pgError('42501', 'permission denied for table job_lease'))).toBe(false);
     expect(systemIdRefused(undefined)).toBe(false);
+  });
+
+  it('the WAL functions refused (no right, or not supported as on Aurora) are told apart from other errors', () => {
+    expect(walFunctionsRefused(pgError('42501', 'permission denied for function pg_walfile_name'))).toBe(true);
+    const aurora = 'Function pg_current_wal_lsn() is currently not supported for Aurora';
+    expect(walFunctionsRefused(pgError('0A000', aurora))).toBe(true);
+    expect(walFunctionsRefused(pgError('42501', 'permission denied for table job_lease'))).toBe(false);
+    expect(walFunctionsRefused(pgError('55000', 'recovery is in progress'))).toBe(false);
+    expect(walFunctionsRefused(undefined)).toBe(false);
   });
 
   it('a NOT NULL violation of the token column is the exhausted sequence, as a LeaseConfigError with the cause', () => {

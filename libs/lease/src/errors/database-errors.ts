@@ -51,6 +51,15 @@ export function systemIdRefused(error: unknown): boolean {
   return code === '42501' && /pg_control_system/.test(message ?? '');
 }
 
+/**
+ * The server refused the WAL functions of the timeline: no EXECUTE right (42501), or not supported at all (0A000:
+ * Aurora PostgreSQL without logical replication).
+ */
+export function walFunctionsRefused(error: unknown): boolean {
+  const { code, message } = (error ?? {}) as { code?: string; message?: string };
+  return (code === '42501' || code === '0A000') && /pg_current_wal_lsn|pg_walfile_name/.test(message ?? '');
+}
+
 /** The error of a statement that drew a number past the 40 bits of `historyOrdered` for `column`. */
 export function exhausted(error: unknown, column: string, sequence: string): LeaseConfigError | undefined {
   const { code, column: failed } = (error ?? {}) as { code?: string; column?: string };

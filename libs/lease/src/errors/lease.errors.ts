@@ -106,7 +106,7 @@ export class LeaseUnavailableError extends LeaseError {
 
 /** The service is shutting down (or shut down): no new leases or waits. */
 export class LeaseShutdownError extends LeaseError {
-  constructor(targetKey: string | undefined, what: 'leases' | 'waits' | 'cancelled' = 'leases') {
+  constructor(targetKey: string | undefined, what: 'leases' | 'waits' | 'cancelled' | 'released' = 'leases') {
     super(messages.shutdown(what), targetKey);
   }
 }

@@ -35,10 +35,13 @@ export const messages = {
   databaseFailing: (targetKey: string | undefined, operation: string, detail: string) =>
     `Could not ${operation}${targetKey === undefined ? '' : ` "${targetKey}"`}: the database is unreachable or ` +
     `failing (${detail}). Transient: retry later; if it lasts, check the database and the connection settings`,
-  shutdown: (what: 'leases' | 'waits' | 'cancelled') =>
+  shutdown: (what: 'leases' | 'waits' | 'cancelled' | 'released') =>
     what === 'cancelled'
       ? 'LeaseService is shutting down: the wait was cancelled (its waiter row is removed)'
-      : `LeaseService is shut down: no new ${what} (the application is closing; acquire before shutdown begins)`,
+      : what === 'released'
+        ? 'LeaseService is shutting down: the lease was released and its work told to stop (retry: another ' +
+          'instance can serve it)'
+        : `LeaseService is shut down: no new ${what} (the application is closing; acquire before shutdown begins)`,
   waitTimeoutArgument: (got: unknown) =>
     `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
   holdArgument: (got: unknown) =>
@@ -64,6 +67,10 @@ export const messages = {
     `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
     'receive a lease already past its deadline',
   optionsNotObject: () => 'LeaseModule options must be an object',
+  unknownOption: (key: string, nearest: string | undefined, keys: string) =>
+    nearest === undefined
+      ? `Unknown LeaseModule option "${key}": the options are ${keys}`
+      : `Unknown LeaseModule option "${key}": did you mean "${nearest}"?`,
   leaseTimeoutTooShort: (leaseTimeoutMs: string | number, heartbeatIntervalMs: string | number, v3: string | number) =>
     `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
     `${v3}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
@@ -134,6 +141,11 @@ export const messages = {
   tablesMissing: (v1: string | number) =>
     `Lease tables are missing (${v1}): add leaseMigrations to your DataSource's migrations and ` +
     'run them, or set createSchema: true',
+  sequencesMissing: (sequences: string, statements: string) =>
+    `The lease tables exist but the sequences ${sequences} are missing: the tables were built by TypeORM's ` +
+    'synchronize: true from leaseEntities before leaseMigrations ran (entities cannot declare sequences). Set ' +
+    'createSchema: true (it creates only what is missing), or, as the owner of the lease tables, run: ' +
+    statements,
   createSchemaNotAllowed: (role: string | number, schema: string | number) =>
     `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
     `"${schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +

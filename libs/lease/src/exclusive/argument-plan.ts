@@ -13,17 +13,22 @@ import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { messages } from '../errors/lease.messages.js';
 
-/** How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, or a plain call. */
-export type Door = 'http' | 'ws' | 'rpc' | 'provider';
+/**
+ * How a decorated method is reached: an HTTP route, a WebSocket message, a microservice pattern, a GraphQL resolver
+ * (query, mutation, subscription, field), or a plain call.
+ */
+export type Door = 'http' | 'ws' | 'rpc' | 'graphql' | 'provider';
 
-// Metadata keys of @nestjs/websockets and @nestjs/microservices (optional packages, so not imported).
+// Metadata keys of @nestjs/websockets, @nestjs/microservices and @nestjs/graphql (optional packages, not imported).
 const WS_MESSAGE_MAPPING_METADATA = 'websockets:message_mapping';
 const RPC_PATTERN_METADATA = 'microservices:pattern';
+const GRAPHQL_RESOLVER_TYPE_METADATA = 'graphql:resolver_type';
 
 /** Read from the (wrapped) method's own metadata: what Nest's route, gateway and microservice explorers look for. */
 export function doorOf(method: object): Door {
   if (Reflect.getMetadata(WS_MESSAGE_MAPPING_METADATA, method)) return 'ws';
   if (Reflect.getMetadata(RPC_PATTERN_METADATA, method) !== undefined) return 'rpc';
+  if (Reflect.getMetadata(GRAPHQL_RESOLVER_TYPE_METADATA, method) !== undefined) return 'graphql';
   if (
     Reflect.getMetadata(METHOD_METADATA, method) !== undefined &&
     Reflect.getMetadata(PATH_METADATA, method) !== undefined
@@ -48,7 +53,10 @@ export interface ArgumentPlan {
   readonly door: Door;
   /** `Class.method`, for messages. */
   readonly label: string;
-  /** `@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')` → id. */
+  /**
+   * `@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')`,
+   * `@Args('id')` → id.
+   */
   readonly named: ReadonlyMap<string, readonly ArgumentSource[]>;
   /** Whole-object arguments whose fields a placeholder names, in order of precedence. */
   readonly wholes: readonly ArgumentSource[];
@@ -58,12 +66,16 @@ export interface ArgumentPlan {
   readonly leaseSlots: readonly number[];
 }
 
-// Paramtypes of @nestjs/common (RouteParamtypes) and of the ws / rpc packages (payload = 3 in both).
+// Paramtypes of @nestjs/common (RouteParamtypes), of the ws / rpc packages (payload = 3 in both) and of
+// @nestjs/graphql (GqlParamtype: args = 3, root = 0).
 const HTTP_SOURCES: Record<number, string> = { 5: '@Param', 3: '@Body', 4: '@Query', 6: '@Headers' };
 const DATA_SOURCES: Record<Exclude<Door, 'http' | 'provider'>, Record<number, string>> = {
   ws: { 3: '@MessageBody' },
   rpc: { 3: '@Payload' },
+  graphql: { 3: '@Args' },
 };
+/** GraphQL: after the whole arguments (`@Args()`), a placeholder may read fields of the parent (`@Parent()`). */
+const GRAPHQL_WHOLES: Record<number, string> = { 0: '@Parent()' };
 /** The whole objects a placeholder may read fields of: route params before the body; never the whole query. */
 const HTTP_WHOLES = [5, 3];
 
@@ -101,7 +113,12 @@ export function argumentPlan(
     positions.add(argument.index);
     const paramtype = Number(key.split(':')[0]);
     const decorator = door === 'http' ? HTTP_SOURCES[paramtype] : DATA_SOURCES[door][paramtype];
-    if (!decorator) continue;
+    if (!decorator) {
+      if (door === 'graphql' && argument.data === undefined && GRAPHQL_WHOLES[paramtype] !== undefined) {
+        wholes.push({ index: argument.index, label: GRAPHQL_WHOLES[paramtype], rank: 1 });
+      }
+      continue;
+    }
     if (typeof argument.data === 'string') {
       named.set(argument.data, [
         ...(named.get(argument.data) ?? []),
@@ -120,6 +137,11 @@ export function argumentPlan(
     if (door === 'ws' || door === 'rpc') {
       wholes.push({ index: door === 'ws' ? 1 : 0, label: 'the message data', rank: 0 });
       positions.add(0).add(1);
+    }
+    // A resolver without parameter decorators gets (parent, args, context, info).
+    if (door === 'graphql') {
+      wholes.push({ index: 1, label: 'the arguments', rank: 0 });
+      positions.add(0).add(1).add(2).add(3);
     }
   }
   wholes.sort((a, b) => a.rank - b.rank);
@@ -162,13 +184,15 @@ function sourceOf(
   }
   if (declared.length === 1) return { index: declared[0].index, path };
   if (plan.wholes.length > 0) return { wholes: plan.wholes, path: name };
-  const example =
-    plan.door === 'ws' ? `@MessageBody('${head}')` : plan.door === 'rpc' ? `@Payload('${head}')` : `@Param('${head}')`;
   const alternatives =
     plan.door === 'http'
       ? `@Param('${head}') (a route parameter), @Body('${head}') (a body field), @Query('${head}') (a query value), ` +
         'or @Body() for fields of the body'
-      : `${example}, or the whole data with ${plan.door === 'ws' ? '@MessageBody()' : '@Payload()'}`;
+      : plan.door === 'graphql'
+        ? `@Args('${head}'), or the whole arguments with @Args()`
+        : plan.door === 'ws'
+          ? `@MessageBody('${head}'), or the whole data with @MessageBody()`
+          : `@Payload('${head}'), or the whole data with @Payload()`;
   throw new LeaseConfigError(messages.placeholderUndeclared(plan.label, name, alternatives));
 }
 

@@ -2,7 +2,7 @@ import { createParamDecorator } from '@nestjs/common';
 import { currentLeaseFactory } from './current-lease-factory.js';
 
 /**
- * Injects the lease of an `@Exclusive` handler (HTTP, WebSocket or microservice): each call gets its own. Undefined
+ * Injects the lease of an `@Exclusive` handler (HTTP, WebSocket, microservice or GraphQL): each call gets its own. Undefined
  * on handlers without `@Exclusive`.
  *
  * @example async build(@Param('id', ParseIntPipe) id: number, @CurrentLease() lease: Lease) { … lease.signal … }

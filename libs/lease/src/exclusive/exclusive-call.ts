@@ -1,7 +1,6 @@
-import { Logger } from '@nestjs/common';
 import { isObservable, Observable } from 'rxjs';
 import { currentLeaseFactory } from './current-lease-factory.js';
-import { LeaseBusyError, LeaseLostError } from '../errors/lease.errors.js';
+import { LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { acquireOptionsOf } from '../options/call-input.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
@@ -9,7 +8,6 @@ import { claim, type HandlerCall } from './handler-call.js';
 import { leaseEngineFor } from './engine-registry.js';
 import type { LeaseEngine, LeaseEntry } from '../engine/lease-engine.js';
 
-const logger = new Logger('Exclusive');
 const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
 
 function planOf(owner: Function, methodName: string | symbol, wrapped: Function): ArgumentPlan {
@@ -51,10 +49,9 @@ export async function callExclusive(
     const options = { ...acquireOptionsOf(metadata), keyTemplate };
     entry = await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
   } catch (error) {
-    if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) {
-      logger.debug(`${plan.label} skipped: "${targetKey}" is busy`);
-      return undefined;
-    }
+    // Quiet: a skipped call is the expected outcome of every tick a peer holds the key; events$ emits `busy` (the
+    // prometheus integration counts it).
+    if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) return undefined;
     throw error;
   }
   // A lease that arrived after the caller left (a statement that committed late) is not kept.
@@ -73,6 +70,7 @@ export async function callExclusive(
   }
   if (isObservable(result)) return holdWhileSubscribed(result, entry, leases, call);
   if (!isThenable(result)) {
+    if (call) call.settled = true;
     await entry.exit();
     return result;
   }
@@ -88,7 +86,7 @@ export async function callExclusive(
 
 /**
  * A handler call settles with its work, or at once when the lease is lost (the client hears "discarded" without
- * waiting for the work to notice) or the caller goes away (the lease is released; the work sees its signal abort).
+ * waiting for the work to notice), when shutdown releases it (`LeaseShutdownError`: 503) or the caller goes away (the lease is released; the work sees its signal abort).
  * Released before the answer goes out, so a client that got its answer can start the next run at once.
  */
 function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: HandlerCall): Promise<unknown> {
@@ -98,13 +96,14 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
     const settle = (finish: () => void) => {
       if (settled) return;
       settled = true;
+      call.settled = true;
       lease.signal.removeEventListener('abort', onLost);
       call.signal.removeEventListener('abort', onGone);
       void entry.exit().finally(finish);
     };
     const onLost = () => {
       const reason: unknown = lease.signal.reason;
-      if (reason instanceof LeaseLostError) settle(() => reject(reason));
+      if (reason instanceof LeaseLostError || reason instanceof LeaseShutdownError) settle(() => reject(reason));
     };
     const onGone = () => settle(() => reject(call.signal.reason as Error));
     lease.signal.addEventListener('abort', onLost);
@@ -142,6 +141,7 @@ function holdWhileSubscribed(
     const finish = (end: () => void) => {
       if (finished) return;
       finished = true;
+      if (call) call.settled = true;
       lease.signal.removeEventListener('abort', onLost);
       void entry.exit().finally(end);
     };

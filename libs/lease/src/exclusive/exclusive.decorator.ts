@@ -12,7 +12,8 @@ import { messages } from '../errors/lease.messages.js';
 
 /**
  * Runs the method under the lease of `targetKey`, with heartbeats, releasing when it settles — whoever calls it: an
- * HTTP route, a WebSocket gateway, a microservice pattern, a scheduler, an event listener, another provider.
+ * HTTP route, a WebSocket gateway, a microservice pattern, a GraphQL resolver, a scheduler, an event listener,
+ * another provider.
  *
  * The method is wrapped where it is defined, at decoration time (its metadata and name are kept), and the wrapper
  * finds the application's `LeaseService` at call time: a scheduler or listener that captured the method during
@@ -20,7 +21,8 @@ import { messages } from '../errors/lease.messages.js';
  *
  * Keys come from the arguments the method receives — for handlers, after pipes (`ParseIntPipe` makes `/report/007`
  * the same key as `/report/7`). `{0}`, `{1}` name arguments by position; `{id}` the parameter a decorator names
- * (`@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')`); otherwise
+ * (`@Param('id')`, `@Body('id')`, `@Query('id')`, `@Headers('id')`, `@MessageBody('id')`, `@Payload('id')`,
+ * `@Args('id')`); otherwise
  * a field of the whole route params (`@Param()`), then of the whole body (`@Body()` / `@MessageBody()` /
  * `@Payload()`) — never of a query string the handler did not declare. On provider methods, `{id}` is a field of the
  * first argument. A function receives the arguments.
@@ -57,7 +59,7 @@ export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | 
     Object.defineProperty(wrapped, ORIGINAL_METHOD, { value: original });
     descriptor.value = wrapped;
     Reflect.defineMetadata(EXCLUSIVE_METADATA, metadata, wrapped);
-    // The controller door: on HTTP, WebSocket and microservice handlers it maps errors for the transport and ends the
+    // The controller door: on HTTP, WebSocket, microservice and GraphQL handlers it maps errors for the transport and ends the
     // call's wait when the caller goes away; on provider methods Nest never runs it.
     UseInterceptors(ExclusiveInterceptor)(target, methodName, descriptor);
   };

@@ -13,6 +13,12 @@ export interface HandlerCall {
   readonly handler: Function;
   readonly signal: AbortSignal;
   claimed: boolean;
+  /**
+   * Set by the wrapper when the call's own work has settled (and its lease was given back): an error arriving at the
+   * interceptor after that is the call's own; one arriving before it was raised inside (an interceptor listed above
+   * `@Exclusive`, such as a timeout) while the work still runs.
+   */
+  settled?: boolean;
 }
 
 /** The handler call in progress, set by the interceptor around `next.handle()`. */

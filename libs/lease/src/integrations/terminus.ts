@@ -18,8 +18,11 @@ export interface LeaseHealthOptions {
 }
 
 /**
- * `@nestjs/terminus` indicator: up when the lease tables answer and every lease this process holds has a recent
- * heartbeat; the details give the number of held leases and waiting calls. Add it to a module that imports
+ * `@nestjs/terminus` indicator: up when the lease tables answer now and every lease this process holds now (its
+ * local view, `heldLeases()`) has a recent heartbeat; the details give the number of held leases and waiting calls.
+ * Rows that name this process but are not held by it any more (a lease lost in an outage, a release that has not
+ * landed yet) do not count: after a database outage the indicator is up again as soon as the database answers and
+ * the heartbeats of what the process holds succeed. Add it to a module that imports
  * `TerminusModule`, and call it from a `@HealthCheck()` handler.
  *
  * Optional integration (needs `@nestjs/terminus`): import it from `nest-pg-lease/terminus`, never from the main entry.
@@ -39,7 +42,13 @@ export class LeaseHealthIndicator {
       this.indicators
         .check(key)
         .attempt(async () => {
-          const mine = (await this.leases.list()).filter((row) => row.mine && row.state === 'held');
+          const rows = await this.leases.list();
+          // What the process holds now, by key and fencing token: a row of an older acquisition of the same key
+          // (left by a release that failed) has a smaller token.
+          const held = new Set(this.leases.heldLeases().map((lease) => `${lease.fencingToken} ${lease.targetKey}`));
+          const mine = rows.filter(
+            (row) => row.mine && row.state === 'held' && held.has(`${row.fencingToken} ${row.targetKey}`),
+          );
           const late = mine.filter((row) => row.sinceHeartbeatMs > maxAgeMs);
           if (late.length > 0) {
             const list = late.map((row) => `"${row.targetKey}" (${row.sinceHeartbeatMs} ms)`).join(', ');

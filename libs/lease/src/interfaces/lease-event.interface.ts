@@ -77,7 +77,7 @@ export interface LeaseSnapshot {
   priority: number;
   /** Waiters: priority plus aging (equal to priority when `agingIntervalMs` is off); grant order follows it. */
   effectivePriority: number;
-  /** Holders only. */
+  /** Holders only. In JSON (`JSON.stringify`, a controller answering `list()`): a decimal string. */
   fencingToken?: bigint;
   /** Waiters only: 1 = granted next (among live waiters of the target). Dead waiters have no position. */
   position?: number;

@@ -35,6 +35,15 @@ export function statementPoolBoundMs(o: Timings): number {
 }
 
 /**
+ * The bootstrap checks' reads (which objects exist, which rights the role has): a start may meet a slow server or
+ * link (cold caches, a busy machine), and failing it costs a restart, so they get an acquisition's bound, not a
+ * heartbeat interval.
+ */
+export function bootstrapBoundMs(o: Timings): number {
+  return statementPoolBoundMs(o);
+}
+
+/**
  * Getting a connection for a statement (connecting, or waiting for a free one in the statement pool): no longer than
  * an acquisition may take, and at most 10 s — but never less than a heartbeat interval.
  */
@@ -63,3 +72,24 @@ export function closeStepMs(o: Timings): number {
 export function connectionCloseMs(o: Timings): number {
   return Math.min(ONE_SECOND_MS, o.heartbeatIntervalMs);
 }
+
+/**
+ * The purge (see `LeaseStore.purge`): a key's row is deleted once it is free (released or expired, past its hold) and
+ * its current token was granted longer ago than this. One hour: a key used again within the hour keeps its row.
+ */
+export const PURGE_AFTER_MS = 3_600_000;
+
+/**
+ * An acquisition statement that has run longer than this fails on the server, after its writes and before its
+ * commit, whatever the process's options: half the purge bound, so a token drawn before a key's row existed is never
+ * inserted after a purge deleted a later grant's row (the argument: README, "Purging free rows").
+ */
+export function acquireRunCapMs(purgeAfterMs: number): number {
+  return Math.floor(purgeAfterMs / 2);
+}
+
+/** Rows one purge statement deletes at most (each statement a short transaction). */
+export const PURGE_BATCH_ROWS = 1_000;
+
+/** How often a process runs the purge (and once at bootstrap), ± a tenth at random so processes spread out. */
+export const PURGE_INTERVAL_MS = 600_000;

@@ -98,4 +98,38 @@ describe('resolveLeaseNames', () => {
     expect(Object.keys(resolveLeaseNames())).toEqual(['schema', 'tableName', 'waiterTableName']);
     expect(() => resolveLeaseNames({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);
   });
+
+  describe('what a typo or ConfigService hands over (issue 28)', () => {
+    it('an unknown key is a LeaseConfigError naming the nearest valid key', () => {
+      const typo = { heartbeatIntervallMs: 1_000 } as LeaseModuleOptions;
+      expect(() => resolveLeaseOptions(typo)).toThrow(LeaseConfigError);
+      expect(() => resolveLeaseOptions(typo)).toThrow(
+        'Unknown LeaseModule option "heartbeatIntervallMs": did you mean "heartbeatIntervalMs"?',
+      );
+      expect(() => resolveLeaseOptions({ leaseTimoutMs: 1 } as LeaseModuleOptions)).toThrow(
+        /did you mean "leaseTimeoutMs"/,
+      );
+    });
+
+    it('an unknown key far from every valid one lists the valid keys', () => {
+      expect(() => resolveLeaseOptions({ colour: 'red' } as LeaseModuleOptions)).toThrow(
+        /Unknown LeaseModule option "colour": the options are heartbeatIntervalMs, leaseTimeoutMs, .*sessionUrl/,
+      );
+    });
+
+    it('numeric strings (ConfigService, environment variables) are accepted as numbers', () => {
+      const options = resolveLeaseOptions({
+        heartbeatIntervalMs: '1000',
+        leaseTimeoutMs: ' 5000 ',
+        poolSize: '4',
+      } as unknown as LeaseModuleOptions);
+      expect([options.heartbeatIntervalMs, options.leaseTimeoutMs, options.poolSize]).toEqual([1_000, 5_000, 4]);
+    });
+
+    it('a string that is not a number is named as a string', () => {
+      expect(() => resolveLeaseOptions({ heartbeatIntervalMs: '10s' } as unknown as LeaseModuleOptions)).toThrow(
+        'heartbeatIntervalMs must be a positive integer (at most 2147483647), got the string "10s"',
+      );
+    });
+  });
 });

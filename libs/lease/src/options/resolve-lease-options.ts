@@ -17,9 +17,70 @@ export const POOLER_POLL_INTERVAL_MS = ONE_SECOND_MS;
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
 
-function positiveInteger(name: string, value: unknown, max = INT32_MAX): number {
+/** Every key of `LeaseModuleOptions` (the compiler checks the list is complete): any other key is a typo. */
+const OPTION_KEYS = [
+  'heartbeatIntervalMs',
+  'leaseTimeoutMs',
+  'safetyMarginMs',
+  'waiterTimeoutMs',
+  'defaultWaitTimeoutMs',
+  'waitPollIntervalMs',
+  'notify',
+  'maxWaitersPerTarget',
+  'maxWaitersPerProcess',
+  'asyncReleaseCommits',
+  'maxBatchSize',
+  'poolSize',
+  'agingIntervalMs',
+  'schema',
+  'tableName',
+  'waiterTableName',
+  'createSchema',
+  'owner',
+  'dataSourceName',
+  'dataSource',
+  'fencedIdleTimeoutMs',
+  'pooler',
+  'sessionUrl',
+  'traceTargetKeys',
+] as const satisfies ReadonlyArray<keyof LeaseModuleOptions>;
+const allKeysListed: Exclude<keyof LeaseModuleOptions, (typeof OPTION_KEYS)[number]> extends never ? true : never =
+  true;
+void allKeysListed;
+
+/** Edit distance (insertions, deletions, substitutions), for the nearest valid key of a typo. */
+function distance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const same = a[i - 1].toLowerCase() === b[j - 1].toLowerCase();
+      row[j] = Math.min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (same ? 0 : 1));
+    }
+    previous = row;
+  }
+  return previous[b.length];
+}
+
+/** Unknown keys are refused, naming the nearest valid key (or, far from all of them, the list). */
+function checkKeys(options: object): void {
+  for (const key of Object.keys(options)) {
+    if ((OPTION_KEYS as readonly string[]).includes(key)) continue;
+    const [nearest] = [...OPTION_KEYS].sort((a, b) => distance(key, a) - distance(key, b));
+    const close = distance(key, nearest) <= Math.max(2, Math.floor(nearest.length / 4));
+    throw new LeaseConfigError(messages.unknownOption(key, close ? nearest : undefined, OPTION_KEYS.join(', ')));
+  }
+}
+
+/**
+ * A positive integer option. A decimal string (ConfigService and environment variables hand over strings) is taken
+ * as its number; any other string is named as a string in the message.
+ */
+function positiveInteger(name: string, raw: unknown, max = INT32_MAX): number {
+  const value = typeof raw === 'string' && /^\s*\d+\s*$/.test(raw) ? Number(raw) : raw;
   if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
-    throw new LeaseConfigError(messages.positiveInteger(name, max, String(value)));
+    const got = typeof value === 'string' ? `the string ${JSON.stringify(value)}` : String(value);
+    throw new LeaseConfigError(messages.positiveInteger(name, max, got));
   }
   return value;
 }
@@ -30,12 +91,7 @@ function positiveInteger(name: string, value: unknown, max = INT32_MAX): number 
  * the transaction an idle timeout after its last statement, at most one interval later). Its lease counts from when
  * its acquire was sent, so the bound keeps at least one interval of it usable.
  */
-function fencedIdleTimeout(
-  value: number | undefined,
-  leaseTimeoutMs: number,
-  safetyMarginMs: number,
-  intervalMs: number,
-): number {
+function fencedIdleTimeout(value: unknown, leaseTimeoutMs: number, safetyMarginMs: number, intervalMs: number): number {
   const timeout = positiveInteger('fencedIdleTimeoutMs', value ?? leaseTimeoutMs);
   const max = 2 * leaseTimeoutMs - safetyMarginMs - 2 * intervalMs;
   if (timeout > max) {
@@ -52,6 +108,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (typeof options !== 'object' || options === null) {
     throw new LeaseConfigError(messages.optionsNotObject());
   }
+  checkKeys(options);
   const heartbeatIntervalMs = positiveInteger(
     'heartbeatIntervalMs',
     options.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS,

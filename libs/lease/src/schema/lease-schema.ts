@@ -34,8 +34,9 @@ interface Table {
 const KEY_CHECK = 'octet_length(target_id) BETWEEN 1 AND 255';
 
 /**
- * The lease table. A row stays once its key was first acquired: a release only clears lease_token (see
- * LeaseStore.release), so every later acquisition of the key draws its fencing token under the row lock.
+ * The lease table. A row stays while its key is in use: a release only clears lease_token (see LeaseStore.release),
+ * so every later acquisition of the key draws its fencing token under the row lock; free rows granted longer ago than
+ * the purge bound are deleted (LeaseStore.purge).
  */
 const LEASE_TABLE: Table = {
   fillfactor: 50,

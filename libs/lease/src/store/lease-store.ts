@@ -18,8 +18,21 @@ import {
   runStatement,
   type SessionSource,
 } from '../database/sessions.js';
-import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
-import { acquireBoundMs, shortBoundMs, slackMs } from '../options/bounds.js';
+import {
+  exhausted,
+  isStatementError,
+  readOnly,
+  systemIdRefused,
+  walFunctionsRefused,
+} from '../errors/database-errors.js';
+import {
+  acquireBoundMs,
+  bootstrapBoundMs,
+  PURGE_AFTER_MS,
+  PURGE_BATCH_ROWS,
+  shortBoundMs,
+  slackMs,
+} from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { timelineOf } from './sql/fencing-token.js';
@@ -66,11 +79,11 @@ const BATCHES_IN_FLIGHT = 1;
  */
 export class LeaseStore {
   private readonly n: LeaseObjectNames;
-  private readonly sql: StatementTexts;
+  private sql: StatementTexts;
   /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
   readonly schema: SchemaStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
-  private readonly statement: (name: string) => { name?: string };
+  private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
   private readonly db: SessionSource;
   private readonly heartbeatDb: SessionSource;
@@ -89,17 +102,19 @@ export class LeaseStore {
    * @param options the resolved options
    * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
    *   renewal (default: heartbeatDb)
+   * @param purgeAfterMs the purge bound (`PURGE_AFTER_MS`; tests give a shorter one): its acquisitions' run cap is half
    */
   constructor(
     db: SessionSource | PoolLike,
     heartbeatDb: SessionSource | PoolLike,
     private readonly options: ResolvedLeaseOptions,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
+    private readonly purgeAfterMs = PURGE_AFTER_MS,
   ) {
     this.db = sessionsOf(db);
     this.heartbeatDb = sessionsOf(heartbeatDb);
     this.waiterHeartbeatDb = sessionsOf(waiterHeartbeatDb);
-    const statements = buildStatements(options);
+    const statements = buildStatements(options, undefined, purgeAfterMs);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
@@ -295,16 +310,46 @@ export class LeaseStore {
   }
 
   /**
+   * Bootstrap, before any lease statement: whether the role may call the WAL functions the timeline is read with
+   * (`TIMELINE`). Where it may not — EXECUTE revoked from PUBLIC, or the server does not support them (Aurora) —
+   * every statement uses a fixed timeline instead, the largest already in the tables (at least 1), so new tokens stay
+   * above every token there; the timeline guard is then off (no failover is seen through the timeline). Resolves with
+   * that fixed timeline, or null when the server's timeline is read as usual.
+   */
+  async probeTimeline(): Promise<bigint | null> {
+    const { rows } = await this.run<{ readable: boolean }>({ text: this.sql.walReadable });
+    if (rows[0].readable) {
+      const refused = await this.run({ text: this.sql.walProbe }).then(
+        () => false,
+        (error: unknown) => {
+          if (walFunctionsRefused(error)) return true;
+          throw error;
+        },
+      );
+      if (!refused) return null;
+    }
+    const found = await this.run<{ timeline: string }>({
+      text: this.sql.tableTimeline,
+      boundMs: acquireBoundMs(this.options),
+    });
+    const timeline = BigInt(found.rows[0].timeline);
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
+    return timeline;
+  }
+
+  /**
    * Where the server stands in its history (bootstrap: the system identifier the leases are acquired under), and
    * whether the role may read the system identifier at all.
    */
   async serverHistory(): Promise<ServerHistory> {
     const { rows } = await this.run<{ readable: boolean }>({
       text: this.sql.systemIdReadable,
+      boundMs: bootstrapBoundMs(this.options),
     });
     this.systemIdReadable = rows[0].readable;
     const result = await this.run<ServerHistoryRow>({
       text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
+      boundMs: bootstrapBoundMs(this.options),
     });
     return serverHistory(result.rows[0]);
   }
@@ -475,6 +520,39 @@ export class LeaseStore {
   async dequeueAll(waiterIds: string[]): Promise<void> {
     if (waiterIds.length === 0) return;
     await this.run({ text: this.sql.dequeueAll, values: [waiterIds] });
+  }
+
+  /**
+   * Deletes the rows of keys that are free (released, or expired: a holder that crashed; past their hold) and whose
+   * token was granted more than the purge bound ago, in statements of at most `PURGE_BATCH_ROWS` rows, never waiting
+   * for a locked row; `stop` ends it between statements. The row of the table's largest token stays (read once per
+   * run: the largest timeline in the tables, which a fixed timeline is read from). Resolves with the count deleted.
+   *
+   * Why no token goes back: an acquisition draws its token before the key's row exists only when it inserts the key's
+   * first row; every acquisition statement fails on the server, undone, once it has run past half the purge bound
+   * (`acquireRunCapMs`), after its writes and before its commit. A purge deletes a row only when its grant is older than
+   * the bound, so any acquisition that drew a smaller value than that grant's started more than the bound ago: its
+   * insert either ran while the row still existed (it then takes the row under its lock with a new token, or waits for
+   * this purge and is past its cap), or it fails. A new row of a purged key draws a later sequence value, so a larger
+   * token (same timeline, or a larger one). README: "Purging free rows".
+   */
+  async purge(stop: () => boolean = () => false): Promise<number> {
+    const bound = { boundMs: acquireBoundMs(this.options) };
+    const largest = await this.run<{ token: string | null }>({ text: this.sql.largestToken, ...bound });
+    const keep = largest.rows[0].token;
+    if (keep === null) return 0;
+    let purged = 0;
+    for (;;) {
+      const { rows } = await retryingSerializationFailures(() =>
+        this.run<{ purged: number }>({
+          text: this.sql.purge,
+          values: [this.purgeAfterMs, PURGE_BATCH_ROWS, keep],
+          ...bound,
+        }),
+      );
+      purged += rows[0].purged;
+      if (rows[0].purged < PURGE_BATCH_ROWS || stop()) return purged;
+    }
   }
 
   /**

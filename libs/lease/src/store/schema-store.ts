@@ -4,13 +4,13 @@
  */
 import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
-import { statementPoolBoundMs } from '../options/bounds.js';
+import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { schemaStatements } from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow } from './rows.js';
 import type { Statements } from './statement-texts.js';
 
-/** Runs one statement on the statement pool (default bound: a read's). */
+/** Runs one statement on the statement pool (default bound: a read's; see `bootstrapBoundMs` for these). */
 export type RunStatement = <R extends pg.QueryResultRow>(
   statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
 ) => Promise<{ rows: R[]; sentAt: number }>;
@@ -27,6 +27,7 @@ export class SchemaStore {
     const { names } = this.statements;
     const { rows } = await this.run<ObjectsRow>({
       text: this.statements.sql.missingObjects,
+      boundMs: bootstrapBoundMs(this.options),
       values: [names.lease, names.waiter, names.fencingSequence, names.waiterSequence],
     });
     return missingObjectNames(rows[0], this.statements.names);
@@ -40,6 +41,7 @@ export class SchemaStore {
     const checks = this.statements.privileges;
     const { rows } = await this.run<{ role: string; granted: boolean[] }>({
       text: this.statements.sql.missingPrivileges,
+      boundMs: bootstrapBoundMs(this.options),
       values: checks.flatMap(([, object, right]) => [object, right]),
     });
     return { role: rows[0].role, missing: missingRights(checks, rows[0].granted) };
@@ -49,6 +51,7 @@ export class SchemaStore {
   async mayCreateSchema(): Promise<{ role: string; allowed: boolean }> {
     const { rows } = await this.run<{ role: string; allowed: boolean }>({
       text: this.statements.sql.mayCreateSchema,
+      boundMs: bootstrapBoundMs(this.options),
       values: [this.statements.names.schema, this.options.schema],
     });
     return rows[0];

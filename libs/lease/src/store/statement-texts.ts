@@ -4,6 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { acquireRunCapMs, PURGE_AFTER_MS } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { batchAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
 import {
@@ -15,8 +16,16 @@ import {
   SYSTEM_ID_READABLE_SQL,
 } from './sql/bootstrap.sql.js';
 import { lockForFenceSql } from './sql/fence.sql.js';
-import { serverHistorySql } from './sql/fencing-token.js';
+import {
+  fixedTimeline,
+  serverHistorySql,
+  tableTimelineSql,
+  TIMELINE,
+  WAL_PROBE_SQL,
+  WAL_READABLE_SQL,
+} from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
+import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
@@ -40,6 +49,11 @@ export interface StatementTexts {
   readonly serverHistory: string;
   readonly serverHistoryWithoutSystemId: string;
   readonly systemIdReadable: string;
+  readonly walReadable: string;
+  readonly walProbe: string;
+  readonly tableTimeline: string;
+  readonly purge: string;
+  readonly largestToken: string;
   readonly missingObjects: string;
   readonly missingPrivileges: string;
   readonly mayCreateSchema: string;
@@ -64,13 +78,22 @@ export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 't
   return `lease_${createHash('sha1').update(names).digest('hex').slice(0, 10)}`;
 }
 
-export function buildStatements(options: ResolvedLeaseOptions): Statements {
+/**
+ * @param timeline where the role may not call the WAL functions (see `LeaseStore.probeTimeline`): the fixed timeline
+ *   every statement uses instead of the server's (`fixedTimeline`); the probes keep the server's.
+ */
+export function buildStatements(
+  options: ResolvedLeaseOptions,
+  timeline?: bigint,
+  purgeAfterMs = PURGE_AFTER_MS,
+): Statements {
+  const capMs = acquireRunCapMs(purgeAfterMs);
   const n = leaseObjectNames(options);
   const privileges = privilegeChecks(n, options.schema);
   const sql: StatementTexts = {
-    acquire: singleAcquireSql(n, false),
-    acquireOrQueue: singleAcquireSql(n, true),
-    batchAcquire: batchAcquireSql(n),
+    acquire: singleAcquireSql(n, false, capMs),
+    acquireOrQueue: singleAcquireSql(n, true, capMs),
+    batchAcquire: batchAcquireSql(n, capMs),
     batchRelease: batchReleaseSql(n),
     release: singleReleaseSql(n),
     enqueue: enqueueSql(n),
@@ -87,8 +110,24 @@ export function buildStatements(options: ResolvedLeaseOptions): Statements {
     missingObjects: MISSING_OBJECTS_SQL,
     missingPrivileges: missingPrivilegesSql(privileges),
     mayCreateSchema: MAY_CREATE_SCHEMA_SQL,
+    walReadable: WAL_READABLE_SQL,
+    walProbe: WAL_PROBE_SQL,
+    tableTimeline: tableTimelineSql(n.lease, n.waiter),
+    purge: purgeSql(n),
+    largestToken: largestTokenSql(n),
   };
-  const prefix = preparedPrefix(options);
+  if (timeline !== undefined) {
+    const fixed = fixedTimeline(timeline);
+    for (const key of Object.keys(sql) as Array<keyof StatementTexts>) {
+      if (key !== 'walProbe') (sql as Record<keyof StatementTexts, string>)[key] = sql[key].replaceAll(TIMELINE, fixed);
+    }
+  }
+  // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.
+  // So is another purge bound (tests): its acquisitions' cap is in their text.
+  const prefix =
+    preparedPrefix(options) +
+    (timeline === undefined ? '' : `_t${timeline}`) +
+    (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`);
   // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
   // client: there every statement is unnamed.
   const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });

@@ -1,6 +1,17 @@
 /** The acquisition statements: the single one (which may also queue the caller) and the set-based one of a batch. */
 import { BATCH_LOCK_WAIT_MS } from '../../options/bounds.js';
-import { aged, holding, live, liveWaiter, MS, ONE_ROW_ESTIMATE, taken, type LeaseObjectNames } from './fragments.js';
+import {
+  aged,
+  holding,
+  live,
+  liveWaiter,
+  MS,
+  ONE_ROW_ESTIMATE,
+  runCap,
+  taken,
+  type LeaseObjectNames,
+} from './fragments.js';
+import { faultSwitches } from './fault-switches.js';
 import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
 
 /**
@@ -18,10 +29,16 @@ import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fenci
  * its token drawn after the lock; only a key that never had a row draws its token in the INSERT's source row (no
  * earlier grant of it exists). An insert that meets a concurrent first insert of the same key takes that row only if
  * it is free by then, drawing its token after the row lock (two values drawn, in that race alone).
+ *
+ * `capMs`: past it the statement fails, undone, after its writes (`runCap`), so a purge never races it (see
+ * `LeaseStore.purge`); the batch statement carries the same cap.
  */
-export function singleAcquireSql(n: LeaseObjectNames, queue: boolean): string {
+export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: number): string {
   const { lease, waiter, fencingSequence, waiterSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
+  // Off except in the fault schedule's negative control (see fault-switches.ts): every grant then goes through the
+  // INSERT, and a conflict keeps the token its source row drew before the row lock.
+  const early = faultSwitches.tokenBeforeLock;
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
           SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
@@ -48,7 +65,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean): string {
         ), locked AS MATERIALIZED (
           SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
           FROM ${lease} l, open o
-          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}
+          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}${early ? ' AND false' : ''}
           FOR NO KEY UPDATE OF l
         ), won_old AS (
           -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
@@ -64,11 +81,11 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean): string {
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          FROM (SELECT ${nextval} AS v FROM open o WHERE NOT o.has_row) f, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${TIMELINE} AS timeline) h
           -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
           -- token drawn after the row lock (the value drawn above is then left unused).
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${historyOrdered(fencingSequence)},
+            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence)},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -87,12 +104,12 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean): string {
           ${queued}
         )
         SELECT won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
-          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at
+          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at, ${runCap(capMs)} AS overran
         FROM won
         UNION ALL
         -- Refused: its place in line when it was queued, and, with no live holder left and only a hold's tail in the
         -- way, when that tail ends (no NOTIFY will say so).
-        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at
+        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at, NULL
         FROM (SELECT (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
             FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
         LEFT JOIN queued q ON true
@@ -116,7 +133,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean): string {
  *   that caller alone goes the single statement, which waits for the row lock as it always did.
  * - A granted waiter's own row, and the dead waiters of the won keys, are deleted in the same statement.
  */
-export function batchAcquireSql(n: LeaseObjectNames): string {
+export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
   const { lease, waiter, fencingSequence } = n;
   const nextvalArg = sequenceLiteral(fencingSequence);
   // The batch never waits for a lock one caller's key is under (set first: every write of the statement reads
@@ -195,7 +212,8 @@ export function batchAcquireSql(n: LeaseObjectNames): string {
       w.fencing_token::text AS fencing_token, w.took_over, w.previous_owner,
       CASE WHEN w.target_id IS NULL THEN (
         SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-        FROM ${lease} l WHERE l.target_id = m.target_id AND NOT ${live('l')} AND ${holding('l')}) END AS hold_left_ms
+        FROM ${lease} l WHERE l.target_id = m.target_id AND NOT ${live('l')} AND ${holding('l')}) END AS hold_left_ms,
+      ${runCap(capMs)} AS overran
     FROM mine m
     LEFT JOIN open o ON o.target_id = m.target_id
     LEFT JOIN won w ON w.target_id = m.target_id AND o.i = m.i

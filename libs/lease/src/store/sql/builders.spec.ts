@@ -45,21 +45,21 @@ describe('SQL builders', () => {
 
   it('the texts differ where they must: queueing, the system identifier, single vs batch', () => {
     const n = leaseObjectNames(defaults);
-    const single = singleAcquireSql(n, false);
-    const queueing = singleAcquireSql(n, true);
+    const single = singleAcquireSql(n, false, 1800000);
+    const queueing = singleAcquireSql(n, true, 1800000);
     expect(single).not.toBe(queueing);
     expect(parameters(single).max).toBe(9);
     expect(parameters(queueing).max).toBe(12);
     expect(renewSql(n, true)).toContain('pg_control_system()');
     expect(renewSql(n, false)).not.toContain('pg_control_system()');
-    expect(parameters(batchAcquireSql(n)).max).toBe(4);
+    expect(parameters(batchAcquireSql(n, 1800000)).max).toBe(4);
     expect(new Set(texts(defaults).map(([, text]) => text)).size).toBe(texts(defaults).length);
   });
 
   it('a batch never waits for a lock longer than BATCH_LOCK_WAIT_MS; the single statement has no such bound', () => {
     const n = leaseObjectNames(defaults);
-    expect(batchAcquireSql(n)).toContain("set_config('lock_timeout', '10', true)");
-    expect(singleAcquireSql(n, false)).not.toContain('lock_timeout');
+    expect(batchAcquireSql(n, 1800000)).toContain("set_config('lock_timeout', '10', true)");
+    expect(singleAcquireSql(n, false, 1800000)).not.toContain('lock_timeout');
   });
 
   it('fragments read the row alias they are given', () => {
@@ -101,5 +101,28 @@ describe('SQL builders', () => {
     expect(preparedPrefix(custom)).not.toBe(preparedPrefix(defaults));
     expect(buildStatements(defaults).named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_acquire` });
     expect(buildStatements(resolveLeaseOptions({ pooler: 'transaction' })).named('acquire')).toEqual({});
+  });
+
+  it('a fixed timeline (WAL functions not executable) replaces every call of them but the probe, under other names', () => {
+    const fixed = buildStatements(defaults, 3n);
+    for (const [key, text] of Object.entries(fixed.sql)) {
+      const calls = /pg_walfile_name\(pg_current_wal_lsn\(\)\)/;
+      if (key === 'walProbe') expect(text).toMatch(calls);
+      else expect(text).not.toMatch(calls);
+    }
+    expect(fixed.sql.acquire).toMatch(/\(3::bigint\)/);
+    expect(fixed.named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_t3_acquire` });
+    // Only the timeline differs.
+    const normal = buildStatements(defaults).sql;
+    expect(fixed.sql.release).toBe(normal.release);
+  });
+
+  it('every acquisition fails on the server past half the purge bound, after its writes', () => {
+    const sql = buildStatements(defaults, undefined, 4_000).sql;
+    for (const text of [sql.acquire, sql.acquireOrQueue, sql.batchAcquire]) {
+      expect(text).toContain('clock_timestamp() - statement_timestamp() > 2000');
+    }
+    expect(buildStatements(defaults).sql.acquire).toContain('statement_timestamp() > 1800000');
+    expect(buildStatements(defaults, undefined, 4_000).named('acquire').name).toMatch(/_p4000_acquire$/);
   });
 });

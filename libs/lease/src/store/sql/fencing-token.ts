@@ -19,6 +19,31 @@ export function timelineOf(fencingToken: bigint): bigint {
 export const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
 
 /**
+ * The timeline expression of a server whose WAL functions the role may not call (see `WAL_READABLE_SQL`): a constant,
+ * fixed at bootstrap to the largest timeline already in the tables (at least 1), so every new token stays above every
+ * token the tables hold, and no timeline change is ever seen (the timeline guard is off).
+ */
+export function fixedTimeline(timeline: bigint): string {
+  return `(${timeline}::bigint)`;
+}
+
+/** Whether the role may call both WAL functions of `TIMELINE` (a right is checked when a statement starts). */
+export const WAL_READABLE_SQL = `SELECT has_function_privilege('pg_catalog.pg_current_wal_lsn()', 'EXECUTE')
+        AND has_function_privilege('pg_catalog.pg_walfile_name(pg_lsn)', 'EXECUTE') AS readable`;
+
+/** Calls the WAL functions once (a server may refuse them although the role has the right: Aurora). */
+export const WAL_PROBE_SQL = `SELECT CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline`;
+
+/**
+ * The largest timeline already in the tables (at least 1): the fixed timeline of `fixedTimeline`. $1-free; the
+ * table names spliced in are quoted. A scan of both tables, once per bootstrap.
+ */
+export function tableTimelineSql(lease: string, waiter: string): string {
+  return `SELECT greatest(1, (SELECT max(fencing_token) FROM ${lease}) >> ${FENCING_SEQUENCE_BITS},
+        (SELECT max(seq) FROM ${waiter}) >> ${FENCING_SEQUENCE_BITS})::text AS timeline`;
+}
+
+/**
  * The server's history, in one row. `pg_control_system()` is executable by PUBLIC on a stock server, but a managed
  * service may revoke it, and a function's right is checked when the statement starts, whichever branch runs: so the
  * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is

@@ -29,6 +29,16 @@ export function taken(alias: string): string {
 }
 
 /**
+ * A column of an acquisition's final row that fails the statement when it has run longer than `capMs` (see
+ * `acquireRunCapMs`): evaluated after the statement's writes (the row is read from them), before the commit.
+ * `set_config` is volatile, so the failing cast is never folded at plan time.
+ */
+export function runCap(capMs: number): string {
+  return `CASE WHEN clock_timestamp() - statement_timestamp() > ${capMs} ${MS}
+    THEN set_config('nest_pg_lease.acquisition', 'nest-pg-lease: the acquisition ran past its cap of ${capMs} ms and was undone', true)::int END`;
+}
+
+/**
  * Effective priority of a waiter: its priority, plus one per `agingIntervalMs` waited since it first queued when
  * aging is on (the parameter is NULL when it is off). Database clock, one instant per statement, so every row of a
  * statement ages consistently.

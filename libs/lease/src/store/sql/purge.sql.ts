@@ -1,0 +1,35 @@
+/** The purge of free rows (see `LeaseStore.purge`). */
+import { MS, taken, type LeaseObjectNames } from './fragments.js';
+
+/**
+ * Lease row `alias` is free (released or expired, past its hold), its token was granted more than $1 ms ago, and it
+ * is not the row of the table's largest token ($3, read before; NULL: an empty table): that row stays, so the
+ * largest timeline in the tables never goes (see `tableTimelineSql`: where the WAL functions are not executable,
+ * new tokens carry it).
+ */
+function purgeable(alias: string): string {
+  return `(NOT ${taken(alias)} AND ${alias}.acquired_at < clock_timestamp() - $1::int ${MS}
+    AND ${alias}.fencing_token < $3::bigint)`;
+}
+
+/** The largest token of the lease table (one scan, once per purge run). */
+export function largestTokenSql(n: LeaseObjectNames): string {
+  return `SELECT max(fencing_token)::text AS token FROM ${n.lease}`;
+}
+
+/**
+ * Deletes at most $2 purgeable rows (`purgeable`, $1 the purge bound): rows another transaction locks (an acquisition
+ * taking the row, a fenced write, another process's purge) are skipped, never waited for; the lock re-reads each row's
+ * latest version, and the delete checks it again. The count deleted.
+ */
+export function purgeSql(n: LeaseObjectNames): string {
+  return `WITH doomed AS MATERIALIZED (
+      SELECT l.target_id FROM ${n.lease} l WHERE ${purgeable('l')}
+      LIMIT $2
+      FOR UPDATE OF l SKIP LOCKED
+    ), gone AS (
+      DELETE FROM ${n.lease} l USING doomed d WHERE l.target_id = d.target_id AND ${purgeable('l')}
+      RETURNING 1
+    )
+    SELECT count(*)::int AS purged FROM gone`;
+}

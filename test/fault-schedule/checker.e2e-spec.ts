@@ -1,0 +1,259 @@
+/**
+ * The fault schedule's checker against histories written by hand: each guarantee broken on purpose must be flagged
+ * under its own invariant, and the same history without the defect must pass. The schedule's two negative controls
+ * prove the whole loop (workload, faults, checker) end to end; these prove each check of the checker on its own, in
+ * seconds, inside `npm test`.
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { prepareTables, type Received } from '../faults/support/harness.js';
+import { createTestDatabase } from '../support/db.js';
+import { checkRun, LOAD_ALLOWANCE_MS, type Invariant } from './checker.js';
+import { installInstrumentation } from './instrumentation.js';
+import type { ScheduleMessage } from './protocol.js';
+
+let db: { url: string; drop: () => Promise<void> };
+const sessions: pg.Client[] = [];
+
+/** A connection that looks like one of a worker's (its application_name), as the instrumentation tells them apart. */
+async function as(app: string): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: db.url, application_name: app });
+  await client.connect();
+  sessions.push(client);
+  return client;
+}
+
+beforeEach(async () => {
+  db = await createTestDatabase('schedule_checker');
+  await prepareTables(db.url, ['k', 'q']);
+  const admin = await as('fault-harness');
+  await installInstrumentation(admin);
+});
+
+afterEach(async () => {
+  await Promise.all(sessions.splice(0).map((client) => client.end()));
+  await db.drop();
+});
+
+/** What an acquire statement does to the row: a new lease token, `token`, `owner`; a first grant inserts it. */
+async function grant(c: pg.Client, key: string, token: bigint, owner: string, priority = 0): Promise<void> {
+  await c.query(
+    `INSERT INTO job_lease AS l (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
+       updated_at, hold_ms)
+     VALUES ($1, gen_random_uuid(), $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
+     ON CONFLICT (target_id) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
+       owner = EXCLUDED.owner, priority = EXCLUDED.priority, acquired_at = EXCLUDED.acquired_at,
+       updated_at = EXCLUDED.updated_at`,
+    [key, token.toString(), owner, priority],
+  );
+}
+
+const release = (c: pg.Client, key: string) =>
+  c.query('UPDATE job_lease SET lease_token = NULL WHERE target_id = $1', [key]);
+const renew = (c: pg.Client, key: string) =>
+  c.query('UPDATE job_lease SET updated_at = clock_timestamp() WHERE target_id = $1', [key]);
+
+/** A committed fenced write of `token` on `key` (the row the workers append), and the worker's report of it. */
+async function write(c: pg.Client, key: string, token: bigint, worker: string): Promise<Received<ScheduleMessage>> {
+  const opId = randomUUID();
+  await c.query(`INSERT INTO fault_history VALUES ($1, $2, $3, $4, nextval('fault_commit_seq'), clock_timestamp())`, [
+    opId,
+    key,
+    token.toString(),
+    worker,
+  ]);
+  await c.query('UPDATE fault_counter SET n = n + 1 WHERE target = $1', [key]);
+  return report(worker, { t: 'write', opId, key, fencingToken: token.toString(), outcome: 'ack', afterLoss: false });
+}
+
+/** Queues waiter rows as the enqueue statement would (landed and renewed now, live `timeoutMs`). */
+async function waiters() {
+  const admin = await as('fault-harness');
+  return (key: string, owner: string, priority: number, seq: number, timeoutMs = 10_000) =>
+    admin.query(
+      `INSERT INTO job_lease_waiter VALUES ($1, gen_random_uuid(), $2, $3, $4, clock_timestamp(), $5,
+         clock_timestamp())`,
+      [key, owner, priority, timeoutMs, seq],
+    );
+}
+
+const report = (worker: string, msg: ScheduleMessage): Received<ScheduleMessage> => ({ at: 0, worker, msg });
+const granted = (worker: string, key: string, token: bigint) =>
+  report(worker, { t: 'grant', key, fencingToken: token.toString(), owner: worker, at: 0 });
+
+async function violations(log: Received<ScheduleMessage>[] = [], pauses = new Map<string, Array<[number, number]>>()) {
+  const admin = await as('fault-harness');
+  const { violations: found } = await checkRun(admin, log, pauses);
+  return found.map((v) => `${v.invariant}: ${v.detail}`);
+}
+
+const only = (invariant: Invariant) => expect.arrayContaining([expect.stringMatching(new RegExp(`^${invariant}: `))]);
+
+test('a clean history: grants rising, writes inside their leases, releases and renewals by the holder', async () => {
+  const a = await as('w0.1');
+  const b = await as('w1.1');
+  const log = [granted('w0.1', 'k', 10n)];
+  await grant(a, 'k', 10n, 'w0.1');
+  await renew(a, 'k');
+  log.push(await write(a, 'k', 10n, 'w0.1'));
+  await release(a, 'k');
+  await grant(b, 'k', 11n, 'w1.1');
+  log.push(granted('w1.1', 'k', 11n), await write(b, 'k', 11n, 'w1.1'));
+  expect(await violations(log)).toEqual([]);
+});
+
+test('tokens rising per key: a grant with a smaller token than an earlier one of the key', async () => {
+  const a = await as('w0.1');
+  await grant(a, 'k', 10n, 'w0.1');
+  await release(a, 'k');
+  await grant(a, 'k', 9n, 'w0.1');
+  expect(await violations()).toEqual([expect.stringMatching(/^tokens rising per key: k: token 9 granted to w0.1/)]);
+});
+
+test('tokens rising per key: a grant a worker reports that the server never made', async () => {
+  expect(await violations([granted('w0.1', 'k', 5n)])).toEqual([
+    expect.stringMatching(/^tokens rising per key: w0.1 was granted k with token 5, which the server granted never/),
+  ]);
+});
+
+test('fenced exclusion: a write of a released lease, and a write of an older token after a newer grant', async () => {
+  const a = await as('w0.1');
+  const b = await as('w1.1');
+  await grant(a, 'k', 10n, 'w0.1');
+  await release(a, 'k');
+  const late = await write(a, 'k', 10n, 'w0.1');
+  await grant(b, 'q', 20n, 'w1.1');
+  await grant(a, 'q', 21n, 'w0.1'); // a takeover (of an expired lease)
+  const stale = await write(b, 'q', 20n, 'w1.1');
+  const found = await violations([late, stale]);
+  expect(found).toEqual(
+    expect.arrayContaining([
+      expect.stringMatching(
+        /^fenced exclusion: k: write #\d+ of token 10 \(w0.1\) committed after that lease was released/,
+      ),
+      expect.stringMatching(
+        /^fenced exclusion: q: write #\d+ of token 20 \(w1.1\) committed after token 21 was granted/,
+      ),
+    ]),
+  );
+  expect(found.every((v) => v.startsWith('fenced exclusion: '))).toBe(true);
+});
+
+test('fenced exclusion and nothing lost, as the fault suite judges them: order, counters, acknowledged writes', async () => {
+  const a = await as('w0.1');
+  await grant(a, 'k', 10n, 'w0.1');
+  await release(a, 'k');
+  await grant(a, 'k', 11n, 'w0.1');
+  const newer = await write(a, 'k', 11n, 'w0.1');
+  await a.query('UPDATE fault_counter SET n = n + 5');
+  const missing = report('w0.1', {
+    t: 'write',
+    opId: randomUUID(),
+    key: 'k',
+    fencingToken: '11',
+    outcome: 'ack',
+    afterLoss: false,
+  });
+  const found = await violations([newer, missing]);
+  expect(found).toEqual(only('fenced exclusion'));
+  expect(found).toEqual(expect.arrayContaining([expect.stringMatching(/lost update/)]));
+  expect(found).toEqual(only('nothing lost'));
+});
+
+test('no stale hands: a renewal and a release of a lease by another process, a renewal of an expired row', async () => {
+  const a = await as('w0.1');
+  const b = await as('w1.1');
+  await grant(a, 'k', 10n, 'w0.1');
+  await renew(b, 'k');
+  await release(b, 'k');
+  await grant(a, 'q', 11n, 'w0.1');
+  await a.query(`UPDATE job_lease SET updated_at = clock_timestamp() - interval '5 seconds' WHERE target_id = 'q'`);
+  await renew(a, 'q');
+  const found = await violations();
+  expect(found).toEqual([
+    expect.stringMatching(/^no stale hands: k: w0.1's lease \(token 10\) renewed by w1.1/),
+    expect.stringMatching(/^no stale hands: k: w0.1's lease \(token 10\) released by w1.1/),
+    expect.stringMatching(/^no stale hands: q: w0.1 renewed its lease \(token 11\) \d+ ms after it had expired/),
+  ]);
+});
+
+test('waits settle within their bound: a wait past it is flagged, unless its process could not run meanwhile', async () => {
+  const wait = (startedAt: number, endedAt: number, stalledMs = 0) =>
+    report('w0.1', {
+      t: 'op',
+      op: 'acquire',
+      outcome: 'timeout',
+      wait: { key: 'k', priority: 1, boundMs: 500, startedAt, endedAt, stalledMs },
+    });
+  const late = 500 + 1_000 + LOAD_ALLOWANCE_MS + 200;
+  const pauses = new Map<string, Array<[number, number]>>([['w0.1', [[10_000, 12_000]]]]);
+  // Late; late but SIGSTOPped 2 s meanwhile; late but its event loop 2 s late meanwhile (starved of CPU).
+  expect(
+    await violations([wait(0, late), wait(10_000, 10_000 + late), wait(20_000, 20_000 + late, 2_000)], pauses),
+  ).toEqual([
+    expect.stringMatching(/^waits settle within their bound: w0.1: acquire of k \(priority 1, bound 500 ms\)/),
+  ]);
+});
+
+test('priority order: a newcomer granted past a live waiter of its priority; a waiter past a higher one', async () => {
+  const queue = await waiters();
+  await queue('k', 'w1.1', 0, 1);
+  await queue('q', 'w1.1', 3, 1);
+  await queue('q', 'w0.1', 1, 2);
+  // Landed and renewed long enough before the grants to be in their snapshots, and live long after.
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  const a = await as('w0.1');
+  await grant(a, 'k', 10n, 'w0.1', 0);
+  // The grantee's own row is deleted by its grant's transaction (the acquire statement deletes it in a CTE).
+  await a.query('BEGIN');
+  await a.query(`DELETE FROM job_lease_waiter WHERE target_id = 'q' AND owner = 'w0.1'`);
+  await grant(a, 'q', 11n, 'w0.1', 1);
+  await a.query('COMMIT');
+  expect(await violations()).toEqual([
+    expect.stringMatching(
+      /^priority order: k: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1 \(priority 0, place 1/,
+    ),
+    expect.stringMatching(
+      /^priority order: q: granted to w0.1 \(priority 1, place 2, #\d+\) past live waiter w1.1 \(priority 3, place 1/,
+    ),
+  ]);
+});
+
+test('priority order: no violation when the waiters are behind the grantee, dead, or landed during the grant', async () => {
+  const queue = await waiters();
+  await queue('k', 'w1.1', 0, 5);
+  await queue('k', 'w2.1', 2, 1, 100); // dead by the time of the grant
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  await queue('k', 'w3.1', 9, 6); // landed just before the grant: maybe not in its snapshot
+  const a = await as('w0.1');
+  await a.query(`INSERT INTO job_lease_waiter VALUES ('k', gen_random_uuid(), 'w0.1', 1, 10000,
+    clock_timestamp(), 4, clock_timestamp())`);
+  await a.query('BEGIN');
+  await a.query(`DELETE FROM job_lease_waiter WHERE target_id = 'k' AND owner = 'w0.1'`);
+  await grant(a, 'k', 10n, 'w0.1', 1);
+  await a.query('COMMIT');
+  expect(await violations()).toEqual([]);
+});
+
+test('priority order: a waiter whose row just went keeps its place; one whose row went 5 s before does not', async () => {
+  const queue = await waiters();
+  await queue('k', 'w1.1', 0, 5);
+  await queue('q', 'w1.1', 0, 5);
+  await queue('k', 'w0.1', 0, 1);
+  await queue('q', 'w0.1', 0, 1);
+  // On q, w0.1's row went long before the grant (a wait that ended); on k, just before it (another process's grant
+  // statement removed it as dead).
+  const a = await as('w0.1');
+  await a.query(`DELETE FROM job_lease_waiter WHERE target_id = 'q' AND owner = 'w0.1'`);
+  await a.query(`UPDATE sched_waiter_gone SET at = at - interval '6 seconds'`);
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  const other = await as('w2.1');
+  await other.query(`DELETE FROM job_lease_waiter WHERE target_id = 'k' AND owner = 'w0.1'`);
+  await grant(a, 'k', 10n, 'w0.1', 0);
+  await grant(a, 'q', 11n, 'w0.1', 0);
+  expect(await violations()).toEqual([
+    expect.stringMatching(
+      /^priority order: q: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1 .* gone in the 5 s before: none$/,
+    ),
+  ]);
+});
