@@ -89,8 +89,8 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     await next.release();
     const again = (await b.service.tryAcquire('soft:1'))!;
     sub.unsubscribe();
-    // Acquiring a released row is an acquisition, not a takeover.
-    expect(events).toEqual(['released', 'acquired']);
+    // Acquiring a released row is an acquisition, not a takeover (and the call's end says so: acquire-ended).
+    expect(events).toEqual(['released', 'acquired', 'acquire-ended']);
     await again.release();
     expect(await rowCount()).toBe(0);
   });

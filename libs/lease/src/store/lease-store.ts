@@ -317,9 +317,12 @@ export class LeaseStore {
    * that fixed timeline, or null when the server's timeline is read as usual.
    */
   async probeTimeline(): Promise<bigint | null> {
-    const { rows } = await this.run<{ readable: boolean }>({ text: this.sql.walReadable });
+    const { rows } = await this.run<{ readable: boolean }>({
+      text: this.sql.walReadable,
+      boundMs: bootstrapBoundMs(this.options),
+    });
     if (rows[0].readable) {
-      const refused = await this.run({ text: this.sql.walProbe }).then(
+      const refused = await this.run({ text: this.sql.walProbe, boundMs: bootstrapBoundMs(this.options) }).then(
         () => false,
         (error: unknown) => {
           if (walFunctionsRefused(error)) return true;
@@ -330,7 +333,7 @@ export class LeaseStore {
     }
     const found = await this.run<{ timeline: string }>({
       text: this.sql.tableTimeline,
-      boundMs: acquireBoundMs(this.options),
+      boundMs: bootstrapBoundMs(this.options),
     });
     const timeline = BigInt(found.rows[0].timeline);
     ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
