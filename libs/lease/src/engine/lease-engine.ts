@@ -6,19 +6,19 @@ import { BootstrapChecks } from './bootstrap-checks.js';
 import { FencedTransactions } from './fenced-transaction.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
+import { LeaseTelemetry } from './lease-telemetry.js';
+import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import {
   LeaseBusyError,
-  LeaseLostError,
-  LeaseQueueFullError,
   LeaseShutdownError,
   LeaseUnavailableError,
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { closeStepMs, connectBoundMs, connectionCloseMs, PURGE_INTERVAL_MS } from '../options/bounds.js';
+import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
@@ -28,23 +28,10 @@ import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
-import type { AcquireOutcome, LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import {
-  assertHoldAtLeastMs,
-  assertPriority,
-  assertTargetKey,
-  checkCall,
-  keyTemplateOf,
-} from '../options/call-input.js';
+import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import { callRequest, keyTemplateOf, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
 import { publish } from '../observability/diagnostics.js';
-import {
-  activeSpanSetter,
-  holderSpan,
-  type LeaseSpan,
-  loadTracing,
-  type SpanAttributes,
-  startSpan,
-} from '../observability/tracing.js';
+import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
 
@@ -57,15 +44,6 @@ interface QueueAs {
 export interface LeaseEntry {
   readonly lease: Lease;
   readonly exit: () => Promise<void>;
-}
-
-/** One call's input, checked once where it enters the engine; everything below trusts it. */
-interface LeaseRequest {
-  readonly targetKey: string;
-  readonly priority: number;
-  readonly holdMs: number;
-  /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
-  readonly keyTemplate: string;
 }
 
 /**
@@ -101,8 +79,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly heartbeat: LeaseHeartbeat;
   private readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
-  /** The next purge of free rows (see `purge`). */
-  private purgeTimer?: NodeJS.Timeout;
+  private readonly purges: PurgeSchedule;
+  private readonly telemetry: LeaseTelemetry;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
@@ -146,6 +124,18 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       this.logger,
     );
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
+    this.telemetry = new LeaseTelemetry(
+      this.options,
+      this.store,
+      (event) => this.emit(event),
+      (work) => this.track(work),
+    );
+    this.purges = new PurgeSchedule(
+      this.store,
+      this.logger,
+      (work) => this.track(work),
+      () => this.closing !== undefined,
+    );
     const lose = this.lose.bind(this);
     this.heartbeat = new LeaseHeartbeat(this.store, this.options, this.logger, this.held, lose, (event) =>
       this.emit(event),
@@ -164,34 +154,12 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   async init(): Promise<void> {
     const [systemId] = await Promise.all([this.checks.run(), loadTracing()]);
     this.heartbeat.systemId = systemId;
-    // The first purge at a random point of the first interval: processes restarted together spread out, and a
-    // bootstrap never waits for (or competes with) a purge.
-    this.schedulePurge(PURGE_INTERVAL_MS * (0.1 + Math.random() * 0.9));
+    this.purges.start();
   }
 
-  /**
-   * Purges free rows of keys granted longer ago than the purge bound (`LeaseStore.purge`), tracked for close(); a
-   * failure is logged and the next run tries again. Resolves with the count deleted (null: it failed).
-   */
+  /** One purge of free rows now (see `PurgeSchedule`; tests, through `internal.ts`). */
   purgeNow(): Promise<number | null> {
-    return this.track(
-      this.store
-        .purge(() => this.closing !== undefined)
-        .catch((error: unknown) => {
-          this.logger.warn(`Purging free lease rows failed (retried later): ${String(error)}`);
-          return null;
-        }),
-    );
-  }
-
-  /** The next purge in `delayMs`, then every `PURGE_INTERVAL_MS` (± a tenth). */
-  private schedulePurge(delayMs: number): void {
-    if (this.closing !== undefined) return;
-    clearTimeout(this.purgeTimer);
-    this.purgeTimer = setTimeout(() => {
-      void this.purgeNow().finally(() => this.schedulePurge(PURGE_INTERVAL_MS * (0.9 + Math.random() * 0.2)));
-    }, delayMs);
-    this.purgeTimer.unref();
+    return this.purges.now();
   }
 
   async onModuleInit(): Promise<void> {
@@ -210,7 +178,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
-      clearTimeout(this.purgeTimer);
+      this.purges.stop();
       const stepMs = closeStepMs(this.options);
       const within = async (what: string, work: Promise<unknown>) => {
         const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);
@@ -269,19 +237,23 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** `LeaseService.tryAcquire`: checks the input, then a lease borrowed from the call chain or one attempt. */
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    const request = this.request(targetKey, options);
+    const request = callRequest(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.track(this.traced(request, () => this.tryOnce(request)));
+    return reentrant
+      ? new BorrowedLease(reentrant)
+      : this.track(this.telemetry.acquire(request, () => this.tryOnce(request)));
   }
 
   /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const request = this.request(targetKey, options);
-    const waitTimeoutMs = this.waitTimeoutOf(options);
+    const request = callRequest(targetKey, options);
+    const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.track(this.traced(request, () => this.waitFor(request, waitTimeoutMs, options.signal), options.signal));
+    return this.track(
+      this.telemetry.acquire(request, () => this.waitFor(request, waitTimeoutMs, options.signal), options.signal),
+    );
   }
 
   /**
@@ -290,14 +262,14 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
    * waitTimeoutMs given) or one attempt (`LeaseBusyError` when refused). A signal already aborted touches nothing.
    */
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    const request = this.request(targetKey, options);
+    const request = callRequest(targetKey, options);
     const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
-    const waitTimeoutMs = waits ? this.waitTimeoutOf(options) : 0;
+    const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
     const lease = await this.track(
-      this.traced(
+      this.telemetry.acquire(
         request,
         () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal) : this.tryOnce(request)),
         options.signal,
@@ -305,55 +277,6 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     );
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
-  }
-
-  /**
-   * One call's acquisition in a `lease.acquire` span, child of the caller's active span (when an SDK records): its
-   * outcome, fencing token and the batch its statement went in; a wait in line is its child `lease.wait`. The
-   * caller's span is kept on the lease: heartbeat failures and the loss become its events.
-   */
-  private traced<T extends Lease | null>(
-    request: LeaseRequest,
-    work: () => Promise<T>,
-    signal?: AbortSignal,
-  ): Promise<T> {
-    const holder = holderSpan();
-    const span = startSpan('lease.acquire', {
-      ...this.spanAttributes(request.targetKey, request.keyTemplate),
-      'lease.priority': request.priority,
-    });
-    const started = performance.now();
-    const ended = (outcome: AcquireOutcome) =>
-      this.emit({
-        type: 'acquire-ended',
-        targetKey: request.targetKey,
-        keyTemplate: request.keyTemplate,
-        priority: request.priority,
-        outcome,
-        durationMs: performance.now() - started,
-        at: new Date(),
-      });
-    return (span ? span.within(work) : work()).then(
-      (lease) => {
-        const outcome = lease instanceof HeldLease && lease.tookOver ? 'taken-over' : lease ? 'acquired' : 'busy';
-        if (lease instanceof HeldLease) lease.holder = holder;
-        if (lease) span?.set({ 'lease.fencing_token': String(lease.fencingToken) });
-        span?.end(outcome);
-        ended(outcome);
-        return lease;
-      },
-      (error: unknown) => {
-        const outcome = failureOf(error, signal);
-        span?.end(outcome, outcome === 'error' || outcome === 'unavailable' ? error : undefined);
-        ended(outcome);
-        throw error;
-      },
-    );
-  }
-
-  /** The attributes every span of a lease carries: its template, and its key only when `traceTargetKeys` is on. */
-  private spanAttributes(targetKey: string, keyTemplate: string): SpanAttributes {
-    return { 'lease.key_template': keyTemplate, 'lease.key': this.options.traceTargetKeys ? targetKey : undefined };
   }
 
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
@@ -387,44 +310,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     );
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
-    const started = performance.now();
-    const span = startSpan('lease.wait', {
-      ...this.spanAttributes(targetKey, keyTemplate),
-      'lease.priority': priority,
-    });
     const inLine = waiter ?? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate);
-    if (span) this.tracePosition(span, inLine);
-    try {
-      const wait = () => this.queue.wait(inLine, until, waitTimeoutMs, signal);
-      const granted = await (span ? span.within(wait) : wait());
-      this.emitWaitEnded(request, 'granted', started);
-      span?.set({ 'lease.fencing_token': String(granted.fencingToken) });
-      span?.end('granted');
-      return granted;
-    } catch (error) {
-      const outcome = signal?.aborted ? 'aborted' : error instanceof LeaseWaitTimeoutError ? 'timeout' : 'error';
-      this.emitWaitEnded(request, outcome, started);
-      span?.end(outcome, outcome === 'error' ? error : undefined);
-      throw error;
-    }
-  }
-
-  /**
-   * `lease.wait.position` of a traced wait: the waiter's place among the live waiters of its target (1 = granted
-   * next), read with one snapshot statement in parallel with the wait — only when a span records it.
-   */
-  private tracePosition(span: LeaseSpan, waiter: Waiter): void {
-    const seq = waiter.place?.seq;
-    if (seq === undefined) return;
-    const reading = this.store.snapshot(waiter.targetKey).then((rows) => {
-      let position = 0;
-      for (const row of rows) {
-        if (row.state !== 'waiting' || row.since_heartbeat_ms >= row.timeout_ms) continue;
-        position++;
-        if (row.seq === String(seq)) return span.set({ 'lease.wait.position': position });
-      }
-    });
-    void this.track(reading).catch(() => undefined);
+    return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
   }
 
   /** Runs `work` with `lease` as the current lease of its call chain. */
@@ -452,23 +339,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   /** The lease's `fenced()` (see `FencedTransactions`). */
   fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    const span = startSpan('lease.fenced', {
-      ...this.spanAttributes(lease.targetKey, lease.keyTemplate),
-      'lease.fencing_token': String(lease.fencingToken),
-    });
-    if (!span) return this.fencing.fenced(lease, work);
-    return span
-      .within(() => this.fencing.fenced(lease, work))
-      .then(
-        (result) => {
-          span.end('committed');
-          return result;
-        },
-        (error: unknown) => {
-          span.end(error instanceof LeaseLostError ? 'lost' : 'error', error);
-          throw error;
-        },
-      );
+    return this.telemetry.fenced(lease, () => this.fencing.fenced(lease, work));
   }
 
   /**
@@ -483,14 +354,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.
     const until = lease.deadline + this.options.safetyMarginMs;
-    const span = startSpan('lease.release', {
-      ...this.spanAttributes(lease.targetKey, lease.keyTemplate),
-      'lease.fencing_token': String(lease.fencingToken),
-      'lease.held_ms': Math.round(heldMs),
-    });
-    let released = false;
-    const releasing = () =>
-      this.retries.releaseRow(lease.targetKey, lease.token, until, () => {
+    await this.telemetry.release(lease, heldMs, async () => {
+      let released = false;
+      await this.retries.releaseRow(lease.targetKey, lease.token, until, () => {
         released = true;
         this.emit({
           type: 'released',
@@ -501,9 +367,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
           at: new Date(),
         });
       });
-    await (span ? span.within(releasing) : releasing());
-    // Not confirmed: the statement failed (retried in the background until the row expires) or found another token.
-    span?.end(released ? 'released' : 'not-confirmed');
+      return released;
+    });
   }
 
   /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
@@ -608,12 +473,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string): void {
     if (!lease.markLost(reason, detail)) return;
     this.forget(lease);
-    const why: Record<typeof reason, string> = {
-      'taken-over': 'another holder took it over',
-      'renewal-deadline': 'no renewal confirmed before the safety deadline',
-      failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
-    };
-    this.logger.warn(`Lost lease on "${lease.targetKey}" (fencing token ${lease.fencingToken}): ${why[reason]}`);
+    this.logger.warn(messages.leaseLost(lease.targetKey, lease.fencingToken, reason, detail));
     lease.holder?.event('lease.lost', { 'lease.reason': reason, 'lease.fencing_token': String(lease.fencingToken) });
     this.emit({
       type: 'lost',
@@ -630,49 +490,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.held.delete(lease.token);
   }
 
-  /** The one check of a call's key, priority and hold (`LeaseKeyError` / argument errors). */
-  private request(targetKey: unknown, options: TryAcquireOptions): LeaseRequest {
-    assertTargetKey(targetKey);
-    if (options.priority !== undefined) assertPriority(options.priority);
-    assertHoldAtLeastMs(options.holdAtLeastMs);
-    const keyTemplate = keyTemplateOf(options.keyTemplate);
-    return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate };
-  }
-
-  private waitTimeoutOf(options: AcquireOptions): number {
-    const waitTimeoutMs = options.waitTimeoutMs ?? this.options.defaultWaitTimeoutMs;
-    checkCall('waitTimeoutMs', waitTimeoutMs);
-    return waitTimeoutMs;
-  }
-
-  private emitWaitEnded(
-    { targetKey, keyTemplate, priority }: LeaseRequest,
-    outcome: 'granted' | 'timeout' | 'aborted' | 'error',
-    started: number,
-  ): void {
-    this.emit({
-      type: 'wait-ended',
-      targetKey,
-      keyTemplate,
-      priority,
-      outcome,
-      waitedMs: performance.now() - started,
-      at: new Date(),
-    });
-  }
-
   private emit(event: LeaseEvent): void {
     publish(event);
     if (!this.events.closed) this.events.next(event);
   }
-}
-
-/** The `lease.outcome` of an acquisition that failed. */
-function failureOf(error: unknown, signal?: AbortSignal): AcquireOutcome {
-  if (signal?.aborted) return 'aborted';
-  if (error instanceof LeaseWaitTimeoutError) return 'timeout';
-  if (error instanceof LeaseQueueFullError) return 'queue-full';
-  if (error instanceof LeaseShutdownError) return 'shutdown';
-  if (error instanceof LeaseUnavailableError) return 'unavailable';
-  return 'error';
 }

@@ -58,6 +58,20 @@ export const messages = {
     `nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`,
   processLineFull: (waiting: number) => `this process already has ${waiting} waiting calls (maxWaitersPerProcess)`,
   targetLineFull: (max: number) => `it already has ${max} live waiters (maxWaitersPerTarget)`,
+  /** The log line of a lost lease (a warning, not an error's message). */
+  leaseLost: (
+    targetKey: string,
+    fencingToken: bigint,
+    reason: 'taken-over' | 'renewal-deadline' | 'failover',
+    detail?: string,
+  ) =>
+    `Lost lease on "${targetKey}" (fencing token ${fencingToken}): ${
+      {
+        'taken-over': 'another holder took it over',
+        'renewal-deadline': 'no renewal confirmed before the safety deadline',
+        failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
+      }[reason]
+    }`,
   grantPastDeadline: (localLimitMs: number) => `the grant arrived after its local deadline (${localLimitMs} ms)`,
   // Configuration, declaration and bootstrap errors (LeaseConfigError), and the call-input errors of keys.
   positiveInteger: (name: string | number, max: string | number, v3: string | number) =>

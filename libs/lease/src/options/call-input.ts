@@ -123,3 +123,31 @@ export function acquireOptionsOf(metadata: ExclusiveMetadata): AcquireOptions {
   if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
   return options;
 }
+
+/** One call's input, checked once where it enters the engine; everything below trusts it. */
+export interface LeaseRequest {
+  readonly targetKey: string;
+  readonly priority: number;
+  readonly holdMs: number;
+  /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
+  readonly keyTemplate: string;
+}
+
+/** The one check of a call's key, priority, hold and template (`LeaseKeyError` / `LeaseArgumentError`). */
+export function callRequest(
+  targetKey: unknown,
+  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string },
+): LeaseRequest {
+  assertTargetKey(targetKey);
+  if (options.priority !== undefined) assertPriority(options.priority);
+  assertHoldAtLeastMs(options.holdAtLeastMs);
+  const keyTemplate = keyTemplateOf(options.keyTemplate);
+  return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate };
+}
+
+/** A call's wait bound: its own, else the module's default; checked like every call input. */
+export function waitTimeoutOf(options: { waitTimeoutMs?: number }, defaultWaitTimeoutMs: number): number {
+  const waitTimeoutMs = options.waitTimeoutMs ?? defaultWaitTimeoutMs;
+  checkCall('waitTimeoutMs', waitTimeoutMs);
+  return waitTimeoutMs;
+}

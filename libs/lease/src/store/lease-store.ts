@@ -18,23 +18,12 @@ import {
   runStatement,
   type SessionSource,
 } from '../database/sessions.js';
-import {
-  exhausted,
-  isStatementError,
-  readOnly,
-  systemIdRefused,
-  walFunctionsRefused,
-} from '../errors/database-errors.js';
-import {
-  acquireBoundMs,
-  bootstrapBoundMs,
-  PURGE_AFTER_MS,
-  PURGE_BATCH_ROWS,
-  shortBoundMs,
-  slackMs,
-} from '../options/bounds.js';
+import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
+import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
+import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
+import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
@@ -46,8 +35,6 @@ import {
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
-  serverHistory,
-  type ServerHistoryRow,
 } from './rows.js';
 import { buildStatements, type StatementTexts } from './statement-texts.js';
 import type {
@@ -80,6 +67,7 @@ const BATCHES_IN_FLIGHT = 1;
 export class LeaseStore {
   private readonly n: LeaseObjectNames;
   private sql: StatementTexts;
+  private readonly purges: PurgeStore;
   /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
   readonly schema: SchemaStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
@@ -99,7 +87,6 @@ export class LeaseStore {
    *   `sessionSetup`; any other pool frames every statement)
    * @param heartbeatDb a connection of the lease heartbeat's own, so renewals never queue behind other statements
    *   (a pool works too: each renewal then checks out a client)
-   * @param options the resolved options
    * @param waiterHeartbeatDb the waiter heartbeat's own connection, so a slow waiter renewal never delays a lease
    *   renewal (default: heartbeatDb)
    * @param purgeAfterMs the purge bound (`PURGE_AFTER_MS`; tests give a shorter one): its acquisitions' run cap is half
@@ -117,6 +104,12 @@ export class LeaseStore {
     const statements = buildStatements(options, undefined, purgeAfterMs);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
+    this.purges = new PurgeStore(
+      (statement) => this.run(statement),
+      () => this.sql,
+      options,
+      purgeAfterMs,
+    );
     // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
     // queued behind it: they go in a batch of their own (independence).
     const stallMs = Math.min(ONE_SECOND_MS, options.heartbeatIntervalMs);
@@ -267,7 +260,18 @@ export class LeaseStore {
         this.systemIdReadable = false;
         return this.renew(targetKeys, leaseTokens, timeoutMs, history);
       }
-      if (history && readOnly(error, '')) return this.renewOnReadOnly(leaseTokens, timeoutMs, error);
+      if (history && readOnly(error, '')) {
+        const here = await readHistoryOn(this.heartbeatDb, this.sql, this.systemIdReadable, timeoutMs);
+        if (!here.recovery) throw error;
+        // In recovery every lease is lost to the failover under way; otherwise the refusal is the tick's error.
+        return {
+          kept: new Set(),
+          skipped: new Set(),
+          expired: new Set(),
+          history: here,
+          failover: new Set(leaseTokens),
+        };
+      }
       throw error;
     }
   }
@@ -293,68 +297,20 @@ export class LeaseStore {
     return renewOutcome(rows, history);
   }
 
-  /**
-   * A renewal the server refused as a write (a standby in recovery, or a server set read-only): in recovery every
-   * lease is lost to the failover under way; otherwise the refusal is the tick's error (retried next tick).
-   */
-  private async renewOnReadOnly(leaseTokens: string[], timeoutMs: number, refusal: unknown): Promise<RenewResult> {
-    const { rows } = await runStatement<ServerHistoryRow>(this.heartbeatDb, {
-      boundMs: timeoutMs,
-      customPlans: true,
-      text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
-    });
-    const here = serverHistory(rows[0]);
-    if (!here.recovery) throw refusal;
-    const none = { kept: new Set<string>(), skipped: new Set<string>(), expired: new Set<string>() };
-    return { ...none, history: here, failover: new Set(leaseTokens) };
-  }
-
-  /**
-   * Bootstrap, before any lease statement: whether the role may call the WAL functions the timeline is read with
-   * (`TIMELINE`). Where it may not — EXECUTE revoked from PUBLIC, or the server does not support them (Aurora) —
-   * every statement uses a fixed timeline instead, the largest already in the tables (at least 1), so new tokens stay
-   * above every token there; the timeline guard is then off (no failover is seen through the timeline). Resolves with
-   * that fixed timeline, or null when the server's timeline is read as usual.
-   */
+  /** Bootstrap: the timeline probe (`fixedTimeline`); a fixed timeline rebuilds every statement with it. */
   async probeTimeline(): Promise<bigint | null> {
-    const { rows } = await this.run<{ readable: boolean }>({
-      text: this.sql.walReadable,
-      boundMs: bootstrapBoundMs(this.options),
-    });
-    if (rows[0].readable) {
-      const refused = await this.run({ text: this.sql.walProbe, boundMs: bootstrapBoundMs(this.options) }).then(
-        () => false,
-        (error: unknown) => {
-          if (walFunctionsRefused(error)) return true;
-          throw error;
-        },
-      );
-      if (!refused) return null;
+    const timeline = await fixedTimeline((statement) => this.run(statement), this.sql, this.options);
+    if (timeline !== null) {
+      ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
     }
-    const found = await this.run<{ timeline: string }>({
-      text: this.sql.tableTimeline,
-      boundMs: bootstrapBoundMs(this.options),
-    });
-    const timeline = BigInt(found.rows[0].timeline);
-    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
     return timeline;
   }
 
-  /**
-   * Where the server stands in its history (bootstrap: the system identifier the leases are acquired under), and
-   * whether the role may read the system identifier at all.
-   */
+  /** Bootstrap: where the server stands in its history (`readServerHistory`). */
   async serverHistory(): Promise<ServerHistory> {
-    const { rows } = await this.run<{ readable: boolean }>({
-      text: this.sql.systemIdReadable,
-      boundMs: bootstrapBoundMs(this.options),
-    });
-    this.systemIdReadable = rows[0].readable;
-    const result = await this.run<ServerHistoryRow>({
-      text: this.systemIdReadable ? this.sql.serverHistory : this.sql.serverHistoryWithoutSystemId,
-      boundMs: bootstrapBoundMs(this.options),
-    });
-    return serverHistory(result.rows[0]);
+    const read = await readServerHistory((statement) => this.run(statement), this.sql, this.options);
+    this.systemIdReadable = read.systemIdReadable;
+    return read.history;
   }
 
   /**
@@ -525,37 +481,9 @@ export class LeaseStore {
     await this.run({ text: this.sql.dequeueAll, values: [waiterIds] });
   }
 
-  /**
-   * Deletes the rows of keys that are free (released, or expired: a holder that crashed; past their hold) and whose
-   * token was granted more than the purge bound ago, in statements of at most `PURGE_BATCH_ROWS` rows, never waiting
-   * for a locked row; `stop` ends it between statements. The row of the table's largest token stays (read once per
-   * run: the largest timeline in the tables, which a fixed timeline is read from). Resolves with the count deleted.
-   *
-   * Why no token goes back: an acquisition draws its token before the key's row exists only when it inserts the key's
-   * first row; every acquisition statement fails on the server, undone, once it has run past half the purge bound
-   * (`acquireRunCapMs`), after its writes and before its commit. A purge deletes a row only when its grant is older than
-   * the bound, so any acquisition that drew a smaller value than that grant's started more than the bound ago: its
-   * insert either ran while the row still existed (it then takes the row under its lock with a new token, or waits for
-   * this purge and is past its cap), or it fails. A new row of a purged key draws a later sequence value, so a larger
-   * token (same timeline, or a larger one). README: "Purging free rows".
-   */
-  async purge(stop: () => boolean = () => false): Promise<number> {
-    const bound = { boundMs: acquireBoundMs(this.options) };
-    const largest = await this.run<{ token: string | null }>({ text: this.sql.largestToken, ...bound });
-    const keep = largest.rows[0].token;
-    if (keep === null) return 0;
-    let purged = 0;
-    for (;;) {
-      const { rows } = await retryingSerializationFailures(() =>
-        this.run<{ purged: number }>({
-          text: this.sql.purge,
-          values: [this.purgeAfterMs, PURGE_BATCH_ROWS, keep],
-          ...bound,
-        }),
-      );
-      purged += rows[0].purged;
-      if (rows[0].purged < PURGE_BATCH_ROWS || stop()) return purged;
-    }
+  /** One purge of free rows (see `PurgeStore.purge`). */
+  purge(stop: () => boolean = () => false): Promise<number> {
+    return this.purges.purge(stop);
   }
 
   /**
