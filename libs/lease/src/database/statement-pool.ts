@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { isUnsupportedSetting } from '../errors/database-errors.js';
-import { type PoolLike, type Queryable, type SessionBounds, sessionSetup } from './sessions.js';
+import { type PoolLike, poolSessions, type Queryable, type SessionBounds, sessionSetup } from './sessions.js';
 import { SocketRegistry } from './sockets.js';
 
 /** How long the server may take to notice that the client of a statement went away (see `StatementPool`). */
@@ -62,22 +62,11 @@ export class StatementPool implements PoolLike {
     return client;
   }
 
-  async query<R extends pg.QueryResultRow = any>(
+  /** One statement on a checked-out client, released as broken if it fails (see `poolSessions`). */
+  query<R extends pg.QueryResultRow = any>(
     config: pg.QueryConfig & { query_timeout?: number },
   ): Promise<pg.QueryResult<R>> {
-    const client = await this.connect();
-    let failed: Error | undefined;
-    const onError = (error: Error) => (failed = error);
-    client.on('error', onError);
-    try {
-      return await (client as Queryable).query<R>(config);
-    } catch (error) {
-      failed ??= error as Error;
-      throw error;
-    } finally {
-      client.off('error', onError);
-      client.release(failed);
-    }
+    return poolSessions(this).withSession((client) => client.query<R>(config));
   }
 
   /** Closes every connection within `boundMs`: politely, else their sockets are destroyed. Never rejects. */
