@@ -101,9 +101,9 @@ async function main(): Promise<void> {
       ['nothing (the loop itself)', 'SELECT 1 INTO x'],
       ['nextval (the token before)', `SELECT nextval('bench_history_seq') INTO x`],
       [
-        'the token: timeline << 40 or nextval, with the 2^40 guard',
+        'the token: timeline << 47 or nextval, with the 2^47 guard',
         `SELECT (SELECT CASE
-          WHEN s.v BETWEEN 0 AND 1099511627775 AND h.timeline < 8388608 THEN (h.timeline << 40) | s.v END
+          WHEN s.v BETWEEN 0 AND 140737488355327 AND h.timeline < 65536 THEN (h.timeline << 47) | s.v END
         FROM (SELECT nextval('bench_history_seq') AS v) s, (SELECT ${timeline} AS timeline) h) INTO x`,
       ],
       [

@@ -280,8 +280,8 @@ async function proveApp(dir, node) {
     const savedToken = BigInt(results[0]?.fencing_token ?? 0);
     check(
       results[0]?.fencing_token === saved.body?.fencingToken &&
-        savedToken >> 40n === 1n &&
-        BigInt(last) >= (savedToken & ((1n << 40n) - 1n)),
+        savedToken >> 47n === 1n &&
+        BigInt(last) >= (savedToken & ((1n << 47n) - 1n)),
       'the row carries the fencing token of the lease that saved it',
     );
     check(leases === 0, 'the lease was released');

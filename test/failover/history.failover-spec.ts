@@ -42,7 +42,7 @@ const fileLogger: LoggerService = { log: line('log'), warn: line('warn'), error:
 beforeAll(() => Logger.overrideLogger(fileLogger));
 afterAll(() => new Promise<void>((resolve) => libraryLog.end(resolve)));
 
-const low = (token: bigint) => token & ((1n << 40n) - 1n);
+const low = (token: bigint) => token & ((1n << 47n) - 1n);
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 async function query<R extends pg.QueryResultRow>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
@@ -235,7 +235,7 @@ test('behind a PgBouncer whose client connection survives the failover, the rene
     expect(renewal.history).toMatchObject({ recovery: false, timeline: 2n });
     // And the bouncer serves the promoted server: new leases carry its timeline.
     const next = await once('a grant through the bouncer', async () => (await app.service.tryAcquire('pooled:3'))!);
-    expect(next.fencingToken >> 40n).toBe(2n);
+    expect(next.fencingToken >> 47n).toBe(2n);
     await next.release();
   } finally {
     await client.end().catch(() => undefined);

@@ -76,7 +76,7 @@ function postmasterOf(backendPid: number): number {
           wallMs: performance.now() - started,
         });
         expect(lost.map((lease) => lease.targetKey)).toEqual([]);
-        expect(BigInt(next[0].v)).toBeGreaterThanOrEqual(highest & ((1n << 40n) - 1n));
+        expect(BigInt(next[0].v)).toBeGreaterThanOrEqual(highest & ((1n << 47n) - 1n));
       } finally {
         await after.end();
       }

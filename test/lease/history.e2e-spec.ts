@@ -4,15 +4,15 @@ import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.j
 import { FAST, type OpenedService, startService, useTestDatabase } from '../support/db.js';
 
 /**
- * Fencing tokens carry the server's history: `(timeline << 40) | sequence value`, so they never go back across a
+ * Fencing tokens carry the server's history: `(timeline << 47) | sequence value`, so they never go back across a
  * failover (test/failover/history.failover-spec.ts promotes a real standby); a renewal refuses leases of another
- * history. Here, on one server: the layout, the refusal past 2^40, and the renewal's check against a history given to
+ * history. Here, on one server: the layout, the refusal past 2^47, and the renewal's check against a history given to
  * it. (A real timeline change needs a promoted standby: see the failover suite.)
  */
 describe('fencing tokens and the server history', () => {
   const db = useTestDatabase('history');
   let a: OpenedService;
-  const low = (token: bigint) => token & ((1n << 40n) - 1n);
+  const low = (token: bigint) => token & ((1n << 47n) - 1n);
 
   beforeAll(async () => {
     a = await db.open({ owner: 'history-a' });
@@ -27,17 +27,17 @@ describe('fencing tokens and the server history', () => {
       ).rows[0].timeline,
     );
 
-  test('a fencing token is (timeline << 40) | the sequence value, on the insert and the update path', async () => {
+  test('a fencing token is (timeline << 47) | the sequence value, on the insert and the update path', async () => {
     const first = (await a.service.tryAcquire('history:layout'))!;
     const drawn = BigInt((await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
-    expect(first.fencingToken >> 40n).toBe(await timeline());
+    expect(first.fencingToken >> 47n).toBe(await timeline());
     expect(low(first.fencingToken)).toBe(drawn);
     await first.release();
     const second = (await a.service.tryAcquire('history:layout'))!; // the row stays: drawn in DO UPDATE
     const drawnAgain = BigInt(
       (await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v,
     );
-    expect(second.fencingToken >> 40n).toBe(await timeline());
+    expect(second.fencingToken >> 47n).toBe(await timeline());
     expect(low(second.fencingToken)).toBe(drawnAgain);
     expect(second.fencingToken).toBeGreaterThan(first.fencingToken);
     await second.release();
@@ -63,14 +63,16 @@ describe('fencing tokens and the server history', () => {
       if (i > 200) throw new Error('the waiter never queued');
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    expect(BigInt((await queued())[0].seq) >> 40n).toBe(await timeline());
+    expect(BigInt((await queued())[0].seq) >> 47n).toBe(await timeline());
     await holder.release();
     await (await waiting).release();
   });
 
-  describe('past 2^40 sequence values', () => {
+  describe('past 2^47 sequence values', () => {
     afterEach(async () => {
-      await db.admin.query(`SELECT setval('job_lease_fencing_seq', 1000), setval('job_lease_waiter_seq', 1000)`);
+      await db.admin.query(
+        `SELECT setval('job_lease_fencing_seq', ${(1n << 40n) + 1000n}), setval('job_lease_waiter_seq', ${(1n << 40n) + 1000n})`,
+      );
     });
 
     test.each([
@@ -79,19 +81,19 @@ describe('fencing tokens and the server history', () => {
     ])('%s: refused with a LeaseConfigError, nothing written', async (_what, key, existing) => {
       if (existing) await (await a.service.tryAcquire(key))!.release();
       const before = (await db.admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows;
-      await db.admin.query(`SELECT setval('job_lease_fencing_seq', ${(1n << 40n) - 1n})`);
+      await db.admin.query(`SELECT setval('job_lease_fencing_seq', ${(1n << 47n) - 1n})`);
       const refused = await a.service.tryAcquire(key).then(
         () => undefined,
         (error: unknown) => error,
       );
       expect(refused).toBeInstanceOf(LeaseConfigError);
-      expect(String((refused as Error).message)).toMatch(/passed 2\^40/);
+      expect(String((refused as Error).message)).toMatch(/passed 2\^47/);
       expect((await db.admin.query('SELECT * FROM job_lease WHERE target_id = $1', [key])).rows).toEqual(before);
     });
 
     test("a waiter's place: the wait ends at once with a LeaseConfigError, no row left", async () => {
       const holder = (await a.service.tryAcquire('history:full:line'))!;
-      await db.admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 40n) - 1n})`);
+      await db.admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 47n) - 1n})`);
       const started = performance.now();
       const waiting = a.service.acquire('history:full:line', { priority: 1, waitTimeoutMs: 20_000 });
       await expect(waiting).rejects.toBeInstanceOf(LeaseConfigError);
@@ -132,7 +134,7 @@ describe('fencing tokens and the server history', () => {
           ['history:renew:timeline', 'history:renew:same'],
           [lease.token, other.token],
           5_000,
-          { fencingTokens: [((now + 1n) << 40n) | low(lease.fencingToken), other.fencingToken], systemId: null },
+          { fencingTokens: [((now + 1n) << 47n) | low(lease.fencingToken), other.fencingToken], systemId: null },
         );
         expect(result.failover).toEqual(new Set([lease.token]));
         expect(result.kept).toEqual(new Set([other.token]));

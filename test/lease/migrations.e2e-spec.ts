@@ -22,7 +22,10 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
-      expect(await dataSource.runMigrations()).toHaveLength(1);
+      expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
+        'CreateLeaseTables1764374400000',
+        'LeaseTokenLayout1796169600000',
+      ]);
       const tables = await admin.query(
         `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
       );
@@ -46,6 +49,7 @@ describe('schema migrations', () => {
       expect(lease).not.toBeNull();
       await service.close();
 
+      await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
       await dataSource.undoLastMigration();
       const left = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease%'`);
       expect(left.rows).toEqual([]);
@@ -61,6 +65,14 @@ describe('schema migrations', () => {
     const [standard] = leaseMigrations;
     expect(new custom().name).not.toBe(new standard().name);
     expect(new custom().name).toMatch(/\d{13}$/);
+    const [, customLayout] = createLeaseMigrations({
+      schema: 'jobs',
+      tableName: 'lease',
+      waiterTableName: 'lease_waiter',
+    });
+    const [, standardLayout] = leaseMigrations;
+    expect(new customLayout().name).toMatch(/^LeaseTokenLayout[0-9a-f]{8}1796169600000$/);
+    expect(new standardLayout().name).toBe('LeaseTokenLayout1796169600000');
     expect(() => createLeaseMigrations({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);
   });
 });
@@ -135,7 +147,9 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
     expect(message).toMatch(/synchronize/);
     // What the message says to run is enough.
     const statements = message.slice(message.indexOf('run: ') + 5).split('; ');
-    expect(statements[0]).toBe('CREATE SEQUENCE IF NOT EXISTS "public"."job_lease_fencing_seq" AS bigint');
+    expect(statements[0]).toBe(
+      'CREATE SEQUENCE IF NOT EXISTS "public"."job_lease_fencing_seq" AS bigint MINVALUE 1099511627776',
+    );
     for (const statement of statements) await admin.query(statement);
     const service = new LeaseService(dataSource, options);
     await service.init();

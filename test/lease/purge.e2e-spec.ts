@@ -127,13 +127,13 @@ describe('purging free rows', () => {
       await s.release(key, r.leaseToken, 1_000);
     }
     // The largest token of the table, of a later timeline (a restore from a promoted server, say), and old.
-    await db.admin.query(`UPDATE job_lease SET fencing_token = (9::bigint << 40) | 1 WHERE target_id = 'max:b'`);
+    await db.admin.query(`UPDATE job_lease SET fencing_token = (9::bigint << 47) | 1 WHERE target_id = 'max:b'`);
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id LIKE 'max:%'`,
     );
     await s.purge();
     expect(await tokenOf('max:a')).toBeUndefined();
-    expect(await tokenOf('max:b')).toBe((9n << 40n) | 1n);
+    expect(await tokenOf('max:b')).toBe((9n << 47n) | 1n);
   });
 
   test('a service runs the purge (by itself every 10 min; here at once)', async () => {

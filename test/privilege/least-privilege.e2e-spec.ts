@@ -93,7 +93,7 @@ describe('least privilege', () => {
       const granted: Lease = await waiting;
       expect(granted.fencingToken).toBeGreaterThan(held.fencingToken);
       // The token's high bits are the server's timeline, read by the role inside the acquire statement.
-      expect([held.fencingToken >> 40n, granted.fencingToken >> 40n]).toEqual([1n, 1n]);
+      expect([held.fencingToken >> 47n, granted.fencingToken >> 47n]).toEqual([1n, 1n]);
 
       // A waiter that gives up removes its own row.
       const late = a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 });

@@ -22,7 +22,7 @@ describe('WAL functions not executable (an Aurora-like server)', () => {
     await owner.close();
     // The same sequence value, drawn on timeline 3.
     const { rows } = await db.admin.query<{ token: string }>(
-      `UPDATE job_lease SET fencing_token = (3::bigint << 40) | (fencing_token & ((1::bigint << 40) - 1))
+      `UPDATE job_lease SET fencing_token = (3::bigint << 47) | (fencing_token & ((1::bigint << 47) - 1))
        WHERE target_id = 'old:key' RETURNING fencing_token::text AS token`,
     );
     oldToken = BigInt(rows[0].token);
@@ -68,7 +68,7 @@ describe('WAL functions not executable (an Aurora-like server)', () => {
       expect(first).not.toBeNull();
       // Above the token already in the table, whatever timeline it carries.
       expect(first.fencingToken).toBeGreaterThan(oldToken);
-      expect(first.fencingToken >> 40n).toBe(3n);
+      expect(first.fencingToken >> 47n).toBe(3n);
       await eventually(
         () => renewals,
         (n) => n >= 3,

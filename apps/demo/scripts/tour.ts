@@ -256,11 +256,11 @@ export async function runTour(
       'SELECT user_id, fencing_token, instance, priority FROM job_result ORDER BY fencing_token',
     );
     print('\njob_result (every committed save; no stale token ever committed):');
-    // Fencing tokens are (timeline << 40) | sequence value: 1099511627777 is the first of timeline 1.
-    print('  user          token  instance  priority');
+    // Fencing tokens are (timeline << 47) | sequence value (from 2^40): 141836999983104 is the first of timeline 1.
+    print('  user            token  instance  priority');
     for (const row of all.rows)
       print(
-        `  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(13)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`,
+        `  ${String(row.user_id).padStart(4)}  ${row.fencing_token.padStart(15)}  ${row.instance.padEnd(8)}  ${String(row.priority).padStart(8)}`,
       );
     return {
       duplicate: { first, again, otherInstance },

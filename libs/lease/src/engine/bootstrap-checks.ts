@@ -7,7 +7,8 @@ import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { grantStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
+import { grantStatements, leaseObjectNames, schemaStatements, tokenLayoutStatement } from '../schema/lease-schema.js';
+import { tokenLayoutMigrationName } from '../schema/migration-names.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -32,8 +33,17 @@ export class BootstrapChecks {
       );
     }
     if (this.options.createSchema) await this.createSchema();
-    const missing = await this.store.schema.missingObjects();
+    const { missing, oldLayout } = await this.store.schema.missingObjects();
     if (missing.length > 0) throw this.missingError(missing);
+    if (oldLayout.length > 0) {
+      throw new LeaseConfigError(
+        messages.tokenLayoutMissing(
+          oldLayout.join(', '),
+          tokenLayoutMigrationName(this.options),
+          tokenLayoutStatement(this.options),
+        ),
+      );
+    }
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
@@ -61,7 +71,8 @@ export class BootstrapChecks {
    * right — so a least-privileged role starts fine where the owner ran the migrations.
    */
   private async createSchema(): Promise<void> {
-    if ((await this.store.schema.missingObjects()).length === 0) return;
+    const { missing, oldLayout } = await this.store.schema.missingObjects();
+    if (missing.length === 0 && oldLayout.length === 0) return;
     const { role, allowed } = await this.store.schema.mayCreateSchema();
     if (!allowed) {
       throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));

@@ -71,7 +71,7 @@ describe('database error classification', () => {
     const cause = pgError('23502', 'null value', { column: 'fencing_token' });
     const error = exhausted(cause, 'fencing_token', '"public"."job_lease_fencing_seq"');
     expect(error).toBeInstanceOf(LeaseConfigError);
-    expect(error?.message).toMatch(/^The sequence "public"\."job_lease_fencing_seq" has passed 2\^40/);
+    expect(error?.message).toMatch(/^The sequence "public"\."job_lease_fencing_seq" has passed 2\^47/);
     expect(error?.cause).toBe(cause);
     expect(exhausted(cause, 'seq', 's')).toBeUndefined();
     expect(exhausted(pgError('23505', 'x', { column: 'fencing_token' }), 'fencing_token', 's')).toBeUndefined();

@@ -50,7 +50,7 @@ export const messages = {
   priorityArgument: (got: unknown) =>
     `priority must be an integer between -2147483648 and 2147483647, got ${String(got)}`,
   sequenceExhausted: (sequence: string) =>
-    `The sequence ${sequence} has passed 2^40 (or the server's timeline 2^23): nest-pg-lease refuses to hand out ` +
+    `The sequence ${sequence} has passed 2^47 (or the server's timeline 2^16): nest-pg-lease refuses to hand out ` +
     'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
     'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
     'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
@@ -160,6 +160,12 @@ export const messages = {
     'synchronize: true from leaseEntities before leaseMigrations ran (entities cannot declare sequences). Set ' +
     'createSchema: true (it creates only what is missing), or, as the owner of the lease tables, run: ' +
     statements,
+  tokenLayoutMissing: (sequences: string, migration: string, statement: string) =>
+    `The sequences ${sequences} are of the 40-bit fencing token layout of nest-pg-lease 0.2 (tokens ` +
+    '(timeline << 40) | n): this version draws (timeline << 47) | n from sequences that start at 2^40. Stop every ' +
+    `process of an earlier version, then run the migration ${migration} (in leaseMigrations / ` +
+    'createLeaseMigrations()), or set createSchema: true, or, as the owner of the lease tables, run: ' +
+    statement,
   createSchemaNotAllowed: (role: string | number, schema: string | number) =>
     `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
     `"${schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +

@@ -34,12 +34,18 @@ describe('lease names and the schema they make', () => {
     });
   });
 
-  it('the DDL creates the schema only when it is not public, everything IF NOT EXISTS', () => {
+  it('the DDL creates the schema only when it is not public, everything IF NOT EXISTS, then the token layout', () => {
     const names = { tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(5);
+    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(6);
     const custom = schemaStatements({ schema: 'jobs', ...names });
     expect(custom[0]).toBe('CREATE SCHEMA IF NOT EXISTS "jobs"');
-    expect(custom.every((statement) => statement.includes('IF NOT EXISTS'))).toBe(true);
+    // The token layout is a guarded DO block: a no-op on the sequences the CREATEs just made.
+    expect(custom.at(-1)).toMatch(/^DO \$layout\$/);
+    expect(custom.slice(0, -1).every((statement) => statement.includes('IF NOT EXISTS'))).toBe(true);
+    expect(custom.filter((statement) => statement.startsWith('CREATE SEQUENCE'))).toEqual([
+      'CREATE SEQUENCE IF NOT EXISTS "jobs"."job_lease_fencing_seq" AS bigint MINVALUE 1099511627776',
+      'CREATE SEQUENCE IF NOT EXISTS "jobs"."job_lease_waiter_seq" AS bigint MINVALUE 1099511627776',
+    ]);
     expect(custom.join('\n')).toContain('WITH (fillfactor = 50)');
   });
 

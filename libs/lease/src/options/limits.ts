@@ -21,3 +21,9 @@ export const ONE_SECOND_MS = 1_000;
 
 /** How many times a statement (or a fence's lock step) rolled back whole by a serialization failure is sent. */
 export const SERIALIZATION_ATTEMPTS = 10;
+
+/**
+ * The first value of both lease sequences in the 47-bit fencing token layout (their MINVALUE; see
+ * `store/sql/fencing-token.ts` and `tokenLayoutStatement`).
+ */
+export const SEQUENCE_FLOOR = 1n << 40n;

@@ -5,6 +5,7 @@
  */
 import { EntitySchema, type EntitySchemaColumnOptions } from 'typeorm';
 import type { LeaseNames } from '../options/lease-names.js';
+import { SEQUENCE_FLOOR } from '../options/limits.js';
 
 /** Quotes a validated identifier. */
 export function quoteIdentifier(name: string): string {
@@ -129,19 +130,48 @@ function createTable(qualified: string, tableName: string, table: Table): string
   return `CREATE TABLE IF NOT EXISTS ${qualified} (\n      ${lines.join(',\n      ')}\n    ) WITH (fillfactor = ${table.fillfactor})`;
 }
 
-/** The DDL of the lease tables; idempotent, so `createSchema` and the migration share it. */
+/** The DDL of the lease tables; idempotent, so `createSchema` and the migrations share it. */
 export function schemaStatements(names: LeaseNames): string[] {
   const n = leaseObjectNames(names);
   return [
     ...(names.schema === 'public' ? [] : [`CREATE SCHEMA IF NOT EXISTS ${n.schema}`]),
-    `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint`,
+    `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint MINVALUE ${SEQUENCE_FLOOR}`,
     // Only the primary key is indexed, and half of each page is left free, so a heartbeat of every lease in one tick
     // still finds room for the new row versions on their own pages: HOT updates (measured: 99.8 % at 10,000 leases).
     createTable(n.lease, names.tableName, LEASE_TABLE),
-    `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint`,
+    `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint MINVALUE ${SEQUENCE_FLOOR}`,
     createTable(n.waiter, names.waiterTableName, WAITER_TABLE),
     `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (${WAITER_ORDER.sql})`,
+    tokenLayoutStatement(names),
   ];
+}
+
+/**
+ * Moves sequences of the 40-bit token layout (0.2: `(timeline << 40) | n`, n < 2^40) to this one: both start at
+ * 2^40 (`SEQUENCE_FLOOR`, set as their MINVALUE), so every new token `(timeline << 47) | n` is above every old one
+ * (an old timeline t < 128 gives tokens below `t << 47`, and the timeline never goes back), and a process of the
+ * old version, which refuses values past 2^40, fails closed. Refuses, changing nothing, tables holding a token or
+ * place of timeline 128 or more (which the new layout could not order). Idempotent: nothing happens on migrated
+ * sequences. One-way: the old layout cannot come back (its processes keep failing closed).
+ */
+export function tokenLayoutStatement(names: LeaseNames): string {
+  const n = leaseObjectNames(names);
+  const limit = 1n << 47n;
+  const literal = (name: string) => `'${name.replace(/'/g, "''")}'`;
+  const move = (sequence: string) => `
+  IF (SELECT seqmin FROM pg_catalog.pg_sequence WHERE seqrelid = ${literal(sequence)}::regclass) < ${SEQUENCE_FLOOR} THEN
+    PERFORM setval(${literal(sequence)}, ${SEQUENCE_FLOOR}, false) WHERE (SELECT last_value FROM ${sequence}) < ${SEQUENCE_FLOOR};
+    ALTER SEQUENCE ${sequence} MINVALUE ${SEQUENCE_FLOOR} START WITH ${SEQUENCE_FLOOR};
+  END IF;`;
+  return `DO $layout$
+BEGIN
+  IF (SELECT max(fencing_token) FROM ${n.lease}) >= ${limit} OR (SELECT max(seq) FROM ${n.waiter}) >= ${limit} THEN
+    IF (SELECT seqmin FROM pg_catalog.pg_sequence WHERE seqrelid = ${literal(n.fencingSequence)}::regclass) < ${SEQUENCE_FLOOR} THEN
+      RAISE EXCEPTION 'nest-pg-lease: % holds fencing tokens of timeline 128 or more in the 40-bit layout, which the 47-bit layout cannot order new tokens above; see the README, "Fencing token layout"', ${literal(n.lease)};
+    END IF;
+  END IF;${move(n.fencingSequence)}${move(n.waiterSequence)}
+END
+$layout$`;
 }
 
 /** The GRANTs a least-privileged application role needs, run by the owner of the lease objects. */

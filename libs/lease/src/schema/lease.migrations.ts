@@ -1,21 +1,18 @@
-import { createHash } from 'node:crypto';
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { dropSchemaStatements, schemaStatements } from './lease-schema.js';
+import { dropSchemaStatements, schemaStatements, tokenLayoutStatement } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
-
-/** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
-const CREATED_AT = 1764374400000;
+import { createTablesMigrationName, tokenLayoutMigrationName } from './migration-names.js';
 
 /**
- * TypeORM migrations creating the lease table, the waiter table and their sequences for the given names (validated
- * like the module's options). Use the same names as in `LeaseModule.forRoot()`.
+ * TypeORM migrations for the given names (validated like the module's options; use the same names as in
+ * `LeaseModule.forRoot()`): the lease table, the waiter table and their sequences; then the 47-bit fencing token
+ * layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the README's
+ * "Fencing token layout").
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
-  const isDefault =
-    fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
-  const suffix = isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
-  const name = `CreateLeaseTables${suffix}${CREATED_AT}`;
+  const name = createTablesMigrationName(fixed);
+  const layoutName = tokenLayoutMigrationName(fixed);
   class CreateLeaseTables implements MigrationInterface {
     readonly name = name;
 
@@ -27,7 +24,17 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
       for (const statement of dropSchemaStatements(fixed)) await queryRunner.query(statement);
     }
   }
-  return [CreateLeaseTables];
+  class LeaseTokenLayout implements MigrationInterface {
+    readonly name = layoutName;
+
+    async up(queryRunner: QueryRunner): Promise<void> {
+      await queryRunner.query(tokenLayoutStatement(fixed));
+    }
+
+    /** One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens. */
+    async down(): Promise<void> {}
+  }
+  return [CreateLeaseTables, LeaseTokenLayout];
 }
 
 /** Migrations for the default names (`public.job_lease`, `public.job_lease_waiter`). */

@@ -4,6 +4,7 @@ import {
   acquireBatchOutcomes,
   acquireOutcome,
   missingObjectNames,
+  oldLayoutSequences,
   missingRights,
   releaseBatchOutcomes,
   renewOutcome,
@@ -126,10 +127,11 @@ describe('store rows', () => {
 
   it('the bootstrap checks name what is missing', () => {
     const n = leaseObjectNames({ schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' });
-    expect(missingObjectNames({ lease: true, waiter: false, seq: true, wseq: false }, n)).toEqual([
-      '"public"."job_lease_waiter"',
-      '"public"."job_lease_waiter_seq"',
-    ]);
+    const row = { lease: true, waiter: false, seq: true, wseq: false, seq_layout: false, wseq_layout: null };
+    expect(missingObjectNames(row, n)).toEqual(['"public"."job_lease_waiter"', '"public"."job_lease_waiter_seq"']);
+    // A sequence of the 40-bit token layout is named (a missing one is only missing).
+    expect(oldLayoutSequences(row, n)).toEqual(['"public"."job_lease_fencing_seq"']);
+    expect(oldLayoutSequences({ ...row, seq_layout: true }, n)).toEqual([]);
     const checks = privilegeChecks(n, 'public');
     const granted = checks.map((_, i) => i !== 4);
     expect(missingRights(checks, granted)).toEqual([checks[4][3]]);

@@ -131,6 +131,15 @@ export interface ObjectsRow {
   waiter: boolean;
   seq: boolean;
   wseq: boolean;
+  /** Whether the sequence is of the 47-bit token layout (null: it is missing). */
+  seq_layout: boolean | null;
+  wseq_layout: boolean | null;
+}
+
+/** What the bootstrap check found: the objects missing, and the sequences of the 40-bit token layout. */
+export interface SchemaState {
+  missing: string[];
+  oldLayout: string[];
 }
 
 /** The quoted names of the objects the row says are missing, in creation order. */
@@ -141,6 +150,14 @@ export function missingObjectNames(row: ObjectsRow, n: LeaseObjectNames): string
   if (!row.seq) missing.push(n.fencingSequence);
   if (!row.wseq) missing.push(n.waiterSequence);
   return missing;
+}
+
+/** The quoted names of the sequences still of the 40-bit token layout (0.2), which the layout migration moves. */
+export function oldLayoutSequences(row: ObjectsRow, n: LeaseObjectNames): string[] {
+  const old: string[] = [];
+  if (row.seq_layout === false) old.push(n.fencingSequence);
+  if (row.wseq_layout === false) old.push(n.waiterSequence);
+  return old;
 }
 
 /** The names of the rights not granted (`granted`: one boolean per check, in order). */

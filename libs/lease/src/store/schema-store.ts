@@ -7,7 +7,7 @@ import type { BoundedStatement } from '../database/sessions.js';
 import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { schemaStatements } from '../schema/lease-schema.js';
-import { missingObjectNames, missingRights, type ObjectsRow } from './rows.js';
+import { missingObjectNames, missingRights, type ObjectsRow, oldLayoutSequences, type SchemaState } from './rows.js';
 import type { Statements } from './statement-texts.js';
 
 /** Runs one statement on the statement pool (default bound: a read's; see `bootstrapBoundMs` for these). */
@@ -22,15 +22,18 @@ export class SchemaStore {
     private readonly options: ResolvedLeaseOptions,
   ) {}
 
-  /** Which lease objects are missing (bootstrap check). */
-  async missingObjects(): Promise<string[]> {
+  /** Which lease objects are missing, and which sequences are of the 40-bit token layout (bootstrap check). */
+  async missingObjects(): Promise<SchemaState> {
     const { names } = this.statements;
     const { rows } = await this.run<ObjectsRow>({
       text: this.statements.sql.missingObjects,
       boundMs: bootstrapBoundMs(this.options),
       values: [names.lease, names.waiter, names.fencingSequence, names.waiterSequence],
     });
-    return missingObjectNames(rows[0], this.statements.names);
+    return {
+      missing: missingObjectNames(rows[0], this.statements.names),
+      oldLayout: oldLayoutSequences(rows[0], this.statements.names),
+    };
   }
 
   /**

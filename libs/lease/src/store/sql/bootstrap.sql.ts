@@ -2,11 +2,17 @@
  * The bootstrap checks' statements: which objects exist, which rights the role has, whether it may create the
  * objects, whether it may read the system identifier. Pure: SQL text only, every value bound.
  */
+import { SEQUENCE_FLOOR } from '../../options/limits.js';
 import type { LeaseObjectNames } from './fragments.js';
 
-/** Which lease objects exist: $1 lease table, $2 waiter table, $3 fencing sequence, $4 waiter sequence. */
+/**
+ * Which lease objects exist: $1 lease table, $2 waiter table, $3 fencing sequence, $4 waiter sequence; and whether
+ * each sequence is of the 47-bit token layout (its MINVALUE is `SEQUENCE_FLOOR`; null where it is missing).
+ */
 export const MISSING_OBJECTS_SQL = `SELECT to_regclass($1) IS NOT NULL AS lease, to_regclass($2) IS NOT NULL AS waiter,
-        to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq`;
+        to_regclass($3) IS NOT NULL AS seq, to_regclass($4) IS NOT NULL AS wseq,
+        (SELECT seqmin >= ${SEQUENCE_FLOOR} FROM pg_catalog.pg_sequence WHERE seqrelid = to_regclass($3)) AS seq_layout,
+        (SELECT seqmin >= ${SEQUENCE_FLOOR} FROM pg_catalog.pg_sequence WHERE seqrelid = to_regclass($4)) AS wseq_layout`;
 
 /** Whether the role may create the objects: $1 the quoted schema, $2 the schema. */
 export const MAY_CREATE_SCHEMA_SQL = `SELECT current_user::text AS role, CASE WHEN to_regnamespace($1) IS NULL

@@ -72,14 +72,15 @@ describe('SQL builders', () => {
     expect(headOf(leaseObjectNames(defaults), 'g.t', '$4')).not.toContain('<>');
   });
 
-  it('the token layout: (timeline << 40) | n, NULL past 40 bits or timeline 2^23', () => {
-    expect(timelineOf(1099511627777n)).toBe(1n);
-    expect(timelineOf((5n << 40n) | 123n)).toBe(5n);
+  it('the token layout: (timeline << 47) | n, NULL past 47 bits or timeline 2^16', () => {
+    expect(timelineOf((1n << 47n) | (1n << 40n))).toBe(1n);
+    expect(timelineOf((5n << 47n) | 123n)).toBe(5n);
+    expect(timelineOf((127n << 40n) | 5n)).toBe(0n); // 0.2's tokens (40-bit layout, timelines below 128)
     expect(timelineOf(42n)).toBe(0n);
     const token = historyToken('s.v');
-    expect(token).toContain('s.v BETWEEN 0 AND 1099511627775');
-    expect(token).toContain('h.timeline < 8388608');
-    expect(token).toContain('(h.timeline << 40) | s.v');
+    expect(token).toContain('s.v BETWEEN 0 AND 140737488355327');
+    expect(token).toContain('h.timeline < 65536');
+    expect(token).toContain('(h.timeline << 47) | s.v');
   });
 
   it('the server history reads the system identifier only when asked', () => {

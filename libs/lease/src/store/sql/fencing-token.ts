@@ -1,10 +1,21 @@
 /**
- * The fencing token layout, written once: `(timeline << 40) | sequence value`, and the server's history it is
+ * The fencing token layout, written once: `(timeline << 47) | sequence value`, and the server's history it is
  * compared with. Pure: SQL text only.
  */
 
-/** Bits of a fencing token below the timeline: `token = (timeline << 40) | sequence value`. */
-export const FENCING_SEQUENCE_BITS = 40n;
+/** Bits of a fencing token below the timeline: `token = (timeline << 47) | sequence value` (16 timeline bits). */
+export const FENCING_SEQUENCE_BITS = 47n;
+
+/**
+ * `SEQUENCE_FLOOR` (2^40) is the first value of both sequences in this layout (their MINVALUE). The layout before it,
+ * `(timeline << 40) | n`, built its tokens from values below it: on sequences past it a process of that version draws
+ * NULL (its NOT NULL column refuses it, nothing is written) instead of a token below the new ones. The MINVALUE also
+ * marks migrated sequences (see `MISSING_OBJECTS_SQL`).
+ */
+export { SEQUENCE_FLOOR } from '../../options/limits.js';
+
+/** Timelines a token can carry: 2^16 (a bigint has 63 bits of magnitude). */
+export const TIMELINE_LIMIT = 1n << (63n - FENCING_SEQUENCE_BITS);
 
 /** The timeline of the server history a fencing token was drawn in (0 for tokens of versions before the layout). */
 export function timelineOf(fencingToken: bigint): bigint {
@@ -56,11 +67,12 @@ export function serverHistorySql(readSystemId: boolean): string {
 }
 
 /**
- * A number drawn from `sequence` that orders across failovers: `(timeline << 40) | nextval`. After an asynchronous
+ * A number drawn from `sequence` that orders across failovers: `(timeline << 47) | nextval`. After an asynchronous
  * failover the sequence resumes from what the standby had received, so its plain values can go back; the promoted
- * server's timeline is larger, so these numbers never do. Values of versions before this layout (< 2⁴⁰) stay below
- * every new one. The sequence is not reset by a failover: it has 2⁴⁰ values for the life of the table. A value
- * that would not fit its 40 bits (or a timeline past 2²³, which would overflow a bigint) gives NULL, which the
+ * server's timeline is larger, so these numbers never do. Tokens of the layouts before this one (plain values below
+ * 2⁴⁰, then `(timeline << 40) | n` on timelines below 128, which the layout migration checks) stay below every new
+ * one. The sequence is not reset by a failover: it has 2⁴⁷ − 2⁴⁰ values for the life of the table. A value that
+ * would not fit its 47 bits (or a timeline past 2¹⁶, which would overflow a bigint) gives NULL, which the
  * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
  * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
  * `sequence` is a quoted name, spliced as a string literal.
@@ -82,6 +94,6 @@ export function sequenceLiteral(sequence: string): string {
  */
 export function historyToken(v: string): string {
   const limit = 1n << FENCING_SEQUENCE_BITS;
-  return `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${1n << (63n - FENCING_SEQUENCE_BITS)}
+  return `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${TIMELINE_LIMIT}
       THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | ${v} END`;
 }

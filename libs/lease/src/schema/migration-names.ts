@@ -1,0 +1,29 @@
+/**
+ * The names of the lease migrations (TypeORM records and orders them by name and timestamp suffix): one set per set of
+ * lease names. Private: bootstrap names the layout migration in its error.
+ */
+import { createHash } from 'node:crypto';
+import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
+
+/** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
+const CREATED_AT = 1764374400000;
+
+/** When the 47-bit fencing token layout came (0.3). */
+const TOKEN_LAYOUT_AT = 1796169600000;
+
+/** The name of the first migration (the tables and sequences) for these names. */
+export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `CreateLeaseTables${migrationSuffix(resolveLeaseNames(names))}${CREATED_AT}`;
+}
+
+/** The name of the token layout migration for these names (bootstrap names it when it has not run). */
+export function tokenLayoutMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `LeaseTokenLayout${migrationSuffix(resolveLeaseNames(names))}${TOKEN_LAYOUT_AT}`;
+}
+
+/** '' for the default names, else a hash of them, so each set of names has migrations of its own. */
+function migrationSuffix(fixed: LeaseNames): string {
+  const isDefault =
+    fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
+  return isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
+}
