@@ -1,12 +1,12 @@
 /**
  * The HTTP scenario's server, run as a child process of bench/run.ts so the load generator does not share its
- * event loop: the same handlers undecorated and under `@Exclusive` (one returns at once, one writes a row first), on
- * 127.0.0.1. Prints `listening <port>`.
+ * event loop: the same handlers undecorated and under `@Exclusive` (one returns at once, one writes a row first, one
+ * writes it as the lease's last fenced save with the release riding on it), on 127.0.0.1. Prints `listening <port>`.
  */
 import 'reflect-metadata';
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Exclusive, LeaseModule } from 'nest-pg-lease';
+import { CurrentLease, Exclusive, type Lease, LeaseModule } from 'nest-pg-lease';
 import pg from 'pg';
 import { countStatements, statementsSoFar } from './support/db.js';
 import { BENCH_LEASE_OPTIONS } from './support/contenders.js';
@@ -47,6 +47,19 @@ class BenchController {
   @Exclusive('bench:{k}')
   async exclusiveWrite(@Query('k') k: string) {
     await write(k);
+    return { k };
+  }
+
+  /** The same write as the lease's last save, the release riding on its commit: one commit for save + release. */
+  @Get('exclusive-save')
+  @Exclusive('bench:{k}')
+  async exclusiveSave(@Query('k') k: string, @CurrentLease() lease: Lease) {
+    await lease.fenced(
+      (manager) => manager.query('UPDATE bench_counter SET n = n + 1 WHERE id = $1', [Number(k) % 64]),
+      {
+        release: true,
+      },
+    );
     return { k };
   }
 

@@ -15,12 +15,15 @@ import { summarize, type BenchContext, type Measurement, type Row } from '../sup
 export const HTTP_SCENARIO = '@Exclusive HTTP endpoint';
 const CONNECTIONS = 16;
 export const HTTP_WRITE_SCENARIO = '@Exclusive HTTP endpoint that writes a row';
+/** The write done as the lease's fenced save, the release riding on its commit (`fenced(work, { release: true })`). */
+export const EXCLUSIVE_SAVE = '@Exclusive, save + release in one commit';
 /** The goal's pair (a handler that does nothing), and a pair whose handler does one UPDATE, like a real endpoint. */
 const VARIANTS = [
   { scenario: HTTP_SCENARIO, name: 'undecorated', path: 'plain' },
   { scenario: HTTP_SCENARIO, name: '@Exclusive', path: 'exclusive' },
   { scenario: HTTP_WRITE_SCENARIO, name: 'undecorated', path: 'plain-write' },
   { scenario: HTTP_WRITE_SCENARIO, name: '@Exclusive', path: 'exclusive-write' },
+  { scenario: HTTP_WRITE_SCENARIO, name: EXCLUSIVE_SAVE, path: 'exclusive-save' },
 ] as const;
 
 const benchDir = dirname(dirname(fileURLToPath(import.meta.url)));

@@ -17,6 +17,7 @@ const EXPORTS = [
   'ExclusiveKey',
   'ExclusiveMetadata',
   'ExclusiveOptions',
+  'FencedOptions',
   'Lease',
   'LEASE_CHANNELS',
   'LeaseArgumentError',

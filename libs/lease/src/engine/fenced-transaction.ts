@@ -7,7 +7,9 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
-import { LeaseLostError } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseLostError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
+import type { FencedOptions } from '../interfaces/lease.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 import type { LeaseStore } from '../store/lease-store.js';
@@ -22,6 +24,9 @@ interface FenceStep {
   lockFailed: boolean;
   inWork: boolean;
 }
+
+/** How the engine ends a lease whose release committed with a fenced transaction (no statement of its own). */
+export type ReleasedBySave = (lease: HeldLease) => void;
 
 /** A fenced transaction open in the current call chain: nested `fenced()` calls on its lease join it. */
 interface OpenFence {
@@ -38,6 +43,7 @@ export class FencedTransactions {
     private readonly database: LeaseDatabase,
     private readonly store: LeaseStore,
     private readonly lose: LoseLease,
+    private readonly releasedBySave: ReleasedBySave,
   ) {}
 
   /**
@@ -45,17 +51,28 @@ export class FencedTransactions {
    * of the same lease called from inside `work` joins that transaction in a savepoint: a second transaction would wait
    * for the first's row lock while the first waits for it in JavaScript, a deadlock PostgreSQL cannot see.
    */
-  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  async fenced<T>(
+    lease: HeldLease,
+    work: (manager: EntityManager) => Promise<T>,
+    options: FencedOptions = {},
+  ): Promise<T> {
+    const release = releaseOption(options, lease.targetKey);
     if (!lease.isHeld()) throw this.refuse(lease);
     const open = this.fences.getStore()?.get(lease);
-    if (open && !open.closed) return this.joinFence(lease, open, work);
+    if (open && !open.closed) {
+      if (release) throw new LeaseArgumentError(messages.releaseInOpenFence(), lease.targetKey);
+      return this.joinFence(lease, open, work);
+    }
     // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
     // 40001; nothing of `work` has run yet, so the transaction simply starts again.
     // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
     for (let attempt = 1; ; attempt++) {
       const step: FenceStep = { lockFailed: false, inWork: false };
       try {
-        return await this.fencedOnce(lease, work, step);
+        const result = await this.fencedOnce(lease, work, step, release);
+        // Committed: the row was released with the work's writes.
+        if (release) this.releasedBySave(lease);
+        return result;
       } catch (error) {
         if (!step.lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
           // The database failing around the work (its connection, BEGIN, COMMIT) is the library's 503; what the work
@@ -67,41 +84,53 @@ export class FencedTransactions {
     }
   }
 
-  private fencedOnce<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, step: FenceStep): Promise<T> {
+  private fencedOnce<T>(
+    lease: HeldLease,
+    work: (manager: EntityManager) => Promise<T>,
+    step: FenceStep,
+    release: boolean,
+  ): Promise<T> {
     const onLockFailed = () => (step.lockFailed = true);
-    return this.database.transaction(async (manager) => {
-      let locked: Awaited<ReturnType<LeaseStore['lockForFence']>>;
-      try {
-        // The row lock is waited for no longer than the lease may still be used.
-        locked = await this.store.lockForFence(manager, lease.targetKey, lease.deadline - performance.now());
-      } catch (error) {
-        onLockFailed();
-        throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
-      }
-      const { leaseToken: token, timeline } = locked;
-      // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
-      const acquiredIn = timelineOf(lease.fencingToken);
-      if (timeline !== acquiredIn) {
-        const detail = `timeline ${acquiredIn} → ${timeline}`;
-        this.lose(lease, 'failover', detail);
-        throw new LeaseLostError(lease.targetKey, 'failover', detail);
-      }
-      if (token !== lease.token) {
-        this.lose(lease, 'taken-over');
-        throw new LeaseLostError(lease.targetKey, 'taken-over');
-      }
-      step.inWork = true;
-      let result: T;
-      try {
-        result = await this.withinFence(lease, manager, work);
-      } finally {
-        step.inWork = false;
-      }
-      // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
-      // it may commit.
-      if (!lease.isHeld()) throw this.refuse(lease);
-      return result;
-    });
+    return this.database
+      .transaction(async (manager) => {
+        let locked: Awaited<ReturnType<LeaseStore['fence']['lockForFence']>>;
+        try {
+          // The row lock is waited for no longer than the lease may still be used.
+          locked = await this.store.fence.lockForFence(manager, lease.targetKey, lease.deadline - performance.now());
+        } catch (error) {
+          onLockFailed();
+          throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
+        }
+        const { leaseToken: token, timeline } = locked;
+        // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
+        const acquiredIn = timelineOf(lease.fencingToken);
+        if (timeline !== acquiredIn) {
+          const detail = `timeline ${acquiredIn} → ${timeline}`;
+          this.lose(lease, 'failover', detail);
+          throw new LeaseLostError(lease.targetKey, 'failover', detail);
+        }
+        if (token !== lease.token) {
+          this.lose(lease, 'taken-over');
+          throw new LeaseLostError(lease.targetKey, 'taken-over');
+        }
+        step.inWork = true;
+        let result: T;
+        try {
+          result = await this.withinFence(lease, manager, work);
+        } finally {
+          step.inWork = false;
+        }
+        // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
+        // it may commit.
+        if (!lease.isHeld()) throw this.refuse(lease);
+        // The release rides on this transaction: the row lock is ours, so it cannot find another holder's token.
+        if (release) {
+          await this.store.fence.releaseWithin(manager, lease.targetKey, lease.token);
+          lease.releasingWithSave = true;
+        }
+        return result;
+      })
+      .finally(() => (lease.releasingWithSave = false));
   }
 
   /** Runs `work` with `manager` as the open fence of `lease` in this call chain. */
@@ -141,4 +170,13 @@ export class FencedTransactions {
     if (lease.active) this.lose(lease, 'renewal-deadline');
     return new LeaseLostError(lease.targetKey, lease.lossReason);
   }
+}
+
+/** `FencedOptions.release`, checked: anything but an object with an optional boolean is a LeaseArgumentError. */
+function releaseOption(options: FencedOptions, targetKey: string): boolean {
+  const release: unknown = typeof options === 'object' && options !== null ? options.release : 'invalid';
+  if (release !== undefined && typeof release !== 'boolean') {
+    throw new LeaseArgumentError(messages.fencedOptionsArgument(options), targetKey);
+  }
+  return release === true;
 }

@@ -64,8 +64,10 @@ describe('HeldLease', () => {
     const { held } = lease();
     const work = async () => 1;
     await held.fenced(work);
+    await held.fenced(work, { release: true });
     await held.release();
-    expect(fenced).toHaveBeenCalledWith(held, work);
+    expect(fenced).toHaveBeenNthCalledWith(1, held, work, undefined);
+    expect(fenced).toHaveBeenNthCalledWith(2, held, work, { release: true });
     expect(release).toHaveBeenCalledWith(held);
   });
 

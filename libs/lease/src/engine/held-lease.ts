@@ -1,13 +1,14 @@
 import type { EntityManager } from 'typeorm';
-import { LeaseLostError } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseLostError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import type { Lease } from '../interfaces/lease.interface.js';
+import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import type { HolderSpan } from '../observability/tracing.js';
 import { NO_KEY_TEMPLATE } from '../options/call-input.js';
 
 /** What a lease handle needs from the engine that made it. */
 export interface LeaseHandleOwner {
-  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T>;
   release(lease: HeldLease): Promise<void>;
 }
 
@@ -28,6 +29,11 @@ export class HeldLease implements Lease {
   keyTemplate = NO_KEY_TEMPLATE;
   /** Acquired by taking over an expired row. */
   tookOver = false;
+  /**
+   * Its release is in a fenced transaction's COMMIT now (`fenced(work, { release: true })`): a renewal that finds the
+   * row gone meanwhile is that release, not a takeover.
+   */
+  releasingWithSave = false;
   /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */
   holder?: HolderSpan;
 
@@ -73,8 +79,8 @@ export class HeldLease implements Lease {
     return this.state === 'held';
   }
 
-  fenced<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.engine.fenced(this, work);
+  fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T> {
+    return this.engine.fenced(this, work, options);
   }
 
   release(): Promise<void> {
@@ -156,8 +162,10 @@ export class BorrowedLease implements Lease {
   isHeld() {
     return this.held.isHeld();
   }
-  fenced<T>(work: (manager: EntityManager) => Promise<T>) {
-    return this.held.fenced(work);
+  fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions) {
+    if (options?.release === true)
+      return Promise.reject(new LeaseArgumentError(messages.releaseOfBorrowedLease(), this.targetKey));
+    return this.held.fenced(work, options);
   }
   async release(): Promise<void> {
     // The outer call that acquired the lease releases it when it ends.

@@ -19,7 +19,7 @@ import {
 } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
-import type { Lease } from '../interfaces/lease.interface.js';
+import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
@@ -140,7 +140,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.heartbeat = new LeaseHeartbeat(this.store, this.options, this.logger, this.held, lose, (event) =>
       this.emit(event),
     );
-    this.fencing = new FencedTransactions(this.database, this.store, lose);
+    const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
+    this.fencing = new FencedTransactions(this.database, this.store, lose, releasedBySave);
     this.retries = new ReleaseRetries(
       this.store,
       this.options,
@@ -338,17 +339,18 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   }
 
   /** The lease's `fenced()` (see `FencedTransactions`). */
-  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
-    return this.telemetry.fenced(lease, () => this.fencing.fenced(lease, work));
+  fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T> {
+    return this.telemetry.fenced(lease, () => this.fencing.fenced(lease, work, options));
   }
 
   /**
    * The lease's `release()`: token-guarded; idempotent; quiet when the lease was lost. A release that fails (the
    * database unreachable, or a statement past its bound) is retried in the background until it lands, past the row's
    * expiry too (see `ReleaseRetries`): a release is idempotent, and a row left held would block its key until it
-   * expires, and name this process afterwards.
+   * expires, and name this process afterwards. `committed`: the row was released by a fenced transaction's commit
+   * (`fenced(work, { release: true })`), so no statement is sent.
    */
-  async release(lease: HeldLease, reason?: () => unknown): Promise<void> {
+  async release(lease: HeldLease, reason?: () => unknown, committed = false): Promise<void> {
     if (!lease.markReleased(reason)) return;
     this.forget(lease);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
@@ -356,7 +358,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     const until = lease.deadline + this.options.safetyMarginMs;
     await this.telemetry.release(lease, heldMs, async () => {
       let released = false;
-      await this.retries.releaseRow(lease.targetKey, lease.token, until, () => {
+      const onReleased = () => {
         released = true;
         this.emit({
           type: 'released',
@@ -366,7 +368,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
           heldMs,
           at: new Date(),
         });
-      });
+      };
+      await (committed ? onReleased() : this.retries.releaseRow(lease.targetKey, lease.token, until, onReleased));
       return released;
     });
   }

@@ -121,6 +121,8 @@ export class LeaseHeartbeat {
         this.lose(lease, 'failover', this.failoverDetail);
       } else if (tick.expired?.has(lease.token)) {
         this.lose(lease, 'renewal-deadline');
+      } else if (lease.releasingWithSave) {
+        // Released by its fenced transaction's commit: the engine ends it as released.
       } else {
         this.lose(lease, 'taken-over');
       }

@@ -47,6 +47,14 @@ export const messages = {
   holdArgument: (got: unknown) =>
     'holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ' +
     (typeof got === 'string' ? JSON.stringify(got) : String(got)),
+  fencedOptionsArgument: (got: unknown) =>
+    `fenced() options must be an object whose release is a boolean, got ${describeValue(got)}`,
+  releaseInOpenFence: () =>
+    'fenced(work, { release: true }) inside an open fenced() of the same lease: the release must ride on the ' +
+    'outermost transaction (call it there), or it would commit before the outer work',
+  releaseOfBorrowedLease: () =>
+    'fenced(work, { release: true }) on the lease of a reentrant call: the outer call that acquired the lease ' +
+    'releases it (call it there)',
   priorityArgument: (got: unknown) =>
     `priority must be an integer between -2147483648 and 2147483647, got ${String(got)}`,
   sequenceExhausted: (sequence: string) =>
@@ -209,4 +217,13 @@ export const messages = {
 export function errorText(error: unknown): string {
   if (error instanceof Error) return `${error.name}: ${error.message}`;
   return typeof error === 'string' ? error : (JSON.stringify(error) ?? typeof error);
+}
+
+/** A value as JSON where it has one (a cycle, a function, undefined: its type). */
+function describeValue(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? typeof value;
+  } catch {
+    return typeof value;
+  }
 }

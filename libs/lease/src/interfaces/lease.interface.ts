@@ -1,5 +1,16 @@
 import type { EntityManager } from 'typeorm';
 
+/** Options of `Lease.fenced()`. */
+export interface FencedOptions {
+  /**
+   * Release the lease in the same transaction, after `work` (its last save): one commit for the save and the release,
+   * the next waiter woken by that commit. The lease ends locally once it commits; if `work` or the commit fails, the
+   * lease is still held. Not inside an open `fenced()` of the same lease, nor on a reentrant call's lease.
+   * @default false
+   */
+  release?: boolean;
+}
+
 /** A held lease: the exclusive right over one target key until released, lost or expired. */
 export interface Lease {
   readonly targetKey: string;
@@ -15,8 +26,9 @@ export interface Lease {
   /**
    * Runs `work` in one transaction that first locks the lease row (`FOR UPDATE`) and checks the token. If the lease
    * is no longer ours, rejects with `LeaseLostError` and writes nothing. `work` must write through `manager`.
+   * `{ release: true }`: the release rides on this transaction (see `FencedOptions`).
    */
-  fenced<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T>;
   /** Releases the lease (token-guarded; idempotent; never touches a newer holder's row). */
   release(): Promise<void>;
 }

@@ -289,7 +289,7 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
         return [{ lease_token: TOKEN_A, timeline: '1' }];
       },
     } as unknown as EntityManager;
-    const result = await r.store.lockForFence(manager, 'report:1', 1_234.5);
+    const result = await r.store.fence.lockForFence(manager, 'report:1', 1_234.5);
     expect(r.log).toEqual([]);
     expect({ sent, result }).toMatchSnapshot();
   });

@@ -8,7 +8,6 @@
  * wrote into its own row, so processes with different settings still agree on when a lease is free.
  */
 import type pg from 'pg';
-import type { EntityManager, QueryRunner } from 'typeorm';
 import { headChannelOf } from '../database/head-payload.js';
 import {
   type BoundedStatement,
@@ -23,6 +22,7 @@ import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../option
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
+import { FenceStore } from './fence-store.js';
 import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
@@ -70,6 +70,8 @@ export class LeaseStore {
   private readonly purges: PurgeStore;
   /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
   readonly schema: SchemaStore;
+  /** The statements a fenced transaction sends on its own connection (see `FenceStore`). */
+  readonly fence: FenceStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -104,6 +106,11 @@ export class LeaseStore {
     const statements = buildStatements(options, undefined, purgeAfterMs);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
+    this.fence = new FenceStore(
+      () => this.sql,
+      options,
+      () => this.notifyChannel,
+    );
     this.purges = new PurgeStore(
       (statement) => this.run(statement),
       () => this.sql,
@@ -382,31 +389,6 @@ export class LeaseStore {
   /** The head channel when NOTIFY is on, else null (the statements then notify nobody). */
   private get notifyChannel(): string | null {
     return this.options.notify ? this.headChannel : null;
-  }
-
-  /**
-   * First statement of a fenced transaction: locks the lease row and reads its token, and the server's timeline (a
-   * lease of another timeline must not write: see `renew`). It bounds how long the row lock may be waited for
-   * (`lockWaitMs`: the time left before the lease's local deadline) and how long the transaction may sit idle, so a
-   * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
-   * role's default. On a server in recovery: `LeaseUnavailableError`.
-   */
-  async lockForFence(
-    manager: EntityManager | QueryRunner,
-    targetKey: string,
-    lockWaitMs: number,
-  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
-    let rows: Array<{ lease_token: string | null; timeline: string }>;
-    try {
-      rows = await manager.query(this.sql.lockForFence, [
-        targetKey,
-        String(this.options.fencedIdleTimeoutMs),
-        String(Math.max(1, Math.ceil(lockWaitMs))),
-      ]);
-    } catch (error) {
-      throw readOnly(error, targetKey) ?? error;
-    }
-    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline) };
   }
 
   /**

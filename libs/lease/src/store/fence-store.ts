@@ -1,0 +1,60 @@
+/**
+ * The statements of a fenced transaction, sent on the transaction's own connection (the caller's manager), never on
+ * the statement pool: the lock that opens it, and the release that may close it (`fenced(work, { release: true })`).
+ */
+import type { EntityManager, QueryRunner } from 'typeorm';
+import { readOnly } from '../errors/database-errors.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { StatementTexts } from './statement-texts.js';
+
+export class FenceStore {
+  constructor(
+    private readonly sql: () => StatementTexts,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly notifyChannel: () => string | null,
+  ) {}
+
+  /**
+   * First statement of a fenced transaction: locks the lease row and reads its token, and the server's timeline (a
+   * lease of another timeline must not write: see `renew`). It bounds how long the row lock may be waited for
+   * (`lockWaitMs`: the time left before the lease's local deadline) and how long the transaction may sit idle, so a
+   * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
+   * role's default. On a server in recovery: `LeaseUnavailableError`.
+   */
+  async lockForFence(
+    manager: EntityManager | QueryRunner,
+    targetKey: string,
+    lockWaitMs: number,
+  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
+    let rows: Array<{ lease_token: string | null; timeline: string }>;
+    try {
+      rows = await manager.query(this.sql().lockForFence, [
+        targetKey,
+        String(this.options.fencedIdleTimeoutMs),
+        String(Math.max(1, Math.ceil(lockWaitMs))),
+      ]);
+    } catch (error) {
+      throw readOnly(error, targetKey) ?? error;
+    }
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline) };
+  }
+
+  /**
+   * The release statement as the last statement of a fenced transaction whose row lock it already holds: the row is
+   * released (and the head of its line notified) by the transaction's own COMMIT, with the work's writes. Never with
+   * `asyncReleaseCommits`: that would make the work's commit non-durable too. Whether the row was released (false
+   * only when its token is not this lease's, which the lock step already ruled out).
+   */
+  async releaseWithin(manager: EntityManager, targetKey: string, leaseToken: string): Promise<boolean> {
+    const rows: Array<{ released: boolean }> = await manager.query(this.sql().release, [
+      targetKey,
+      leaseToken,
+      this.notifyChannel(),
+      false,
+      this.options.agingIntervalMs,
+      // The row is locked by this transaction already: the lock bound is never waited on.
+      String(Math.max(1, Math.floor(this.options.leaseTimeoutMs))),
+    ]);
+    return rows[0]?.released === true;
+  }
+}
