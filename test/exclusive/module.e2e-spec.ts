@@ -146,7 +146,8 @@ describe('LeaseModule wiring', () => {
   test('app shutdown aborts and releases held leases (controller and provider): another app acquires at once', async () => {
     const imports = [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-      LeaseModule.forRoot({ ...FAST, createSchema: true }),
+      // No grace: this pins the immediate abort (the drain: test/lease/drain.e2e-spec.ts).
+      LeaseModule.forRoot({ ...FAST, createSchema: true, shutdownGraceMs: 0 }),
     ];
     const first = await startApp(imports, [HoldController], [Jobs]);
     const second = await startApp(imports, [], []);

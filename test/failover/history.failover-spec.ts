@@ -25,7 +25,7 @@ import { ARTIFACTS } from './support/scenario.js';
 
 const HEARTBEAT_MS = 250;
 /** Long enough that no lease of these tests reaches its local deadline (5.75 s) while a test looks at it. */
-const LEASE = { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 6_000, waiterTimeoutMs: 1_500 };
+const LEASE = { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 6_000, waiterTimeoutMs: 1_500, shutdownGraceMs: 0 };
 /**
  * "At the first renewal that reaches the promoted server": a tick comes round within one interval, a renewal in
  * flight at the switch gives up within another; the rest is slack for 2 loaded cores.

@@ -51,12 +51,16 @@ export async function createTestDatabase(
   return { url, drop: () => dropDatabase(server, url) };
 }
 
-/** Test options: short intervals, generous ratios. */
+/**
+ * Test options: short intervals, generous ratios, and a short shutdown grace (a test that closes a service with a
+ * handle still held waits no more than that; the drain's own tests set theirs).
+ */
 export const FAST: LeaseModuleOptions = {
   heartbeatIntervalMs: 100,
   leaseTimeoutMs: 1_000,
   waiterTimeoutMs: 600,
   waitPollIntervalMs: 200,
+  shutdownGraceMs: 200,
 };
 
 /**

@@ -41,8 +41,9 @@ export class LeaseService {
   }
 
   /**
-   * Aborts and releases every held lease, cancels every wait and removes its row; waits (up to one heartbeat
-   * interval) for acquisitions in flight. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
+   * Refuses new calls, cancels every wait and removes its row, lets the leases in use finish for up to
+   * `shutdownGraceMs` (README: "Shutdown: the drain"), then aborts and releases what is still held; waits (up to one
+   * heartbeat interval) for acquisitions in flight. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
    */
   close(): Promise<void> {
     return engineOf(this).close();

@@ -55,7 +55,13 @@ export interface RunResult {
 }
 
 /** Lease settings of the suite: a 4 s lease timeout as in the measurements, heartbeats every 500 ms. */
-export const LEASE: LeaseModuleOptions = { heartbeatIntervalMs: 500, leaseTimeoutMs: 4_000, waitPollIntervalMs: 500 };
+/** No shutdown grace: a scenario's processes close mid-load, as before the drain. */
+export const LEASE: LeaseModuleOptions = {
+  heartbeatIntervalMs: 500,
+  leaseTimeoutMs: 4_000,
+  waitPollIntervalMs: 500,
+  shutdownGraceMs: 0,
+};
 
 /**
  * The bound the suite asserts on telling old holders: the first renewal that reaches the promoted server tells them,

@@ -219,12 +219,16 @@ export interface FleetOptions {
   urlOf?: (index: number) => string;
 }
 
-/** Worker options used by the scenarios unless they say otherwise: short leases, generous ratios. */
+/**
+ * Worker options used by the scenarios unless they say otherwise: short leases, generous ratios, and no shutdown
+ * grace — the scenarios race close() against the calls in flight (the drain has suites of its own).
+ */
 export const LEASE: LeaseModuleOptions = {
   heartbeatIntervalMs: 150,
   leaseTimeoutMs: 1_500,
   waiterTimeoutMs: 1_500,
   waitPollIntervalMs: 150,
+  shutdownGraceMs: 0,
 };
 
 /** Starts `processes` looping workers, runs `during(workers)` while they loop, and waits for all of them to finish. */

@@ -87,6 +87,10 @@ export class HeldLease implements Lease {
     return this.engine.release(this);
   }
 
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+
   /** A renewal sent at `sentAt` was confirmed by the database. Ignored once the lease is no longer held. */
   confirm(sentAt: number): void {
     if (this.state !== 'held' || sentAt <= this.confirmedAt) return;
@@ -169,5 +173,8 @@ export class BorrowedLease implements Lease {
   }
   async release(): Promise<void> {
     // The outer call that acquired the lease releases it when it ends.
+  }
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
   }
 }

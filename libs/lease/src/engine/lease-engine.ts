@@ -9,6 +9,7 @@ import { snapshotsOf } from './lease-snapshot.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
+import { ShutdownDrain } from './shutdown-drain.js';
 import { unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import {
@@ -64,6 +65,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   private readonly store: LeaseStore;
   private readonly context = new LeaseContext();
   private readonly held = new Map<string, HeldLease>();
+  private readonly drain = new ShutdownDrain(this.held, this.logger);
   /**
    * What close() waits for, each settled (never rejecting): calls in flight (acquiring or waiting), acquire statements
    * in flight (one a call gave up on may still land), releases in flight.
@@ -142,13 +144,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     );
     const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
     this.fencing = new FencedTransactions(this.database, this.store, lose, releasedBySave);
-    this.retries = new ReleaseRetries(
-      this.store,
-      this.options,
-      this.logger,
-      (work) => this.track(work),
-      () => this.closing !== undefined,
-    );
+    const drained = () => this.drain.ended;
+    this.retries = new ReleaseRetries(this.store, this.options, this.logger, (work) => this.track(work), drained);
   }
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
@@ -172,10 +169,10 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   }
 
   /**
-   * Aborts and releases every held lease, cancels every wait and removes its row; waits for calls and statements in
-   * flight (one landing meanwhile gives its row back itself: see `attempt`). Idempotent. Every step is bounded
-   * (`closeStepMs`), whatever the network does; once it resolves, the process holds no connection of the library's,
-   * and — when the database answered — has no live lease row and no live waiter row.
+   * Refuses new calls, cancels every wait and removes its row, waits for calls and statements in flight (one landing
+   * meanwhile gives its row back itself: see `attempt`), drains (see `ShutdownDrain`), then aborts and releases what is
+   * still held. Idempotent. Bounded: `shutdownGraceMs`, then `closeStepMs` per step, whatever the network does; once
+   * it resolves the process holds no connection of the library's and (the database answering) no live row.
    */
   close(): Promise<void> {
     this.closing ??= (async () => {
@@ -190,6 +187,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
       await within('waits', this.queue.close());
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
+      await this.drain.wait(this.options.shutdownGraceMs);
       // The work of a held lease hears why it must stop: a LeaseShutdownError (503 + Retry-After), not an AbortError.
       const releases = [...this.held.values()].map((lease) =>
         this.release(lease, () => new LeaseShutdownError(lease.targetKey, 'released')),
@@ -491,6 +489,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
 
   private forget(lease: HeldLease): void {
     this.held.delete(lease.token);
+    this.drain.forgotten();
   }
 
   private emit(event: LeaseEvent): void {

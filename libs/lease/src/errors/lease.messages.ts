@@ -84,6 +84,8 @@ export const messages = {
   // Configuration, declaration and bootstrap errors (LeaseConfigError), and the call-input errors of keys.
   positiveInteger: (name: string | number, max: string | number, v3: string | number) =>
     `${name} must be a positive integer (at most ${max}), got ${v3}`,
+  nonNegativeInteger: (name: string, max: number, got: string) =>
+    `${name} must be an integer from 0 to ${max}, got ${got}`,
   fencedIdleTimeoutTooLong: (timeout: string | number, max: string | number) =>
     `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
     `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +

@@ -148,6 +148,15 @@ export interface LeaseModuleOptions {
    * @default undefined (the application's DataSource settings)
    */
   sessionUrl?: string;
+  /**
+   * How long shutdown (`close()`, Nest's `beforeApplicationShutdown` on SIGTERM) lets the work in progress finish: a
+   * `run` / `@Exclusive` call, or a handle from `acquire()` / `tryAcquire()` not yet released, keeps its lease and its
+   * heartbeats until it ends or this passes; only then is its signal aborted (`LeaseShutdownError`) and its lease
+   * released. New calls are refused and waits settled from the start. 0: abort and release at once. The default
+   * leaves 5 s of Kubernetes' 30 s `terminationGracePeriodSeconds` for the release and the rest of the shutdown.
+   * @default 25_000
+   */
+  shutdownGraceMs?: number;
 }
 
 /** Options with every default applied and checked. */
@@ -177,4 +186,5 @@ export interface ResolvedLeaseOptions {
   readonly pooler: 'none' | 'transaction';
   /** null: heartbeats and LISTEN use the application's DataSource settings. */
   readonly sessionUrl: string | null;
+  readonly shutdownGraceMs: number;
 }

@@ -11,8 +11,11 @@ export interface FencedOptions {
   release?: boolean;
 }
 
-/** A held lease: the exclusive right over one target key until released, lost or expired. */
-export interface Lease {
+/**
+ * A held lease: the exclusive right over one target key until released, lost or expired. `AsyncDisposable`:
+ * `await using lease = await leases.acquire(key)` releases it when the block ends, however it ends.
+ */
+export interface Lease extends AsyncDisposable {
   readonly targetKey: string;
   /** Lease token (UUID v4), fresh for each acquisition; proves ownership. Never log it. */
   readonly token: string;
@@ -31,4 +34,9 @@ export interface Lease {
   fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T>;
   /** Releases the lease (token-guarded; idempotent; never touches a newer holder's row). */
   release(): Promise<void>;
+  /**
+   * `release()`, for `await using`. Never rejects: a lease already released or lost is left as it is, and a release
+   * the database did not answer is retried in the background (as for `release()`), so the block's own error survives.
+   */
+  [Symbol.asyncDispose](): Promise<void>;
 }

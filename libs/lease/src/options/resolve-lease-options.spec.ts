@@ -27,8 +27,14 @@ describe('resolveLeaseOptions', () => {
       asyncReleaseCommits: false,
       pooler: 'none',
       sessionUrl: null,
+      shutdownGraceMs: 25_000,
     });
     expect(options.owner).toMatch(/^.+:\d+:[0-9a-f]{8}$/);
+  });
+
+  it('shutdownGraceMs: 0 (close at once, as before the drain) and decimal strings are accepted', () => {
+    expect(resolveLeaseOptions({ shutdownGraceMs: 0 }).shutdownGraceMs).toBe(0);
+    expect(resolveLeaseOptions({ shutdownGraceMs: '5000' as never }).shutdownGraceMs).toBe(5_000);
   });
 
   it('behind a transaction pooler without sessionUrl: notify off, polling at most every second', () => {
@@ -82,6 +88,10 @@ describe('resolveLeaseOptions', () => {
       /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/,
     ],
     ['a zero aging interval', { agingIntervalMs: 0 }, /agingIntervalMs must be a positive integer/],
+    ['a negative shutdown grace', { shutdownGraceMs: -1 }, /shutdownGraceMs must be an integer from 0 to 2147483647/],
+    ['a fractional shutdown grace', { shutdownGraceMs: 0.5 }, /shutdownGraceMs must be an integer from 0/],
+    ['a shutdown grace past the timer range', { shutdownGraceMs: 2 ** 31 }, /at most|from 0 to 2147483647/],
+    ['a shutdown grace that is no number', { shutdownGraceMs: 'soon' as never }, /got the string "soon"/],
   ])('%s → LeaseConfigError with advice', (_, options, message) => {
     expect(() => resolveLeaseOptions(options)).toThrow(LeaseConfigError);
     expect(() => resolveLeaseOptions(options)).toThrow(message);

@@ -8,7 +8,7 @@ import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { LONE_SURROGATE } from './call-input.js';
 import { resolveLeaseNames } from './lease-names.js';
-import { INT32_MAX, ONE_SECOND_MS } from './limits.js';
+import { INT32_MAX, MAX_TIMER_MS, ONE_SECOND_MS } from './limits.js';
 import { messages } from '../errors/lease.messages.js';
 
 /** Fallback poll of waiters behind a transaction pooler without `sessionUrl`, where no NOTIFY can wake them. */
@@ -16,6 +16,8 @@ export const POOLER_POLL_INTERVAL_MS = ONE_SECOND_MS;
 
 export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
+/** Kubernetes' default `terminationGracePeriodSeconds` (30 s), less 5 s for the releases and the rest of shutdown. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 25_000;
 
 /** Every key of `LeaseModuleOptions` (the compiler checks the list is complete): any other key is a typo. */
 const OPTION_KEYS = [
@@ -43,6 +45,7 @@ const OPTION_KEYS = [
   'pooler',
   'sessionUrl',
   'traceTargetKeys',
+  'shutdownGraceMs',
 ] as const satisfies ReadonlyArray<keyof LeaseModuleOptions>;
 const allKeysListed: Exclude<keyof LeaseModuleOptions, (typeof OPTION_KEYS)[number]> extends never ? true : never =
   true;
@@ -73,16 +76,27 @@ function checkKeys(options: object): void {
 }
 
 /**
- * A positive integer option. A decimal string (ConfigService and environment variables hand over strings) is taken
- * as its number; any other string is named as a string in the message.
+ * An integer option from `min` to `max`. A decimal string (ConfigService and environment variables hand over strings)
+ * is taken as its number; any other string is named as a string in the message.
  */
-function positiveInteger(name: string, raw: unknown, max = INT32_MAX): number {
+function integerOption(
+  name: string,
+  raw: unknown,
+  min: 0 | 1,
+  max: number,
+  message: (name: string, max: number, got: string) => string,
+): number {
   const value = typeof raw === 'string' && /^\s*\d+\s*$/.test(raw) ? Number(raw) : raw;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value <= 0 || value > max) {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const got = typeof value === 'string' ? `the string ${JSON.stringify(value)}` : String(value);
-    throw new LeaseConfigError(messages.positiveInteger(name, max, got));
+    throw new LeaseConfigError(message(name, max, got));
   }
   return value;
+}
+
+/** A positive integer option (see `integerOption`). */
+function positiveInteger(name: string, raw: unknown, max = INT32_MAX): number {
+  return integerOption(name, raw, 1, max, messages.positiveInteger);
 }
 
 /**
@@ -188,6 +202,13 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     poolSize: positiveInteger('poolSize', options.poolSize ?? 10, 1_000),
     pooler,
     sessionUrl,
+    shutdownGraceMs: integerOption(
+      'shutdownGraceMs',
+      options.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS,
+      0,
+      MAX_TIMER_MS,
+      messages.nonNegativeInteger,
+    ),
   };
 }
 
