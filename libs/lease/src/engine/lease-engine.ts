@@ -4,6 +4,7 @@ import { type Observable, Subject } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
 import { BootstrapChecks } from './bootstrap-checks.js';
 import { FencedTransactions } from './fenced-transaction.js';
+import { JoinRuns } from './join-runs.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
@@ -57,7 +58,8 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
-
+  /** `onBusy: 'join'` (see `JoinRuns`). */
+  readonly joins: JoinRuns = new JoinRuns(this);
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();

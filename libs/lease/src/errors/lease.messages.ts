@@ -140,7 +140,15 @@ export const messages = {
     'hash long identifiers into the key',
   declared: (message: string | number) => `@Exclusive ${message}`,
   exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
-  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw' or 'skip', got ${v1}`,
+  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw', 'skip' or 'join', got ${v1}`,
+  onBusyArgument: (got: unknown) => `run's onBusy must be 'throw' or 'join', got ${JSON.stringify(got) ?? String(got)}`,
+  joinTimeoutArgument: (got: unknown) =>
+    `joinTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
+  joinObservable: (label: string) =>
+    `@Exclusive on ${label} (onBusy: 'join') returned an Observable: a joined run shares one value — return a Promise`,
+  joinResultNotJson: (targetKey: string, detail: string) =>
+    `The run on "${targetKey}" (onBusy: 'join') returned a value that is not JSON (${detail}): calls that join it, ` +
+    'in this process or another, receive its value as JSON — return plain data (strings for BigInts and dates)',
   notPostgres: (v1: string | number, advice: string | number) =>
     `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${v1}": ${advice}`,
   dataSourceAndName: () =>
