@@ -1,5 +1,9 @@
 import { LeaseArgumentError, LeaseJoinedRunError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
-import { type OpenedService, useTestDatabase } from '../support/db.js';
+import { fileURLToPath } from 'node:url';
+import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
+import { startChild, type TestChild } from '../support/processes.js';
+
+const CHILD = fileURLToPath(new URL('./support/join-child.ts', import.meta.url));
 
 /** A promise opened from outside. */
 function gate(): { opened: Promise<void>; open: () => void } {
@@ -129,5 +133,128 @@ describe("onBusy: 'join' in one process", () => {
     );
     const rows = await db.admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'join:bad'`);
     expect(rows.rowCount).toBe(0);
+  });
+});
+
+/**
+ * Across processes: the holder's outcome is stored (JSON, keyed by target and fencing token, in its fenced
+ * transaction) and the joiners are woken by NOTIFY, with a poll as the safety net.
+ */
+describe("onBusy: 'join' across processes", () => {
+  const db = useTestDatabase('join_remote');
+  let a: OpenedService;
+  let b: OpenedService;
+  const children: TestChild[] = [];
+
+  beforeAll(async () => {
+    // Slower heartbeats than FAST: a loaded machine must not make a holder lose its lease mid-test.
+    const timings = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 };
+    a = await db.open({ owner: 'a', ...timings });
+    b = await db.open({ owner: 'b', joinResultTtlMs: 300, ...timings });
+  });
+
+  afterAll(() => {
+    for (const child of children) if (child.process.exitCode === null) child.process.kill('SIGKILL');
+  });
+
+  const child = (owner: string, key: string) => {
+    const started = startChild(CHILD, { JOIN_CHILD: { url: db.url, owner, key } }, { captureOutput: true });
+    children.push(started);
+    return started;
+  };
+  const holds = (key: string) =>
+    eventually(
+      () => db.admin.query(`SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL`, [key]),
+      (result) => result.rowCount === 1,
+      `a holder of ${key}`,
+    );
+
+  test('two processes: the joiner gets the holder’s value, its own work never runs', async () => {
+    const key = 'join:children';
+    const holder = child('c1', key);
+    await holder.message('ready', 30_000);
+    const running = await holder.message<{ fencingToken: string }>('running', 30_000);
+    const joiner = child('c2', key);
+    await joiner.message('ready', 30_000);
+    // The joiner is waiting for the holder's outcome (its work has not run): let the holder finish.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    holder.process.send('finish');
+    const [one, two] = await Promise.all([
+      holder.message<{ value: unknown }>('settled', 30_000),
+      joiner.message<{ value: unknown }>('settled', 30_000),
+    ]);
+    expect(one.value).toEqual({ by: 'c1', fencingToken: running.fencingToken });
+    expect(two.value).toEqual(one.value);
+    await expect(joiner.message('running', 10)).rejects.toThrow();
+  });
+
+  test('a failed run reaches the other process as LeaseJoinedRunError with its message', async () => {
+    const key = 'join:remote-error';
+    const g = gate();
+    const first = a.service
+      .run(
+        key,
+        async () => {
+          await g.opened;
+          throw new Error('upstream said no');
+        },
+        { onBusy: 'join' },
+      )
+      .catch((error: unknown) => error);
+    await holds(key);
+    const second = b.service.run(key, () => 'never', { onBusy: 'join' }).catch((error: unknown) => error);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    g.open();
+    expect(((await first) as Error).message).toBe('upstream said no');
+    const joined = (await second) as LeaseJoinedRunError;
+    expect(joined).toBeInstanceOf(LeaseJoinedRunError);
+    expect(joined.message).toBe('upstream said no');
+    expect(joined.cause).toEqual({ name: 'Error', message: 'upstream said no' });
+  });
+
+  test('a value that is not JSON: the holder is refused, the other process hears the refusal', async () => {
+    const key = 'join:remote-bigint';
+    const g = gate();
+    const first = a.service
+      .run(key, () => g.opened.then(() => ({ n: 1n })), { onBusy: 'join' })
+      .catch((error: unknown) => error);
+    await holds(key);
+    const second = b.service.run(key, () => 'never', { onBusy: 'join' }).catch((error: unknown) => error);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    g.open();
+    expect(await first).toBeInstanceOf(LeaseArgumentError);
+    const joined = (await second) as Error;
+    expect(joined).toBeInstanceOf(LeaseJoinedRunError);
+    expect(joined.message).toBe(((await first) as Error).message);
+  });
+
+  test('results expire after joinResultTtlMs and later saves delete them', async () => {
+    await b.service.run('join:ttl:1', () => ({ first: true }), { onBusy: 'join' });
+    const stored = await db.admin.query(`SELECT outcome FROM job_lease_result WHERE target_id = 'join:ttl:1'`);
+    expect(JSON.parse(stored.rows[0].outcome)).toEqual({ kind: 'value', value: { first: true } });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await b.service.run('join:ttl:2', () => ({ second: true }), { onBusy: 'join' });
+    const left = await db.admin.query(`SELECT target_id FROM job_lease_result WHERE target_id LIKE 'join:ttl:%'`);
+    expect(left.rows.map((row) => row.target_id)).toEqual(['join:ttl:2']);
+  });
+
+  test('the holder killed (SIGKILL) while joined: the joiner takes the lease and runs the work under a new token', async () => {
+    const key = 'join:killed';
+    const holder = child('doomed', key);
+    const running = await holder.message<{ fencingToken: string }>('running', 30_000);
+    let ran: bigint | undefined;
+    const joined = b.service.run(
+      key,
+      (lease) => {
+        ran = lease.fencingToken;
+        return { by: 'b' };
+      },
+      { onBusy: 'join', joinTimeoutMs: 20_000 },
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    holder.process.kill('SIGKILL');
+    await expect(joined).resolves.toEqual({ by: 'b' });
+    expect(ran! > BigInt(running.fencingToken)).toBe(true);
+    expect((await db.admin.query(`SELECT 1 FROM job_lease WHERE lease_token IS NOT NULL`)).rowCount).toBe(0);
   });
 });

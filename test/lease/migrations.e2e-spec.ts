@@ -22,7 +22,7 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
-      expect(await dataSource.runMigrations()).toHaveLength(1);
+      expect(await dataSource.runMigrations()).toHaveLength(2);
       const tables = await admin.query(
         `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
       );
@@ -46,6 +46,10 @@ describe('schema migrations', () => {
       expect(lease).not.toBeNull();
       await service.close();
 
+      // The join results' migration first (issue 24), then the tables'.
+      await dataSource.undoLastMigration();
+      const joined = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease_result%'`);
+      expect(joined.rows).toEqual([]);
       await dataSource.undoLastMigration();
       const left = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease%'`);
       expect(left.rows).toEqual([]);
@@ -137,6 +141,11 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
     const statements = message.slice(message.indexOf('run: ') + 5).split('; ');
     expect(statements[0]).toBe('CREATE SEQUENCE IF NOT EXISTS "public"."job_lease_fencing_seq" AS bigint');
     for (const statement of statements) await admin.query(statement);
+    // Then the join result table (no entity declares it), with the statement the message gives.
+    const again = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
+    expect(again).toBeInstanceOf(LeaseConfigError);
+    expect(again.message).toMatch(/AddLeaseJoinResults/);
+    await admin.query(again.message.slice(again.message.indexOf('run: ') + 5));
     const service = new LeaseService(dataSource, options);
     await service.init();
     const lease = await service.tryAcquire('synchronized');

@@ -7,7 +7,7 @@ import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { grantStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
+import { grantStatements, joinResultStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -34,6 +34,7 @@ export class BootstrapChecks {
     if (this.options.createSchema) await this.createSchema();
     const missing = await this.store.schema.missingObjects();
     if (missing.length > 0) throw this.missingError(missing);
+    await this.checkJoinResults();
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
@@ -67,6 +68,21 @@ export class BootstrapChecks {
       throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     }
     await this.store.schema.createSchema();
+  }
+
+  /**
+   * The join result table came with a second migration: an installation made before it has the other objects only.
+   * `createSchema` adds it; otherwise the message names the migration to run.
+   */
+  private async checkJoinResults(): Promise<void> {
+    if (!(await this.store.schema.joinResultsMissing())) return;
+    if (!this.options.createSchema) {
+      const [statement] = joinResultStatements(this.options);
+      throw new LeaseConfigError(messages.joinResultsMissing(leaseObjectNames(this.options).result, statement));
+    }
+    const { role, allowed } = await this.store.schema.mayCreateSchema();
+    if (!allowed) throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
+    await this.store.schema.createJoinResults();
   }
 
   /**

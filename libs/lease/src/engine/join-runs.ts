@@ -10,20 +10,8 @@ import type { AcquireOptions, RunOptions } from '../interfaces/acquire-options.i
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { assertTargetKey, checkRunOnBusy, joinTimeoutOf } from '../options/call-input.js';
+import type { JoinOutcome, RemoteJoins, SettledOutcome } from '../store/join-store.js';
 import { settleBy } from '../util/settle-by.js';
-
-/** How a run a call may join ended: with a value, with an error, or without an outcome (no run, or its lease lost). */
-export type JoinOutcome =
-  | { readonly kind: 'value'; readonly value: unknown; readonly fencingToken: bigint }
-  | {
-      readonly kind: 'error';
-      readonly message: string;
-      readonly fencingToken: bigint;
-      readonly cause: unknown;
-      readonly status?: number;
-      readonly response?: unknown;
-    }
-  | { readonly kind: 'gone' };
 
 /** A lease entered by the engine, and how to leave it (`LeaseEngine`'s `LeaseEntry`). */
 interface LeaseEntry {
@@ -36,22 +24,6 @@ export interface JoinHost {
   readonly options: ResolvedLeaseOptions;
   enter(targetKey: string, options: AcquireOptions): Promise<LeaseEntry>;
   within<T>(lease: Lease, work: () => T): T;
-}
-
-/**
- * Joins across processes (the holder's outcome stored under its fencing token, see `JoinResults`): absent, a call
- * that finds the target held by another process is refused as without join (`LeaseBusyError`).
- */
-export interface RemoteJoins {
-  /** Stores the outcome of the run holding `lease` (fenced: only while the lease is ours). */
-  save(lease: Lease, outcome: Exclude<JoinOutcome, { kind: 'gone' }>): Promise<void>;
-  /** Waits for the outcome of the run holding `targetKey` now; `gone` when it ended without one. */
-  await(
-    targetKey: string,
-    until: number,
-    signal: AbortSignal | undefined,
-    onTimeout: () => Error,
-  ): Promise<JoinOutcome>;
 }
 
 /** Why a value cannot be sent as JSON, or undefined when it can (undefined itself is allowed: a void run). */
@@ -78,7 +50,7 @@ function httpOf(error: unknown): { status?: number; response?: unknown } {
 }
 
 /** The outcome of a joined run, as the joiner's own: the value, or a `LeaseJoinedRunError`. */
-export function settleJoined(targetKey: string, outcome: Exclude<JoinOutcome, { kind: 'gone' }>): unknown {
+export function settleJoined(targetKey: string, outcome: SettledOutcome): unknown {
   if (outcome.kind === 'value') return outcome.value;
   const { message, fencingToken, cause, status, response } = outcome;
   throw new LeaseJoinedRunError(targetKey, fencingToken, message, { cause, status, response });
@@ -92,9 +64,17 @@ function untilAborted<T>(lease: Lease, work: Promise<T>): Promise<T> {
 export class JoinRuns {
   /** The run of each key in this process that a join may share, from its attempt to its release. */
   private readonly running = new Map<string, Promise<JoinOutcome>>();
-  remote?: RemoteJoins;
 
-  constructor(private readonly host: JoinHost) {}
+  constructor(
+    private readonly host: JoinHost,
+    /** Joins across processes; absent, a target held by another process is refused as without join. */
+    private readonly remote?: RemoteJoins,
+  ) {}
+
+  /** Ends the waits for other processes' outcomes and their LISTEN connection (the engine's close()). */
+  close(): Promise<void> {
+    return this.remote?.close() ?? Promise.resolve();
+  }
 
   /** `LeaseService.run` with `onBusy: 'join'` (and `@Exclusive` with it): see the file's note. */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {

@@ -5,6 +5,7 @@ import type { DataSource, EntityManager } from 'typeorm';
 import { BootstrapChecks } from './bootstrap-checks.js';
 import { FencedTransactions } from './fenced-transaction.js';
 import { JoinRuns } from './join-runs.js';
+import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
@@ -58,8 +59,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
-  /** `onBusy: 'join'` (see `JoinRuns`). */
-  readonly joins: JoinRuns = new JoinRuns(this);
+  readonly joins: JoinRuns;
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
@@ -125,6 +125,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
         this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate),
       this.logger,
     );
+    this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
     this.telemetry = new LeaseTelemetry(
       this.options,
@@ -188,7 +189,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
           this.logger.warn(`Shutdown: ${String(error)}; what they hold expires by itself`),
         );
       };
-      await within('waits', this.queue.close());
+      await within('waits', Promise.all([this.queue.close(), this.joins.close()]));
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
       // The work of a held lease hears why it must stop: a LeaseShutdownError (503 + Retry-After), not an AbortError.

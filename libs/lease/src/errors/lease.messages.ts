@@ -163,6 +163,10 @@ export const messages = {
   tablesMissing: (v1: string | number) =>
     `Lease tables are missing (${v1}): add leaseMigrations to your DataSource's migrations and ` +
     'run them, or set createSchema: true',
+  joinResultsMissing: (table: string, statement: string) =>
+    `The join result table ${table} is missing (an installation older than onBusy: 'join'): run leaseMigrations ` +
+    '(its migration AddLeaseJoinResults), set createSchema: true, or, as the owner of the lease tables, run: ' +
+    statement,
   sequencesMissing: (sequences: string, statements: string) =>
     `The lease tables exist but the sequences ${sequences} are missing: the tables were built by TypeORM's ` +
     'synchronize: true from leaseEntities before leaseMigrations ran (entities cannot declare sequences). Set ' +

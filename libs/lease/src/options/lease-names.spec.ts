@@ -30,13 +30,15 @@ describe('lease names and the schema they make', () => {
       fencingSequence: '"S"."t_fencing_seq"',
       waiterSequence: '"S"."w_seq"',
       waiterOrderIndex: '"w_order_idx"',
+      result: '"S"."t_result"',
+      resultChannel: 't_joined',
       channel: 't_wake',
     });
   });
 
   it('the DDL creates the schema only when it is not public, everything IF NOT EXISTS', () => {
     const names = { tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(5);
+    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(6);
     const custom = schemaStatements({ schema: 'jobs', ...names });
     expect(custom[0]).toBe('CREATE SCHEMA IF NOT EXISTS "jobs"');
     expect(custom.every((statement) => statement.includes('IF NOT EXISTS'))).toBe(true);

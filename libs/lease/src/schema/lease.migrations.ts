@@ -1,14 +1,16 @@
 import { createHash } from 'node:crypto';
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { dropSchemaStatements, schemaStatements } from './lease-schema.js';
+import { baseSchemaStatements, dropSchemaStatements, joinResultStatements, leaseObjectNames } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
 
 /** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
 const CREATED_AT = 1764374400000;
+/** When the join result table was added (issue 24: `onBusy: 'join'` across processes). */
+const JOIN_RESULTS_AT = 1764633600000;
 
 /**
- * TypeORM migrations creating the lease table, the waiter table and their sequences for the given names (validated
- * like the module's options). Use the same names as in `LeaseModule.forRoot()`.
+ * TypeORM migrations creating the lease table, the waiter table and their sequences, then the join result table, for
+ * the given names (validated like the module's options). Use the same names as in `LeaseModule.forRoot()`.
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -20,14 +22,25 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
     readonly name = name;
 
     async up(queryRunner: QueryRunner): Promise<void> {
-      for (const statement of schemaStatements(fixed)) await queryRunner.query(statement);
+      for (const statement of baseSchemaStatements(fixed)) await queryRunner.query(statement);
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
       for (const statement of dropSchemaStatements(fixed)) await queryRunner.query(statement);
     }
   }
-  return [CreateLeaseTables];
+  class AddLeaseJoinResults implements MigrationInterface {
+    readonly name = `AddLeaseJoinResults${suffix}${JOIN_RESULTS_AT}`;
+
+    async up(queryRunner: QueryRunner): Promise<void> {
+      for (const statement of joinResultStatements(fixed)) await queryRunner.query(statement);
+    }
+
+    async down(queryRunner: QueryRunner): Promise<void> {
+      await queryRunner.query(`DROP TABLE IF EXISTS ${leaseObjectNames(fixed).result}`);
+    }
+  }
+  return [CreateLeaseTables, AddLeaseJoinResults];
 }
 
 /** Migrations for the default names (`public.job_lease`, `public.job_lease_waiter`). */
