@@ -51,6 +51,16 @@ class RoomsGateway {
     };
   }
 
+  /** Issue 24: a duplicate message joins the running call and gets its value. */
+  @SubscribeMessage('report')
+  @Exclusive('ws-report:{room}', { onBusy: 'join' })
+  async report(@MessageBody() data: { room: string; gate: string }, @CurrentLease() lease: Lease) {
+    const g = gate(data.gate);
+    g.entered += 1;
+    await g.opened;
+    return { event: 'reported', data: { room: data.room, token: String(lease.fencingToken) } };
+  }
+
   /** No parameter decorators: Nest passes (socket, data); the key still comes from the data. */
   @SubscribeMessage('plain')
   @Exclusive('plain:{room}')
@@ -72,6 +82,16 @@ class JobsController {
     g.entered += 1;
     await g.opened;
     return { key: lease.targetKey, pattern: context.getPattern() };
+  }
+
+  /** Issue 24: a duplicate call joins the running call and gets its value. */
+  @MessagePattern('joined-job')
+  @Exclusive('joined-job:{userId}', { onBusy: 'join' })
+  async joinedJob(@Payload() data: { userId: number; gate: string }, @CurrentLease() lease: Lease) {
+    const g = gate(data.gate);
+    g.entered += 1;
+    await g.opened;
+    return { key: lease.targetKey, token: String(lease.fencingToken) };
   }
 
   @MessagePattern('named')
@@ -220,6 +240,41 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
     expect(gate('rpc-2').entered).toBe(0);
     gate('rpc-1').release();
     await expect(first).resolves.toEqual({ key: 'job:7', pattern: 'job' });
+  });
+
+  test("ws and rpc with onBusy: 'join': the duplicate gets the running call's value (issue 24)", async () => {
+    const one = await wsClient(wsUrl);
+    const two = await wsClient(wsUrl);
+    try {
+      one.send('report', { room: 'r', gate: 'ws-join' });
+      await eventually(
+        () => gate('ws-join').entered,
+        (n) => n === 1,
+        'the first message to hold ws-report:r',
+      );
+      two.send('report', { room: 'r', gate: 'ws-join' });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      gate('ws-join').release();
+      const first = await one.next((frame) => frame.event === 'reported', 'the first answer');
+      const second = await two.next((frame) => frame.event === 'reported', 'the joined answer');
+      expect(second.data).toEqual(first.data);
+      expect(gate('ws-join').entered).toBe(1);
+    } finally {
+      one.close();
+      two.close();
+    }
+    const call = lastValueFrom(rpc.send('joined-job', { userId: 9, gate: 'rpc-join' }));
+    await eventually(
+      () => gate('rpc-join').entered,
+      (n) => n === 1,
+      'the first call to hold joined-job:9',
+    );
+    const duplicate = lastValueFrom(rpc.send('joined-job', { userId: 9, gate: 'rpc-join' }));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    gate('rpc-join').release();
+    const [a, b] = await Promise.all([call, duplicate]);
+    expect(b).toEqual(a);
+    expect(gate('rpc-join').entered).toBe(1);
   });
 
   test('rpc (TCP): a named payload field goes through its pipe before it becomes the key', async () => {

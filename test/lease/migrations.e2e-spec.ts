@@ -24,6 +24,7 @@ describe('schema migrations', () => {
     try {
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
+        'AddLeaseJoinResults1764633600000',
         'LeaseTokenLayout1796169600000',
       ]);
       const tables = await admin.query(
@@ -50,6 +51,10 @@ describe('schema migrations', () => {
       await service.close();
 
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
+      // The join results' migration next (issue 24), then the tables'.
+      await dataSource.undoLastMigration();
+      const joined = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease_result%'`);
+      expect(joined.rows).toEqual([]);
       await dataSource.undoLastMigration();
       const left = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease%'`);
       expect(left.rows).toEqual([]);
@@ -151,6 +156,11 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
       'CREATE SEQUENCE IF NOT EXISTS "public"."job_lease_fencing_seq" AS bigint MINVALUE 1099511627776',
     );
     for (const statement of statements) await admin.query(statement);
+    // Then the join result table (no entity declares it), with the statement the message gives.
+    const again = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
+    expect(again).toBeInstanceOf(LeaseConfigError);
+    expect(again.message).toMatch(/AddLeaseJoinResults/);
+    await admin.query(again.message.slice(again.message.indexOf('run: ') + 5));
     const service = new LeaseService(dataSource, options);
     await service.init();
     const lease = await service.tryAcquire('synchronized');

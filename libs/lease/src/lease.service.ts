@@ -5,7 +5,7 @@ import type { LeaseDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
 import { bindEngine, engineOf } from './engine-of.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
-import type { AcquireOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
+import type { AcquireOptions, RunOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
 
 /**
@@ -51,10 +51,12 @@ export class LeaseService {
 
   /**
    * Runs `work` under the lease: acquire (waiting only when a priority or waitTimeoutMs is given, else
-   * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain.
+   * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain. With
+   * `onBusy: 'join'`, a busy target's run is joined: its outcome is this call's (see `RunOptions`).
    */
-  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: AcquireOptions = {}): Promise<T> {
+  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);
+    if (options.onBusy !== undefined && options.onBusy !== 'throw') return engine.joins.run(targetKey, work, options);
     const { lease, exit } = await engine.enter(targetKey, options);
     try {
       return await engine.within(lease, () => work(lease));

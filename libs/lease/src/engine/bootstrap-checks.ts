@@ -7,7 +7,13 @@ import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { grantStatements, leaseObjectNames, schemaStatements, tokenLayoutStatement } from '../schema/lease-schema.js';
+import {
+  grantStatements,
+  joinResultStatements,
+  leaseObjectNames,
+  schemaStatements,
+  tokenLayoutStatement,
+} from '../schema/lease-schema.js';
 import { tokenLayoutMigrationName } from '../schema/migration-names.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
@@ -44,6 +50,7 @@ export class BootstrapChecks {
         ),
       );
     }
+    await this.checkJoinResults();
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
@@ -78,6 +85,21 @@ export class BootstrapChecks {
       throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     }
     await this.store.schema.createSchema();
+  }
+
+  /**
+   * The join result table came with a second migration: an installation made before it has the other objects only.
+   * `createSchema` adds it; otherwise the message names the migration to run.
+   */
+  private async checkJoinResults(): Promise<void> {
+    if (!(await this.store.schema.joinResultsMissing())) return;
+    if (!this.options.createSchema) {
+      const [statement] = joinResultStatements(this.options);
+      throw new LeaseConfigError(messages.joinResultsMissing(leaseObjectNames(this.options).result, statement));
+    }
+    const { role, allowed } = await this.store.schema.mayCreateSchema();
+    if (!allowed) throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
+    await this.store.schema.createJoinResults();
   }
 
   /**

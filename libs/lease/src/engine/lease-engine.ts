@@ -4,6 +4,8 @@ import { type Observable, Subject } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
 import { BootstrapChecks } from './bootstrap-checks.js';
 import { FencedTransactions } from './fenced-transaction.js';
+import { JoinRuns } from './join-runs.js';
+import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
@@ -33,7 +35,7 @@ import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interf
 import { callRequest, keyTemplateOf, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
 import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
-import { settleBy } from '../util/settle-by.js';
+import { boundedStep, settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
@@ -58,7 +60,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
-
+  readonly joins: JoinRuns;
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
@@ -125,6 +127,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
         this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate),
       this.logger,
     );
+    this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
     this.telemetry = new LeaseTelemetry(
       this.options,
@@ -178,13 +181,9 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.closing ??= (async () => {
       this.purges.stop();
       const stepMs = closeStepMs(this.options);
-      const within = async (what: string, work: Promise<unknown>) => {
-        const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);
-        await settleBy(work, performance.now() + stepMs, undefined, giveUp).catch((error: unknown) =>
-          this.logger.warn(`Shutdown: ${String(error)}; what they hold expires by itself`),
-        );
-      };
-      await within('waits', this.queue.close());
+      const within = (what: string, work: Promise<unknown>) =>
+        boundedStep(what, work, stepMs, (message) => this.logger.warn(message));
+      await within('waits', Promise.all([this.queue.close(), this.joins.close()]));
       // Calls and statements in flight (settled promises; what lands during the wait adds to the set).
       await within('calls and statements', this.settled());
       await this.drain.wait(this.options.shutdownGraceMs);

@@ -110,3 +110,29 @@ export class LeaseShutdownError extends LeaseError {
     super(messages.shutdown(what), targetKey);
   }
 }
+
+/**
+ * The run a call joined (`onBusy: 'join'`) failed: the message is the original's, `cause` the original error (in this
+ * process; from another process, `{ name, message }`). `status` / `response`: the original's HTTP status and body when
+ * it had them (an `HttpException`), so an HTTP duplicate answers what the original answered.
+ */
+export class LeaseJoinedRunError extends LeaseError {
+  /** The fencing token of the run that failed. */
+  readonly fencingToken: bigint;
+  /** The original error's HTTP status (`getStatus()`), when it had one. */
+  readonly status?: number;
+  /** The original error's HTTP body (`getResponse()`), when it had one. */
+  readonly response?: unknown;
+
+  constructor(
+    targetKey: string,
+    fencingToken: bigint,
+    message: string,
+    options: { cause?: unknown; status?: number; response?: unknown } = {},
+  ) {
+    super(message, targetKey, { cause: options.cause });
+    this.fencingToken = fencingToken;
+    this.status = options.status;
+    this.response = options.response;
+  }
+}

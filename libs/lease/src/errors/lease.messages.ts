@@ -150,7 +150,15 @@ export const messages = {
     'hash long identifiers into the key',
   declared: (message: string | number) => `@Exclusive ${message}`,
   exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
-  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw' or 'skip', got ${v1}`,
+  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw', 'skip' or 'join', got ${v1}`,
+  onBusyArgument: (got: unknown) => `run's onBusy must be 'throw' or 'join', got ${JSON.stringify(got) ?? String(got)}`,
+  joinTimeoutArgument: (got: unknown) =>
+    `joinTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
+  joinObservable: (label: string) =>
+    `@Exclusive on ${label} (onBusy: 'join') returned an Observable: a joined run shares one value — return a Promise`,
+  joinResultNotJson: (targetKey: string, detail: string) =>
+    `The run on "${targetKey}" (onBusy: 'join') returned a value that is not JSON (${detail}): calls that join it, ` +
+    'in this process or another, receive its value as JSON — return plain data (strings for BigInts and dates)',
   notPostgres: (v1: string | number, advice: string | number) =>
     `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${v1}": ${advice}`,
   dataSourceAndName: () =>
@@ -165,6 +173,10 @@ export const messages = {
   tablesMissing: (v1: string | number) =>
     `Lease tables are missing (${v1}): add leaseMigrations to your DataSource's migrations and ` +
     'run them, or set createSchema: true',
+  joinResultsMissing: (table: string, statement: string) =>
+    `The join result table ${table} is missing (an installation older than onBusy: 'join'): run leaseMigrations ` +
+    '(its migration AddLeaseJoinResults), set createSchema: true, or, as the owner of the lease tables, run: ' +
+    statement,
   sequencesMissing: (sequences: string, statements: string) =>
     `The lease tables exist but the sequences ${sequences} are missing: the tables were built by TypeORM's ` +
     'synchronize: true from leaseEntities before leaseMigrations ran (entities cannot declare sequences). Set ' +

@@ -1,6 +1,8 @@
 import { isObservable, Observable } from 'rxjs';
 import { currentLeaseFactory } from './current-lease-factory.js';
-import { LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
+import type { Lease } from '../interfaces/lease.interface.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { acquireOptionsOf } from '../options/call-input.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
@@ -44,6 +46,12 @@ export async function callExclusive(
   const targetKey = targetKeyOf(metadata, plan, args);
   // Traces and metrics name the call by its template (a key function: by the method), never by the key.
   const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
+  if (metadata.onBusy === 'join') {
+    const options = { ...acquireOptionsOf(metadata), keyTemplate, onBusy: 'join' as const, signal: call?.signal };
+    return leases.joins
+      .run(targetKey, (lease) => joinedWork(self, original, plan, args, lease), options)
+      .finally(() => call && (call.settled = true));
+  }
   let entry: LeaseEntry;
   try {
     const options = { ...acquireOptionsOf(metadata), keyTemplate };
@@ -82,6 +90,15 @@ export async function callExclusive(
     }
   }
   return settleHandler(result, entry, call);
+}
+
+/** The method's work under a joinable run: a value (a promise's), never an Observable (not JSON). */
+async function joinedWork(self: unknown, original: Function, plan: ArgumentPlan, args: unknown[], lease: Lease) {
+  const callArgs = [...args];
+  for (const index of plan.leaseSlots) callArgs[index] = lease;
+  const result: unknown = await original.apply(self, callArgs);
+  if (isObservable(result)) throw new LeaseArgumentError(messages.joinObservable(plan.label));
+  return result;
 }
 
 /**

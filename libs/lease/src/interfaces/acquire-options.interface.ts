@@ -25,3 +25,19 @@ export interface AcquireOptions extends TryAcquireOptions {
   /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
   signal?: AbortSignal;
 }
+
+/** What a busy target does to a `run`: refuse it (`'throw'`) or settle with the outcome of the run holding it. */
+export type RunOnBusy = 'throw' | 'join';
+
+/** Options of `LeaseService.run()`. */
+export interface RunOptions extends AcquireOptions {
+  /**
+   * `'join'`: when the target is held by a run of the same key, wait for that run and settle with its outcome — the
+   * same value, or a `LeaseJoinedRunError` — instead of acquiring (see the README, "Joining the running call"). The
+   * value must be JSON (a `LeaseArgumentError` otherwise). A join attempts once: it never waits in the priority line.
+   * @default 'throw'
+   */
+  onBusy?: RunOnBusy;
+  /** How long a join waits for the run it joined (a `LeaseWaitTimeoutError` after). @default waitTimeoutMs, else defaultWaitTimeoutMs */
+  joinTimeoutMs?: number;
+}

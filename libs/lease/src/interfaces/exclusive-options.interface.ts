@@ -17,9 +17,13 @@ export interface ExclusiveOptions {
    * What a busy target does to the call: `'throw'` a `LeaseBusyError`, or `'skip'` — the method does not run, the
    * call resolves `undefined`, `events$` emits `busy` and the log gets at most a debug line (scheduled jobs, event
    * listeners). Not for HTTP handlers, which answer 409. Waiting is chosen by `priority` / `waitTimeoutMs`.
+   * `'join'`: the call settles with the outcome of the run holding the target (the same value; an HTTP duplicate
+   * answers what the original answers): see `RunOptions.onBusy`.
    * @default 'throw'
    */
-  onBusy?: 'throw' | 'skip';
+  onBusy?: 'throw' | 'skip' | 'join';
+  /** With `onBusy: 'join'`: how long to wait for the joined run. @default waitTimeoutMs, else defaultWaitTimeoutMs */
+  joinTimeoutMs?: number;
 }
 
 /** What `@Exclusive` records on the method. */

@@ -31,6 +31,12 @@ export interface LeaseModuleOptions {
    */
   defaultWaitTimeoutMs?: number;
   /**
+   * How long the outcome of a joinable run (`onBusy: 'join'`) is kept for joiners in other processes, from when it
+   * was stored (database clock); expired results are deleted by later runs' saves.
+   * @default 60_000
+   */
+  joinResultTtlMs?: number;
+  /**
    * Fallback poll of a waiting call, jittered between half and all of it. NOTIFY wakes waiters sooner; the poll covers
    * expired holders (which send no NOTIFY) and missed notifications.
    * @default heartbeatIntervalMs; behind `pooler: 'transaction'` without `sessionUrl` (no NOTIFY),
@@ -167,6 +173,7 @@ export interface ResolvedLeaseOptions {
   readonly waiterTimeoutMs: number;
   readonly waiterHeartbeatIntervalMs: number;
   readonly defaultWaitTimeoutMs: number;
+  readonly joinResultTtlMs: number;
   readonly waitPollIntervalMs: number;
   readonly notify: boolean;
   readonly traceTargetKeys: boolean;

@@ -4,7 +4,7 @@
  */
 import { LeaseArgumentError, LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { AcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { RunOptions } from '../interfaces/acquire-options.interface.js';
 import type { ExclusiveKey, ExclusiveMetadata, ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
 import { INT32_MAX, INT32_MIN } from './limits.js';
 
@@ -56,6 +56,11 @@ const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
       ? undefined
       : messages.holdArgument(value),
+  /** Like waitTimeoutMs: a bound a timer can wait. */
+  joinTimeoutMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
+      ? undefined
+      : messages.joinTimeoutArgument(value),
 } satisfies Record<string, (value: unknown) => string | undefined>;
 
 /** An option a call (or a declaration) gives. */
@@ -107,20 +112,21 @@ export function exclusiveMetadata(
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
   // The same rules as per call (checkCall), as configuration errors: a declaration's values never change.
-  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs'] as const) {
+  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs', 'joinTimeoutMs'] as const) {
     if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
-  if (options.onBusy !== undefined && options.onBusy !== 'throw' && options.onBusy !== 'skip') {
+  if (options.onBusy !== undefined && !['throw', 'skip', 'join'].includes(options.onBusy)) {
     throw new LeaseConfigError(messages.exclusiveOnBusyUnknown(JSON.stringify(options.onBusy)));
   }
   return { targetKey, ...options };
 }
 
-export function acquireOptionsOf(metadata: ExclusiveMetadata): AcquireOptions {
-  const options: AcquireOptions = {};
+export function acquireOptionsOf(metadata: ExclusiveMetadata): RunOptions {
+  const options: RunOptions = {};
   if (metadata.priority !== undefined) options.priority = metadata.priority;
   if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
   if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
+  if (metadata.joinTimeoutMs !== undefined) options.joinTimeoutMs = metadata.joinTimeoutMs;
   return options;
 }
 
@@ -150,4 +156,18 @@ export function waitTimeoutOf(options: { waitTimeoutMs?: number }, defaultWaitTi
   const waitTimeoutMs = options.waitTimeoutMs ?? defaultWaitTimeoutMs;
   checkCall('waitTimeoutMs', waitTimeoutMs);
   return waitTimeoutMs;
+}
+
+/** A run's onBusy: `'throw'` or `'join'` (`'skip'` is `@Exclusive`'s), else a `LeaseArgumentError`. */
+export function checkRunOnBusy(onBusy: unknown): void {
+  if (onBusy !== undefined && onBusy !== 'throw' && onBusy !== 'join') {
+    throw new LeaseArgumentError(messages.onBusyArgument(onBusy));
+  }
+}
+
+/** A join's bound: its own joinTimeoutMs, else its waitTimeoutMs, else the module's default; checked. */
+export function joinTimeoutOf(options: { joinTimeoutMs?: number; waitTimeoutMs?: number }, defaultMs: number): number {
+  const joinTimeoutMs = options.joinTimeoutMs ?? options.waitTimeoutMs ?? defaultMs;
+  checkCall(options.joinTimeoutMs !== undefined ? 'joinTimeoutMs' : 'waitTimeoutMs', joinTimeoutMs);
+  return joinTimeoutMs;
 }

@@ -45,6 +45,8 @@ function checkDerivedNames(table: string, waiterTable: string): void {
     [`${waiterTable}_seq`, `the waiter sequence of waiterTableName "${waiterTable}"`],
     [`${waiterTable}_order_idx`, `the order index of waiterTableName "${waiterTable}"`],
     [`${waiterTable}_pkey`, `the primary key index of waiterTableName "${waiterTable}"`],
+    [`${table}_result`, `the join result table of tableName "${table}"`],
+    [`${table}_result_pkey`, `the primary key index of the join result table of tableName "${table}"`],
   ];
   for (const [i, [name, what]] of objects.entries()) {
     const clash = objects.findIndex(([other], j) => j !== i && other === name);

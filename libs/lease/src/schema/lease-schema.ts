@@ -69,6 +69,20 @@ const WAITER_TABLE: Table = {
   ],
 };
 
+/**
+ * The join results (`onBusy: 'join'`): the outcome of a joinable run, keyed by target and fencing token, written in
+ * the run's fenced transaction and kept until `expires_at` (`joinResultTtlMs`). No entity: nothing maps it.
+ */
+const RESULT_TABLE: Table = {
+  fillfactor: 100,
+  columns: [
+    { property: 'targetId', name: 'target_id', type: 'text', primary: true, check: KEY_CHECK },
+    { property: 'fencingToken', name: 'fencing_token', type: 'bigint', primary: true },
+    { property: 'outcome', name: 'outcome', type: 'text' },
+    { property: 'expiresAt', name: 'expires_at', type: 'timestamptz' },
+  ],
+};
+
 /** The order index of the waiter table: grant order within a target. */
 const WAITER_ORDER = { columns: ['target_id', 'priority', 'seq'], sql: 'target_id, priority DESC, seq' };
 
@@ -109,6 +123,9 @@ export function leaseObjectNames(names: LeaseNames) {
     fencingSequence: q(`${names.tableName}_fencing_seq`),
     waiterSequence: q(`${names.waiterTableName}_seq`),
     waiterOrderIndex: quoteIdentifier(`${names.waiterTableName}_order_idx`),
+    result: q(`${names.tableName}_result`),
+    /** NOTIFY channel of join results (`<target key>`): a plain string argument of pg_notify. */
+    resultChannel: `${names.tableName}_joined`,
     /** NOTIFY channel: a plain string argument of pg_notify, never spliced into SQL. */
     channel: `${names.tableName}_wake`,
   };
@@ -130,8 +147,18 @@ function createTable(qualified: string, tableName: string, table: Table): string
   return `CREATE TABLE IF NOT EXISTS ${qualified} (\n      ${lines.join(',\n      ')}\n    ) WITH (fillfactor = ${table.fillfactor})`;
 }
 
-/** The DDL of the lease tables; idempotent, so `createSchema` and the migrations share it. */
+/** The DDL of every lease table (the migrations' together); idempotent, so `createSchema` and the migrations share it. */
 export function schemaStatements(names: LeaseNames): string[] {
+  return [...baseSchemaStatements(names), ...joinResultStatements(names)];
+}
+
+/** The DDL of the join result table (the second migration). */
+export function joinResultStatements(names: LeaseNames): string[] {
+  return [createTable(leaseObjectNames(names).result, `${names.tableName}_result`, RESULT_TABLE)];
+}
+
+/** The DDL of the first migration: the lease and waiter tables and their sequences. */
+export function baseSchemaStatements(names: LeaseNames): string[] {
   const n = leaseObjectNames(names);
   return [
     ...(names.schema === 'public' ? [] : [`CREATE SCHEMA IF NOT EXISTS ${n.schema}`]),
@@ -180,7 +207,7 @@ export function grantStatements(names: LeaseNames, role: string): string[] {
   const to = quoteIdentifier(role);
   return [
     `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
-    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter} TO ${to}`,
+    `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter}, ${n.result} TO ${to}`,
     `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
   ];
 }
@@ -188,6 +215,7 @@ export function grantStatements(names: LeaseNames, role: string): string[] {
 export function dropSchemaStatements(names: LeaseNames): string[] {
   const n = leaseObjectNames(names);
   return [
+    `DROP TABLE IF EXISTS ${n.result}`,
     `DROP TABLE IF EXISTS ${n.waiter}`,
     `DROP SEQUENCE IF EXISTS ${n.waiterSequence}`,
     `DROP TABLE IF EXISTS ${n.lease}`,

@@ -1,13 +1,19 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
-import { dropSchemaStatements, schemaStatements, tokenLayoutStatement } from './lease-schema.js';
+import {
+  baseSchemaStatements,
+  dropSchemaStatements,
+  joinResultStatements,
+  leaseObjectNames,
+  tokenLayoutStatement,
+} from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
-import { createTablesMigrationName, tokenLayoutMigrationName } from './migration-names.js';
+import { createTablesMigrationName, joinResultsMigrationName, tokenLayoutMigrationName } from './migration-names.js';
 
 /**
  * TypeORM migrations for the given names (validated like the module's options; use the same names as in
- * `LeaseModule.forRoot()`): the lease table, the waiter table and their sequences; then the 47-bit fencing token
- * layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the README's
- * "Fencing token layout").
+ * `LeaseModule.forRoot()`): the lease table, the waiter table and their sequences; the join result table; then the
+ * 47-bit fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see
+ * the README's "Fencing token layout").
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -17,11 +23,22 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
     readonly name = name;
 
     async up(queryRunner: QueryRunner): Promise<void> {
-      for (const statement of schemaStatements(fixed)) await queryRunner.query(statement);
+      for (const statement of baseSchemaStatements(fixed)) await queryRunner.query(statement);
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
       for (const statement of dropSchemaStatements(fixed)) await queryRunner.query(statement);
+    }
+  }
+  class AddLeaseJoinResults implements MigrationInterface {
+    readonly name = joinResultsMigrationName(fixed);
+
+    async up(queryRunner: QueryRunner): Promise<void> {
+      for (const statement of joinResultStatements(fixed)) await queryRunner.query(statement);
+    }
+
+    async down(queryRunner: QueryRunner): Promise<void> {
+      await queryRunner.query(`DROP TABLE IF EXISTS ${leaseObjectNames(fixed).result}`);
     }
   }
   class LeaseTokenLayout implements MigrationInterface {
@@ -34,7 +51,7 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
     /** One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens. */
     async down(): Promise<void> {}
   }
-  return [CreateLeaseTables, LeaseTokenLayout];
+  return [CreateLeaseTables, AddLeaseJoinResults, LeaseTokenLayout];
 }
 
 /** Migrations for the default names (`public.job_lease`, `public.job_lease_waiter`). */

@@ -8,12 +8,20 @@ import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
 /** When the first version of the schema was written (TypeORM orders migrations by this suffix). */
 const CREATED_AT = 1764374400000;
 
+/** When the join result table was added (`onBusy: 'join'` across processes). */
+const JOIN_RESULTS_AT = 1764633600000;
+
 /** When the 47-bit fencing token layout came (0.3). */
 const TOKEN_LAYOUT_AT = 1796169600000;
 
 /** The name of the first migration (the tables and sequences) for these names. */
 export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
   return `CreateLeaseTables${migrationSuffix(resolveLeaseNames(names))}${CREATED_AT}`;
+}
+
+/** The name of the join result table's migration for these names. */
+export function joinResultsMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `AddLeaseJoinResults${migrationSuffix(resolveLeaseNames(names))}${JOIN_RESULTS_AT}`;
 }
 
 /** The name of the token layout migration for these names (bootstrap names it when it has not run). */

@@ -249,8 +249,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Six statements (the token layout last), and a CREATE SCHEMA first for a schema other than public.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 6 : 7 }, () => []));
+    // Seven statements (the token layout, then the join result table's), and a CREATE SCHEMA first for a schema other
+    // than public.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 7 : 8 }, () => []));
     return r.store.schema.createSchema();
   },
 };

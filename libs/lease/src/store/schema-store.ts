@@ -6,7 +6,7 @@ import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
 import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { schemaStatements } from '../schema/lease-schema.js';
+import { joinResultStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow, oldLayoutSequences, type SchemaState } from './rows.js';
 import type { Statements } from './statement-texts.js';
 
@@ -63,6 +63,23 @@ export class SchemaStore {
   /** Creates the objects (idempotent), each statement bounded like every other. */
   async createSchema(): Promise<void> {
     for (const statement of schemaStatements(this.options)) {
+      await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
+    }
+  }
+
+  /** Whether the join result table (the second migration's) is missing: an installation older than `onBusy: 'join'`. */
+  async joinResultsMissing(): Promise<boolean> {
+    const { rows } = await this.run<{ missing: boolean }>({
+      text: 'SELECT to_regclass($1) IS NULL AS missing',
+      boundMs: bootstrapBoundMs(this.options),
+      values: [leaseObjectNames(this.options).result],
+    });
+    return rows[0].missing;
+  }
+
+  /** Creates the join result table (idempotent). */
+  async createJoinResults(): Promise<void> {
+    for (const statement of joinResultStatements(this.options)) {
       await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
     }
   }

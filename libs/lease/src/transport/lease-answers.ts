@@ -3,6 +3,7 @@ import {
   LeaseArgumentError,
   LeaseBusyError,
   type LeaseError,
+  LeaseJoinedRunError,
   LeaseLostError,
   LeaseShutdownError,
   LeaseUnavailableError,
@@ -38,6 +39,14 @@ export function answerOf(error: LeaseError): Answer {
   }
   if (error instanceof LeaseUnavailableError) {
     return { status: 503, title: 'Service Unavailable', retryAfterMs: error.retryAfterMs };
+  }
+  // The original's status when it had one (an HttpException), else a server error like the original's.
+  if (error instanceof LeaseJoinedRunError) {
+    return {
+      status: error.status ?? 500,
+      title: 'Joined Run Failed',
+      extra: { fencingToken: String(error.fencingToken) },
+    };
   }
   // Another instance (or this one, restarted) can serve the retry.
   if (error instanceof LeaseShutdownError) return { status: 503, title: 'Service Unavailable', retryAfterMs: 1_000 };

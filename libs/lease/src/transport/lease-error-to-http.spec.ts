@@ -16,6 +16,7 @@ const samples: Record<string, LeaseError> = {
   LeaseUnavailableError: new api.LeaseUnavailableError('k', 'ECONNREFUSED', { kind: 'failing' }),
   LeaseShutdownError: new api.LeaseShutdownError('k'),
   LeaseConfigError: new api.LeaseConfigError('bad options'),
+  LeaseJoinedRunError: new api.LeaseJoinedRunError('k', 7n, 'internal detail of the original'),
 };
 
 interface Row {
@@ -61,7 +62,10 @@ describe('lease errors over HTTP, WebSocket and RPC, class by class as the READM
     expect((http as HttpException).getStatus()).toBe(row.status);
     expect((http as HttpException).cause).toBe(error);
     expect('Retry-After' in headers).toBe(row.retryAfter);
-    expect((http as HttpException).getResponse()).toMatchObject({ code: name, message: error.message });
+    // A joined run's failure answers what the original answered: Nest's answer to an error it does not know.
+    if (name === 'LeaseJoinedRunError') {
+      expect((http as HttpException).getResponse()).toEqual({ statusCode: 500, message: 'Internal server error' });
+    } else expect((http as HttpException).getResponse()).toMatchObject({ code: name, message: error.message });
 
     const body = leaseErrorBody(error);
     const base = ['status', 'code', 'message', 'targetKey'];
@@ -85,6 +89,15 @@ describe('lease errors over HTTP, WebSocket and RPC, class by class as the READM
     const { message } = samples.LeaseLostError;
     expect(message).toMatch(/fenced writes are refused/);
     expect(message).not.toMatch(/nothing was written|result was discarded/);
+  });
+
+  it("LeaseJoinedRunError of an HttpException: the original's status and body", () => {
+    const body = { statusCode: 404, message: 'no report 7', error: 'Not Found' };
+    const joined = new api.LeaseJoinedRunError('k', 7n, 'no report 7', { status: 404, response: body });
+    const http = leaseErrorToHttp(joined) as HttpException;
+    expect(http.getStatus()).toBe(404);
+    expect(http.getResponse()).toEqual(body);
+    expect(leaseErrorBody(joined)).toMatchObject({ code: 'LeaseJoinedRunError', fencingToken: '7' });
   });
 
   it('passes other errors through unchanged', () => {

@@ -1,5 +1,5 @@
 import { HttpException } from '@nestjs/common';
-import { LeaseError } from '../errors/lease.errors.js';
+import { LeaseError, LeaseJoinedRunError } from '../errors/lease.errors.js';
 import { answerOf } from './lease-answers.js';
 
 function setHeader(response: unknown, name: string, value: string): void {
@@ -14,6 +14,13 @@ function setHeader(response: unknown, name: string, value: string): void {
  */
 export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
   if (!(error instanceof LeaseError) || error instanceof HttpException) return error;
+  // A duplicate answers what the original answered: its HTTP status and body, or Nest's answer to an unknown error.
+  if (error instanceof LeaseJoinedRunError) {
+    const { status, response: body } = error;
+    return status === undefined
+      ? new HttpException({ statusCode: 500, message: 'Internal server error' }, 500, { cause: error })
+      : new HttpException(body as string | Record<string, unknown>, status, { cause: error });
+  }
   const answer = answerOf(error);
   const body: Record<string, unknown> = {
     statusCode: answer.status,

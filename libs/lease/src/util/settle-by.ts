@@ -49,3 +49,19 @@ export async function settleBy<T>(
     if (!won) work.then(discard, () => undefined);
   }
 }
+
+/**
+ * One bounded step of a shutdown: waits for `work` at most `stepMs`, and never rejects — what fails or runs past the
+ * bound is handed to `warn` (what it still holds expires by itself).
+ */
+export async function boundedStep(
+  what: string,
+  work: Promise<unknown>,
+  stepMs: number,
+  warn: (message: string) => void,
+): Promise<void> {
+  const giveUp = () => new Error(`${what} still in flight after ${stepMs} ms`);
+  await settleBy(work, performance.now() + stepMs, undefined, giveUp).catch((error: unknown) =>
+    warn(`Shutdown: ${String(error)}; what they hold expires by itself`),
+  );
+}

@@ -1,0 +1,162 @@
+/**
+ * `onBusy: 'join'`: a call whose target is held by a run of the same key settles with that run's outcome instead of
+ * running the work again. In this process the run's promise is shared (no statement beyond the holder's own); the
+ * run's value must be JSON, so that a joiner in another process (see `JoinResults`) gets the same answer.
+ */
+import { LeaseArgumentError, LeaseJoinedRunError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
+import { LeaseBusyError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
+import type { AcquireOptions, RunOptions } from '../interfaces/acquire-options.interface.js';
+import type { Lease } from '../interfaces/lease.interface.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { assertTargetKey, checkRunOnBusy, joinTimeoutOf } from '../options/call-input.js';
+import type { JoinOutcome, RemoteJoins, SettledOutcome } from '../store/join-store.js';
+import { settleBy } from '../util/settle-by.js';
+
+/** A lease entered by the engine, and how to leave it (`LeaseEngine`'s `LeaseEntry`). */
+interface LeaseEntry {
+  readonly lease: Lease;
+  readonly exit: () => Promise<void>;
+}
+
+/** What joining needs of the engine. */
+export interface JoinHost {
+  readonly options: ResolvedLeaseOptions;
+  enter(targetKey: string, options: AcquireOptions): Promise<LeaseEntry>;
+  within<T>(lease: Lease, work: () => T): T;
+}
+
+/** Why a value cannot be sent as JSON, or undefined when it can (undefined itself is allowed: a void run). */
+export function jsonRefusal(value: unknown): string | undefined {
+  try {
+    JSON.stringify(value, (key, inner: unknown) => {
+      if (typeof inner === 'function' || typeof inner === 'symbol') {
+        throw new TypeError(`${key === '' ? 'the value' : `"${key}"`} is a ${typeof inner}`);
+      }
+      return inner;
+    });
+    return undefined;
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
+}
+
+/** An error's HTTP status and body, when it has them (an `HttpException`, duck-typed: the engine knows no HTTP). */
+function httpOf(error: unknown): { status?: number; response?: unknown } {
+  const http = error as { getStatus?: () => unknown; getResponse?: () => unknown } | null;
+  if (typeof http?.getStatus !== 'function' || typeof http.getResponse !== 'function') return {};
+  const status = http.getStatus();
+  return typeof status === 'number' ? { status, response: http.getResponse() } : {};
+}
+
+/** The outcome of a joined run, as the joiner's own: the value, or a `LeaseJoinedRunError`. */
+export function settleJoined(targetKey: string, outcome: SettledOutcome): unknown {
+  if (outcome.kind === 'value') return outcome.value;
+  const { message, fencingToken, cause, status, response } = outcome;
+  throw new LeaseJoinedRunError(targetKey, fencingToken, message, { cause, status, response });
+}
+
+/** Settles with `work`, or rejects with the lease's abort reason (lost, shut down) as soon as its signal aborts. */
+function untilAborted<T>(lease: Lease, work: Promise<T>): Promise<T> {
+  return settleBy(work, Number.POSITIVE_INFINITY, lease.signal, () => new Error('unreachable'));
+}
+
+export class JoinRuns {
+  /** The run of each key in this process that a join may share, from its attempt to its release. */
+  private readonly running = new Map<string, Promise<JoinOutcome>>();
+
+  constructor(
+    private readonly host: JoinHost,
+    /** Joins across processes; absent, a target held by another process is refused as without join. */
+    private readonly remote?: RemoteJoins,
+  ) {}
+
+  /** Ends the waits for other processes' outcomes and their LISTEN connection (the engine's close()). */
+  close(): Promise<void> {
+    return this.remote?.close() ?? Promise.resolve();
+  }
+
+  /** `LeaseService.run` with `onBusy: 'join'` (and `@Exclusive` with it): see the file's note. */
+  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
+    assertTargetKey(targetKey);
+    checkRunOnBusy(options.onBusy);
+    const joinTimeoutMs = joinTimeoutOf(options, this.host.options.defaultWaitTimeoutMs);
+    const until = performance.now() + joinTimeoutMs;
+    const onTimeout = () => new LeaseWaitTimeoutError(targetKey, joinTimeoutMs);
+    const { signal } = options;
+    // A join attempts once and never queues: the priority line is for calls that run the work themselves.
+    const attempt: AcquireOptions = { holdAtLeastMs: options.holdAtLeastMs, keyTemplate: options.keyTemplate, signal };
+    for (;;) {
+      signal?.throwIfAborted();
+      const running = this.running.get(targetKey);
+      if (running) {
+        const outcome = await settleBy(running, until, signal, onTimeout);
+        if (outcome.kind !== 'gone') return settleJoined(targetKey, outcome) as T;
+        continue;
+      }
+      // Registered before the attempt: a duplicate arriving meanwhile waits for it instead of asking the database.
+      let settle!: (outcome: JoinOutcome) => void;
+      const outcome = new Promise<JoinOutcome>((resolve) => (settle = resolve));
+      this.running.set(targetKey, outcome);
+      let entry: LeaseEntry;
+      try {
+        entry = await this.host.enter(targetKey, attempt);
+      } catch (error) {
+        this.forget(targetKey, outcome);
+        settle({ kind: 'gone' });
+        if (!(error instanceof LeaseBusyError) || !this.remote) throw error;
+        const remote = await this.remote.await(targetKey, until, signal, onTimeout);
+        if (remote.kind !== 'gone') return settleJoined(targetKey, remote) as T;
+        // The holder ended without an outcome (died, lost its lease): try again, to run the work ourselves.
+        continue;
+      }
+      try {
+        return await this.hold(targetKey, entry, work, settle);
+      } finally {
+        this.forget(targetKey, outcome);
+      }
+    }
+  }
+
+  /** Runs the work under the lease, stores and shares its outcome (before the release), then releases. */
+  private async hold<T>(
+    targetKey: string,
+    entry: LeaseEntry,
+    work: (lease: Lease) => Promise<T> | T,
+    settle: (outcome: JoinOutcome) => void,
+  ): Promise<T> {
+    const { lease } = entry;
+    const { fencingToken } = lease;
+    let outcome: JoinOutcome = { kind: 'gone' };
+    try {
+      const value = await untilAborted(lease, Promise.resolve(this.host.within(lease, () => work(lease))));
+      const refusal = jsonRefusal(value);
+      if (refusal !== undefined) {
+        throw new LeaseArgumentError(messages.joinResultNotJson(targetKey, refusal), targetKey);
+      }
+      const done = { kind: 'value' as const, value, fencingToken };
+      await this.remote?.save(lease, done);
+      outcome = done;
+      return value;
+    } catch (error) {
+      // A run that lost its lease has no outcome to share: its joiners try again (and may run the work themselves).
+      if (error instanceof LeaseLostError || error instanceof LeaseShutdownError || lease.signal.aborted) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      const failed = { kind: 'error' as const, message, fencingToken, cause: error, ...httpOf(error) };
+      // Stored like a value; when that fails (the lease lost meanwhile), the joiners try again.
+      const saved = await (this.remote?.save(lease, failed) ?? Promise.resolve()).then(
+        () => true,
+        () => false,
+      );
+      if (saved) outcome = failed;
+      throw error;
+    } finally {
+      settle(outcome);
+      await entry.exit();
+    }
+  }
+
+  private forget(targetKey: string, outcome: Promise<JoinOutcome>): void {
+    if (this.running.get(targetKey) === outcome) this.running.delete(targetKey);
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * The statements of joins across processes (`onBusy: 'join'`): a run's outcome saved in its fenced transaction, and
+ * a joiner's read of the run it joined. Pure: SQL text only.
+ */
+import { type LeaseObjectNames, live, MS } from './fragments.js';
+
+/** Expired results one save deletes at most (a bounded statement, whatever piled up). */
+export const EXPIRED_PER_SAVE = 100;
+
+/**
+ * Saves the outcome of the run holding (target $1, fencing token $2) — inside its fenced transaction, so only while
+ * its lease is the current one — for $4 ms (database clock), deletes up to `EXPIRED_PER_SAVE` expired results of any
+ * target (never waiting for a locked one), and wakes the joiners (the NOTIFY is delivered at the commit).
+ */
+export function saveResultSql(n: LeaseObjectNames): string {
+  return `WITH expired AS (
+      DELETE FROM ${n.result} WHERE (target_id, fencing_token) IN (
+        SELECT target_id, fencing_token FROM ${n.result} WHERE expires_at <= now()
+        LIMIT ${EXPIRED_PER_SAVE} FOR UPDATE SKIP LOCKED)
+    ), saved AS (
+      INSERT INTO ${n.result} (target_id, fencing_token, outcome, expires_at)
+      VALUES ($1, $2::bigint, $3, now() + $4::int ${MS})
+      ON CONFLICT (target_id, fencing_token) DO NOTHING
+    )
+    SELECT pg_notify($5, $1)`;
+}
+
+/**
+ * A joiner's look at target $1: the fencing token of its row, whether that holder is live, and the unexpired outcome
+ * stored under token $2 (the run joined; the row's own token when $2 is null, on the first look).
+ */
+export function readResultSql(n: LeaseObjectNames): string {
+  return `SELECT l.fencing_token::text AS token, ${live('l')} AS live, r.outcome
+    FROM ${n.lease} l
+    LEFT JOIN ${n.result} r ON r.target_id = l.target_id
+      AND r.fencing_token = coalesce($2::bigint, l.fencing_token) AND r.expires_at > now()
+    WHERE l.target_id = $1`;
+}
