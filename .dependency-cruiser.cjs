@@ -21,7 +21,13 @@ module.exports = {
       from: {
         orphan: true,
         path: SRC,
-        pathNot: ['\\.spec\\.ts$', `${SRC}(index|internal)\\.ts$`, `${SRC}integrations/`, '\\.d\\.ts$'],
+        pathNot: [
+          '\\.spec\\.ts$',
+          `${SRC}(index|internal)\\.ts$`,
+          `${SRC}integrations/`,
+          `${SRC}testing/index\\.ts$`,
+          '\\.d\\.ts$',
+        ],
       },
       to: {},
     },
@@ -77,11 +83,21 @@ module.exports = {
       to: { path: SRC, pathNot: [area('errors'), area('interfaces'), `${SRC}options/limits\\.ts$`] },
     },
     {
+      name: 'testing-kit-aside',
+      comment: 'The testing kit (nest-pg-lease/testing) uses the library; nothing of the library uses the kit.',
+      severity: 'error',
+      from: { path: SRC, pathNot: area('testing') },
+      to: { path: area('testing') },
+    },
+    {
       name: 'only-entry-points-from-outside',
       severity: 'error',
-      comment: 'Outside src, only index.ts, internal.ts and integrations/* are imported (tests, bench, apps).',
+      comment: 'Outside src, only index.ts, internal.ts, integrations/* and testing/index.ts are imported.',
       from: { pathNot: SRC },
-      to: { path: SRC, pathNot: [`${SRC}(index|internal)\\.ts$`, `${SRC}integrations/[^/]+\\.ts$`] },
+      to: {
+        path: SRC,
+        pathNot: [`${SRC}(index|internal)\\.ts$`, `${SRC}integrations/[^/]+\\.ts$`, `${SRC}testing/index\\.ts$`],
+      },
     },
   ],
   options: {

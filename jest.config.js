@@ -10,6 +10,7 @@ export default {
   moduleNameMapper: {
     '^nest-pg-lease$': '<rootDir>/libs/lease/src/index.ts',
     '^nest-pg-lease/(prometheus|terminus)$': '<rootDir>/libs/lease/src/integrations/$1.ts',
+    '^nest-pg-lease/testing$': '<rootDir>/libs/lease/src/testing/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts', '<rootDir>/apps/**/*.spec.ts'],

@@ -184,6 +184,48 @@ async function request(url, init) {
   return { status: response.status, retryAfter: response.headers.get('retry-after'), body };
 }
 
+/**
+ * A file of the app that uses the testing kit's subpath (`nest-pg-lease/testing`): compiled with the app under strict
+ * (its types resolve in both module systems); never run — an app's tests would.
+ */
+const TESTING_KIT_CHECK = `import type { DynamicModule } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import type { LeaseService } from 'nest-pg-lease';
+import {
+  createTestingLeaseService,
+  expire,
+  LeaseTestingController,
+  LeaseTestingModule,
+  stallDatabase,
+  startTestPostgres,
+  takeOver,
+  testLeaseOptions,
+  type TestPostgres,
+} from 'nest-pg-lease/testing';
+
+export function unitModule(): DynamicModule {
+  return LeaseTestingModule.forRoot({ fencedTransaction: (work) => work({} as never) });
+}
+
+export function integrationModule(url: string): DynamicModule {
+  return LeaseTestingModule.forPostgres(url, { ...testLeaseOptions(), owner: 'test' });
+}
+
+export function inMemory(): { service: LeaseService; controls: LeaseTestingController } {
+  const service = createTestingLeaseService();
+  return { service, controls: LeaseTestingController.of(service) };
+}
+
+export async function faults(dataSource: DataSource): Promise<bigint> {
+  const server: TestPostgres = await startTestPostgres();
+  await server.stop();
+  await expire(dataSource, 'report:1');
+  const stall = await stallDatabase(dataSource, 'report:1');
+  await stall.release();
+  return takeOver(dataSource, 'report:1', { owner: 'another-process' });
+}
+`;
+
 const work = mkdtempSync(join(tmpdir(), 'nest-pg-lease-consumer-'));
 /** The summary's rows: one per application and Node.js major. */
 const rows = [];
@@ -447,6 +489,19 @@ try {
           : run(process.execPath, ['-e', "console.log(require.resolve('nest-pg-lease'))"], dir);
       const expected = app.modules === 'ESM' ? '/dist/esm/index.js' : '/dist/cjs/index.js';
       check(resolved.trim().endsWith(expected), `the ${app.modules} app resolves nest-pg-lease to ${expected}`);
+      const kit =
+        app.modules === 'ESM'
+          ? run(
+              process.execPath,
+              ['--input-type=module', '-e', "console.log(import.meta.resolve('nest-pg-lease/testing'))"],
+              dir,
+            )
+          : run(process.execPath, ['-e', "console.log(require.resolve('nest-pg-lease/testing'))"], dir);
+      const kitExpected = app.modules === 'ESM' ? '/dist/esm/testing/index.js' : '/dist/cjs/testing/index.js';
+      check(
+        kit.trim().endsWith(kitExpected),
+        `the ${app.modules} app resolves nest-pg-lease/testing to ${kitExpected}`,
+      );
 
       // 5. The README's Usage (and its tsconfig), file by file; plain tsc, every .d.ts checked.
       const written = [...installBlocks, ...usageBlocks].filter((block) => fileOf(block));
@@ -456,6 +511,8 @@ try {
         writeFileSync(path, block.body);
       }
       log(`wrote from the README: ${written.map(fileOf).join(', ')}`);
+      writeFileSync(join(dir, 'src/testing-kit.check.ts'), TESTING_KIT_CHECK);
+      log('wrote src/testing-kit.check.ts (imports nest-pg-lease/testing)');
       const tsconfig = readFileSync(join(dir, 'tsconfig.json'), 'utf8');
       check(
         /"strict": true/.test(tsconfig) && !/skipLibCheck/.test(tsconfig),

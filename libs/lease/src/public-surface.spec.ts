@@ -55,6 +55,28 @@ const EXPORTS = [
   'leaseMigrations',
 ];
 
+/** The `nest-pg-lease/testing` subpath's names, as the README's "Testing your code" documents them. */
+const TESTING_EXPORTS = [
+  'DatabaseStall',
+  'EmbeddedPostgresError',
+  'FencedTransaction',
+  'LeaseTableNames',
+  'LeaseTestingController',
+  'LeaseTestingModule',
+  'LeaseTestingOptions',
+  'StartPostgresOptions',
+  'TakeOverOptions',
+  'TestDatabase',
+  'TestPostgres',
+  'createTestingLeaseService',
+  'expire',
+  'stallDatabase',
+  'startTestPostgres',
+  'takeOver',
+  'testLeaseOptions',
+  'useLeaseDatabase',
+];
+
 /** LeaseService's members as the README documents them ("The LeaseService API"). */
 const SERVICE_MEMBERS = [
   'acquire',
@@ -82,7 +104,10 @@ describe('the published type declarations', () => {
       ['node_modules/typescript/bin/tsc', '-p', 'libs/lease/tsconfig.lib.json', '--outDir', outDir],
       { stdio: 'pipe' },
     );
-    program = ts.createProgram([join(outDir, 'index.d.ts')], { skipLibCheck: true, strict: true });
+    program = ts.createProgram([join(outDir, 'index.d.ts'), join(outDir, 'testing/index.d.ts')], {
+      skipLibCheck: true,
+      strict: true,
+    });
     checker = program.getTypeChecker();
   }, 120_000);
 
@@ -103,6 +128,11 @@ describe('the published type declarations', () => {
   it('export exactly the documented names from the main entry', () => {
     const names = moduleExports('index.d.ts').map((symbol) => symbol.getName());
     expect(names.sort()).toEqual([...EXPORTS].sort());
+  });
+
+  it('export exactly the documented names from nest-pg-lease/testing', () => {
+    const names = moduleExports('testing/index.d.ts').map((symbol) => symbol.getName());
+    expect(names.sort()).toEqual([...TESTING_EXPORTS].sort());
   });
 
   it('give LeaseService exactly the documented members and one public constructor', () => {

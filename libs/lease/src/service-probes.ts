@@ -3,11 +3,15 @@
  * than private fields (which a rename would silently turn into `undefined` checks).
  */
 import { engineOf } from './engine-of.js';
+import type { LeaseEngine } from './engine/lease-engine.js';
 import type { LeaseService } from './lease.service.js';
+
+/** The PostgreSQL engine of a service (these probes are about its heartbeat, its queue and its purge). */
+const pgEngineOf = (service: LeaseService) => engineOf(service) as LeaseEngine;
 
 /** Whether the service's lease heartbeat is running (it stops at its first tick with no lease held, and at close). */
 export function heartbeatRunning(service: LeaseService): boolean {
-  return engineOf(service).heartbeatRunning;
+  return pgEngineOf(service).heartbeatRunning;
 }
 
 /**
@@ -15,10 +19,10 @@ export function heartbeatRunning(service: LeaseService): boolean {
  * show that the poll covers a lost notification.
  */
 export function interceptHeadWakeups(service: LeaseService, onHead: (waiterId: string) => void): void {
-  engineOf(service).interceptHeadWakeups(onHead);
+  pgEngineOf(service).interceptHeadWakeups(onHead);
 }
 
 /** Runs the engine's purge of free rows now (it runs by itself every `PURGE_INTERVAL_MS`); the count deleted. */
 export function purgeFreeRows(service: LeaseService): Promise<number | null> {
-  return engineOf(service).purgeNow();
+  return pgEngineOf(service).purgeNow();
 }

@@ -37,16 +37,11 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { type Waiter, WaitQueue } from './wait-queue.js';
+import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
   readonly waiter: Waiter;
-}
-
-/** A lease entered by `run` or `@Exclusive`, and how to leave it. */
-export interface LeaseEntry {
-  readonly lease: Lease;
-  readonly exit: () => Promise<void>;
 }
 
 /**
@@ -55,7 +50,7 @@ export interface LeaseEntry {
  * lease's signal when it is lost, fences writes, and releases. Internal: `LeaseService` is its public face; the doors
  * (exclusive-call, the explorer) use it directly for `enter` / `within`. Nest runs its lifecycle hooks.
  */
-export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplicationShutdown {
+export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleInit, BeforeApplicationShutdown {
   /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended. */
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */

@@ -225,6 +225,8 @@ export const messages = {
     `@Exclusive on ${label}: onBusy: 'skip' is for provider methods and message handlers; ` +
     'an HTTP handler answers 409 (with Retry-After) when the target is busy. ' +
     'Remove onBusy, or call a provider method that has it',
+  noLeaseRow: (helper: string, targetKey: string) =>
+    `${helper}: no lease row for "${targetKey}" (acquire the lease first)`,
 };
 
 /** An error (or any thrown value) as one line of a log message. */

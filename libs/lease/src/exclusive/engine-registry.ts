@@ -13,7 +13,7 @@ import { inspect } from 'node:util';
 import type { ModulesContainer } from '@nestjs/core';
 import { OPTIONAL_PROPERTY_DEPS_METADATA, PROPERTY_DEPS_METADATA } from '@nestjs/common/constants.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import type { LeaseEngine } from '../engine/lease-engine.js';
+import type { ServiceEngine } from '../engine/service-engine.js';
 import { messages } from '../errors/lease.messages.js';
 
 /** Injection token of the application's `EngineRef` (provided and exported by LeaseModule). */
@@ -24,7 +24,7 @@ export const ENGINE_PROPERTY = Symbol('nest-pg-lease:engine');
 
 /** An application's engine, as injected into the instances of decorated classes (shown briefly when they are logged). */
 export class EngineRef {
-  constructor(readonly engine: LeaseEngine) {}
+  constructor(readonly engine: ServiceEngine) {}
 
   [inspect.custom](): string {
     return `[nest-pg-lease: the LeaseService of owner ${this.engine.options.owner}]`;
@@ -46,7 +46,7 @@ export function injectEngineInto(type: Function): void {
 
 /** A running application's lease engine, and the modules (lazily loaded ones included) it serves. */
 export interface Registration {
-  readonly leases: LeaseEngine;
+  readonly leases: ServiceEngine;
   readonly modules: ModulesContainer;
 }
 
@@ -57,12 +57,12 @@ interface Wrapper {
 
 const registrations = new Set<Registration>();
 /** Instance → its application's engine, found on its first decorated call. */
-const owners = new WeakMap<object, LeaseEngine>();
+const owners = new WeakMap<object, ServiceEngine>();
 /**
  * Class → the engine of the one application that provides it, for instances no injector made. Forgotten whenever an
  * application starts or stops.
  */
-let classOwners = new WeakMap<Function, LeaseEngine>();
+let classOwners = new WeakMap<Function, ServiceEngine>();
 
 /**
  * Registers an application's engine. A second registration for the same application (LeaseModule imported twice)
@@ -91,7 +91,7 @@ export function wrappersOf(registration: Registration): Wrapper[] {
 }
 
 /** The lease engine an `@Exclusive` method called on `instance` runs under (see the module note). */
-export function leaseEngineFor(instance: unknown, label: string): LeaseEngine {
+export function leaseEngineFor(instance: unknown, label: string): ServiceEngine {
   const self = instance !== null && typeof instance === 'object' ? instance : undefined;
   const own = self && (self as { [ENGINE_PROPERTY]?: unknown })[ENGINE_PROPERTY];
   if (own instanceof EngineRef) return own.engine;

@@ -8,7 +8,7 @@ import { acquireOptionsOf } from '../options/call-input.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { leaseEngineFor } from './engine-registry.js';
-import type { LeaseEngine, LeaseEntry } from '../engine/lease-engine.js';
+import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
 
@@ -142,7 +142,7 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
 function holdWhileSubscribed(
   source: Observable<unknown>,
   entry: LeaseEntry,
-  leases: LeaseEngine,
+  leases: ServiceEngine,
   call?: HandlerCall,
 ): Observable<unknown> {
   const { lease } = entry;

@@ -4,6 +4,7 @@ import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 import { LeaseEngine } from '../engine/lease-engine.js';
+import type { ServiceEngine } from '../engine/service-engine.js';
 import { register, type Registration, unregister, wrappersOf } from './engine-registry.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
@@ -28,7 +29,7 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
   constructor(
     @Inject(ModulesContainer) modules: ModulesContainer,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
-    @Inject(LeaseEngine) leases: LeaseEngine,
+    @Inject(LeaseEngine) leases: ServiceEngine,
   ) {
     // Registered at construction: a provider may call a decorated method from its own onModuleInit.
     this.registration = { leases, modules };

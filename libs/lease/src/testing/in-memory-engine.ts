@@ -1,0 +1,428 @@
+/**
+ * The in-memory engine of `nest-pg-lease/testing`: the same doors (`LeaseService`, `@Exclusive`) over a Map instead
+ * of PostgreSQL rows, for unit tests of an application's own code. A separate implementation of `ServiceEngine`
+ * (the real engine's code is not forked): one process's view, with test controls standing in for the other processes
+ * (`hold`, `takeOver`, `expire`, `lose`, `free`). It reuses the library's lease handle, call context, input checks
+ * and snapshot shape, so what a caller sees — errors, signals, `fenced()` refusals, `list()` rows — is the real one's.
+ */
+import { randomUUID } from 'node:crypto';
+import { type Observable, Subject } from 'rxjs';
+import type { EntityManager } from 'typeorm';
+import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
+import { LeaseContext } from '../engine/lease-context.js';
+import { snapshotsOf } from '../engine/lease-snapshot.js';
+import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
+import {
+  LeaseBusyError,
+  LeaseLostError,
+  LeaseQueueFullError,
+  LeaseShutdownError,
+  LeaseWaitTimeoutError,
+} from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
+import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
+import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { Lease } from '../interfaces/lease.interface.js';
+import { callRequest, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
+import { MAX_TIMER_MS } from '../options/limits.js';
+import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
+
+/** Runs a fenced write's work in the test's transaction (see `LeaseTestingOptions.fencedTransaction`). */
+export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
+
+/** Options of the in-memory lease service: the module's options, plus how `fenced()` runs its work. */
+export interface LeaseTestingOptions extends LeaseModuleOptions {
+  /**
+   * Runs the work of every `lease.fenced(work)` that is allowed to write, e.g. `(work) => work(fakeManager)` or
+   * `(work) => dataSource.transaction(work)`. @default runs the work with an EntityManager that throws on any use
+   */
+  fencedTransaction?: FencedTransaction;
+}
+
+/** A holder of a key that is not this service: another process, as the test controls make one. */
+interface ForeignHolder {
+  readonly owner: string;
+  readonly fencingToken: bigint;
+  readonly since: number;
+}
+
+interface MemoryWaiter {
+  readonly request: LeaseRequest;
+  readonly seq: number;
+  readonly since: number;
+  readonly grant: (lease: HeldLease) => void;
+  readonly fail: (error: unknown) => void;
+}
+
+/** What `fenced()` hands the work when the test gave no `fencedTransaction`: any use explains what to do. */
+const NO_MANAGER = new Proxy({} as EntityManager, {
+  get(_target, property) {
+    if (property === 'then' || typeof property === 'symbol') return undefined;
+    throw new TypeError(
+      `lease.fenced(): the in-memory lease service has no database (EntityManager.${String(property)} was used); ` +
+        'give LeaseTestingModule.forRoot({ fencedTransaction: (work) => work(yourManager) })',
+    );
+  },
+});
+
+export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
+  readonly events$: Observable<LeaseEvent>;
+  readonly options: ResolvedLeaseOptions;
+  private readonly events = new Subject<LeaseEvent>();
+  private readonly context = new LeaseContext();
+  private readonly fencedTransaction: FencedTransaction;
+  /** This service's leases, by key. */
+  private readonly held = new Map<string, HeldLease>();
+  private readonly acquiredAt = new WeakMap<HeldLease, number>();
+  /** Keys held by "another process" (the test controls). */
+  private readonly foreign = new Map<string, ForeignHolder>();
+  /** Keys whose holder's lease expired without a release: the next acquisition is a takeover. */
+  private readonly expired = new Set<string>();
+  /** holdAtLeastMs tails: key → monotonic time until which the key stays taken. */
+  private readonly tails = new Map<string, { until: number; timer: NodeJS.Timeout }>();
+  private readonly lines = new Map<string, MemoryWaiter[]>();
+  private lastToken = 0n;
+  private seq = 0;
+  private closed = false;
+
+  constructor(options: LeaseTestingOptions = {}) {
+    const { fencedTransaction, ...moduleOptions } = options;
+    this.options = resolveLeaseOptions(moduleOptions);
+    this.fencedTransaction = fencedTransaction ?? ((work) => work(NO_MANAGER));
+    this.events$ = this.events.asObservable();
+    markServiceEngine(this);
+  }
+
+  async init(): Promise<void> {}
+
+  async onModuleInit(): Promise<void> {
+    await this.init();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.close();
+  }
+
+  /** Cancels every wait and releases every lease (their signals abort with `LeaseShutdownError`). Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const [key, line] of this.lines) {
+      for (const waiter of [...line]) this.endWait(waiter, new LeaseShutdownError(key, 'cancelled'));
+    }
+    for (const lease of [...this.held.values()]) {
+      await this.release(lease, () => new LeaseShutdownError(lease.targetKey, 'released'));
+    }
+    for (const tail of this.tails.values()) clearTimeout(tail.timer);
+    this.tails.clear();
+    this.events.complete();
+  }
+
+  current(): Lease | undefined {
+    return this.context.current();
+  }
+
+  within<T>(lease: Lease, work: () => T): T {
+    return this.context.run(lease, work);
+  }
+
+  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
+    const request = callRequest(targetKey, options);
+    const reentrant = this.context.find(request.targetKey);
+    if (reentrant) return new BorrowedLease(reentrant);
+    return this.tryOnce(request);
+  }
+
+  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
+    const request = callRequest(targetKey, options);
+    const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
+    options.signal?.throwIfAborted();
+    const reentrant = this.context.find(request.targetKey);
+    if (reentrant) return new BorrowedLease(reentrant);
+    return this.waitFor(request, waitTimeoutMs, options.signal);
+  }
+
+  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
+    const request = callRequest(targetKey, options);
+    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
+    const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
+    options.signal?.throwIfAborted();
+    const reentrant = this.context.find(request.targetKey);
+    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
+    const lease = waits ? await this.waitFor(request, waitTimeoutMs, options.signal) : await this.tryOnce(request);
+    if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
+    return { lease, exit: () => lease.release() };
+  }
+
+  list(targetKey?: string): Promise<LeaseSnapshot[]> {
+    const now = performance.now();
+    const keys = new Set([...this.held.keys(), ...this.foreign.keys(), ...this.lines.keys()]);
+    const rows = [...keys]
+      .filter((key) => targetKey === undefined || key === targetKey)
+      .sort()
+      .flatMap((key) => {
+        const mine = this.held.get(key);
+        const other = this.foreign.get(key);
+        const holder = mine
+          ? { owner: this.options.owner, fencingToken: mine.fencingToken, since: this.acquiredAt.get(mine) ?? now }
+          : other;
+        const held = holder
+          ? [
+              {
+                state: 'held' as const,
+                target_id: key,
+                owner: holder.owner,
+                priority: 0,
+                effective_priority: '0',
+                fencing_token: String(holder.fencingToken),
+                seq: null,
+                age_ms: now - holder.since,
+                since_heartbeat_ms: 0,
+                timeout_ms: this.options.leaseTimeoutMs,
+              },
+            ]
+          : [];
+        const waiting = (this.lines.get(key) ?? []).map((waiter) => ({
+          state: 'waiting' as const,
+          target_id: key,
+          owner: this.options.owner,
+          priority: waiter.request.priority,
+          effective_priority: String(waiter.request.priority),
+          fencing_token: null,
+          seq: String(waiter.seq),
+          age_ms: now - waiter.since,
+          since_heartbeat_ms: 0,
+          timeout_ms: this.options.waiterTimeoutMs,
+        }));
+        return [...held, ...waiting];
+      });
+    return Promise.resolve(snapshotsOf(rows, this.options.owner));
+  }
+
+  heldLeases(): Lease[] {
+    return [...this.held.values()];
+  }
+
+  waitingCount(): number {
+    let count = 0;
+    for (const line of this.lines.values()) count += line.length;
+    return count;
+  }
+
+  /** `lease.fenced(work)`: refused with `LeaseLostError` once the lease is not held; else the test's transaction. */
+  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
+    return this.fencedTransaction(work);
+  }
+
+  release(lease: HeldLease, reason?: () => unknown): Promise<void> {
+    if (!lease.markReleased(reason) || this.held.get(lease.targetKey) !== lease) return Promise.resolve();
+    this.held.delete(lease.targetKey);
+    const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
+    this.emit({
+      type: 'released',
+      targetKey: lease.targetKey,
+      keyTemplate: lease.keyTemplate,
+      fencingToken: lease.fencingToken,
+      heldMs,
+      at: new Date(),
+    });
+    this.grantNext(lease.targetKey);
+    return Promise.resolve();
+  }
+
+  // ---- test controls (see LeaseTestingController) ----
+
+  /** Another owner holds `targetKey` (free now, or taken from this service's holder: its lease is lost). */
+  hold(targetKey: string, owner: string): bigint {
+    const request = callRequest(targetKey, {});
+    const fencingToken = this.nextToken();
+    this.foreign.set(request.targetKey, { owner, fencingToken, since: performance.now() });
+    return fencingToken;
+  }
+
+  /** Another owner takes `targetKey` over with a higher fencing token: the holder loses it (`taken-over`). */
+  takeOver(targetKey: string, owner: string): bigint {
+    const lease = this.held.get(targetKey);
+    if (lease) this.lose(lease, 'taken-over');
+    return this.hold(targetKey, owner);
+  }
+
+  /** The key's lease expires: its holder (this service's) loses it (`renewal-deadline`), another holder is gone. */
+  expire(targetKey: string): void {
+    const lease = this.held.get(targetKey);
+    if (lease) this.lose(lease, 'renewal-deadline');
+    if (lease || this.foreign.delete(targetKey)) this.expired.add(targetKey);
+    this.grantNext(targetKey);
+  }
+
+  /** This service's lease on `targetKey` is lost for `reason`; the key is free (a lost row is an expired one). */
+  loseLease(targetKey: string, reason: Exclude<LeaseLossReason, 'released'>): void {
+    const lease = this.held.get(targetKey);
+    if (!lease) return;
+    this.lose(lease, reason);
+    this.expired.add(targetKey);
+    this.grantNext(targetKey);
+  }
+
+  /** The other owner of `targetKey` releases it (waiters are served). */
+  free(targetKey: string): void {
+    if (this.foreign.delete(targetKey)) this.grantNext(targetKey);
+  }
+
+  // ---- internals ----
+
+  private nextToken(): bigint {
+    return ++this.lastToken;
+  }
+
+  private taken(key: string): boolean {
+    return this.held.has(key) || this.foreign.has(key) || this.tails.has(key);
+  }
+
+  /** A live waiter at least as urgent as a newcomer of `priority` is ahead of it. */
+  private waiterAhead(key: string, priority: number): boolean {
+    return (this.lines.get(key) ?? []).some((waiter) => waiter.request.priority >= priority);
+  }
+
+  private tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
+    if (this.closed) return Promise.reject(new LeaseShutdownError(request.targetKey));
+    if (this.taken(request.targetKey) || this.waiterAhead(request.targetKey, request.priority)) {
+      this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
+      return Promise.resolve(null);
+    }
+    return Promise.resolve(this.grant(request));
+  }
+
+  private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
+    const { targetKey, priority, keyTemplate } = request;
+    if (this.closed) throw new LeaseShutdownError(targetKey, 'waits');
+    if (!this.taken(targetKey) && !this.waiterAhead(targetKey, priority)) return this.grant(request);
+    if (waitTimeoutMs === 0) throw new LeaseWaitTimeoutError(targetKey, 0);
+    const line = this.lines.get(targetKey) ?? [];
+    if (this.waitingCount() >= this.options.maxWaitersPerProcess) {
+      throw new LeaseQueueFullError(
+        targetKey,
+        this.options.heartbeatIntervalMs,
+        messages.processLineFull(this.waitingCount()),
+      );
+    }
+    if (line.length >= this.options.maxWaitersPerTarget) {
+      throw new LeaseQueueFullError(
+        targetKey,
+        this.options.heartbeatIntervalMs,
+        messages.targetLineFull(this.options.maxWaitersPerTarget),
+      );
+    }
+    this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
+    const since = performance.now();
+    return new Promise<Lease>((resolve, reject) => {
+      const ended = (outcome: 'granted' | 'timeout' | 'aborted' | 'error') => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        this.emit({
+          type: 'wait-ended',
+          targetKey,
+          keyTemplate,
+          priority,
+          outcome,
+          waitedMs: performance.now() - since,
+          at: new Date(),
+        });
+      };
+      const leave = (outcome: 'timeout' | 'aborted' | 'error', error: unknown) => {
+        const index = line.indexOf(waiter);
+        if (index < 0) return;
+        line.splice(index, 1);
+        if (line.length === 0) this.lines.delete(targetKey);
+        ended(outcome);
+        reject(error);
+        // A waiter that leaves may have been what kept a newcomer of lower priority out: nothing to grant here (the
+        // key is still taken, or the line's next waiter was served when the key became free).
+      };
+      const waiter: MemoryWaiter = {
+        request,
+        seq: ++this.seq,
+        since,
+        grant: (lease) => {
+          ended('granted');
+          resolve(lease);
+        },
+        fail: (error) => leave('error', error),
+      };
+      const timer = setTimeout(
+        () => leave('timeout', new LeaseWaitTimeoutError(targetKey, waitTimeoutMs)),
+        Math.min(waitTimeoutMs, MAX_TIMER_MS),
+      );
+      timer.unref();
+      const onAbort = () => leave('aborted', signal?.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      // Grant order: highest priority first, first come first served within a priority.
+      const at = line.findIndex((other) => other.request.priority < priority);
+      line.splice(at < 0 ? line.length : at, 0, waiter);
+      this.lines.set(targetKey, line);
+    });
+  }
+
+  private endWait(waiter: MemoryWaiter, error: unknown): void {
+    waiter.fail(error);
+  }
+
+  /** Serves the head of the key's line when the key is free. */
+  private grantNext(key: string): void {
+    if (this.closed || this.taken(key)) return;
+    const line = this.lines.get(key);
+    const head = line?.shift();
+    if (!head) return;
+    if (line!.length === 0) this.lines.delete(key);
+    head.grant(this.grant(head.request));
+  }
+
+  private grant(request: LeaseRequest): HeldLease {
+    const { targetKey, priority, holdMs, keyTemplate } = request;
+    const now = performance.now();
+    const lease = new HeldLease(targetKey, randomUUID(), this.nextToken(), now, MAX_TIMER_MS, this, () => undefined);
+    lease.keyTemplate = keyTemplate;
+    lease.tookOver = this.expired.delete(targetKey);
+    this.held.set(targetKey, lease);
+    this.acquiredAt.set(lease, now);
+    if (holdMs > 0) this.holdTail(targetKey, now + holdMs);
+    const common = { targetKey, keyTemplate, fencingToken: lease.fencingToken, priority, owner: this.options.owner };
+    this.emit(
+      lease.tookOver
+        ? { type: 'taken-over', ...common, previousOwner: null, at: new Date() }
+        : { type: 'acquired', ...common, at: new Date() },
+    );
+    return lease;
+  }
+
+  /** The key stays taken until `until` (holdAtLeastMs), released or not; then its line is served. */
+  private holdTail(key: string, until: number): void {
+    const timer = setTimeout(() => {
+      this.tails.delete(key);
+      this.grantNext(key);
+    }, until - performance.now());
+    timer.unref();
+    this.tails.set(key, { until, timer });
+  }
+
+  private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
+    if (!lease.markLost(reason)) return;
+    this.held.delete(lease.targetKey);
+    this.emit({
+      type: 'lost',
+      targetKey: lease.targetKey,
+      keyTemplate: lease.keyTemplate,
+      fencingToken: lease.fencingToken,
+      reason,
+      heldMs: performance.now() - (this.acquiredAt.get(lease) ?? performance.now()),
+      at: new Date(),
+    });
+  }
+
+  private emit(event: LeaseEvent): void {
+    if (!this.events.closed) this.events.next(event);
+  }
+}

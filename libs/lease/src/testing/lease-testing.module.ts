@@ -1,0 +1,64 @@
+import { type DynamicModule, Global, Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { LeaseEngine } from '../engine/lease-engine.js';
+import { EngineRef, LEASE_ENGINE_REF } from '../exclusive/engine-registry.js';
+import { ExclusiveExplorer } from '../exclusive/exclusive.explorer.js';
+import { ExclusiveInterceptor } from '../exclusive/exclusive.interceptor.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import { LeaseModule } from '../lease.module.js';
+import { LeaseService } from '../lease.service.js';
+import { InMemoryLeaseEngine, type LeaseTestingOptions } from './in-memory-engine.js';
+import { LeaseTestingController } from './lease-testing.controller.js';
+import { testLeaseOptions } from './test-lease-options.js';
+
+/**
+ * Leases for an application's own tests. `forRoot()`: in memory, no PostgreSQL — `LeaseService` and every
+ * `@Exclusive` method of the testing module use it, and `LeaseTestingController` plays the other processes.
+ * `forPostgres(url)`: the real `LeaseModule` on a database of the test's, with short timings and `createSchema`.
+ *
+ * @example
+ * Test.createTestingModule({ imports: [LeaseTestingModule.forRoot()], providers: [ReportService] })
+ */
+@Global()
+@Module({})
+export class LeaseTestingModule {
+  static forRoot(options: LeaseTestingOptions = {}): DynamicModule {
+    return {
+      module: LeaseTestingModule,
+      global: true,
+      imports: [DiscoveryModule],
+      providers: [
+        { provide: InMemoryLeaseEngine, useFactory: () => new InMemoryLeaseEngine(options) },
+        // The doors' token: the explorer registers this engine for the @Exclusive methods to find.
+        { provide: LeaseEngine, useExisting: InMemoryLeaseEngine },
+        {
+          provide: LeaseService,
+          inject: [InMemoryLeaseEngine],
+          useFactory: (engine: InMemoryLeaseEngine) => new LeaseService(engine),
+        },
+        {
+          provide: LEASE_ENGINE_REF,
+          inject: [InMemoryLeaseEngine],
+          useFactory: (engine: InMemoryLeaseEngine) => new EngineRef(engine),
+        },
+        LeaseTestingController,
+        ExclusiveInterceptor,
+        ExclusiveExplorer,
+      ],
+      exports: [LeaseService, LeaseTestingController, ExclusiveInterceptor, LEASE_ENGINE_REF],
+    };
+  }
+
+  /**
+   * The real `LeaseModule` on the database at `url` (a `startTestPostgres().createDatabase()` one, say), owning its
+   * DataSource, with `testLeaseOptions()` and then `options` applied.
+   */
+  static forPostgres(url: string, options: LeaseModuleOptions = {}): DynamicModule {
+    return LeaseModule.forRoot({ dataSource: { type: 'postgres', url }, ...testLeaseOptions(), ...options });
+  }
+}
+
+/** An in-memory `LeaseService` outside Nest (`LeaseTestingController.of(service)` gives its controls). */
+export function createTestingLeaseService(options: LeaseTestingOptions = {}): LeaseService {
+  return new LeaseService(new InMemoryLeaseEngine(options));
+}

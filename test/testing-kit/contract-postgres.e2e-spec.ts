@@ -1,0 +1,23 @@
+/**
+ * The lease contract (contract.ts) on the real engine and PostgreSQL, the losses made by the testing kit's own
+ * helpers (`takeOver`, `expire`), as an application's integration test would.
+ */
+import { expire, takeOver } from 'nest-pg-lease/testing';
+import { useTestDatabase } from '../support/db.js';
+import { type ContractSubject, leaseContract } from './contract.js';
+
+describe('the lease contract, on PostgreSQL', () => {
+  const db = useTestDatabase('contract');
+  let subject: ContractSubject;
+
+  beforeAll(async () => {
+    const { service, dataSource } = await db.open();
+    subject = {
+      service,
+      takeOver: (key) => takeOver(dataSource, key),
+      expire: (key) => expire(dataSource, key),
+    };
+  });
+
+  leaseContract(() => subject);
+});

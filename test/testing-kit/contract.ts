@@ -1,0 +1,209 @@
+/**
+ * The lease contract: one set of cases run against the in-memory service of `nest-pg-lease/testing`
+ * (contract-memory.e2e-spec.ts) and the real engine on PostgreSQL (contract-postgres.e2e-spec.ts), so that a unit
+ * test on the in-memory service learns what production does. Each case waits for outcomes, never for time.
+ */
+import { type Lease, LeaseBusyError, LeaseLostError, type LeaseService, LeaseWaitTimeoutError } from 'nest-pg-lease';
+
+/** One service under the contract, with the hand of "another process" on its keys. */
+export interface ContractSubject {
+  readonly service: LeaseService;
+  /** Another owner takes the key over (the holder must lose it: `taken-over`). */
+  takeOver(targetKey: string): Promise<unknown>;
+  /** The key's lease expires (the holder must lose it: `renewal-deadline`). */
+  expire(targetKey: string): Promise<unknown>;
+}
+
+/** Resolves once `predicate` holds, polling; rejects after `timeoutMs` (generous: the CPU is shared). */
+async function until(predicate: () => Promise<boolean> | boolean, what: string, timeoutMs = 20_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+const aborted = (signal: AbortSignal) =>
+  new Promise<unknown>((resolve) => {
+    if (signal.aborted) resolve(signal.reason);
+    else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
+  });
+
+const waitingRows = async (service: LeaseService, key: string) =>
+  (await service.list(key)).filter((row) => row.state === 'waiting').length;
+
+let keys = 0;
+/** A key of its own per case (the PostgreSQL subject shares one database across the cases). */
+const freshKey = (name: string) => `contract:${name}:${++keys}:${Date.now()}`;
+
+export function leaseContract(subject: () => ContractSubject): void {
+  it('refuses a held key: tryAcquire answers null, run without a wait rejects with LeaseBusyError', async () => {
+    const { service } = subject();
+    const key = freshKey('busy');
+    const lease = (await service.tryAcquire(key))!;
+    try {
+      expect(lease).not.toBeNull();
+      await expect(service.tryAcquire(key)).resolves.toBeNull();
+      await expect(service.run(key, () => 'ran')).rejects.toBeInstanceOf(LeaseBusyError);
+    } finally {
+      await lease.release();
+    }
+    await expect(service.run(key, () => 'ran')).resolves.toBe('ran');
+  });
+
+  it('grants waiters by priority, first come first served within a priority', async () => {
+    const { service } = subject();
+    const key = freshKey('order');
+    const holder = (await service.tryAcquire(key))!;
+    const order: string[] = [];
+    const waits: Promise<void>[] = [];
+    const wait = async (name: string, priority: number) => {
+      const lease = await service.acquire(key, { priority, waitTimeoutMs: 30_000 });
+      order.push(name);
+      await lease.release();
+    };
+    let queued = 0;
+    for (const [name, priority] of [
+      ['low-1', 1],
+      ['high-1', 5],
+      ['low-2', 1],
+      ['high-2', 5],
+    ] as const) {
+      waits.push(wait(name, priority));
+      queued += 1;
+      const expected = queued;
+      await until(async () => (await waitingRows(service, key)) === expected, `${expected} waiters in line`);
+    }
+    await holder.release();
+    await Promise.all(waits);
+    expect(order).toEqual(['high-1', 'high-2', 'low-1', 'low-2']);
+  });
+
+  it('ends a wait with LeaseWaitTimeoutError after waitTimeoutMs', async () => {
+    const { service } = subject();
+    const key = freshKey('timeout');
+    const holder = (await service.tryAcquire(key))!;
+    try {
+      const error = await service.acquire(key, { waitTimeoutMs: 300 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
+      expect((error as LeaseWaitTimeoutError).waitTimeoutMs).toBe(300);
+      expect(service.waitingCount()).toBe(0);
+    } finally {
+      await holder.release();
+    }
+  });
+
+  it('is reentrant within one call chain: the inner call shares the outer lease', async () => {
+    const { service } = subject();
+    const key = freshKey('reentrant');
+    const tokens = await service.run(key, async (outer) => {
+      const inner = await service.run(key, (lease) => lease.fencingToken);
+      const borrowed = await service.tryAcquire(key);
+      expect(service.current()).toBe(outer);
+      return [outer.fencingToken, inner, borrowed?.fencingToken];
+    });
+    expect(tokens[1]).toBe(tokens[0]);
+    expect(tokens[2]).toBe(tokens[0]);
+    expect(service.heldLeases()).toHaveLength(0);
+  });
+
+  it('gives a later acquisition of a key a larger fencing token', async () => {
+    const { service } = subject();
+    const key = freshKey('token');
+    const first = await service.run(key, (lease) => lease.fencingToken);
+    const second = await service.run(key, (lease) => lease.fencingToken);
+    expect(typeof first).toBe('bigint');
+    expect(second > first).toBe(true);
+  });
+
+  for (const [loss, reason] of [
+    ['taken over', 'taken-over'],
+    ['expired', 'renewal-deadline'],
+  ] as const) {
+    it(`aborts the signal of a lease ${loss} (${reason}) and refuses its fenced writes`, async () => {
+      const current = subject();
+      const { service } = current;
+      const key = freshKey(reason);
+      const lease = (await service.tryAcquire(key))!;
+      let calls = 0;
+      const work = async () => {
+        calls += 1;
+        return 'saved';
+      };
+      try {
+        await expect(lease.fenced(work)).resolves.toBe('saved');
+        await (reason === 'taken-over' ? current.takeOver(key) : current.expire(key));
+        const why = await aborted(lease.signal);
+        expect(why).toBeInstanceOf(LeaseLostError);
+        expect((why as LeaseLostError).reason).toBe(reason);
+        expect(lease.isHeld()).toBe(false);
+        await expect(lease.fenced(work)).rejects.toBeInstanceOf(LeaseLostError);
+        expect(calls).toBe(1);
+        expect(service.heldLeases()).toHaveLength(0);
+      } finally {
+        await lease.release();
+      }
+    });
+  }
+
+  it('releases: the signal aborts, the lease is no longer held, the key is free', async () => {
+    const { service } = subject();
+    const key = freshKey('release');
+    const released = new Promise<unknown>((resolve) => {
+      const subscription = service.events$.subscribe((event) => {
+        if (event.type === 'released' && event.targetKey === key) {
+          subscription.unsubscribe();
+          resolve(event);
+        }
+      });
+    });
+    const lease: Lease = (await service.tryAcquire(key))!;
+    const { signal } = lease;
+    await lease.release();
+    await lease.release(); // idempotent
+    expect(signal.aborted).toBe(true);
+    expect(lease.isHeld()).toBe(false);
+    expect(service.heldLeases()).toHaveLength(0);
+    await expect(released).resolves.toMatchObject({ type: 'released', fencingToken: lease.fencingToken });
+    const again = await service.tryAcquire(key);
+    expect(again).not.toBeNull();
+    await again!.release();
+  });
+
+  it('lists the holder and its waiters in grant order, JSON-safe', async () => {
+    const { service } = subject();
+    const key = freshKey('list');
+    const holder = (await service.tryAcquire(key))!;
+    const waits = [
+      service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }),
+      service.acquire(key, { priority: 7, waitTimeoutMs: 30_000 }),
+    ];
+    try {
+      await until(async () => (await waitingRows(service, key)) === 2, 'two waiters in line');
+      const rows = await service.list(key);
+      expect(rows).toHaveLength(3);
+      expect(rows[0]).toMatchObject({
+        targetKey: key,
+        state: 'held',
+        owner: service.options.owner,
+        mine: true,
+        fencingToken: holder.fencingToken,
+        live: true,
+      });
+      expect(rows.slice(1)).toMatchObject([
+        { targetKey: key, state: 'waiting', mine: true, priority: 7, position: 1, live: true },
+        { targetKey: key, state: 'waiting', mine: true, priority: 1, position: 2, live: true },
+      ]);
+      const json = JSON.parse(JSON.stringify(rows)) as Array<{ fencingToken?: string }>;
+      expect(json[0].fencingToken).toBe(String(holder.fencingToken));
+      for (const row of rows) {
+        expect(Object.keys(row).sort()).toEqual(
+          expect.arrayContaining(['ageMs', 'effectivePriority', 'live', 'sinceHeartbeatMs', 'timeoutMs']),
+        );
+      }
+    } finally {
+      await holder.release();
+      await Promise.all(waits.map(async (wait) => (await wait).release()));
+    }
+  });
+}
