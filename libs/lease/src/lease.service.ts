@@ -58,7 +58,7 @@ export class LeaseService {
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);
-    if (options.onBusy !== undefined && options.onBusy !== 'throw') return engine.joins.run(targetKey, work, options);
+    if (options.onBusy !== undefined && options.onBusy !== 'throw') return engine.joinRun(targetKey, work, options);
     const { lease, exit } = await engine.enter(targetKey, options);
     try {
       return await engine.within(lease, () => work(lease));

@@ -30,7 +30,7 @@ import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lea
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
-import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { callRequest, keyTemplateOf, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
 import { publish } from '../observability/diagnostics.js';
@@ -55,7 +55,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
-  readonly joins: JoinRuns;
+  private readonly joins: JoinRuns;
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
@@ -310,6 +310,10 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** Runs `work` with `lease` as the current lease of its call chain. */
   within<T>(lease: Lease, work: () => T): T {
     return this.context.run(lease, work);
+  }
+
+  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
+    return this.joins.run(targetKey, work, options);
   }
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */

@@ -4,7 +4,7 @@
  * on its own. Types and one brand only: the doors never depend on how an engine keeps its leases.
  */
 import type { Observable } from 'rxjs';
-import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
@@ -25,6 +25,8 @@ export interface ServiceEngine {
   enter(targetKey: string, options?: AcquireOptions): Promise<LeaseEntry>;
   /** Runs `work` with `lease` as the current lease of its call chain. */
   within<T>(lease: Lease, work: () => T): T;
+  /** `run` and `@Exclusive` with `onBusy: 'join'`: the outcome of the run of the same key already going. */
+  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T>;
   tryAcquire(targetKey: string, options?: TryAcquireOptions): Promise<Lease | null>;
   acquire(targetKey: string, options?: AcquireOptions): Promise<Lease>;
   current(): Lease | undefined;

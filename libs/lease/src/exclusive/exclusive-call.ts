@@ -48,8 +48,8 @@ export async function callExclusive(
   const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
   if (metadata.onBusy === 'join') {
     const options = { ...acquireOptionsOf(metadata), keyTemplate, onBusy: 'join' as const, signal: call?.signal };
-    return leases.joins
-      .run(targetKey, (lease) => joinedWork(self, original, plan, args, lease), options)
+    return leases
+      .joinRun(targetKey, (lease) => joinedWork(self, original, plan, args, lease), options)
       .finally(() => call && (call.settled = true));
   }
   let entry: LeaseEntry;

@@ -9,6 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { type Observable, Subject } from 'rxjs';
 import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
+import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
 import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
@@ -20,11 +21,11 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { AcquireOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
+import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import type { Lease } from '../interfaces/lease.interface.js';
+import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { callRequest, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
@@ -86,6 +87,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private lastToken = 0n;
   private seq = 0;
   private closed = false;
+  private readonly joins = new JoinRuns(this);
 
   constructor(options: LeaseTestingOptions = {}) {
     const { fencedTransaction, ...moduleOptions } = options;
@@ -212,9 +214,17 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   /** `lease.fenced(work)`: refused with `LeaseLostError` once the lease is not held; else the test's transaction. */
-  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  async fenced<T>(lease: HeldLease, work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T> {
     if (!lease.isHeld()) throw new LeaseLostError(lease.targetKey, lease.lossReason);
-    return this.fencedTransaction(work);
+    const result = await this.fencedTransaction(work);
+    // `{ release: true }`: the release rides on the work's (the test's) transaction; here, once it resolved.
+    if (options?.release === true) await this.release(lease);
+    return result;
+  }
+
+  /** `onBusy: 'join'`: within this service only (no other process to hear from). */
+  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
+    return this.joins.run(targetKey, work, options);
   }
 
   release(lease: HeldLease, reason?: () => unknown): Promise<void> {
