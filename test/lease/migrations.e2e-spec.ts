@@ -22,7 +22,20 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
-      expect(await dataSource.runMigrations()).toHaveLength(1);
+      // The lease tables, then the operator's (audit, drains, journal: issue 26).
+      expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
+        'CreateLeaseTables1764374400000',
+        'CreateLeaseConsoleTables1764633600000',
+      ]);
+      const operatorTables = await admin.query(
+        `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
+         ORDER BY relname`,
+      );
+      expect(operatorTables.rows.map((row) => row.relname)).toEqual([
+        'job_lease_audit',
+        'job_lease_drain',
+        'job_lease_journal',
+      ]);
       const tables = await admin.query(
         `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
       );
@@ -46,6 +59,11 @@ describe('schema migrations', () => {
       expect(lease).not.toBeNull();
       await service.close();
 
+      await dataSource.undoLastMigration();
+      const consoleLeft = await admin.query(
+        `SELECT relname FROM pg_class WHERE relname LIKE 'job_lease\\_%' AND relkind = 'r'`,
+      );
+      expect(consoleLeft.rows.map((row) => row.relname)).toEqual(['job_lease_waiter']);
       await dataSource.undoLastMigration();
       const left = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease%'`);
       expect(left.rows).toEqual([]);

@@ -249,8 +249,8 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Five statements, and a CREATE SCHEMA first for a schema other than public.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 5 : 6 }, () => []));
+    // Five statements, a CREATE SCHEMA first for a schema other than public, then the operator's five.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 10 : 11 }, () => []));
     return r.store.schema.createSchema();
   },
 };

@@ -395,8 +395,8 @@ export class LeaseStore {
     manager: EntityManager | QueryRunner,
     targetKey: string,
     lockWaitMs: number,
-  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
-    let rows: Array<{ lease_token: string | null; timeline: string }>;
+  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean }> {
+    let rows: Array<{ lease_token: string | null; timeline: string; forced: boolean }>;
     try {
       rows = await manager.query(this.sql.lockForFence, [
         targetKey,
@@ -406,7 +406,7 @@ export class LeaseStore {
     } catch (error) {
       throw readOnly(error, targetKey) ?? error;
     }
-    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline) };
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline), forced: rows[0].forced };
   }
 
   /**
