@@ -9,10 +9,13 @@ import { ensureDemoBuilt } from './support.js';
 
 // The dashboard in headless Chromium (Debian's package, never a downloaded browser): start a report, see the lease
 // and its heartbeat bar, see the refusal of a second click, queue a high-priority report on the other instance,
-// kill the holder, watch the bar fill toward the timeout and the other instance take over.
+// kill the holder, watch the bar fill toward the timeout and the other instance take over. Then the operator's console:
+// the key's timeline after that takeover, and a force-release clicked in the page that the new holder observes as a
+// loss (its report discarded, nothing saved).
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-dashboard.png');
+const CONSOLE_SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-console.png');
 const skip = process.env.SKIP_BROWSER_TESTS === '1';
 
 (skip ? describe.skip : describe)('dashboard in headless Chromium', () => {
@@ -113,5 +116,77 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
     mkdirSync(join(process.cwd(), 'artifacts'), { recursive: true });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
     expect(existsSync(SCREENSHOT)).toBe(true);
+  }, 90_000);
+
+  test('console: timeline after the takeover, force-release observed by the holder as a loss', async () => {
+    // The reads are guarded too: nothing shows until the operator's token is given.
+    const denied = await page.evaluate(async () => (await fetch('/lease-console/drains')).status);
+    expect(denied).toBe(403);
+    await page.fill('#console-token', 'demo-operator-token');
+    await page.fill('#console-operator', 'alice');
+    await page.fill('#console-reason', 'stuck report');
+    await page.click('#leases tr[data-target="report:user:7"][data-holder="B"] button[data-timeline]');
+
+    // The scripted takeover of the first test, as every instance journaled it: A acquired, B queued, B took over.
+    const acquired = page.locator('#timeline tr[data-type="acquired"][data-owner="A"]');
+    await acquired.waitFor({ timeout: 15_000 });
+    await page.locator('#timeline tr[data-type="waiting"][data-owner="B"]').waitFor();
+    const takeover = page.locator('#timeline tr[data-type="taken-over"][data-owner="B"]');
+    await takeover.waitFor();
+    const firstToken = BigInt((await acquired.first().getAttribute('data-token'))!);
+    const holderToken = BigInt((await takeover.getAttribute('data-token'))!);
+    expect(holderToken).toBeGreaterThan(firstToken);
+    expect(await takeover.getAttribute('data-detail')).toMatch(/^from A\//);
+
+    await page.click('#leases tr[data-target="report:user:7"][data-holder="B"] button[data-force]');
+    await page.locator('#console-answer[data-status="200"][data-action="force-release"]').waitFor();
+    await page
+      .locator(`#timeline tr[data-type="force-release"][data-owner="alice"][data-token="${holderToken}"]`)
+      .waitFor();
+    // B's next heartbeat finds the grant ended by an operator: the signal aborts, the report is discarded.
+    await page
+      .locator(
+        `#timeline tr[data-type="lost"][data-owner="B"][data-token="${holderToken}"][data-detail="released-by-operator"]`,
+      )
+      .waitFor({ timeout: 15_000 });
+    const discarded = page.locator('#events tr[data-type="report-discarded"][data-instance="B"]');
+    await discarded.waitFor({ timeout: 15_000 });
+    expect(await discarded.first().textContent()).toContain('released-by-operator');
+    await page.locator('#leases tr[data-target="report:user:7"]').waitFor({ state: 'detached' });
+
+    const { rows } = await client!.query(
+      'SELECT action, subject, actor, reason, fencing_token::text AS token, holder FROM job_lease_audit',
+    );
+    expect(rows).toEqual([
+      {
+        action: 'force-release',
+        subject: 'report:user:7',
+        actor: 'alice',
+        reason: 'stuck report',
+        token: String(holderToken),
+        holder: expect.stringMatching(/^B\//),
+      },
+    ]);
+    const { rows: saved } = await client!.query('SELECT count(*)::int AS n FROM job_result WHERE user_id = 7');
+    expect(saved[0].n).toBe(0);
+
+    // Drain the key from the page: a new report is refused (503) until undrained.
+    await page.fill('#console-key', 'report:user:7');
+    await page.click('#drain-key');
+    await page.locator('#console-answer[data-status="200"][data-action="drain"]').waitFor();
+    await page.locator('#drains tr[data-kind="key"][data-subject="report:user:7"]').waitFor();
+    await page.fill('#user', '7');
+    await page.fill('#latency', '500');
+    await page.selectOption('#via', 'B');
+    await page.click('#start-sync');
+    await page.locator('#answer[data-status="503"]').waitFor();
+    expect(await page.textContent('#answer')).toContain('drained');
+
+    await page.locator('#console').screenshot({ path: CONSOLE_SCREENSHOT });
+    expect(existsSync(CONSOLE_SCREENSHOT)).toBe(true);
+
+    await page.click('#undrain-key');
+    await page.locator('#console-answer[data-status="200"][data-action="undrain"]').waitFor();
+    await page.locator('#drains tr[data-kind="key"]').waitFor({ state: 'detached' });
   }, 90_000);
 });

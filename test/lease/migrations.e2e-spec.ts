@@ -22,10 +22,21 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
+      // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25).
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
         'AddLeaseJoinResults1764633600000',
+        'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
+      ]);
+      const operatorTables = await admin.query(
+        `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
+         ORDER BY relname`,
+      );
+      expect(operatorTables.rows.map((row) => row.relname)).toEqual([
+        'job_lease_audit',
+        'job_lease_drain',
+        'job_lease_journal',
       ]);
       const tables = await admin.query(
         `SELECT relname, reloptions FROM pg_class WHERE relname IN ('job_lease', 'job_lease_waiter') ORDER BY relname`,
@@ -51,8 +62,12 @@ describe('schema migrations', () => {
       await service.close();
 
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
-      // The join results' migration next (issue 24), then the tables'.
-      await dataSource.undoLastMigration();
+      await dataSource.undoLastMigration(); // the operator's tables
+      const consoleLeft = await admin.query(
+        `SELECT relname FROM pg_class WHERE relname LIKE 'job_lease\\_%' AND relkind = 'r' ORDER BY 1`,
+      );
+      expect(consoleLeft.rows.map((row) => row.relname)).toEqual(['job_lease_result', 'job_lease_waiter']);
+      await dataSource.undoLastMigration(); // the join results
       const joined = await admin.query(`SELECT relname FROM pg_class WHERE relname LIKE 'job_lease_result%'`);
       expect(joined.rows).toEqual([]);
       await dataSource.undoLastMigration();
@@ -70,12 +85,12 @@ describe('schema migrations', () => {
     const [standard] = leaseMigrations;
     expect(new custom().name).not.toBe(new standard().name);
     expect(new custom().name).toMatch(/\d{13}$/);
-    const [, customLayout] = createLeaseMigrations({
+    const [, , , customLayout] = createLeaseMigrations({
       schema: 'jobs',
       tableName: 'lease',
       waiterTableName: 'lease_waiter',
     });
-    const [, standardLayout] = leaseMigrations;
+    const [, , , standardLayout] = leaseMigrations;
     expect(new customLayout().name).toMatch(/^LeaseTokenLayout[0-9a-f]{8}1796169600000$/);
     expect(new standardLayout().name).toBe('LeaseTokenLayout1796169600000');
     expect(() => createLeaseMigrations({ tableName: 'a'.repeat(64) })).toThrow(/bytes/);

@@ -4,11 +4,12 @@ import { APP_FILTER } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { LeaseExceptionFilter, leaseEntities, leaseMigrations, LeaseModule } from 'nest-pg-lease';
+import { LeaseConsoleModule, LeaseExceptionFilter, leaseEntities, leaseMigrations, LeaseModule } from 'nest-pg-lease';
 import { LeaseMetricsModule } from 'nest-pg-lease/prometheus';
 import { LeaseHealthIndicator } from 'nest-pg-lease/terminus';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActivityLog } from './activity.log.js';
+import { consoleActor, ConsoleTokenGuard } from './dashboard/console.guard.js';
 import { DashboardController } from './dashboard/dashboard.controller.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import { DigestService } from './digest.service.js';
@@ -46,6 +47,14 @@ export class AppModule {
           heartbeatIntervalMs: config.heartbeatIntervalMs,
           leaseTimeoutMs: config.leaseTimeoutMs,
           owner: `${config.instance}/${hostname()}/${process.pid}`,
+          // Every instance journals its lease events: the console's timeline shows all of them.
+          journal: true,
+        }),
+        // The operator's console: reads and actions behind the demo's token guard (a real app: its own auth).
+        LeaseConsoleModule.forRoot({
+          guard: new ConsoleTokenGuard(config.consoleToken),
+          actions: true,
+          actor: consoleActor,
         }),
         LeaseMetricsModule.forRoot({ registry }),
         TerminusModule,

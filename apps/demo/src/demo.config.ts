@@ -11,6 +11,8 @@ export interface DemoConfig {
   leaseTimeoutMs: number;
   /** Every instance's base URL by name, so the dashboard can show and act on all of them. */
   peers: Record<string, string>;
+  /** What the operator's console guard expects in `x-console-token` (`CONSOLE_TOKEN`; a demo default otherwise). */
+  consoleToken: string;
 }
 
 export const DEMO_CONFIG = Symbol('DEMO_CONFIG');
@@ -63,5 +65,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): DemoConfig 
     heartbeatIntervalMs: integer(env, 'HEARTBEAT_INTERVAL_MS', 500),
     leaseTimeoutMs: integer(env, 'LEASE_TIMEOUT_MS', 3_000),
     peers,
+    consoleToken: env.CONSOLE_TOKEN || 'demo-operator-token',
   };
 }

@@ -4,6 +4,9 @@
  */
 export * from './lease.module.js';
 export * from './lease.service.js';
+export * from './console/lease-operator.js';
+export * from './console/lease-console.module.js';
+export * from './interfaces/lease-operator.interface.js';
 export * from './lease.constants.js';
 export * from './interfaces/lease.interface.js';
 export * from './interfaces/lease-module-options.interface.js';

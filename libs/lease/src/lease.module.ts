@@ -9,6 +9,7 @@ import { EngineRef, LEASE_ENGINE_REF } from './exclusive/engine-registry.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
 import { LeaseService } from './lease.service.js';
+import { LeaseOperator } from './console/lease-operator.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows. Import it once, in the root module. It is global so that `LeaseService` can be
@@ -43,11 +44,13 @@ import { LeaseService } from './lease.service.js';
       useFactory: (source: LeaseDataSourceRef, options: LeaseModuleOptions) => new LeaseEngine(source, options ?? {}),
     },
     { provide: LeaseService, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new LeaseService(engine) },
+    // The operator's API (force-release, drains, timeline): guard whoever may call it.
+    { provide: LeaseOperator, inject: [LeaseService], useFactory: (leases: LeaseService) => new LeaseOperator(leases) },
     // What the injector hands every instance of a class with an @Exclusive method (see engine-registry.ts).
     { provide: LEASE_ENGINE_REF, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new EngineRef(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
   ],
-  exports: [LeaseService, ExclusiveInterceptor, LEASE_ENGINE_REF],
+  exports: [LeaseService, LeaseOperator, ExclusiveInterceptor, LEASE_ENGINE_REF],
 })
 export class LeaseModule extends ConfigurableLeaseModule {}

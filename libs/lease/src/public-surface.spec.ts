@@ -9,6 +9,15 @@ import ts from 'typescript';
  * tsconfig.lib.json, `stripInternal`), then read with the compiler's own checker. No PostgreSQL needed.
  */
 const EXPORTS = [
+  'TimelineEntry',
+  'OperatorAuditEntry',
+  'OperatorAction',
+  'LeaseOperator',
+  'LeaseDrainedError',
+  'LeaseConsoleOptions',
+  'LeaseConsoleModule',
+  'ForceReleaseResult',
+  'DrainEntry',
   'AcquireOptions',
   'AcquireOutcome',
   'CurrentLease',

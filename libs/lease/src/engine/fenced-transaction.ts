@@ -101,7 +101,7 @@ export class FencedTransactions {
           onLockFailed();
           throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
         }
-        const { leaseToken: token, timeline } = locked;
+        const { leaseToken: token, timeline, forced } = locked;
         // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
         const acquiredIn = timelineOf(lease.fencingToken);
         if (timeline !== acquiredIn) {
@@ -110,8 +110,9 @@ export class FencedTransactions {
           throw new LeaseLostError(lease.targetKey, 'failover', detail);
         }
         if (token !== lease.token) {
-          this.lose(lease, 'taken-over');
-          throw new LeaseLostError(lease.targetKey, 'taken-over');
+          const reason = forced ? 'released-by-operator' : 'taken-over';
+          this.lose(lease, reason);
+          throw new LeaseLostError(lease.targetKey, reason);
         }
         step.inWork = true;
         let result: T;

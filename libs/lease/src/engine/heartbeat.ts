@@ -12,6 +12,8 @@ export type RenewOutcome =
       readonly expired?: ReadonlySet<string>;
       /** Ids acquired under another history of the database than the server now has (a failover): lost. */
       readonly failover?: ReadonlySet<string>;
+      /** Ids whose lease an operator force-released: not renewed, lost (`released-by-operator`). */
+      readonly forced?: ReadonlySet<string>;
     };
 
 /** What one heartbeat tick did for its batch. */
@@ -30,6 +32,8 @@ export interface HeartbeatTick<M> {
   readonly expired?: ReadonlySet<string>;
   /** Ids acquired under another history of the database (a failover): not renewed, lost. */
   readonly failover?: ReadonlySet<string>;
+  /** Ids whose lease an operator force-released: not renewed, lost (`released-by-operator`). */
+  readonly forced?: ReadonlySet<string>;
   /** The error of a failed tick (transient until the local deadline; the next tick retries). */
   readonly error?: unknown;
 }
@@ -61,8 +65,9 @@ export function batchedHeartbeat<M>(
             skipped = NONE,
             expired = NONE,
             failover = NONE,
+            forced = NONE,
           } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
-          return { batch, sentAt, latencyMs, kept, skipped, expired, failover };
+          return { batch, sentAt, latencyMs, kept, skipped, expired, failover, forced };
         }),
         catchError((error: unknown) =>
           of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error }),

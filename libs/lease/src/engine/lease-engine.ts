@@ -9,6 +9,7 @@ import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
+import { OperatorHooks } from './operator-hooks.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
@@ -80,9 +81,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private readonly retries: ReleaseRetries;
   private readonly purges: PurgeSchedule;
   private readonly telemetry: LeaseTelemetry;
+  /** Drains and the journal (the operator's console); `LeaseOperator` uses them. */
+  readonly operator: OperatorHooks;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
+    const track = <T>(work: Promise<T>) => this.track(work);
     void loadTracing();
     this.database = new LeaseDatabase(dataSource, this.options);
     this.events$ = this.events.asObservable();
@@ -124,32 +128,23 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     );
     this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
-    this.telemetry = new LeaseTelemetry(
-      this.options,
-      this.store,
-      (event) => this.emit(event),
-      (work) => this.track(work),
-    );
-    this.purges = new PurgeSchedule(
-      this.store,
-      this.logger,
-      (work) => this.track(work),
-      () => this.closing !== undefined,
-    );
+    this.telemetry = new LeaseTelemetry(this.options, this.store, (event) => this.emit(event), track);
+    this.purges = new PurgeSchedule(this.store, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
     this.heartbeat = new LeaseHeartbeat(this.store, this.options, this.logger, this.held, lose, (event) =>
       this.emit(event),
     );
     const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
     this.fencing = new FencedTransactions(this.database, this.store, lose, releasedBySave);
-    const drained = () => this.drain.ended;
-    this.retries = new ReleaseRetries(this.store, this.options, this.logger, (work) => this.track(work), drained);
+    this.operator = new OperatorHooks(this.database.statements, this.options, this.logger, this.events$, track);
+    this.retries = new ReleaseRetries(this.store, this.options, this.logger, track, () => this.drain.ended);
   }
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
   async init(): Promise<void> {
     const [systemId] = await Promise.all([this.checks.run(), loadTracing()]);
     this.heartbeat.systemId = systemId;
+    await this.operator.start();
     this.purges.start();
   }
 
@@ -191,6 +186,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       this.heartbeat.stop();
       await Promise.all([this.heartbeatConnection.close(), this.waiterHeartbeatConnection.close()]);
       this.retries.clear();
+      await this.operator.stop();
       this.events.complete();
       await this.database.close().catch((error: unknown) => this.logger.warn(`Shutdown: ${String(error)}`));
     })();
@@ -395,6 +391,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     keyTemplate = keyTemplateOf(undefined),
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
+    this.operator.check(targetKey, keyTemplate);
     const leaseToken = randomUUID();
     const request = {
       targetKey,

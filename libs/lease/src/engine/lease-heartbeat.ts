@@ -119,6 +119,8 @@ export class LeaseHeartbeat {
         // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
       } else if (tick.failover?.has(lease.token)) {
         this.lose(lease, 'failover', this.failoverDetail);
+      } else if (tick.forced?.has(lease.token)) {
+        this.lose(lease, 'released-by-operator');
       } else if (tick.expired?.has(lease.token)) {
         this.lose(lease, 'renewal-deadline');
       } else if (lease.releasingWithSave) {

@@ -5,6 +5,7 @@
  * step; it never changes a step's outcome.
  */
 import {
+  LeaseDrainedError,
   LeaseLostError,
   LeaseQueueFullError,
   LeaseShutdownError,
@@ -171,6 +172,7 @@ export class LeaseTelemetry {
 /** The `lease.outcome` of an acquisition that failed. */
 function failureOf(error: unknown, signal?: AbortSignal): AcquireOutcome {
   if (signal?.aborted) return 'aborted';
+  if (error instanceof LeaseDrainedError) return 'drained';
   if (error instanceof LeaseWaitTimeoutError) return 'timeout';
   if (error instanceof LeaseQueueFullError) return 'queue-full';
   if (error instanceof LeaseShutdownError) return 'shutdown';

@@ -37,6 +37,28 @@ export class LeaseQueueFullError extends LeaseBusyError {
 }
 
 /**
+ * The target (its key, or its key template) is drained by an operator (`LeaseOperator.drain`): no new acquisition is
+ * granted until it is undrained. A busy refusal on purpose, so `onBusy: 'skip'` skips it quietly.
+ */
+export class LeaseDrainedError extends LeaseBusyError {
+  /** What the drain names: the key itself, or the key's template. */
+  readonly drainKind: 'key' | 'template';
+  readonly drainSubject: string;
+  readonly drainReason: string;
+
+  constructor(
+    targetKey: string,
+    retryAfterMs: number,
+    drain: { kind: 'key' | 'template'; subject: string; reason: string },
+  ) {
+    super(targetKey, retryAfterMs, messages.drained(targetKey, drain.kind, drain.subject, drain.reason));
+    this.drainKind = drain.kind;
+    this.drainSubject = drain.subject;
+    this.drainReason = drain.reason;
+  }
+}
+
+/**
  * The lease is no longer ours: the work must stop. What is guaranteed is that its fenced writes are refused; what
  * the work did outside them was not prevented.
  */

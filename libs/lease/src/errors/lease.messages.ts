@@ -10,6 +10,7 @@ const lossCauses: Record<LeaseLossReason, string> = {
   'renewal-deadline': 'its renewals could not be confirmed before the safety deadline',
   released: 'it was already released',
   failover: 'the database failed over since it was acquired',
+  'released-by-operator': 'an operator force-released it',
 };
 
 /** The messages, by what they are about. */
@@ -18,6 +19,23 @@ export const messages = {
     `Target "${targetKey}" is leased by another holder: try again later, or pass a priority or waitTimeoutMs to wait ` +
     'in line',
   queueFull: (targetKey: string, detail: string) => `Cannot wait for "${targetKey}": ${detail}`,
+  drained: (targetKey: string, kind: 'key' | 'template', subject: string, reason: string) =>
+    `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +
+    'new acquisition is granted until an operator undrains it',
+  operatorRightsMissing: (detail: string) =>
+    `The operator's tables are out of this role's rights (${detail}): as their owner, run the GRANT of the README ` +
+    'section "Database privileges"',
+  operatorTablesMissing: (table: string) =>
+    `The operator's tables are missing (${table}): run the library's migrations (leaseMigrations includes ` +
+    'CreateLeaseConsoleTables) or set createSchema',
+  operatorTemplateNotBoolean: (got: string) => `template must be a boolean, got ${got}`,
+  operatorLimit: (max: number, got: string) => `limit must be an integer from 1 to ${max}, got ${got}`,
+  consoleNeedsGuard: () =>
+    "LeaseConsoleModule.forRoot({ actions: true }) needs a guard: the actions stop other holders' work, so they are " +
+    'never mounted unauthenticated. Pass guard: a CanActivate class or instance that authenticates the operator',
+  consolePath: (got: string) => `LeaseConsoleModule path must be a non-empty string, got ${got}`,
+  operatorInput: (name: string, got: string) =>
+    `${name} must be a non-empty string of at most 1000 characters, got ${got}`,
   /**
    * Fencing guarantees one thing: this lease's fenced writes are refused from now on. Work done outside a fenced
    * write (a call to another system, a file) was not prevented, so the message does not claim it.
@@ -49,6 +67,9 @@ export const messages = {
     (typeof got === 'string' ? JSON.stringify(got) : String(got)),
   fencedOptionsArgument: (got: unknown) =>
     `fenced() options must be an object whose release is a boolean, got ${describeValue(got)}`,
+  operatorNeedsPostgres: () =>
+    'LeaseOperator works on the PostgreSQL lease service (its audit, drain and journal tables); the in-memory ' +
+    'service of nest-pg-lease/testing has none',
   releaseInOpenFence: () =>
     'fenced(work, { release: true }) inside an open fenced() of the same lease: the release must ride on the ' +
     'outermost transaction (call it there), or it would commit before the outer work',
@@ -67,17 +88,13 @@ export const messages = {
   processLineFull: (waiting: number) => `this process already has ${waiting} waiting calls (maxWaitersPerProcess)`,
   targetLineFull: (max: number) => `it already has ${max} live waiters (maxWaitersPerTarget)`,
   /** The log line of a lost lease (a warning, not an error's message). */
-  leaseLost: (
-    targetKey: string,
-    fencingToken: bigint,
-    reason: 'taken-over' | 'renewal-deadline' | 'failover',
-    detail?: string,
-  ) =>
+  leaseLost: (targetKey: string, fencingToken: bigint, reason: Exclude<LeaseLossReason, 'released'>, detail?: string) =>
     `Lost lease on "${targetKey}" (fencing token ${fencingToken}): ${
       {
         'taken-over': 'another holder took it over',
         'renewal-deadline': 'no renewal confirmed before the safety deadline',
         failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
+        'released-by-operator': 'an operator force-released it (see the audit table)',
       }[reason]
     }`,
   grantPastDeadline: (localLimitMs: number) => `the grant arrived after its local deadline (${localLimitMs} ms)`,
@@ -116,6 +133,7 @@ export const messages = {
   ownerLoneSurrogate: () => 'owner must be well-formed UTF-16 (it contains a lone surrogate)',
   notifyNotBoolean: () => 'notify must be a boolean',
   traceTargetKeysNotBoolean: () => 'traceTargetKeys must be a boolean',
+  journalNotBoolean: () => 'journal must be a boolean',
   keyTemplateInvalid: (got: string | number) =>
     `keyTemplate must be a non-empty string of at most 255 characters, got ${got}`,
   poolerUnknown: (v1: string | number) => `pooler must be 'none' or 'transaction', got ${v1}`,

@@ -70,7 +70,7 @@ export class LeaseMetrics implements OnModuleDestroy {
     });
     const lost = new Counter({
       name: metricName('lost_total'),
-      help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover)',
+      help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover, released-by-operator)',
       labelNames: ['reason', 'key_template'],
       registers,
     });
@@ -133,7 +133,8 @@ export class LeaseMetrics implements OnModuleDestroy {
       if (seen.has(key_template)) return;
       seen.add(key_template);
       for (const counter of [acquisitions, takeovers, busy]) counter.inc({ key_template }, 0);
-      for (const reason of ['taken-over', 'renewal-deadline', 'failover']) lost.inc({ reason, key_template }, 0);
+      for (const reason of ['taken-over', 'renewal-deadline', 'failover', 'released-by-operator'])
+        lost.inc({ reason, key_template }, 0);
       for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome, key_template }, 0);
     };
 

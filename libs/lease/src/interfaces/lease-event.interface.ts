@@ -30,7 +30,7 @@ export type LeaseEvent =
       targetKey: string;
       keyTemplate: string;
       fencingToken: bigint;
-      reason: 'taken-over' | 'renewal-deadline' | 'failover';
+      reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator';
       /** Since the acquisition, until the loss. */
       heldMs: number;
       at: Date;
@@ -65,7 +65,16 @@ export type LeaseEventType = LeaseEvent['type'];
 
 /** How an acquisition call ended (`acquire-ended` events; the `lease.acquire` span's `lease.outcome`). */
 export type AcquireOutcome =
-  'acquired' | 'taken-over' | 'busy' | 'timeout' | 'aborted' | 'queue-full' | 'shutdown' | 'unavailable' | 'error';
+  | 'acquired'
+  | 'taken-over'
+  | 'busy'
+  | 'drained'
+  | 'timeout'
+  | 'aborted'
+  | 'queue-full'
+  | 'shutdown'
+  | 'unavailable'
+  | 'error';
 
 /** One row of `LeaseService.list()`: a holder or a waiter. Ages come from the database clock. */
 export interface LeaseSnapshot {

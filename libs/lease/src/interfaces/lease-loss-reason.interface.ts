@@ -10,4 +10,9 @@ export type LeaseLossReason =
    * The database failed over (or the connection reached a standby): the lease was acquired under another history
    * of the data than the server now serves, so its row may be gone or older than its holder believes.
    */
-  | 'failover';
+  | 'failover'
+  /**
+   * An operator force-released the lease (`LeaseOperator.forceRelease`, the console's action): its grant ended, and
+   * an audit row says who, when and why.
+   */
+  | 'released-by-operator';

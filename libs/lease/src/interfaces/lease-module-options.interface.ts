@@ -57,6 +57,15 @@ export interface LeaseModuleOptions {
    */
   traceTargetKeys?: boolean;
   /**
+   * Whether this process journals its lease events (acquired, taken-over, lost with its reason, released, waiting,
+   * wait-ended) to the journal table, for the operator's timeline (`LeaseOperator.history`, the console). Best-effort:
+   * written in batches every 250 ms off the acquire path, at most 1,000 rows buffered (the oldest dropped beyond),
+   * never failing a call; rows older than a day are trimmed. Turn it on in every process whose leases the timeline
+   * should show.
+   * @default false
+   */
+  journal?: boolean;
+  /**
    * At most this many live waiters per target; a further waiting call is refused with `LeaseQueueFullError`. A soft
    * bound: waiters enqueuing at the same instant may overshoot it by a few.
    * @default 1_000
@@ -177,6 +186,7 @@ export interface ResolvedLeaseOptions {
   readonly waitPollIntervalMs: number;
   readonly notify: boolean;
   readonly traceTargetKeys: boolean;
+  readonly journal: boolean;
   readonly maxWaitersPerTarget: number;
   readonly maxWaitersPerProcess: number;
   /** null when aging is off. */

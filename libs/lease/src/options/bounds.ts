@@ -93,3 +93,15 @@ export const PURGE_BATCH_ROWS = 1_000;
 
 /** How often a process runs the purge (and once at bootstrap), ± a tenth at random so processes spread out. */
 export const PURGE_INTERVAL_MS = 600_000;
+
+/** How often each process re-reads the drains in force (README: "Operator's console"): a drain made in another process
+ * takes effect here within this, plus one statement. The process that drains applies it at once. */
+export const DRAIN_REFRESH_MS = 1_000;
+
+/** The journal's batching (see `journal`): a flush every interval, at most this many rows buffered, per statement. */
+export const JOURNAL_FLUSH_MS = 250;
+export const JOURNAL_BUFFER_ROWS = 1_000;
+export const JOURNAL_BATCH_ROWS = 500;
+/** Journal rows older than this are trimmed, every `JOURNAL_TRIM_INTERVAL_MS`, at most a batch per run. */
+export const JOURNAL_RETENTION_MS = 86_400_000;
+export const JOURNAL_TRIM_INTERVAL_MS = 60_000;

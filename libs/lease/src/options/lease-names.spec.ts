@@ -33,6 +33,11 @@ describe('lease names and the schema they make', () => {
       result: '"S"."t_result"',
       resultChannel: 't_joined',
       channel: 't_wake',
+      audit: '"S"."t_audit"',
+      drain: '"S"."t_drain"',
+      journal: '"S"."t_journal"',
+      journalKeyIndex: '"t_jk_idx"',
+      journalAtIndex: '"t_jat_idx"',
     });
   });
 
@@ -64,6 +69,9 @@ describe('lease names and the schema they make', () => {
   it('the GRANTs quote the role', () => {
     const grants = grantStatements({ schema: 'public', tableName: 'l', waiterTableName: 'w' }, 'app "role"');
     expect(grants[0]).toBe('GRANT USAGE ON SCHEMA "public" TO "app ""role"""');
-    expect(grants).toHaveLength(3);
+    expect(grants).toHaveLength(4);
+    expect(grants[3]).toBe(
+      'GRANT SELECT, INSERT, DELETE ON "public"."l_audit", "public"."l_drain", "public"."l_journal" TO "app ""role"""',
+    );
   });
 });

@@ -47,6 +47,7 @@ const OPTION_KEYS = [
   'sessionUrl',
   'traceTargetKeys',
   'shutdownGraceMs',
+  'journal',
 ] as const satisfies ReadonlyArray<keyof LeaseModuleOptions>;
 const allKeysListed: Exclude<keyof LeaseModuleOptions, (typeof OPTION_KEYS)[number]> extends never ? true : never =
   true;
@@ -172,6 +173,9 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
   if (options.traceTargetKeys !== undefined && typeof options.traceTargetKeys !== 'boolean') {
     throw new LeaseConfigError(messages.traceTargetKeysNotBoolean());
   }
+  if (options.journal !== undefined && typeof options.journal !== 'boolean') {
+    throw new LeaseConfigError(messages.journalNotBoolean());
+  }
   const { pooler, sessionUrl, notify, pollDefault } = poolerSettings(options, heartbeatIntervalMs);
   return {
     heartbeatIntervalMs,
@@ -184,6 +188,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? pollDefault),
     notify,
     traceTargetKeys: options.traceTargetKeys ?? false,
+    journal: options.journal ?? false,
     maxWaitersPerTarget: positiveInteger('maxWaitersPerTarget', options.maxWaitersPerTarget ?? 1_000),
     maxWaitersPerProcess: positiveInteger('maxWaitersPerProcess', options.maxWaitersPerProcess ?? 10_000),
     agingIntervalMs:

@@ -128,7 +128,60 @@ export function leaseObjectNames(names: LeaseNames) {
     resultChannel: `${names.tableName}_joined`,
     /** NOTIFY channel: a plain string argument of pg_notify, never spliced into SQL. */
     channel: `${names.tableName}_wake`,
+    /** The operator's tables (see `consoleSchemaStatements`). */
+    audit: q(`${names.tableName}_audit`),
+    drain: q(`${names.tableName}_drain`),
+    journal: q(`${names.tableName}_journal`),
+    journalKeyIndex: quoteIdentifier(`${names.tableName}_jk_idx`),
+    journalAtIndex: quoteIdentifier(`${names.tableName}_jat_idx`),
   };
+}
+
+/**
+ * The operator's tables (README: "Operator's console"), created by the second migration and by `createSchema`: the
+ * audit trail of operator actions, the drains in force (read by every process), and the opt-in journal of lease
+ * events the timeline is drawn from. Idempotent, like `schemaStatements`.
+ */
+export function consoleSchemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [
+    `CREATE TABLE IF NOT EXISTS ${n.audit} (
+      id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      action text NOT NULL CHECK (action IN ('force-release', 'drain', 'undrain')),
+      kind text NOT NULL CHECK (kind IN ('key', 'template')),
+      subject text NOT NULL,
+      actor text NOT NULL,
+      reason text NOT NULL,
+      fencing_token bigint,
+      holder text
+    )`,
+    `CREATE TABLE IF NOT EXISTS ${n.drain} (
+      kind text NOT NULL CHECK (kind IN ('key', 'template')),
+      subject text NOT NULL,
+      actor text NOT NULL,
+      reason text NOT NULL,
+      at timestamptz NOT NULL DEFAULT clock_timestamp(),
+      PRIMARY KEY (kind, subject)
+    )`,
+    `CREATE TABLE IF NOT EXISTS ${n.journal} (
+      id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+      at timestamptz NOT NULL,
+      target_id text NOT NULL,
+      key_template text NOT NULL,
+      type text NOT NULL,
+      owner text NOT NULL,
+      fencing_token bigint,
+      detail text
+    )`,
+    `CREATE INDEX IF NOT EXISTS ${n.journalKeyIndex} ON ${n.journal} (target_id, at)`,
+    `CREATE INDEX IF NOT EXISTS ${n.journalAtIndex} ON ${n.journal} (at)`,
+  ];
+}
+
+export function dropConsoleSchemaStatements(names: LeaseNames): string[] {
+  const n = leaseObjectNames(names);
+  return [`DROP TABLE IF EXISTS ${n.journal}`, `DROP TABLE IF EXISTS ${n.drain}`, `DROP TABLE IF EXISTS ${n.audit}`];
 }
 
 function createTable(qualified: string, tableName: string, table: Table): string {
@@ -209,6 +262,8 @@ export function grantStatements(names: LeaseNames, role: string): string[] {
     `GRANT USAGE ON SCHEMA ${n.schema} TO ${to}`,
     `GRANT SELECT, INSERT, UPDATE, DELETE ON ${n.lease}, ${n.waiter}, ${n.result} TO ${to}`,
     `GRANT USAGE ON SEQUENCE ${n.fencingSequence}, ${n.waiterSequence} TO ${to}`,
+    // The operator's tables: journal rows are written by every process, drains read by every process.
+    `GRANT SELECT, INSERT, DELETE ON ${n.audit}, ${n.drain}, ${n.journal} TO ${to}`,
   ];
 }
 

@@ -1,57 +1,71 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import {
   baseSchemaStatements,
+  consoleSchemaStatements,
+  dropConsoleSchemaStatements,
   dropSchemaStatements,
   joinResultStatements,
   leaseObjectNames,
   tokenLayoutStatement,
 } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
-import { createTablesMigrationName, joinResultsMigrationName, tokenLayoutMigrationName } from './migration-names.js';
+import {
+  consoleTablesMigrationName,
+  createTablesMigrationName,
+  joinResultsMigrationName,
+  tokenLayoutMigrationName,
+} from './migration-names.js';
 
 /**
  * TypeORM migrations for the given names (validated like the module's options; use the same names as in
- * `LeaseModule.forRoot()`): the lease table, the waiter table and their sequences; the join result table; then the
- * 47-bit fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see
- * the README's "Fencing token layout").
+ * `LeaseModule.forRoot()`), in order: the lease table, the waiter table and their sequences; the join result table
+ * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: README "Operator's console"); then the 47-bit
+ * fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the
+ * README's "Fencing token layout").
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
-  const name = createTablesMigrationName(fixed);
-  const layoutName = tokenLayoutMigrationName(fixed);
-  class CreateLeaseTables implements MigrationInterface {
+  return [
+    migration(
+      'CreateLeaseTables',
+      createTablesMigrationName(fixed),
+      baseSchemaStatements(fixed),
+      dropSchemaStatements(fixed),
+    ),
+    migration('AddLeaseJoinResults', joinResultsMigrationName(fixed), joinResultStatements(fixed), [
+      `DROP TABLE IF EXISTS ${leaseObjectNames(fixed).result}`,
+    ]),
+    migration(
+      'CreateLeaseConsoleTables',
+      consoleTablesMigrationName(fixed),
+      consoleSchemaStatements(fixed),
+      dropConsoleSchemaStatements(fixed),
+    ),
+    // One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens.
+    migration('LeaseTokenLayout', tokenLayoutMigrationName(fixed), [tokenLayoutStatement(fixed)], []),
+  ];
+}
+
+/** A migration class `className`, named `name`: runs `up` one by one, `down` to revert. */
+function migration(
+  className: string,
+  name: string,
+  up: readonly string[],
+  down: readonly string[],
+): new () => MigrationInterface {
+  const Migration = class implements MigrationInterface {
     readonly name = name;
 
     async up(queryRunner: QueryRunner): Promise<void> {
-      for (const statement of baseSchemaStatements(fixed)) await queryRunner.query(statement);
+      for (const statement of up) await queryRunner.query(statement);
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
-      for (const statement of dropSchemaStatements(fixed)) await queryRunner.query(statement);
+      for (const statement of down) await queryRunner.query(statement);
     }
-  }
-  class AddLeaseJoinResults implements MigrationInterface {
-    readonly name = joinResultsMigrationName(fixed);
-
-    async up(queryRunner: QueryRunner): Promise<void> {
-      for (const statement of joinResultStatements(fixed)) await queryRunner.query(statement);
-    }
-
-    async down(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query(`DROP TABLE IF EXISTS ${leaseObjectNames(fixed).result}`);
-    }
-  }
-  class LeaseTokenLayout implements MigrationInterface {
-    readonly name = layoutName;
-
-    async up(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query(tokenLayoutStatement(fixed));
-    }
-
-    /** One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens. */
-    async down(): Promise<void> {}
-  }
-  return [CreateLeaseTables, AddLeaseJoinResults, LeaseTokenLayout];
+  };
+  Object.defineProperty(Migration, 'name', { value: className });
+  return Migration;
 }
 
 /** Migrations for the default names (`public.job_lease`, `public.job_lease_waiter`). */

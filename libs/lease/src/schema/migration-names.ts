@@ -11,6 +11,9 @@ const CREATED_AT = 1764374400000;
 /** When the join result table was added (`onBusy: 'join'` across processes). */
 const JOIN_RESULTS_AT = 1764633600000;
 
+/** When the operator's tables (audit, drains, journal) were added. */
+const CONSOLE_TABLES_AT = 1764720000000;
+
 /** When the 47-bit fencing token layout came (0.3). */
 const TOKEN_LAYOUT_AT = 1796169600000;
 
@@ -22,6 +25,11 @@ export function createTablesMigrationName(names: Partial<LeaseNames> = {}): stri
 /** The name of the join result table's migration for these names. */
 export function joinResultsMigrationName(names: Partial<LeaseNames> = {}): string {
   return `AddLeaseJoinResults${migrationSuffix(resolveLeaseNames(names))}${JOIN_RESULTS_AT}`;
+}
+
+/** The name of the operator's tables' migration for these names. */
+export function consoleTablesMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `CreateLeaseConsoleTables${migrationSuffix(resolveLeaseNames(names))}${CONSOLE_TABLES_AT}`;
 }
 
 /** The name of the token layout migration for these names (bootstrap names it when it has not run). */

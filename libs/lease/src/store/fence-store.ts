@@ -19,14 +19,15 @@ export class FenceStore {
    * lease of another timeline must not write: see `renew`). It bounds how long the row lock may be waited for
    * (`lockWaitMs`: the time left before the lease's local deadline) and how long the transaction may sit idle, so a
    * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
-   * role's default. On a server in recovery: `LeaseUnavailableError`.
+   * role's default. On a server in recovery: `LeaseUnavailableError`. `forced`: the row was released by an operator
+   * (`LeaseOperator.forceRelease`), so a lease whose token is gone lost it that way.
    */
   async lockForFence(
     manager: EntityManager | QueryRunner,
     targetKey: string,
     lockWaitMs: number,
-  ): Promise<{ leaseToken: string | null; timeline: bigint }> {
-    let rows: Array<{ lease_token: string | null; timeline: string }>;
+  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean }> {
+    let rows: Array<{ lease_token: string | null; timeline: string; forced: boolean }>;
     try {
       rows = await manager.query(this.sql().lockForFence, [
         targetKey,
@@ -36,7 +37,7 @@ export class FenceStore {
     } catch (error) {
       throw readOnly(error, targetKey) ?? error;
     }
-    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline) };
+    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline), forced: rows[0].forced };
   }
 
   /**

@@ -249,9 +249,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Seven statements (the token layout, then the join result table's), and a CREATE SCHEMA first for a schema other
-    // than public.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 7 : 8 }, () => []));
+    // Seven statements (the token layout, then the join result table's), a CREATE SCHEMA first for a schema other
+    // than public, then the operator's five.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 12 : 13 }, () => []));
     return r.store.schema.createSchema();
   },
 };

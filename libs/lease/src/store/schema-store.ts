@@ -6,7 +6,12 @@ import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
 import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { joinResultStatements, leaseObjectNames, schemaStatements } from '../schema/lease-schema.js';
+import {
+  consoleSchemaStatements,
+  joinResultStatements,
+  leaseObjectNames,
+  schemaStatements,
+} from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow, oldLayoutSequences, type SchemaState } from './rows.js';
 import type { Statements } from './statement-texts.js';
 
@@ -62,7 +67,7 @@ export class SchemaStore {
 
   /** Creates the objects (idempotent), each statement bounded like every other. */
   async createSchema(): Promise<void> {
-    for (const statement of schemaStatements(this.options)) {
+    for (const statement of [...schemaStatements(this.options), ...consoleSchemaStatements(this.options)]) {
       await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
     }
   }

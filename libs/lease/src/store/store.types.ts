@@ -8,6 +8,8 @@ export interface RenewResult {
   skipped: Set<string>;
   /** Still carrying our token but expired by the database clock: never revived. */
   expired: Set<string>;
+  /** Freed by an operator (`LeaseOperator.forceRelease`) and not acquired since: lost, `released-by-operator`. */
+  forced?: Set<string>;
   /**
    * Acquired under another history of the database than the server now has (a failover): not renewed, lost. Set
    * only when the renewal was given the leases' history (see `LeaseStore.renew`).

@@ -2,6 +2,7 @@
 import {
   LeaseArgumentError,
   LeaseBusyError,
+  LeaseDrainedError,
   type LeaseError,
   LeaseJoinedRunError,
   LeaseLostError,
@@ -24,6 +25,14 @@ export interface Answer {
  * Configuration errors are the application's fault (500); everything else tells the client what to do.
  */
 export function answerOf(error: LeaseError): Answer {
+  if (error instanceof LeaseDrainedError) {
+    return {
+      status: 503,
+      title: 'Service Unavailable',
+      retryAfterMs: error.retryAfterMs,
+      extra: { drained: error.drainKind, reason: error.drainReason },
+    };
+  }
   if (error instanceof LeaseBusyError) return { status: 409, title: 'Conflict', retryAfterMs: error.retryAfterMs };
   if (error instanceof LeaseArgumentError) return { status: 400, title: 'Bad Request' };
   if (error instanceof LeaseLostError) {

@@ -9,6 +9,7 @@ import { leaseErrorBody } from './transport-errors.js';
 const samples: Record<string, LeaseError> = {
   LeaseBusyError: new api.LeaseBusyError('k', 2_500),
   LeaseQueueFullError: new api.LeaseQueueFullError('k', 2_500, 'too many waiters'),
+  LeaseDrainedError: new api.LeaseDrainedError('k', 1_000, { kind: 'key', subject: 'k', reason: 'maintenance' }),
   LeaseArgumentError: new api.LeaseArgumentError('waitTimeoutMs must be …'),
   LeaseKeyError: new api.LeaseKeyError('A target key must not be empty'),
   LeaseLostError: new api.LeaseLostError('k', 'taken-over'),

@@ -1,6 +1,7 @@
 /** The renewal statement of the lease heartbeat, with the server's history in the same round trip. */
 import { live, type LeaseObjectNames } from './fragments.js';
 import { serverHistorySql } from './fencing-token.js';
+import { forcedFree } from './operator.sql.js';
 
 /**
  * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
@@ -30,6 +31,7 @@ export function renewSql(n: LeaseObjectNames, readSystemId: boolean): string {
     SELECT mine.lease_token::text AS lease_token,
       CASE WHEN c.lease_token IS NULL THEN 'failover'
         WHEN r.lease_token IS NOT NULL THEN 'kept'
+        WHEN ${forcedFree('l')} THEN 'forced'
         WHEN l.lease_token IS DISTINCT FROM mine.lease_token THEN 'lost'
         WHEN ${live('l')} THEN 'skipped'
         ELSE 'expired' END AS outcome,

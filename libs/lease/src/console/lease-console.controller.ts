@@ -1,0 +1,129 @@
+/**
+ * The console's HTTP routes (README: "Operator's console"), built for one `LeaseConsoleModule.forRoot()`: reads
+ * always; the actions only when asked for, and then always behind the app's guard. Private: the module is the door.
+ */
+import {
+  Body,
+  type CanActivate,
+  Controller,
+  Get,
+  HttpCode,
+  Inject,
+  Post,
+  Query,
+  Req,
+  type Type,
+  UseFilters,
+  UseGuards,
+} from '@nestjs/common';
+import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import { LeaseService } from '../lease.service.js';
+import { LeaseExceptionFilter } from '../transport/lease-exception.filter.js';
+import { LeaseOperator } from './lease-operator.js';
+
+/** The options the routes need (see `LeaseConsoleOptions`). */
+export interface ConsoleRoutes {
+  readonly path: string;
+  readonly guard?: Type<CanActivate> | CanActivate;
+  readonly actions: boolean;
+  readonly actor?: (request: unknown) => string | undefined;
+}
+
+/** JSON has no bigint: fencing tokens travel as decimal strings. */
+function plain<T extends object>(row: T): T {
+  return Object.fromEntries(
+    Object.entries(row).map(([key, value]) => [key, typeof value === 'bigint' ? String(value) : value]),
+  ) as T;
+}
+
+interface ActionBody {
+  targetKey?: unknown;
+  subject?: unknown;
+  template?: unknown;
+  by?: unknown;
+  reason?: unknown;
+}
+
+function limitOf(raw: string | undefined): number | undefined {
+  if (raw === undefined || raw === '') return undefined;
+  return Number(raw);
+}
+
+/** The controllers of one console: a fresh class each, so two consoles may carry different guards and paths. */
+export function consoleControllers(routes: ConsoleRoutes): Type[] {
+  const guarded = <T extends Type>(controller: T): T => {
+    UseFilters(LeaseExceptionFilter)(controller);
+    if (routes.guard) UseGuards(routes.guard)(controller);
+    Controller(routes.path)(controller);
+    return controller;
+  };
+
+  class LeaseConsoleReads {
+    constructor(
+      @Inject(LeaseService) private readonly leases: LeaseService,
+      @Inject(LeaseOperator) private readonly operator: LeaseOperator,
+    ) {}
+
+    @Get('leases')
+    async list(): Promise<LeaseSnapshot[]> {
+      return (await this.leases.list()).map(plain);
+    }
+
+    @Get('history')
+    async history(@Query('key') key?: string, @Query('limit') limit?: string) {
+      const entries = await this.operator.history(key as string, { limit: limitOf(limit) });
+      return entries.map(plain);
+    }
+
+    @Get('drains')
+    drains() {
+      return this.operator.drains();
+    }
+
+    @Get('audit')
+    async audit(@Query('limit') limit?: string) {
+      return (await this.operator.audit({ limit: limitOf(limit) })).map(plain);
+    }
+
+    /** Whether the actions are mounted (the page shows its buttons only then). */
+    @Get('capabilities')
+    capabilities() {
+      return { actions: routes.actions };
+    }
+  }
+
+  class LeaseConsoleActions {
+    constructor(@Inject(LeaseOperator) private readonly operator: LeaseOperator) {}
+
+    @Post('force-release')
+    @HttpCode(200)
+    async forceRelease(@Body() body: ActionBody, @Req() request: unknown) {
+      return plain(await this.operator.forceRelease(body?.targetKey as string, actionOf(body, request)));
+    }
+
+    @Post('drain')
+    @HttpCode(200)
+    drain(@Body() body: ActionBody, @Req() request: unknown) {
+      return this.operator.drain(body?.subject as string, { ...actionOf(body, request), template: templateOf(body) });
+    }
+
+    @Post('undrain')
+    @HttpCode(200)
+    async undrain(@Body() body: ActionBody, @Req() request: unknown) {
+      const removed = await this.operator.undrain(body?.subject as string, {
+        ...actionOf(body, request),
+        template: templateOf(body),
+      });
+      return { removed };
+    }
+  }
+
+  /** Who acts: the guard's verdict (`actor(request)`) when the app gives one, else the body's `by`. */
+  const actionOf = (body: ActionBody | undefined, request: unknown) => ({
+    by: (routes.actor?.(request) ?? body?.by) as string,
+    reason: body?.reason as string,
+  });
+  const templateOf = (body: ActionBody | undefined) => body?.template as boolean | undefined;
+
+  return routes.actions ? [guarded(LeaseConsoleReads), guarded(LeaseConsoleActions)] : [guarded(LeaseConsoleReads)];
+}

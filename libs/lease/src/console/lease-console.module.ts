@@ -1,0 +1,53 @@
+import { type CanActivate, type DynamicModule, Module, type ModuleMetadata, type Type } from '@nestjs/common';
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
+import { consoleControllers } from './lease-console.controller.js';
+
+/** `LeaseConsoleModule.forRoot()` (README: "Operator's console"). */
+export interface LeaseConsoleOptions {
+  /**
+   * Route prefix of the console's endpoints.
+   * @default 'lease-console'
+   */
+  path?: string;
+  /**
+   * The app's guard, run before every console route (reads and actions): a `CanActivate` class (instantiated in the
+   * console module: its dependencies come from global modules or `imports`) or instance. Required with `actions`.
+   */
+  guard?: Type<CanActivate> | CanActivate;
+  /**
+   * Mounts the write actions: `POST force-release`, `drain`, `undrain`. Off by default; refused at bootstrap
+   * (`LeaseConfigError`) without a `guard`.
+   * @default false
+   */
+  actions?: boolean;
+  /**
+   * Who acts, from the request the guard let through (e.g. `(req) => req.user?.email`): recorded in the audit row in
+   * place of the body's `by`. Without it, the body's `by` is recorded as sent.
+   */
+  actor?: (request: unknown) => string | undefined;
+  /** Modules the guard class's dependencies come from. */
+  imports?: ModuleMetadata['imports'];
+}
+
+/**
+ * The operator's console over HTTP: `GET <path>/leases`, `history?key=`, `drains`, `audit`, `capabilities`, and with
+ * `actions: true` (a guard required) `POST <path>/force-release`, `drain`, `undrain`. Needs `LeaseModule` (it uses
+ * the global `LeaseService` and `LeaseOperator`).
+ *
+ * @example LeaseConsoleModule.forRoot({ guard: AdminGuard, actions: true, actor: (req) => req.user.email })
+ */
+@Module({})
+export class LeaseConsoleModule {
+  static forRoot(options: LeaseConsoleOptions = {}): DynamicModule {
+    const { path = 'lease-console', guard, actions = false, actor, imports = [] } = options;
+    if (typeof path !== 'string' || path.length === 0) throw new LeaseConfigError(messages.consolePath(typeof path));
+    if (typeof actions !== 'boolean') throw new LeaseConfigError(messages.consoleNeedsGuard());
+    if (actions && !guard) throw new LeaseConfigError(messages.consoleNeedsGuard());
+    return {
+      module: LeaseConsoleModule,
+      imports,
+      controllers: consoleControllers({ path, guard, actions, actor }),
+    };
+  }
+}

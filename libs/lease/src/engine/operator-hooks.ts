@@ -1,0 +1,53 @@
+/**
+ * What the operator's features need of each engine (README: "Operator's console"): the drain cache every acquisition
+ * attempt is checked against, and the opt-in journal of its events. The operator's API (`LeaseOperator`) reaches the
+ * statements through `store` and refreshes the drains after its own changes.
+ */
+import type { Logger } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import type { PoolLike } from '../database/sessions.js';
+import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { OperatorStore } from '../store/operator-store.js';
+import { DrainCache } from './drain-cache.js';
+import { LeaseJournal } from './lease-journal.js';
+
+export class OperatorHooks {
+  readonly store: OperatorStore;
+  readonly drains: DrainCache;
+  private readonly journal?: LeaseJournal;
+
+  constructor(
+    pool: PoolLike,
+    options: ResolvedLeaseOptions,
+    logger: Logger,
+    events$: Observable<LeaseEvent>,
+    track: <T>(work: Promise<T>) => Promise<T>,
+  ) {
+    this.store = new OperatorStore(pool, options);
+    this.drains = new DrainCache(this.store, logger, track, options.heartbeatIntervalMs);
+    if (options.journal) this.journal = new LeaseJournal(this.store, options.owner, logger, events$);
+  }
+
+  /** At bootstrap, after the tables are checked: the drains read once, the journal listening. */
+  async start(): Promise<void> {
+    this.journal?.start();
+    await this.drains.start();
+  }
+
+  /** At shutdown, before the pool closes: the journal flushed, the drain refresh stopped. Never rejects. */
+  async stop(): Promise<void> {
+    this.drains.stop();
+    await this.journal?.stop();
+  }
+
+  /** Refuses an attempt on a drained key or template (`LeaseDrainedError`). */
+  check(targetKey: string, keyTemplate: string): void {
+    this.drains.check(targetKey, keyTemplate);
+  }
+
+  /** Writes the buffered journal rows now (tests and the console, so a timeline is current). */
+  flushJournal(): Promise<void> {
+    return this.journal?.flush() ?? Promise.resolve();
+  }
+}

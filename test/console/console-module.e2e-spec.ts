@@ -1,0 +1,117 @@
+import { type CanActivate, type ExecutionContext, type INestApplication, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { LeaseConfigError, LeaseConsoleModule, LeaseModule, LeaseService } from 'nest-pg-lease';
+import { FAST, useTestDatabase } from '../support/db.js';
+
+// LeaseConsoleModule over HTTP: the actions are never mounted without a guard, a guard's "no" writes nothing, and a
+// "yes" force-releases with the actor the app names.
+
+/** The app's guard: one header token; the operator's name from another header. */
+class TokenGuard implements CanActivate {
+  canActivate(context: ExecutionContext): boolean {
+    const request = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>();
+    return request.headers['x-console-token'] === 'secret';
+  }
+}
+
+describe('LeaseConsoleModule', () => {
+  const db = useTestDatabase('console_http');
+  let app: INestApplication | undefined;
+  let base = '';
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  test('actions without a guard → LeaseConfigError at bootstrap', () => {
+    expect(() => LeaseConsoleModule.forRoot({ actions: true })).toThrow(LeaseConfigError);
+    expect(() => LeaseConsoleModule.forRoot({ actions: true })).toThrow(/needs a guard/);
+  });
+
+  test('without actions, no write route exists (404) and the reads answer', async () => {
+    @Module({
+      imports: [
+        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseConsoleModule.forRoot(),
+      ],
+    })
+    class ReadOnlyApp {}
+    const readOnly = await NestFactory.create(ReadOnlyApp, { logger: false });
+    await readOnly.listen(0, '127.0.0.1');
+    try {
+      const url = await readOnly.getUrl();
+      const post = await fetch(`${url}/lease-console/force-release`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ targetKey: 'k', by: 'x', reason: 'y' }),
+      });
+      expect(post.status).toBe(404);
+      expect(await (await fetch(`${url}/lease-console/capabilities`)).json()).toEqual({ actions: false });
+      expect((await fetch(`${url}/lease-console/leases`)).status).toBe(200);
+    } finally {
+      await readOnly.close();
+    }
+  });
+
+  test('guard rejects → 403 and nothing written; accepts → force-release with the actor, audited', async () => {
+    @Module({
+      imports: [
+        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseConsoleModule.forRoot({
+          guard: new TokenGuard(),
+          actions: true,
+          actor: (request) => (request as { headers: Record<string, string> }).headers['x-operator'],
+        }),
+      ],
+    })
+    class ConsoleApp {}
+    app = await NestFactory.create(ConsoleApp, { logger: false });
+    await app.listen(0, '127.0.0.1');
+    base = await app.getUrl();
+    const leases = app.get(LeaseService);
+    const lease = (await leases.tryAcquire('job:1'))!;
+
+    const call = (path: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(`${base}/lease-console/${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify(body),
+      });
+    const audited = async () => (await db.admin.query('SELECT count(*)::int AS n FROM job_lease_audit')).rows[0].n;
+
+    const before = await audited();
+    for (const path of ['force-release', 'drain', 'undrain']) {
+      const refused = await call(path, { targetKey: 'job:1', subject: 'job:1', by: 'mallory', reason: 'x' });
+      expect(refused.status).toBe(403);
+    }
+    expect((await fetch(`${base}/lease-console/history?key=job:1`)).status).toBe(403);
+    expect(await audited()).toBe(before);
+    expect(lease.signal.aborted).toBe(false);
+    const { rows: drains } = await db.admin.query('SELECT * FROM job_lease_drain');
+    expect(drains).toEqual([]);
+
+    const bad = await call('force-release', { targetKey: 'job:1', reason: '' }, { 'x-console-token': 'secret' });
+    expect(bad.status).toBe(400);
+    expect(await audited()).toBe(before);
+
+    const done = await call(
+      'force-release',
+      { targetKey: 'job:1', by: 'ignored', reason: 'stuck' },
+      { 'x-console-token': 'secret', 'x-operator': 'alice' },
+    );
+    expect(done.status).toBe(200);
+    expect(await done.json()).toMatchObject({ released: true, fencingToken: String(lease.fencingToken) });
+    const { rows } = await db.admin.query('SELECT actor, reason FROM job_lease_audit ORDER BY id DESC LIMIT 1');
+    expect(rows[0]).toEqual({ actor: 'alice', reason: 'stuck' });
+
+    const drained = await call('drain', { subject: 'job:2', by: 'bob', reason: 'm' }, { 'x-console-token': 'secret' });
+    expect(drained.status).toBe(200);
+    await expect(leases.tryAcquire('job:2')).rejects.toMatchObject({ name: 'LeaseDrainedError' });
+    const undrained = await call(
+      'undrain',
+      { subject: 'job:2', by: 'bob', reason: 'm' },
+      { 'x-console-token': 'secret' },
+    );
+    expect(await undrained.json()).toEqual({ removed: true });
+  });
+});
