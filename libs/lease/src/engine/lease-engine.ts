@@ -490,7 +490,7 @@ export class LeaseEngine implements LeaseHandleOwner, OnModuleInit, BeforeApplic
     this.held.delete(lease.token);
   }
 
-  private emit(event: LeaseEvent): void {
+  emit(event: LeaseEvent): void {
     publish(event);
     if (!this.events.closed) this.events.next(event);
   }
