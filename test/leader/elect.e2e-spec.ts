@@ -6,6 +6,7 @@ import diagnostics from 'node:diagnostics_channel';
 import { LEASE_CHANNELS, LeaseArgumentError, type LeaseEvent, LeaseKeyError } from 'nest-pg-lease';
 import { LeaseMetrics } from 'nest-pg-lease/prometheus';
 import { Registry } from 'prom-client';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { openLeaseService, type OpenedService, useTestDatabase } from '../support/db.js';
 
 /** Retries `check` (an expect) every 20 ms until it passes, or throws its last failure after `timeoutMs`. */
@@ -111,6 +112,32 @@ describe('LeaseService.elect()', () => {
       await c.close();
     }
   });
+
+  test('the database unreachable: the leader is revoked, the candidate retries without crashing and leads again', async () => {
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    const c = await openLeaseService(url, { owner: 'c' });
+    const reasons: string[] = [];
+    let terms = 0;
+    const leadership = c.service.elect('elect:outage', {
+      onElected: () => void terms++,
+      onRevoked: (reason) => void reasons.push(reason),
+    });
+    try {
+      await until(() => expect(leadership.isLeader).toBe(true));
+      proxy.set('drop');
+      await until(() => expect(reasons).toEqual(['renewal-deadline']), 15_000);
+      expect(leadership.isLeader).toBe(false);
+      // Attempts fail meanwhile (logged, retried with a growing delay); none reaches the caller.
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      proxy.set('pass');
+      await until(() => expect(terms).toBe(2), 40_000);
+      expect(leadership.isLeader).toBe(true);
+    } finally {
+      await leadership.stop();
+      await c.close();
+      await proxy.stop();
+    }
+  }, 90_000);
 
   test('bad input is refused with a typed error and writes nothing', async () => {
     expect(() => a.service.elect('', {})).toThrow(LeaseKeyError);
