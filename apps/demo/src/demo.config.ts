@@ -11,6 +11,8 @@ export interface DemoConfig {
   leaseTimeoutMs: number;
   /** Every instance's base URL by name, so the dashboard can show and act on all of them. */
   peers: Record<string, string>;
+  /** Stand for the `demo:leader` role (leader.role.ts): `DEMO_LEADER`, `on` unless `off`. */
+  leader: boolean;
 }
 
 export const DEMO_CONFIG = Symbol('DEMO_CONFIG');
@@ -63,5 +65,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): DemoConfig 
     heartbeatIntervalMs: integer(env, 'HEARTBEAT_INTERVAL_MS', 500),
     leaseTimeoutMs: integer(env, 'LEASE_TIMEOUT_MS', 3_000),
     peers,
+    leader: env.DEMO_LEADER !== 'off',
   };
 }
