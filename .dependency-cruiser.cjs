@@ -55,8 +55,15 @@ module.exports = {
     {
       name: 'engine-not-door',
       severity: 'error',
-      comment: 'The engine never imports the door or the transport mapping.',
+      comment: 'The engine never imports the door, leader election (built on it) or the transport mapping.',
       from: { path: area('engine') },
+      to: { path: [area('exclusive'), area('leader'), area('transport')] },
+    },
+    {
+      name: 'leader-not-door',
+      severity: 'error',
+      comment: 'Leader election builds on the engine; the door (sticky @Exclusive) uses it, never the reverse.',
+      from: { path: area('leader') },
       to: { path: [area('exclusive'), area('transport')] },
     },
     {

@@ -13,6 +13,8 @@ interface InstanceConfig {
   key: string;
   table: string;
   holdAtLeastMs: number;
+  /** `@Exclusive(key, { onBusy: 'skip', sticky: true })` instead of holdAtLeastMs (issue 23, part 3). */
+  sticky?: boolean;
 }
 
 const config = JSON.parse(process.env.CRON_INSTANCE ?? '{}') as InstanceConfig;
@@ -59,7 +61,10 @@ class TickJob {
   ) {}
 
   @Cron('* * * * * *')
-  @Exclusive(config.key, { holdAtLeastMs: config.holdAtLeastMs, onBusy: 'skip' })
+  @Exclusive(
+    config.key,
+    config.sticky ? { onBusy: 'skip', sticky: true } : { holdAtLeastMs: config.holdAtLeastMs, onBusy: 'skip' },
+  )
   async tick(): Promise<void> {
     // The instance's own idea of the tick: its (skewed) clock, rounded to the second the scheduler aimed at.
     const tickSecond = Math.round(Date.now() / 1000);
@@ -94,11 +99,16 @@ class InstanceModule {}
 const app = await NestFactory.createApplicationContext(InstanceModule, { logger });
 // The ticks this instance skipped because another instance had the target: evidence that it did try.
 const skipped: number[] = [];
+// When this instance became a sticky owner (real clock).
+const elected: number[] = [];
 app.get(LeaseService).events$.subscribe((event) => {
   if (event.type === 'busy' && event.targetKey === config.key) skipped.push(Math.round(Date.now() / 1000));
+  if (event.type === 'elected' && event.targetKey === config.key) elected.push(RealDate.now());
 });
 process.send?.({ type: 'ready' });
 process.on('message', (message) => {
   if (message !== 'stop') return;
-  void app.close().finally(() => process.send?.({ type: 'stopped', problems, skipped }, () => process.disconnect?.()));
+  void app
+    .close()
+    .finally(() => process.send?.({ type: 'stopped', problems, skipped, elected }, () => process.disconnect?.()));
 });

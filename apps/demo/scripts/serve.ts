@@ -28,6 +28,7 @@ try {
     echo: true,
     watch: process.env.DEMO_WATCH === '1',
     digestCron: process.env.DIGEST_CRON || '*/5 * * * * *',
+    leader: process.env.DEMO_LEADER !== 'off',
   });
 } catch (error) {
   console.error(String(error));

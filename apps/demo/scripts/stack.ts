@@ -30,6 +30,11 @@ export interface StackOptions {
    * count acquisitions exactly, and the digest would add its own).
    */
   digestCron?: string;
+  /**
+   * Whether every instance stands for the `demo:leader` role (`DEMO_LEADER`; off by default, like the digest: the
+   * tour counts leases and acquisitions exactly).
+   */
+  leader?: boolean;
 }
 
 export interface DemoStack {
@@ -121,6 +126,7 @@ export async function startStack(options: StackOptions): Promise<DemoStack> {
       LEASE_TIMEOUT_MS: String(leaseTimeoutMs),
       DEMO_PEERS: peers,
       DIGEST_CRON: options.digestCron ?? 'off',
+      DEMO_LEADER: options.leader ? 'on' : 'off',
       NO_COLOR: '1',
     });
     await waitUntilAnswering(`${urls[name]}/api/state`, child, name, output);

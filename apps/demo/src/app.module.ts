@@ -17,6 +17,7 @@ import { JobDigest } from './job-digest.entity.js';
 import { CreateJobDigest1764547200000 } from './job-digest.migration.js';
 import { JobResult } from './job-result.entity.js';
 import { CreateJobResult1764460800000 } from './job-result.migration.js';
+import { LeaderRole } from './leader.role.js';
 import { LeasesController } from './leases.controller.js';
 import { OpsController } from './ops.controller.js';
 import { ReportsController } from './reports.controller.js';
@@ -69,6 +70,7 @@ export class AppModule {
         ScoringClient,
         ReportsService,
         DigestService,
+        ...(config.leader ? [LeaderRole] : []),
       ],
     };
   }

@@ -13,6 +13,8 @@ export interface DemoConfig {
   peers: Record<string, string>;
   /** What the operator's console guard expects in `x-console-token` (`CONSOLE_TOKEN`; a demo default otherwise). */
   consoleToken: string;
+  /** Stand for the `demo:leader` role (leader.role.ts): `DEMO_LEADER`, `on` unless `off`. */
+  leader: boolean;
 }
 
 export const DEMO_CONFIG = Symbol('DEMO_CONFIG');
@@ -66,5 +68,6 @@ export function configFromEnv(env: NodeJS.ProcessEnv = process.env): DemoConfig 
     leaseTimeoutMs: integer(env, 'LEASE_TIMEOUT_MS', 3_000),
     peers,
     consoleToken: env.CONSOLE_TOKEN || 'demo-operator-token',
+    leader: env.DEMO_LEADER !== 'off',
   };
 }

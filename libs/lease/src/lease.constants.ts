@@ -21,4 +21,6 @@ export const LEASE_CHANNELS: Readonly<Record<LeaseEventType, string>> = Object.f
   waiting: 'nest-pg-lease:waiting',
   'wait-ended': 'nest-pg-lease:wait-ended',
   'acquire-ended': 'nest-pg-lease:acquire-ended',
+  elected: 'nest-pg-lease:elected',
+  revoked: 'nest-pg-lease:revoked',
 });

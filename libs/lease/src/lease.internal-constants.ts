@@ -4,3 +4,5 @@ export const LEASE_DATA_SOURCE = Symbol('LEASE_DATA_SOURCE');
 export const EXCLUSIVE_METADATA = 'nest-pg-lease:exclusive';
 /** Where `@Exclusive` keeps the undecorated method on the wrapper that replaces it. */
 export const ORIGINAL_METHOD = Symbol('nest-pg-lease:original');
+/** `@LeaderElection`'s metadata on a class: `{ targetKey, priority?, keyTemplate? }`. */
+export const LEADER_METADATA = 'nest-pg-lease:leader';

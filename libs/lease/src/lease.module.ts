@@ -5,6 +5,7 @@ import { LEASE_DATA_SOURCE } from './lease.internal-constants.js';
 import { type LeaseDataSourceRef, ModuleDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive/exclusive.explorer.js';
+import { LeaderExplorer } from './leader/leader.explorer.js';
 import { EngineRef, LEASE_ENGINE_REF } from './exclusive/engine-registry.js';
 import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-definition.js';
 import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
@@ -50,6 +51,7 @@ import { LeaseOperator } from './console/lease-operator.js';
     { provide: LEASE_ENGINE_REF, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new EngineRef(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
+    LeaderExplorer,
   ],
   exports: [LeaseService, LeaseOperator, ExclusiveInterceptor, LEASE_ENGINE_REF],
 })

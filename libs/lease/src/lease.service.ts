@@ -8,6 +8,8 @@ import { isMarkedServiceEngine, type ServiceEngine } from './engine/service-engi
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
+import type { ElectOptions, Leadership } from './interfaces/leader-election.interface.js';
+import { elect } from './leader/elect.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows: `run`, `tryAcquire`, `acquire`, `current`, `list`, and the process's local
@@ -17,7 +19,7 @@ import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interfa
  * … `await leases.close();` — the DataSource must be PostgreSQL; `init()` initializes it if nobody has.
  */
 export class LeaseService {
-  /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended. */
+  /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended, elected, revoked. */
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
@@ -82,6 +84,14 @@ export class LeaseService {
    */
   acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
     return engineOf(this).acquire(targetKey, options);
+  }
+
+  /**
+   * Stands for leadership of `targetKey`: a candidate in its priority line, elected when granted the lease, revoked
+   * when the lease is lost (then in line again) or released by `stop()`. Never rejects after its input is checked.
+   */
+  elect(targetKey: string, options: ElectOptions = {}): Leadership {
+    return elect(engineOf(this), targetKey, options);
   }
 
   /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */

@@ -26,7 +26,13 @@ export interface WorkerConfig {
    * The rows it writes have the same shape, so the same checker judges both.
    */
   unfenced: boolean;
-  /** Absent: scripted mode (the parent sends commands). */
+  /**
+   * Leader-election mode (issue 23): the worker stands for leadership of `key` (`LeaseService.elect`) and, while it
+   * leads, writes through the term's lease every `writeEveryMs` — once more after the lease's signal aborts (the
+   * fence, not the caller's diligence, must refuse it) — until stopped.
+   */
+  elect?: { key: string; priority: number; writeEveryMs: number };
+  /** Absent (and no `elect`): scripted mode (the parent sends commands). */
   loop?: LoopPlan;
   /** The process exits by itself after this long whatever happens. */
   maxLifetimeMs: number;

@@ -136,6 +136,17 @@ async function loop(
 
 let stopping = false;
 
+/** One term of a leader (elect mode): fenced writes until the lease's signal aborts, then one more. */
+async function lead(dataSource: DataSource, lease: Lease, everyMs: number): Promise<void> {
+  watch(lease);
+  while (!stopping) {
+    const lost = lease.signal.aborted;
+    await fencedWrite(dataSource, lease, randomUUID());
+    if (lost) return;
+    await sleep(everyMs);
+  }
+}
+
 async function main(): Promise<void> {
   const dataSource = new DataSource({
     type: 'postgres',
@@ -192,7 +203,15 @@ async function main(): Promise<void> {
   send({ t: 'ready' });
 
   const stats = { leases: 0, busy: 0, waitTimeouts: 0, errors: 0 };
-  if (config.loop) {
+  if (config.elect) {
+    const { key, priority, writeEveryMs } = config.elect;
+    const leadership = leases.elect(key, {
+      priority,
+      onElected: (lease) => void lead(dataSource, lease, writeEveryMs),
+    });
+    await finished;
+    await leadership.stop();
+  } else if (config.loop) {
     const plan = config.loop;
     await Promise.all(Array.from({ length: plan.loops }, (_, index) => loop(leases, dataSource, plan, stats, index)));
   } else {

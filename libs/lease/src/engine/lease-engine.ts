@@ -487,7 +487,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.drain.forgotten();
   }
 
-  private emit(event: LeaseEvent): void {
+  emit(event: LeaseEvent): void {
     publish(event);
     if (!this.events.closed) this.events.next(event);
   }

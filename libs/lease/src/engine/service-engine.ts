@@ -33,6 +33,8 @@ export interface ServiceEngine {
   list(targetKey?: string): Promise<LeaseSnapshot[]>;
   heldLeases(): Lease[];
   waitingCount(): number;
+  /** Publishes an event on `events$` (and its diagnostics channel): leader election's `elected` / `revoked`. */
+  emit(event: LeaseEvent): void;
 }
 
 /** Engines other than `LeaseEngine` that a `LeaseService` may face (`LeaseService`'s constructor tells them apart). */

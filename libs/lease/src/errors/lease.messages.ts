@@ -167,6 +167,9 @@ export const messages = {
     `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: ` +
     'hash long identifiers into the key',
   declared: (message: string | number) => `@Exclusive ${message}`,
+  leaderDeclared: (label: string | number, message: string | number) => `@LeaderElection on ${label}: ${message}`,
+  stickyNotBoolean: (got: string | number) => `@Exclusive sticky must be a boolean, got ${got}`,
+  stickyNeedsStringKey: () => '@Exclusive sticky needs a fixed key (a template without placeholders)',
   exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
   exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw', 'skip' or 'join', got ${v1}`,
   onBusyArgument: (got: unknown) => `run's onBusy must be 'throw' or 'join', got ${JSON.stringify(got) ?? String(got)}`,

@@ -8,6 +8,7 @@ import { acquireOptionsOf } from '../options/call-input.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { leaseEngineFor } from './engine-registry.js';
+import { stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
@@ -55,7 +56,9 @@ export async function callExclusive(
   let entry: LeaseEntry;
   try {
     const options = { ...acquireOptionsOf(metadata), keyTemplate };
-    entry = await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
+    entry = metadata.sticky
+      ? await stickyEntry(leases, targetKey, metadata, keyTemplate)
+      : await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
   } catch (error) {
     // Quiet: a skipped call is the expected outcome of every tick a peer holds the key; events$ emits `busy` (the
     // prometheus integration counts it).

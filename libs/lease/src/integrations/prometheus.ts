@@ -126,6 +126,12 @@ export class LeaseMetrics implements OnModuleDestroy {
         this.set(leases.waitingCount());
       },
     });
+    const leader = new Gauge({
+      name: metricName('leader'),
+      help: 'Leader elections this process leads now: 1 while elected, 0 once revoked',
+      labelNames: ['key_template'],
+      registers,
+    });
     // A template's counters start at zero when it is first seen, so a dashboard sees its series before the first
     // loss or wait (and `rate()` sees the first increment).
     const seen = new Set<string>();
@@ -166,6 +172,12 @@ export class LeaseMetrics implements OnModuleDestroy {
           break;
         case 'renew-failed':
           renewFailures.inc();
+          break;
+        case 'elected':
+          leader.set({ key_template: event.keyTemplate }, 1);
+          break;
+        case 'revoked':
+          leader.set({ key_template: event.keyTemplate }, 0);
           break;
         case 'wait-ended':
           waits.inc({ outcome: event.outcome, key_template: event.keyTemplate });

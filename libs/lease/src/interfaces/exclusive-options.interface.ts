@@ -24,6 +24,13 @@ export interface ExclusiveOptions {
   onBusy?: 'throw' | 'skip' | 'join';
   /** With `onBusy: 'join'`: how long to wait for the joined run. @default waitTimeoutMs, else defaultWaitTimeoutMs */
   joinTimeoutMs?: number;
+  /**
+   * A sticky owner: the first call makes this instance a candidate for the key (leader election); the instance
+   * elected keeps the lease across calls (renewed between them) and runs every call, the others are busy
+   * (`onBusy: 'skip'`: skip) until it dies (lease timeout) or shuts down (released at once). For `@Cron` jobs: once
+   * per tick without `holdAtLeastMs`. A fixed key only (no placeholders, no key function). @default false
+   */
+  sticky?: boolean;
 }
 
 /** What `@Exclusive` records on the method. */

@@ -1,3 +1,5 @@
+import type { LeadershipEndReason } from './leader-election.interface.js';
+
 /**
  * What `LeaseService.events$` emits (and each event type's `node:diagnostics_channel`, see `LEASE_CHANNELS`). Tokens
  * never appear in events (they prove ownership); fencing tokens do. `keyTemplate` is what the key is an instance of
@@ -45,6 +47,26 @@ export type LeaseEvent =
       priority: number;
       outcome: 'granted' | 'timeout' | 'aborted' | 'error';
       waitedMs: number;
+      at: Date;
+    }
+  | {
+      /** A leader-election candidate (`elect()`, `@LeaderElection`, a sticky `@Exclusive`) began a term. */
+      type: 'elected';
+      targetKey: string;
+      keyTemplate: string;
+      /** The term: rises with every change of leader. */
+      fencingToken: bigint;
+      priority: number;
+      at: Date;
+    }
+  | {
+      /** A leader's term ended (after its lease was released or lost). */
+      type: 'revoked';
+      targetKey: string;
+      keyTemplate: string;
+      fencingToken: bigint;
+      reason: LeadershipEndReason;
+      heldMs: number;
       at: Date;
     }
   | {

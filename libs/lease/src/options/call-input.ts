@@ -118,6 +118,12 @@ export function exclusiveMetadata(
   if (options.onBusy !== undefined && !['throw', 'skip', 'join'].includes(options.onBusy)) {
     throw new LeaseConfigError(messages.exclusiveOnBusyUnknown(JSON.stringify(options.onBusy)));
   }
+  if (options.sticky !== undefined && typeof options.sticky !== 'boolean') {
+    throw new LeaseConfigError(messages.stickyNotBoolean(typeof options.sticky));
+  }
+  if (options.sticky && (typeof targetKey !== 'string' || /\{[^}]*\}/.test(targetKey))) {
+    throw new LeaseConfigError(messages.stickyNeedsStringKey());
+  }
   return { targetKey, ...options };
 }
 

@@ -432,7 +432,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     });
   }
 
-  private emit(event: LeaseEvent): void {
+  emit(event: LeaseEvent): void {
     if (!this.events.closed) this.events.next(event);
   }
 }

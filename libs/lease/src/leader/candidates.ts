@@ -1,0 +1,45 @@
+import type { ServiceEngine } from '../engine/service-engine.js';
+import type { ElectOptions } from '../interfaces/leader-election.interface.js';
+import { LeaderCandidate } from './leader-candidate.js';
+
+/** Each engine's running candidates (elect(), @LeaderElection, sticky @Exclusive), stopped together at shutdown. */
+const running = new WeakMap<ServiceEngine, Set<LeaderCandidate>>();
+/** Each engine's sticky owners, by key: one candidate per key, made by the first call. */
+const sticky = new WeakMap<ServiceEngine, Map<string, LeaderCandidate>>();
+
+/** Engines whose candidates were stopped (shutdown began): no sticky owner starts again. */
+const stopped = new WeakSet<ServiceEngine>();
+
+/** Starts a candidate and keeps it in its engine's set until its loop ends. */
+export function startCandidate(engine: ServiceEngine, targetKey: string, options: ElectOptions): LeaderCandidate {
+  let set = running.get(engine);
+  if (!set) running.set(engine, (set = new Set()));
+  const candidate = new LeaderCandidate(engine, targetKey, options);
+  set.add(candidate);
+  void candidate.ended.then(() => set.delete(candidate));
+  return candidate;
+}
+
+/** Stops every candidate of `engine` at once: leaders release their leases (graceful hand-over). */
+export async function stopCandidates(engine: ServiceEngine): Promise<void> {
+  stopped.add(engine);
+  sticky.delete(engine);
+  await Promise.all([...(running.get(engine) ?? [])].map((candidate) => candidate.stop()));
+}
+
+/**
+ * The sticky owner candidate of `targetKey` in `engine` (started by the first call, in line until shutdown);
+ * undefined once shutdown began.
+ */
+export function stickyCandidate(
+  engine: ServiceEngine,
+  targetKey: string,
+  options: Pick<ElectOptions, 'priority' | 'keyTemplate'>,
+): LeaderCandidate | undefined {
+  if (stopped.has(engine)) return undefined;
+  let byKey = sticky.get(engine);
+  if (!byKey) sticky.set(engine, (byKey = new Map()));
+  let candidate = byKey.get(targetKey);
+  if (!candidate) byKey.set(targetKey, (candidate = startCandidate(engine, targetKey, options)));
+  return candidate;
+}

@@ -1,0 +1,18 @@
+import type { ServiceEngine } from '../engine/service-engine.js';
+import type { ElectOptions } from '../interfaces/leader-election.interface.js';
+import { assertPriority, assertTargetKey, keyTemplateOf } from '../options/call-input.js';
+import { startCandidate } from './candidates.js';
+import type { LeaderCandidate } from './leader-candidate.js';
+
+/** `LeaseService.elect`: checks the input (a `LeaseArgumentError`, nothing written), then starts a candidate. */
+export function elect(engine: ServiceEngine, targetKey: string, options: ElectOptions = {}): LeaderCandidate {
+  checkElection(targetKey, options);
+  return startCandidate(engine, targetKey, options);
+}
+
+/** What `elect()` and `@LeaderElection` accept (`LeaseArgumentError` / `LeaseKeyError` otherwise). */
+export function checkElection(targetKey: unknown, options: ElectOptions): asserts targetKey is string {
+  assertTargetKey(targetKey);
+  if (options.priority !== undefined) assertPriority(options.priority);
+  if (options.keyTemplate !== undefined) keyTemplateOf(options.keyTemplate);
+}

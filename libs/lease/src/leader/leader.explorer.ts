@@ -1,0 +1,45 @@
+import type { ServiceEngine } from '../engine/service-engine.js';
+import 'reflect-metadata';
+import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationBootstrap } from '@nestjs/common';
+import { ModulesContainer } from '@nestjs/core';
+import { LeaseEngine } from '../engine/lease-engine.js';
+import { LEADER_METADATA } from '../lease.internal-constants.js';
+import type { LeaderElectionOptions, OnLeadership } from '../interfaces/leader-election.interface.js';
+import { startCandidate, stopCandidates } from './candidates.js';
+
+/**
+ * Finds the `@LeaderElection` providers and makes each a candidate once the application has bootstrapped (every
+ * `onModuleInit` has run, the engine included). At shutdown it stops every candidate of the engine before the
+ * engine closes: a leader's lease is released at once, so the next instance is elected without waiting for a timeout.
+ */
+@Injectable()
+export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  constructor(
+    @Inject(ModulesContainer) private readonly modules: ModulesContainer,
+    @Inject(LeaseEngine) private readonly engine: ServiceEngine,
+  ) {}
+
+  onApplicationBootstrap(): void {
+    const seen = new Set<unknown>();
+    for (const module of this.modules.values()) {
+      for (const wrapper of module.providers.values()) {
+        const instance = wrapper.isDependencyTreeStatic() ? (wrapper.instance as OnLeadership | undefined) : undefined;
+        if (!instance || typeof instance !== 'object' || seen.has(instance)) continue;
+        seen.add(instance);
+        const metadata = Reflect.getMetadata(LEADER_METADATA, instance.constructor) as
+          (LeaderElectionOptions & { targetKey: string }) | undefined;
+        if (!metadata) continue;
+        const { targetKey, ...options } = metadata;
+        startCandidate(this.engine, targetKey, {
+          ...options,
+          onElected: (lease) => instance.onElected?.(lease),
+          onRevoked: (reason) => instance.onRevoked?.(reason),
+        });
+      }
+    }
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await stopCandidates(this.engine);
+  }
+}
