@@ -2,7 +2,7 @@
  * Backend kills: while 3 processes × 4 loops contend for 6 keys, the harness ends their PostgreSQL sessions with
  * pg_terminate_backend in every phase of a lease's life — deterministically: each kill is aimed. For a phase, a
  * racepoint is created for a moment (a trigger that sleeps inside PostgreSQL for one worker's statement of that
- * phase only: an acquisition, a fenced write, a release, a renewal), the harness waits until that worker's backend
+ * phase only: an acquisition, a fenced write, a release, a release riding on the last fenced write, a renewal), the harness waits until that worker's backend
  * sleeps in it, and kills that backend; the LISTEN connection, idle by nature, is killed directly. Every phase is hit
  * the same number of times whatever the load. Then a random storm of kills (the old scenario) adds what no schedule
  * aims at, and asserts safety only. Then the kills stop and every process must commit again (the pools recovered).
@@ -25,6 +25,8 @@ const PLAN: LoopPlan = {
   workMs: 20,
   writesPerLease: 2,
   waitTimeoutMs: 3_000,
+  // Every other lease's last write releases it in its own transaction: the 'release with the last save' phase.
+  releaseWithLastSave: true,
 };
 /** Aimed kills per phase. */
 const ROUNDS = 3;
@@ -53,6 +55,16 @@ const PHASES: Record<string, Phase> = {
   'fenced write': { session: '<worker>', racepoint: { table: 'fault_history', events: 'INSERT', when: 'true' } },
   release: {
     session: '<worker>:statements',
+    racepoint: {
+      table: 'job_lease',
+      events: 'UPDATE',
+      when: 'NEW.lease_token IS NULL AND OLD.lease_token IS NOT NULL',
+    },
+  },
+  // The release riding on the last fenced write: the release statement inside the fenced transaction, on the
+  // worker's DataSource connection. Killed there, neither the write nor the release may commit.
+  'release with the last save': {
+    session: '<worker>',
     racepoint: {
       table: 'job_lease',
       events: 'UPDATE',

@@ -13,6 +13,8 @@ export interface LoopPlan {
   writesPerLease: number;
   /** Wait in the priority line for this long; 0 = tryAcquire and back off when busy. */
   waitTimeoutMs: number;
+  /** Every other lease's last fenced write releases it in its transaction (`fenced(work, { release: true })`). */
+  releaseWithLastSave?: boolean;
 }
 
 export interface WorkerConfig {

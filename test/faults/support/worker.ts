@@ -53,13 +53,14 @@ async function fencedWrite(
   lease: Lease,
   opId: string,
   holdInside = false,
+  release = false,
 ): Promise<WriteOutcome> {
   const afterLoss = lease.signal.aborted;
   let outcome: WriteOutcome;
   let error: string | undefined;
   try {
     if (config.unfenced) await dataSource.transaction((manager) => historyWrite(manager, lease, opId, holdInside));
-    else await lease.fenced((manager) => historyWrite(manager, lease, opId, holdInside));
+    else await lease.fenced((manager) => historyWrite(manager, lease, opId, holdInside), { release });
     outcome = 'ack';
   } catch (caught) {
     // A refusal is certain to have written nothing; any other failure (connection killed around COMMIT) may have
@@ -119,7 +120,16 @@ async function loop(
       try {
         await sleep(plan.workMs * (0.5 + Math.random()), lease.signal);
         // Written even when the signal aborted: the fence (not the caller's diligence) must refuse it.
-        for (let w = 0; w < plan.writesPerLease; w++) await fencedWrite(dataSource, lease, randomUUID());
+        for (let w = 0; w < plan.writesPerLease; w++) {
+          const last = w === plan.writesPerLease - 1;
+          await fencedWrite(
+            dataSource,
+            lease,
+            randomUUID(),
+            false,
+            last && !!plan.releaseWithLastSave && leased % 2 === 0,
+          );
+        }
       } finally {
         await lease.release();
       }
