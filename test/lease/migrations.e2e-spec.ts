@@ -55,7 +55,11 @@ describe('schema migrations', () => {
         'job_lease_waiter_pkey',
       ]);
 
-      const service = new LeaseService(dataSource, { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
+      const service = new LeaseService(dataSource, {
+        heartbeatIntervalMs: 100,
+        leaseTimeoutMs: 1_000,
+        shutdownGraceMs: 0,
+      });
       await service.init(); // finds everything it needs
       const lease = await service.tryAcquire('migrated');
       expect(lease).not.toBeNull();
@@ -157,7 +161,7 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
   const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], synchronize: true });
   await dataSource.initialize();
   try {
-    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 };
+    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
     const refused = await new LeaseService(dataSource, options).init().catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(LeaseConfigError);
     const { message } = refused as Error;

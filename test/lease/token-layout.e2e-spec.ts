@@ -10,7 +10,7 @@ import { adminClient, createTestDatabase } from '../support/db.js';
  * token and every new place in line is above every old one, and a process of an earlier version, which builds its
  * token from a value below 2^40, fails closed on the migrated sequences instead of drawing a smaller token.
  */
-const OPTIONS = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 };
+const OPTIONS = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
 const FLOOR = 1n << 40n;
 
 /** Tables as a 0.2 schema left them: sequences without the floor, tokens and places of the 40-bit layout. */
