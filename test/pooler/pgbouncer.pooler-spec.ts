@@ -23,6 +23,8 @@ const TIMING: LeaseModuleOptions = {
 };
 const BOOTSTRAP_WARNING = /^pooler: 'transaction' without sessionUrl/;
 /** `pg`'s message when a connection is not established within `connectionTimeoutMillis`. */
+/** The drain cache's read timing out behind the saturated pooler (the statement pool's bound), said once. */
+const DRAIN_READ = /^Reading the drains failed \(the last view holds; retried\): Error: Query read timeout$/;
 const CONNECT_TIMEOUT = /^Heartbeat of \d+ lease\(s\) failed \(Error: timeout expired\); retrying next tick$/;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** The application's write inside the fence. */
@@ -46,10 +48,14 @@ describe('behind PgBouncer in transaction mode', () => {
   /**
    * Warnings and errors logged by the library, less the expected bootstrap warning without sessionUrl and heartbeat
    * ticks whose connection could not be opened within one interval (a loaded CI machine; the next tick retries, and
-   * a lost lease is asserted separately). A prepared-statement error, above all, is never excused.
+   * a lost lease is asserted separately), and the operator's drain cache reading its table through a pooler the test
+   * saturates on purpose (once per failure streak; the last view holds). A prepared-statement error, above all, is
+   * never excused.
    */
   const unexpected = () =>
-    warnings.filter((message) => !BOOTSTRAP_WARNING.test(message) && !CONNECT_TIMEOUT.test(message));
+    warnings.filter(
+      (message) => !BOOTSTRAP_WARNING.test(message) && !CONNECT_TIMEOUT.test(message) && !DRAIN_READ.test(message),
+    );
 
   beforeAll(async () => {
     Logger.overrideLogger({

@@ -17,6 +17,8 @@ export class DrainCache {
   private timer?: NodeJS.Timeout;
   private stopped = false;
   private warned = false;
+  /** A refresh failed and none succeeded since (its warning is said once per streak). */
+  private failing = false;
 
   constructor(
     readonly store: OperatorStore,
@@ -49,6 +51,8 @@ export class DrainCache {
     return this.track(
       this.store.drains().then(
         (drains) => {
+          if (this.failing) this.logger.log('Reading the drains works again');
+          this.failing = false;
           this.keys = new Map(drains.filter((d) => d.kind === 'key').map((d) => [d.subject, d]));
           this.templates = new Map(drains.filter((d) => d.kind === 'template').map((d) => [d.subject, d]));
         },
@@ -58,7 +62,10 @@ export class DrainCache {
             this.warned = true;
             return;
           }
-          this.logger.warn(`Reading the drains failed (the last view holds; retried): ${String(error)}`);
+          // Once per failure streak (a read a second would repeat it): the next success says it is over.
+          if (!this.failing)
+            this.logger.warn(`Reading the drains failed (the last view holds; retried): ${String(error)}`);
+          this.failing = true;
         },
       ),
     );
