@@ -146,6 +146,39 @@ export function leaseContract(subject: () => ContractSubject): void {
     });
   }
 
+  it("joins the running call with onBusy: 'join': the duplicate gets its value, the work runs once", async () => {
+    const { service } = subject();
+    const key = freshKey('join');
+    let runs = 0;
+    let letGo!: () => void;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    const work = async () => {
+      runs += 1;
+      await gate;
+      return { report: 42 };
+    };
+    const first = service.run(key, work, { onBusy: 'join' });
+    await until(() => service.heldLeases().length === 1, 'the first call to hold the key');
+    const duplicate = service.run(key, work, { onBusy: 'join' });
+    letGo();
+    await expect(Promise.all([first, duplicate])).resolves.toEqual([{ report: 42 }, { report: 42 }]);
+    expect(runs).toBe(1);
+  });
+
+  it('releases with the last fenced write when asked (fenced(work, { release: true }))', async () => {
+    const { service } = subject();
+    const key = freshKey('release-with-save');
+    const lease = (await service.tryAcquire(key))!;
+    await expect(lease.fenced(async () => 'saved', { release: true })).resolves.toBe('saved');
+    expect(lease.isHeld()).toBe(false);
+    expect(lease.signal.aborted).toBe(true);
+    expect(service.heldLeases()).toHaveLength(0);
+    const next = (await service.tryAcquire(key))!;
+    expect(next).not.toBeNull();
+    expect(next.fencingToken > lease.fencingToken).toBe(true);
+    await next.release();
+  });
+
   it('releases: the signal aborts, the lease is no longer held, the key is free', async () => {
     const { service } = subject();
     const key = freshKey('release');
