@@ -8,6 +8,7 @@ import { JoinRuns } from './join-runs.js';
 import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
+import { lostEvent, releasedEvent } from './lease-events.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
 import { OperatorHooks } from './operator-hooks.js';
 import { PurgeSchedule } from './purge-schedule.js';
@@ -352,14 +353,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       let released = false;
       const onReleased = () => {
         released = true;
-        this.emit({
-          type: 'released',
-          targetKey: lease.targetKey,
-          keyTemplate: lease.keyTemplate,
-          fencingToken: lease.fencingToken,
-          heldMs,
-          at: new Date(),
-        });
+        this.emit(releasedEvent(lease, heldMs));
       };
       await (committed ? onReleased() : this.retries.releaseRow(lease.targetKey, lease.token, until, onReleased));
       return released;
@@ -471,15 +465,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.forget(lease);
     this.logger.warn(messages.leaseLost(lease.targetKey, lease.fencingToken, reason, detail));
     lease.holder?.event('lease.lost', { 'lease.reason': reason, 'lease.fencing_token': String(lease.fencingToken) });
-    this.emit({
-      type: 'lost',
-      targetKey: lease.targetKey,
-      keyTemplate: lease.keyTemplate,
-      fencingToken: lease.fencingToken,
-      reason,
-      heldMs: performance.now() - (this.acquiredAt.get(lease) ?? performance.now()),
-      at: new Date(),
-    });
+    this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }
 
   private forget(lease: HeldLease): void {

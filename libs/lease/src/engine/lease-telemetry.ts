@@ -4,6 +4,7 @@
  * the timing events (`acquire-ended`, `wait-ended`) that the metrics are made of. The engine calls it around each
  * step; it never changes a step's outcome.
  */
+import { waitEndedEvent } from './lease-events.js';
 import {
   LeaseDrainedError,
   LeaseLostError,
@@ -157,15 +158,7 @@ export class LeaseTelemetry {
     outcome: 'granted' | 'timeout' | 'aborted' | 'error',
     started: number,
   ): void {
-    this.emit({
-      type: 'wait-ended',
-      targetKey,
-      keyTemplate,
-      priority,
-      outcome,
-      waitedMs: performance.now() - started,
-      at: new Date(),
-    });
+    this.emit(waitEndedEvent({ targetKey, keyTemplate, priority }, outcome, performance.now() - started));
   }
 }
 

@@ -11,6 +11,7 @@ import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
 import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
+import { lostEvent, releasedEvent, waitEndedEvent } from '../engine/lease-events.js';
 import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
 import {
@@ -231,14 +232,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     if (!lease.markReleased(reason) || this.held.get(lease.targetKey) !== lease) return Promise.resolve();
     this.held.delete(lease.targetKey);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
-    this.emit({
-      type: 'released',
-      targetKey: lease.targetKey,
-      keyTemplate: lease.keyTemplate,
-      fencingToken: lease.fencingToken,
-      heldMs,
-      at: new Date(),
-    });
+    this.emit(releasedEvent(lease, heldMs));
     this.grantNext(lease.targetKey);
     return Promise.resolve();
   }
@@ -332,15 +326,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
       const ended = (outcome: 'granted' | 'timeout' | 'aborted' | 'error') => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
-        this.emit({
-          type: 'wait-ended',
-          targetKey,
-          keyTemplate,
-          priority,
-          outcome,
-          waitedMs: performance.now() - since,
-          at: new Date(),
-        });
+        this.emit(waitEndedEvent({ targetKey, keyTemplate, priority }, outcome, performance.now() - since));
       };
       const leave = (outcome: 'timeout' | 'aborted' | 'error', error: unknown) => {
         const index = line.indexOf(waiter);
@@ -421,15 +407,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
     if (!lease.markLost(reason)) return;
     this.held.delete(lease.targetKey);
-    this.emit({
-      type: 'lost',
-      targetKey: lease.targetKey,
-      keyTemplate: lease.keyTemplate,
-      fencingToken: lease.fencingToken,
-      reason,
-      heldMs: performance.now() - (this.acquiredAt.get(lease) ?? performance.now()),
-      at: new Date(),
-    });
+    this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }
 
   emit(event: LeaseEvent): void {

@@ -1,0 +1,40 @@
+/**
+ * The events both engines (PostgreSQL's `LeaseEngine` and the testing kit's in-memory one) emit about one held lease
+ * or one wait, built once so that the two stay the same shape: what a unit test on the in-memory service observes
+ * is what production emits.
+ */
+import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
+import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
+
+/** What a lease event names of its lease. */
+interface EventLease {
+  readonly targetKey: string;
+  readonly keyTemplate: string;
+  readonly fencingToken: bigint;
+}
+
+/** What a wait event names of its call. */
+interface EventCall {
+  readonly targetKey: string;
+  readonly keyTemplate: string;
+  readonly priority: number;
+}
+
+export function releasedEvent(lease: EventLease, heldMs: number): LeaseEvent {
+  const { targetKey, keyTemplate, fencingToken } = lease;
+  return { type: 'released', targetKey, keyTemplate, fencingToken, heldMs, at: new Date() };
+}
+
+export function lostEvent(lease: EventLease, reason: Exclude<LeaseLossReason, 'released'>, heldMs: number): LeaseEvent {
+  const { targetKey, keyTemplate, fencingToken } = lease;
+  return { type: 'lost', targetKey, keyTemplate, fencingToken, reason, heldMs, at: new Date() };
+}
+
+export function waitEndedEvent(
+  call: EventCall,
+  outcome: 'granted' | 'timeout' | 'aborted' | 'error',
+  waitedMs: number,
+): LeaseEvent {
+  const { targetKey, keyTemplate, priority } = call;
+  return { type: 'wait-ended', targetKey, keyTemplate, priority, outcome, waitedMs, at: new Date() };
+}
