@@ -1,6 +1,15 @@
 import { Controller, Injectable, NotFoundException, Param, Post, Query } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CurrentLease, Exclusive, LeaseJoinedRunError, LeaseModule, leaseEntities, type Lease } from 'nest-pg-lease';
+import {
+  CurrentLease,
+  Exclusive,
+  LeaseJoinedRunError,
+  LeaseModule,
+  LeaseService,
+  leaseEntities,
+  type Lease,
+} from 'nest-pg-lease';
+import { joinersWaiting } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
@@ -42,6 +51,7 @@ describe("@Exclusive with onBusy: 'join'", () => {
   let url: string;
   let close: () => Promise<void>;
   let builder: ReportBuilder;
+  let leases: LeaseService;
 
   beforeAll(async () => {
     const started = await startApp(
@@ -55,6 +65,7 @@ describe("@Exclusive with onBusy: 'join'", () => {
     url = started.url;
     close = () => started.app.close();
     builder = started.app.get(ReportBuilder);
+    leases = started.app.get(LeaseService);
   });
 
   afterAll(async () => {
@@ -78,8 +89,12 @@ describe("@Exclusive with onBusy: 'join'", () => {
       'the first request to hold the lease',
     );
     const second = post(`${url}/reports/r1`);
-    // The duplicate is waiting (not answered 409): let the original finish.
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The duplicate is waiting for the original's outcome (not answered 409): let the original finish.
+    await eventually(
+      () => joinersWaiting(leases, 'report:r1'),
+      (n) => n === 1,
+      'the duplicate to join',
+    );
     gate('r1').release();
     const [one, two] = await Promise.all([first, second]);
     expect(one.status).toBe(201);
@@ -96,7 +111,12 @@ describe("@Exclusive with onBusy: 'join'", () => {
       'the first request to hold the lease',
     );
     const second = post(`${url}/reports/r2?fail=404`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The duplicate is waiting for the original's outcome (not answered 409): let the original finish.
+    await eventually(
+      () => joinersWaiting(leases, 'report:r2'),
+      (n) => n === 1,
+      'the duplicate to join',
+    );
     gate('r2').release();
     const [one, two] = await Promise.all([first, second]);
     expect(one.status).toBe(404);
@@ -112,7 +132,12 @@ describe("@Exclusive with onBusy: 'join'", () => {
       'the first request to hold the lease',
     );
     const second = post(`${url}/reports/r3?fail=crash`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // The duplicate is waiting for the original's outcome (not answered 409): let the original finish.
+    await eventually(
+      () => joinersWaiting(leases, 'report:r3'),
+      (n) => n === 1,
+      'the duplicate to join',
+    );
     gate('r3').release();
     const [one, two] = await Promise.all([first, second]);
     expect(one.status).toBe(500);

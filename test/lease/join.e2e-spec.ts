@@ -1,5 +1,6 @@
 import { LeaseArgumentError, LeaseJoinedRunError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
 import { fileURLToPath } from 'node:url';
+import { joinersWaiting } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 import { startChild, type TestChild } from '../support/processes.js';
 
@@ -203,7 +204,11 @@ describe("onBusy: 'join' across processes", () => {
       .catch((error: unknown) => error);
     await holds(key);
     const second = b.service.run(key, () => 'never', { onBusy: 'join' }).catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await eventually(
+      () => joinersWaiting(b.service, key),
+      (n) => n === 1,
+      'b to join',
+    );
     g.open();
     expect(((await first) as Error).message).toBe('upstream said no');
     const joined = (await second) as LeaseJoinedRunError;
@@ -220,7 +225,11 @@ describe("onBusy: 'join' across processes", () => {
       .catch((error: unknown) => error);
     await holds(key);
     const second = b.service.run(key, () => 'never', { onBusy: 'join' }).catch((error: unknown) => error);
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await eventually(
+      () => joinersWaiting(b.service, key),
+      (n) => n === 1,
+      'b to join',
+    );
     g.open();
     expect(await first).toBeInstanceOf(LeaseArgumentError);
     const joined = (await second) as Error;
@@ -251,7 +260,11 @@ describe("onBusy: 'join' across processes", () => {
       },
       { onBusy: 'join', joinTimeoutMs: 20_000 },
     );
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await eventually(
+      () => joinersWaiting(b.service, key),
+      (n) => n === 1,
+      'b to join the doomed holder',
+    );
     holder.process.kill('SIGKILL');
     await expect(joined).resolves.toEqual({ by: 'b' });
     expect(ran! > BigInt(running.fencingToken)).toBe(true);

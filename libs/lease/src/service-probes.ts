@@ -14,6 +14,11 @@ export function heartbeatRunning(service: LeaseService): boolean {
   return pgEngineOf(service).heartbeatRunning;
 }
 
+/** How many calls of `targetKey` wait for another run's outcome (`onBusy: 'join'`) in this service now. */
+export function joinersWaiting(service: LeaseService, targetKey: string): number {
+  return pgEngineOf(service).joinersOf(targetKey);
+}
+
 /**
  * Replaces what a head-only NOTIFY does to the waiter it names (by default: wake it): a test can drop the wake-up to
  * show that the poll covers a lost notification.

@@ -64,12 +64,31 @@ function untilAborted<T>(lease: Lease, work: Promise<T>): Promise<T> {
 export class JoinRuns {
   /** The run of each key in this process that a join may share, from its attempt to its release. */
   private readonly running = new Map<string, Promise<JoinOutcome>>();
+  /** Calls of each key waiting for another run's outcome now (in this process or another): a probe for tests. */
+  private readonly joining = new Map<string, number>();
 
   constructor(
     private readonly host: JoinHost,
     /** Joins across processes; absent, a target held by another process is refused as without join. */
     private readonly remote?: RemoteJoins,
   ) {}
+
+  /** How many calls of `targetKey` wait for another run's outcome now. */
+  joinersOf(targetKey: string): number {
+    return this.joining.get(targetKey) ?? 0;
+  }
+
+  /** Counts the call among the joiners of `targetKey` while `outcome` is pending. */
+  private async joined<T>(targetKey: string, outcome: Promise<T>): Promise<T> {
+    this.joining.set(targetKey, this.joinersOf(targetKey) + 1);
+    try {
+      return await outcome;
+    } finally {
+      const left = this.joinersOf(targetKey) - 1;
+      if (left > 0) this.joining.set(targetKey, left);
+      else this.joining.delete(targetKey);
+    }
+  }
 
   /** Ends the waits for other processes' outcomes and their LISTEN connection (the engine's close()). */
   close(): Promise<void> {
@@ -90,7 +109,7 @@ export class JoinRuns {
       signal?.throwIfAborted();
       const running = this.running.get(targetKey);
       if (running) {
-        const outcome = await settleBy(running, until, signal, onTimeout);
+        const outcome = await this.joined(targetKey, settleBy(running, until, signal, onTimeout));
         if (outcome.kind !== 'gone') return settleJoined(targetKey, outcome) as T;
         continue;
       }
@@ -105,7 +124,7 @@ export class JoinRuns {
         this.forget(targetKey, outcome);
         settle({ kind: 'gone' });
         if (!(error instanceof LeaseBusyError) || !this.remote) throw error;
-        const remote = await this.remote.await(targetKey, until, signal, onTimeout);
+        const remote = await this.joined(targetKey, this.remote.await(targetKey, until, signal, onTimeout));
         if (remote.kind !== 'gone') return settleJoined(targetKey, remote) as T;
         // The holder ended without an outcome (died, lost its lease): try again, to run the work ourselves.
         continue;

@@ -309,6 +309,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return this.context.run(lease, work);
   }
 
+  /** Calls of `targetKey` waiting for another run's outcome (`onBusy: 'join'`): a probe for tests. */
+  joinersOf(targetKey: string): number {
+    return this.joins.joinersOf(targetKey);
+  }
+
   joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
     return this.joins.run(targetKey, work, options);
   }
