@@ -277,15 +277,16 @@ describe('group commit', () => {
         (n) => n >= 1,
         'the NOTIFY',
       );
-      expect(heard).toEqual([{ channel: 'job_lease_next', payload: `${high} head:a` }]);
-      // The head gives up: the line moved, and the NOTIFY names the new head only.
+      // The grant travels with it (direct handoff): `<waiter id>/<fencing token> <key>`.
+      expect(heard).toEqual([{ channel: 'job_lease_next', payload: expect.stringMatching(`^${high}/\\d+ head:a$`) }]);
+      // The head gives up with its grant unconfirmed: the grant goes on, and the NOTIFY names the new head only.
       await s.dequeue('head:a', high);
       await eventually(
         () => heard.length,
         (n) => n >= 2,
         'the second NOTIFY',
       );
-      expect(heard[1]).toEqual({ channel: 'job_lease_next', payload: `${later} head:a` });
+      expect(heard[1]).toEqual({ channel: 'job_lease_next', payload: expect.stringMatching(`^${later}/\\d+ head:a$`) });
     } finally {
       await listener.end();
     }

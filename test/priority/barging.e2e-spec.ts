@@ -57,7 +57,8 @@ test('a newcomer of equal priority never wins before a waiter that queued earlie
 
 test('the acquire statement itself refuses lower and equal newcomers on a free target, and admits a higher one', async () => {
   const key = 'barge:precheck';
-  const holder = await proc('holder');
+  // Without NOTIFY the release frees the target instead of handing it to the waiter (direct handoff).
+  const holder = await proc('holder', { notify: false });
   const held = (await holder.service.tryAcquire(key))!;
   // No NOTIFY and a long poll: after the release the waiter sleeps for seconds, so only the statement's own
   // check stands between a newcomer and the free target.

@@ -53,7 +53,7 @@ test('a dropped head-only notification is covered by the poll', async () => {
   const waiter = await proc('dropper', { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 }, 1);
   // The named waiter's wake-up never reaches it (a lost NOTIFY, as far as the wait can tell).
   const dropped: string[] = [];
-  interceptHeadWakeups(waiter.service, (waiterId) => void dropped.push(waiterId));
+  interceptHeadWakeups(waiter.service, (wakeup) => void dropped.push(wakeup.waiterId));
   const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
   await untilAsleep(db.admin, key, waiter);
   const released = performance.now();

@@ -247,7 +247,9 @@ describe('wake-up', () => {
     await held.release();
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     expect(call.settled()).toBe(false);
-    expect(await holderOf(db.admin, key)).toBeNull();
+    // The holder listens, so its release handed the target to the waiter (direct handoff); the waiter, which does
+    // not listen, finds the grant at its poll (its grant lives its waiterTimeoutMs).
+    expect(await holderOf(db.admin, key)).toBe(waiter.owner);
     const lease = await call.promise;
     const handoffMs = performance.now() - released;
     console.log(`polling handoff: ${handoffMs.toFixed(0)} ms (poll interval 6 s, jittered 3–6 s)`);

@@ -4,6 +4,7 @@
  */
 import { engineOf } from './engine-of.js';
 import type { LeaseEngine } from './engine/lease-engine.js';
+import type { HeadWakeup } from './engine/wait-queue.js';
 import type { LeaseService } from './lease.service.js';
 
 /** The PostgreSQL engine of a service (these probes are about its heartbeat, its queue and its purge). */
@@ -20,10 +21,11 @@ export function joinersWaiting(service: LeaseService, targetKey: string): number
 }
 
 /**
- * Replaces what a head-only NOTIFY does to the waiter it names (by default: wake it): a test can drop the wake-up to
- * show that the poll covers a lost notification.
+ * Replaces what a head-only NOTIFY does to the waiter it names (by default: `wakeup.deliver()`, which wakes it, or
+ * gives it the grant the NOTIFY carries): a test can drop the wake-up to show that the poll covers a lost
+ * notification, or hold it back and deliver it later.
  */
-export function interceptHeadWakeups(service: LeaseService, onHead: (waiterId: string) => void): void {
+export function interceptHeadWakeups(service: LeaseService, onHead: (wakeup: HeadWakeup) => void): void {
   pgEngineOf(service).interceptHeadWakeups(onHead);
 }
 

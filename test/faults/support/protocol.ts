@@ -58,11 +58,17 @@ export type WorkerMessage =
       error?: string;
     }
   | { t: 'inside'; opId: string }
+  /** A NOTIFY handed this worker a grant (`dieOnGrant`): it dies once this is sent. */
+  | { t: 'grant-heard'; fencingToken: string }
   | { t: 'reply'; id: number; ok: boolean; value?: unknown; error?: string }
   | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number };
 
 export type Command =
-  | { op: 'acquire'; key: string; waitTimeoutMs?: number }
+  /**
+   * `dieOnGrant`: the process kills itself (SIGKILL) the moment a NOTIFY hands it a grant (direct handoff), before it
+   * can confirm it — the fault between grant and confirmation, aimed exactly.
+   */
+  | { op: 'acquire'; key: string; waitTimeoutMs?: number; dieOnGrant?: boolean }
   | { op: 'write'; key: string; opId: string; holdInside?: boolean }
   | { op: 'release'; key: string }
   | { op: 'exit' };

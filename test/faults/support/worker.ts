@@ -17,6 +17,7 @@ import {
   leaseEntities,
   type Lease,
 } from '../../../libs/lease/src/index.js';
+import { interceptHeadWakeups } from '../../../libs/lease/src/internal.js';
 import { sleep } from '../../support/sleep.js';
 import { recordWrite } from './history.js';
 import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
@@ -179,6 +180,15 @@ async function main(): Promise<void> {
   const run = async (command: Command): Promise<unknown> => {
     switch (command.op) {
       case 'acquire': {
+        if (command.dieOnGrant) {
+          interceptHeadWakeups(leases, (wakeup) => {
+            if (wakeup.grant === undefined) return wakeup.deliver();
+            // Killed once the report is out: between the grant's commit and its confirmation, exactly.
+            process.send!({ t: 'grant-heard', fencingToken: wakeup.grant.toString() }, () =>
+              process.kill(process.pid, 'SIGKILL'),
+            );
+          });
+        }
         const lease = command.waitTimeoutMs
           ? await leases.acquire(command.key, { waitTimeoutMs: command.waitTimeoutMs })
           : await leases.tryAcquire(command.key);

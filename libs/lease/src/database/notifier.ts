@@ -7,10 +7,11 @@ import { connectClient } from './sockets.js';
 import { settleBy } from '../util/settle-by.js';
 
 /**
- * One LISTEN connection per process. A notification is a hint to try again, never a grant, and never carries a token.
- * Head-only handoff: releases, dequeues and dead-waiter removals name the next waiter (`<waiter id> <key>` on the
- * head channel), so only that waiter attempts; a target key alone (on the key channel, sent by older versions) wakes
- * every waiter of the key. After a (re)connect every waiter is woken, since notifications sent meanwhile are lost.
+ * One LISTEN connection per process. Head-only handoff: releases, dequeues and dead-waiter removals name the next
+ * waiter (`<waiter id> <key>` on the head channel), so only that waiter attempts — or, for a grant a release handed
+ * it, `<waiter id>/<fencing token> <key>`, which it then only confirms; a target key alone (on the key channel, sent
+ * by older versions) wakes every waiter of the key. After a (re)connect every waiter is woken, since notifications
+ * sent meanwhile are lost.
  */
 export class Notifier {
   private client?: pg.Client;
@@ -30,7 +31,10 @@ export class Notifier {
     /** Bounds the connection and the LISTEN statement: a stalled network must not keep a start pending. */
     private readonly timeoutMs: number,
     /** The head channel and what to do with a waiter it names (see the class note). */
-    private readonly head?: { channel: string; onHead: (waiterId: string, targetKey: string) => void },
+    private readonly head?: {
+      channel: string;
+      onHead: (waiterId: string, targetKey: string, grant?: bigint) => void;
+    },
   ) {}
 
   /** Connects once; resolves when listening or when the attempt failed (a retry is then scheduled). */
@@ -48,7 +52,7 @@ export class Notifier {
       if (message.channel === this.channel) this.onWake(message.payload);
       else if (message.channel === this.head?.channel) {
         const named = parseHeadPayload(message.payload);
-        if (named) this.head.onHead(named.waiterId, named.targetKey);
+        if (named) this.head.onHead(named.waiterId, named.targetKey, named.grant);
       }
     });
     client.on('error', (error) => this.lostConnection(client, error));

@@ -90,9 +90,20 @@ describe('head-only NOTIFY payloads', () => {
     expect(parseHeadPayload(`${id} report:1`)).toEqual({ waiterId: id, targetKey: 'report:1' });
     expect(parseHeadPayload(`${id} a b\nc`)).toEqual({ waiterId: id, targetKey: 'a b\nc' });
   });
-  it.each(['report:1', `${id}`, `${id.toUpperCase()} k`, ` ${id} k`, ''])('ignores %p', (payload) => {
-    expect(parseHeadPayload(payload)).toBeUndefined();
+  it('parses a grant `<waiter id>/<fencing token> <key>`; a key that looks like one stays a key', () => {
+    expect(parseHeadPayload(`${id}/141836999983106 report:1`)).toEqual({
+      waiterId: id,
+      targetKey: 'report:1',
+      grant: 141836999983106n,
+    });
+    expect(parseHeadPayload(`${id} /12 k`)).toEqual({ waiterId: id, targetKey: '/12 k' });
   });
+  it.each(['report:1', `${id}`, `${id}/ k`, `${id}/12k`, `${id.toUpperCase()} k`, ` ${id} k`, ''])(
+    'ignores %p',
+    (payload) => {
+      expect(parseHeadPayload(payload)).toBeUndefined();
+    },
+  );
   it('the head channel is named after the lease table', () => {
     expect(headChannelOf('job_lease')).toBe('job_lease_next');
   });

@@ -38,7 +38,7 @@ import { callRequest, keyTemplateOf, type LeaseRequest, waitTimeoutOf } from '..
 import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
-import { type Waiter, WaitQueue } from './wait-queue.js';
+import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
@@ -216,7 +216,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   }
 
   /** Replaces the wake-up of the waiter a head-only NOTIFY names (tests, through `internal.ts`). */
-  interceptHeadWakeups(onHead: (waiterId: string) => void): void {
+  interceptHeadWakeups(onHead: (wakeup: HeadWakeup) => void): void {
     this.queue.onHead = onHead;
   }
 
@@ -391,7 +391,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
     this.operator.check(targetKey, keyTemplate);
-    const leaseToken = randomUUID();
+    // A waiter's lease token is its id: a release can hand it a grant it recognises (direct handoff).
+    const leaseToken = waiter?.id ?? randomUUID();
     const request = {
       targetKey,
       leaseToken,
@@ -402,7 +403,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       queueAs: queueAs && { waiterId: queueAs.waiter.id },
     };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
-    const row = await this.store.tryAcquire(request, activeSpanSetter('lease.batch_size')).catch((error: unknown) => {
+    const row = await (
+      waiter?.granted === undefined
+        ? this.store.tryAcquire(request, activeSpanSetter('lease.batch_size'))
+        : confirmGrant(this.store, waiter, holdMs)
+    ).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, 'acquire a lease on');
     });
     if ('refused' in row) {

@@ -14,7 +14,7 @@ import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { LeaseStore } from '../store/lease-store.js';
-import type { WaiterPlace } from '../store/store.types.js';
+import type { AcquiredRow, Refusal, WaiterPlace } from '../store/store.types.js';
 import { Notifier } from '../database/notifier.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
@@ -37,6 +37,20 @@ export interface Waiter {
   pending: boolean;
   /** Ends the current sleep, if any. */
   wake?: () => void;
+  /**
+   * The fencing token of a grant a release handed this waiter (direct handoff: the NOTIFY carried it); the next
+   * attempt confirms it instead of acquiring. Its lease token is the waiter id.
+   */
+  granted?: bigint;
+}
+
+/** A head-only wake-up as the NOTIFY brought it; `deliver()` does what it does by default (tests may hold it back). */
+export interface HeadWakeup {
+  readonly waiterId: string;
+  readonly targetKey: string;
+  /** The fencing token of the grant it carries, if any. */
+  readonly grant?: bigint;
+  deliver(): void;
 }
 
 export type AttemptAsWaiter = (waiter: Waiter) => Promise<HeldLease | null>;
@@ -53,7 +67,9 @@ export class WaitQueue {
   private heartbeat?: Subscription;
   private closed = false;
   /** What a head-only NOTIFY does to the waiter it names: wakes it (a test may replace it, see `internal.ts`). */
-  onHead: (waiterId: string) => void = (waiterId) => this.wakeWaiter(waiterId);
+  onHead: (wakeup: HeadWakeup) => void = (wakeup) => wakeup.deliver();
+  /** Per target: when to look again at a grant handed to someone (see `watchGrant`). */
+  private readonly grantWatches = new Map<string, NodeJS.Timeout>();
   /** Aborted by close(): every wait in flight gives up its statement at once. */
   private readonly shutdown = new AbortController();
   /** Settles when each waiting call has settled (its row removed or granted). */
@@ -157,7 +173,11 @@ export class WaitQueue {
         () => this.wakeAll(),
         this.logger,
         Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
-        { channel: this.store.headChannel, onHead: (waiterId) => this.onHead(waiterId) },
+        {
+          channel: this.store.headChannel,
+          onHead: (waiterId, key, grant) =>
+            this.onHead({ waiterId, targetKey: key, grant, deliver: () => this.wakeWaiter(waiterId, key, grant) }),
+        },
       );
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).
@@ -180,7 +200,7 @@ export class WaitQueue {
         if (remaining <= 0) throw new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
         waiter.pending = false;
         try {
-          if (!waiter.place || waiter.evicted) {
+          if ((!waiter.place || waiter.evicted) && waiter.granted === undefined) {
             // A row landing after this bound is born dead (see LeaseStore.enqueue): no later than the wait's cutoff.
             const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
             const enqueueing = this.store.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
@@ -230,12 +250,37 @@ export class WaitQueue {
   }
 
   /**
-   * A head-only NOTIFY names this waiter as the next in line: only it attempts. A stale name (the waiter left, or is
-   * of another process) wakes nobody; a missed one is covered by the poll.
+   * A head-only NOTIFY names this waiter as the next in line: only it attempts — or, with a grant, confirms it. A
+   * stale name (the waiter left, or is of another process) wakes nobody; a missed one is covered by the poll.
    */
-  wakeWaiter(waiterId: string): void {
+  wakeWaiter(waiterId: string, targetKey?: string, grant?: bigint): void {
+    if (grant !== undefined && targetKey !== undefined) this.watchGrant(targetKey, waiterId);
     const waiter = this.waiters.get(waiterId);
-    if (waiter) this.wakeOne(waiter);
+    if (!waiter) return;
+    if (grant !== undefined) waiter.granted = grant;
+    this.wakeOne(waiter);
+  }
+
+  /**
+   * A grant was handed to `grantee` (of any process). If it never confirms it (it died after its last heartbeat),
+   * the grant is free again waiterTimeoutMs after it, and no NOTIFY says so: this process's
+   * first waiter of the target (by priority, then place) looks then. A later grant of the target replaces the watch.
+   */
+  private watchGrant(targetKey: string, grantee: string): void {
+    clearTimeout(this.grantWatches.get(targetKey));
+    this.grantWatches.delete(targetKey);
+    const others = [...(this.byTarget.get(targetKey) ?? [])].filter((waiter) => waiter.id !== grantee);
+    if (others.length === 0 || this.closed) return;
+    const afterMs = this.options.waiterTimeoutMs + 10;
+    const timer = setTimeout(() => {
+      this.grantWatches.delete(targetKey);
+      const first = [...(this.byTarget.get(targetKey) ?? [])]
+        .filter((waiter) => waiter.place && waiter.id !== grantee)
+        .sort((a, b) => b.priority - a.priority || (a.place!.seq < b.place!.seq ? -1 : 1))[0];
+      if (first) this.wakeOne(first);
+    }, afterMs);
+    timer.unref();
+    this.grantWatches.set(targetKey, timer);
   }
 
   wakeAll(): void {
@@ -249,14 +294,16 @@ export class WaitQueue {
   async close(): Promise<void> {
     this.closed = true;
     this.shutdown.abort(new LeaseShutdownError(undefined, 'cancelled'));
-    const ids = [...this.waiters.values()].filter((waiter) => waiter.place).map((waiter) => waiter.id);
+    const queued = [...this.waiters.values()].filter((waiter) => waiter.place);
+    for (const timer of this.grantWatches.values()) clearTimeout(timer);
+    this.grantWatches.clear();
     this.wakeAll();
     this.heartbeat?.unsubscribe();
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
-    const removed = settleBy(this.store.dequeueAll(ids), performance.now() + this.graceMs, undefined, giveUp);
+    const removed = settleBy(this.store.dequeueAll(queued), performance.now() + this.graceMs, undefined, giveUp);
     await removed.catch((error: unknown) => {
-      this.logger.warn(`Could not remove ${ids.length} waiter rows at shutdown (${String(error)}); they expire`);
+      this.logger.warn(`Could not remove ${queued.length} waiter rows at shutdown (${String(error)}); they expire`);
     });
     // A call caught mid-statement (say, inserting its row) was not in `ids`: it removes its own row, and must do so
     // before the caller destroys the pool.
@@ -289,7 +336,8 @@ export class WaitQueue {
         return;
       }
       for (const candidate of tick.batch) {
-        if (!tick.kept?.has(candidate.id) && this.waiters.has(candidate.id)) {
+        // A row gone with a grant (direct handoff) is not an eviction: the waiter confirms the grant.
+        if (!tick.kept?.has(candidate.id) && this.waiters.has(candidate.id) && candidate.granted === undefined) {
           candidate.evicted = true;
           this.wakeOne(candidate);
         }
@@ -301,7 +349,11 @@ export class WaitQueue {
     this.waiters.delete(waiter.id);
     const line = this.byTarget.get(waiter.targetKey);
     line?.delete(waiter);
-    if (line?.size === 0) this.byTarget.delete(waiter.targetKey);
+    if (line?.size === 0) {
+      this.byTarget.delete(waiter.targetKey);
+      clearTimeout(this.grantWatches.get(waiter.targetKey));
+      this.grantWatches.delete(waiter.targetKey);
+    }
     if (this.waiters.size === 0) {
       this.heartbeat?.unsubscribe();
       this.heartbeat = undefined;
@@ -322,4 +374,17 @@ export class WaitQueue {
       waiter.wake = done;
     });
   }
+}
+
+/**
+ * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`LeaseStore.confirmGrant`). A grant passed on
+ * meanwhile (it came too late) is a refusal, and the waiter queues again at its place at once.
+ */
+export async function confirmGrant(store: LeaseStore, waiter: Waiter, holdMs: number): Promise<AcquiredRow | Refusal> {
+  waiter.granted = undefined;
+  const row = await store.confirmGrant(waiter.targetKey, waiter.id, holdMs);
+  if (row) return row;
+  waiter.evicted = true;
+  waiter.pending = true;
+  return { refused: true, holdLeftMs: null };
 }

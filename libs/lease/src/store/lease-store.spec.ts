@@ -150,8 +150,16 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     // Called in one turn of the event loop: the group commit sends them as one batch.
     return Promise.all([
       r.store.tryAcquire(request('a', TOKEN_A, { priority: 1, holdMs: 10 })),
-      r.store.tryAcquire(request('b', TOKEN_B, { waiterId: WAITER_B, waiterSeq: 7n })),
+      r.store.tryAcquire(request('b', TOKEN_B, { priority: 2 })),
       r.store.tryAcquire(request('c', TOKEN_C)),
+    ]);
+  },
+  // Only the single statement recognises a grant a release handed the waiter (direct handoff).
+  'tryAcquire, a waiter goes alone while others batch': async (r) => {
+    r.answer([{ ...grant, fencing_token: '1099511627780' }], [{ ...grant, fencing_token: '1099511627781' }]);
+    return Promise.all([
+      r.store.tryAcquire(request('a', WAITER_B, { waiterId: WAITER_B, waiterSeq: 7n })),
+      r.store.tryAcquire(request('b', TOKEN_B)),
     ]);
   },
   'release, single (maxBatchSize 1)': async (r) => {
@@ -218,7 +226,18 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   dequeueAll: async (r) => {
     r.answer([]);
     await r.store.dequeueAll([]);
-    return r.store.dequeueAll([WAITER_A, WAITER_B]);
+    return r.store.dequeueAll([
+      { targetKey: 'report:1', id: WAITER_A },
+      { targetKey: 'report:2', id: WAITER_B },
+    ]);
+  },
+  'confirmGrant, confirmed': async (r) => {
+    r.answer([{ fencing_token: '141836999983106' }]);
+    return r.store.confirmGrant('report:1', WAITER_A, 0);
+  },
+  'confirmGrant, passed on': async (r) => {
+    r.answer([]);
+    return r.store.confirmGrant('report:1', WAITER_A, 250);
   },
   'snapshot, all': async (r) => {
     r.answer([]);

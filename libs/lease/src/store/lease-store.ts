@@ -160,7 +160,10 @@ export class LeaseStore {
       onBatch?.(1);
       return retryingSerializationFailures(() => this.acquireOnce(request));
     };
-    if (this.options.maxBatchSize === 1 || request.queueAs !== undefined) return alone();
+    // A waiter's attempt goes alone: only the single statement recognises a grant handed to it (see confirmGrant).
+    if (this.options.maxBatchSize === 1 || request.queueAs !== undefined || request.waiterId !== undefined) {
+      return alone();
+    }
     return this.acquisitions.submit(request, onBatch).then((outcome) =>
       // A row the batch could not lock at once: this caller alone goes the single statement, which waits for it.
       outcome === 'retry' ? alone() : outcome,
@@ -457,10 +460,23 @@ export class LeaseStore {
     );
   }
 
-  /** Removes all the given waiter rows (shutdown). */
-  async dequeueAll(waiterIds: string[]): Promise<void> {
-    if (waiterIds.length === 0) return;
-    await this.run({ text: this.sql.dequeueAll, values: [waiterIds] });
+  /** Removes the given waiters (shutdown), passing on grants they never confirmed. */
+  async dequeueAll(waiters: ReadonlyArray<{ targetKey: string; id: string }>): Promise<void> {
+    if (waiters.length === 0) return;
+    const values = [waiters.map((w) => w.targetKey), waiters.map((w) => w.id), this.notifyChannel];
+    await this.run({ text: this.sql.dequeueAll, values: [...values, this.options.agingIntervalMs] });
+  }
+
+  /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */
+  async confirmGrant(targetKey: string, waiterId: string, holdMs: number): Promise<AcquiredRow | null> {
+    const { rows, sentAt } = await this.run<{ fencing_token: string }>({
+      ...this.statement('confirm_grant'),
+      ...this.acquireBounds,
+      text: this.sql.confirmGrant,
+      values: [targetKey, waiterId, this.options.leaseTimeoutMs, holdMs],
+    });
+    const row = rows[0];
+    return row ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: false, previousOwner: null } : null;
   }
 
   /** One purge of free rows (see `PurgeStore.purge`). */

@@ -26,6 +26,7 @@ import {
 } from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
+import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
@@ -44,6 +45,7 @@ export interface StatementTexts {
   readonly renewWaiters: string;
   readonly dequeue: string;
   readonly dequeueAll: string;
+  readonly confirmGrant: string;
   readonly snapshot: string;
   readonly lockForFence: string;
   readonly serverHistory: string;
@@ -102,6 +104,7 @@ export function buildStatements(
     renewWaiters: renewWaitersSql(n),
     dequeue: dequeueSql(n),
     dequeueAll: dequeueAllSql(n),
+    confirmGrant: confirmGrantSql(n),
     snapshot: snapshotSql(n),
     lockForFence: lockForFenceSql(n),
     serverHistory: serverHistorySql(true),

@@ -16,7 +16,8 @@ import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fenci
 
 /**
  * The single acquisition statement (its contract: `LeaseStore.tryAcquire`). Parameters: $1 target, $2 lease token,
- * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7 its waiter seq, $8 aging interval, $9 hold.
+ * $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id (its lease token then too), $7 its waiter seq,
+ * $8 aging interval, $9 hold.
  *
  * With `queue` (the first attempt of a call that will wait in line), a refused caller is queued by the same
  * statement: $10 its new waiter id, $11 waiter timeout, $12 maxWaitersPerTarget. Its place comes back in `seq`,
@@ -90,10 +91,18 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
           RETURNING l.fencing_token
+        ), given AS (
+          -- A grant a release handed this waiter (direct handoff: its lease token is its waiter id, see
+          -- handoff.sql.ts), found here when its NOTIFY was missed: confirmed as in confirmGrantSql.
+          UPDATE ${lease} AS l SET lease_timeout_ms = $5, hold_ms = $9, updated_at = clock_timestamp()
+          WHERE l.target_id = $1 AND $6::uuid IS NOT NULL AND l.lease_token = $6::uuid AND ${live('l')}
+          RETURNING l.fencing_token
         ), won AS (
           SELECT fencing_token, took_over, previous_owner FROM won_old
           UNION ALL
           SELECT fencing_token, false, NULL FROM won_new
+          UNION ALL
+          SELECT fencing_token, false, NULL FROM given
         ), granted AS (
           -- Dead waiters go with the grant: they were skipped, and no live waiter may be left to evict them. Only
           -- when the target has a line at all (the uncontended path skips the probe).

@@ -1,56 +1,49 @@
-/** The release statements: the single one and the set-based one of a batch (soft: the row keeps its fencing token). */
-import { headOf, ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
+/**
+ * The release statements: the single one and the set-based one of a batch (soft: the row keeps its fencing token),
+ * each handing the target to the head of its line in the same commit (see handoff.sql.ts).
+ */
+import { ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
+import { givenUp, handoffCtes } from './handoff.sql.js';
 
 /**
  * The single release statement (its contract: `LeaseStore.release`). $1 target, $2 lease token, $3 head-only NOTIFY
  * channel (NULL: none), $4 asyncReleaseCommits, $5 aging interval ms, $6 how long the row lock may be waited for (a
  * fenced write of the holder's still finishing): past it the statement fails on the server, and the engine retries.
+ * The row is locked first, so a grant's token is drawn after every earlier write of the key committed.
  */
 export function singleReleaseSql(n: LeaseObjectNames): string {
   return `WITH bound AS MATERIALIZED (
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
-        ), gone AS (
-          UPDATE ${n.lease} SET lease_token = NULL
-          WHERE target_id = $1 AND lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
-          RETURNING target_id
-        ), head AS (
-          SELECT g.target_id, ${headOf(n, 'g.target_id', '$5')} AS waiter_id FROM gone g
-        ), woke AS (
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id) FROM head h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
-        )
+        ), mine AS MATERIALIZED (
+          SELECT ${givenUp('l')} FROM ${n.lease} l
+          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
+          FOR NO KEY UPDATE OF l
+        ), ${handoffCtes(n, 'mine', { aging: '$5', channel: '$3' })}
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
-        SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
+        SELECT EXISTS (SELECT 1 FROM gave_up) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
 }
 
 /**
- * The set-based soft release (rows kept, token cleared): $1 jsonb array of `{ i, target_id, lease_token }`, $2 the
- * head-only NOTIFY channel (NULL: no NOTIFY), $3 asyncReleaseCommits, $4 aging interval ms (NULL: off). Rows are
- * locked in key order and never waited for: a row locked by another transaction (a fenced write of the holder's, say)
- * is `retry`, and that caller alone goes the single statement, which waits for it.
+ * The set-based soft release (rows kept, token cleared, or handed to the head of the line): $1 jsonb array of
+ * `{ i, target_id, lease_token }`, $2 the head-only NOTIFY channel (NULL: no NOTIFY), $3 asyncReleaseCommits, $4 aging
+ * interval ms (NULL: off). Rows are locked in key order and never waited for: a row locked by another transaction (a
+ * fenced write of the holder's, say) is `retry`, and that caller alone goes the single statement, which waits for it.
  */
 export function batchReleaseSql(n: LeaseObjectNames): string {
   const { lease } = n;
   return `WITH req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, lease_token uuid) ${ONE_ROW_ESTIMATE}
     ), locked AS MATERIALIZED (
-      SELECT l.target_id, l.lease_token FROM ${lease} l
+      SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
       JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
         ON l.target_id = p.target_id AND l.lease_token = p.lease_token
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), gone AS (
-      UPDATE ${lease} l SET lease_token = NULL FROM locked k WHERE l.target_id = k.target_id
-      RETURNING l.target_id, k.lease_token
-    ), head AS (
-      SELECT g.target_id, ${headOf(n, 'g.target_id', '$4')} AS waiter_id FROM gone g
-    ), woke AS (
-      SELECT pg_notify($2, h.waiter_id::text || ' ' || h.target_id) FROM head h
-      WHERE $2::text IS NOT NULL AND h.waiter_id IS NOT NULL
-    )
+    ), ${handoffCtes(n, 'locked', { aging: '$4', channel: '$2' })}
     SELECT r.i::int AS i,
-      CASE WHEN EXISTS (SELECT 1 FROM gone g WHERE g.target_id = r.target_id AND g.lease_token = r.lease_token)
+      CASE WHEN EXISTS (SELECT 1 FROM gave_up g JOIN locked k ON k.target_id = g.target_id
+            WHERE g.target_id = r.target_id AND k.lease_token = r.lease_token)
           THEN 'released'
         WHEN EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = r.target_id AND l.lease_token = r.lease_token)
           THEN 'retry'

@@ -1,5 +1,6 @@
 /** The waiter statements: enqueue, the waiter heartbeat, dequeue, and the removal of every waiter at shutdown. */
 import { bornWithin, headOf, liveWaiter, MS, taken, type LeaseObjectNames } from './fragments.js';
+import { givenUp, handoffCtes } from './handoff.sql.js';
 import { historyOrdered } from './fencing-token.js';
 
 /**
@@ -44,19 +45,43 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`;
 }
 
+/**
+ * A waiter leaves (its contract: `LeaseStore.dequeue`): $1 target, $2 waiter id, $3 head-only channel, $4 aging. A
+ * grant a handoff gave it meanwhile, never confirmed, goes on to the next in line in the same statement (the lease row
+ * is locked before the waiter row, as everywhere).
+ */
 export function dequeueSql(n: LeaseObjectNames): string {
   const { lease, waiter } = n;
-  return `WITH gone AS (
-          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid RETURNING target_id
-        )
-        -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees).
-        SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
-        FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
-          WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
-        WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL`;
+  return `WITH mine AS MATERIALIZED (
+          SELECT ${givenUp('l')} FROM ${lease} l WHERE l.target_id = $1 AND l.lease_token = $2::uuid
+          FOR NO KEY UPDATE OF l
+        ), gone AS (
+          DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid AND (SELECT count(*) FROM mine) >= 0
+          RETURNING target_id
+        ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = $2::uuid' })}
+        -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees) of a
+        -- target left free.
+        SELECT (SELECT count(*) FROM (SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
+          FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
+            WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
+          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL) x) + (SELECT count(*) FROM woke) AS woke`;
 }
 
-/** Removes all the given waiter rows (shutdown): $1 their ids. */
+/**
+ * Removes the given waiters (shutdown): $1 their targets, $2 their ids, $3 head-only channel, $4 aging. Grants they
+ * were given and never confirmed go on to the next in line, as in `dequeueSql`.
+ */
 export function dequeueAllSql(n: LeaseObjectNames): string {
-  return `DELETE FROM ${n.waiter} WHERE waiter_id = ANY($1::uuid[])`;
+  const { lease, waiter } = n;
+  return `WITH leaving AS (
+          SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
+        ), mine AS MATERIALIZED (
+          SELECT ${givenUp('l')} FROM ${lease} l JOIN leaving m ON l.target_id = m.target_id AND l.lease_token = m.waiter_id
+          ORDER BY l.target_id
+          FOR NO KEY UPDATE OF l
+        ), gone AS (
+          DELETE FROM ${waiter} w USING leaving m
+          WHERE w.target_id = m.target_id AND w.waiter_id = m.waiter_id AND (SELECT count(*) FROM mine) >= 0
+        ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = ANY($2::uuid[])' })}
+        SELECT count(*) AS woke FROM woke`;
 }
