@@ -40,21 +40,22 @@ async function side(url: string, name: string, options: LeaseModuleOptions): Pro
   // One pooled connection: its last statement in pg_stat_activity tells when the waiter has gone to sleep.
   const dataSource = new DataSource({ type: 'postgres', url, applicationName: name, extra: { max: 1 } });
   await dataSource.initialize();
-  const service = new LeaseService(dataSource, { createSchema: true, owner: name, ...options });
+  // The library's own statement pool (`<name>:statements`) with one connection too, for the same reason.
+  const service = new LeaseService(dataSource, { createSchema: true, owner: name, poolSize: 1, ...options });
   await service.init();
   return { name, service, dataSource };
 }
 
 /**
- * Resolves once `waiter` has queued and made its first attempt as a queued waiter: its row exists and its pooled
- * backend is idle after the acquire statement (a wait runs attempt, enqueue, attempt on that one backend).
+ * Resolves once `waiter` has queued and made its first attempt as a queued waiter: its row exists and the backend of
+ * its statement pool is idle after the acquire statement (a wait runs attempt, enqueue, attempt on that one backend).
  */
 async function untilAsleep(probe: pg.Client, waiter: Side): Promise<void> {
   for (;;) {
     const { rows } = await probe.query<{ queued: boolean; asleep: boolean }>(
       `SELECT EXISTS (SELECT 1 FROM job_lease_waiter WHERE target_id = $1 AND owner = $2) AS queued,
          coalesce(bool_and(state = 'idle' AND ltrim(query) LIKE 'WITH held AS%'), false) AS asleep
-       FROM pg_stat_activity WHERE application_name = $2`,
+       FROM pg_stat_activity WHERE application_name = $2 || ':statements'`,
       [KEY, waiter.name],
     );
     if (rows[0].queued && rows[0].asleep) return;
@@ -69,7 +70,13 @@ async function measure(
   handoffs: number,
   options: LeaseModuleOptions,
 ): Promise<HandoffResult> {
-  const settings = { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 30_000, ...options };
+  const settings = {
+    heartbeatIntervalMs: 1_000,
+    leaseTimeoutMs: 10_000,
+    waiterTimeoutMs: 30_000,
+    shutdownGraceMs: 0,
+    ...options,
+  };
   const sides = [await side(url, `${mode}-a`, settings), await side(url, `${mode}-b`, settings)];
   const samples: number[] = [];
   try {
