@@ -28,6 +28,7 @@ import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { renewSql } from './sql/renew.sql.js';
+import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
 
@@ -57,6 +58,9 @@ export interface StatementTexts {
   readonly missingObjects: string;
   readonly missingPrivileges: string;
   readonly mayCreateSchema: string;
+  readonly semaphoreAcquire: string;
+  readonly semaphoreRelease: string;
+  readonly semaphoreSnapshot: string;
 }
 
 /** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
@@ -115,6 +119,9 @@ export function buildStatements(
     tableTimeline: tableTimelineSql(n.lease, n.waiter),
     purge: purgeSql(n),
     largestToken: largestTokenSql(n),
+    semaphoreAcquire: semaphoreAcquireSql(n, capMs),
+    semaphoreRelease: semaphoreReleaseSql(n),
+    semaphoreSnapshot: semaphoreSnapshotSql(n),
   };
   if (timeline !== undefined) {
     const fixed = fixedTimeline(timeline);
