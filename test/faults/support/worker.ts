@@ -18,7 +18,7 @@ import {
   type Lease,
 } from '../../../libs/lease/src/index.js';
 import { sleep } from '../../support/sleep.js';
-import { recordWrite } from './history.js';
+import { historyTarget, recordWrite } from './history.js';
 import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
 
 const config = JSON.parse(process.argv[2]) as WorkerConfig;
@@ -45,7 +45,12 @@ async function historyWrite(manager: EntityManager, lease: Lease, opId: string, 
     send({ t: 'inside', opId });
     await proceed;
   }
-  await recordWrite(manager, { opId, target: lease.targetKey, fencingToken: lease.fencingToken, worker: config.name });
+  await recordWrite(manager, {
+    opId,
+    target: historyTarget(lease),
+    fencingToken: lease.fencingToken,
+    worker: config.name,
+  });
 }
 
 async function fencedWrite(
@@ -107,8 +112,8 @@ async function loop(
     try {
       const lease =
         plan.waitTimeoutMs > 0
-          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs })
-          : await leases.tryAcquire(key);
+          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs, limit: plan.limit })
+          : await leases.tryAcquire(key, { limit: plan.limit });
       if (!lease) {
         stats.busy++;
         await sleep(5 + Math.random() * 20);
