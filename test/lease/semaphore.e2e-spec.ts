@@ -6,7 +6,9 @@ import {
   LeaseLimitConflictError,
   LeaseLostError,
 } from 'nest-pg-lease';
+import { LeaseMetrics } from 'nest-pg-lease/prometheus';
 import pg from 'pg';
+import { Registry } from 'prom-client';
 import { interceptHeadWakeups, LeaseStore, resolveLeaseOptions } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 
@@ -87,6 +89,36 @@ describe('semaphores (limit)', () => {
     await x.release();
     await y.fenced(async () => undefined, { release: true });
     expect(await slotRows(key)).toEqual([]);
+  });
+
+  test('events carry the slot; lease_slots_held counts the slots held per key template', async () => {
+    const registry = new Registry();
+    const metrics = new LeaseMetrics(a.service, { registry });
+    const events: LeaseEvent[] = [];
+    const sub = a.service.events$.subscribe((event) => events.push(event));
+    try {
+      const options = { limit: 2, keyTemplate: 'sem:metrics:{id}' };
+      const held = [
+        (await a.service.tryAcquire('sem:metrics:1', options))!,
+        (await a.service.tryAcquire('sem:metrics:1', options))!,
+      ];
+      const gauge = () => registry.getSingleMetricAsString('lease_slots_held');
+      expect(await gauge()).toContain('lease_slots_held{key_template="sem:metrics:{id}"} 2');
+      await held[0].release();
+      expect(await gauge()).toContain('lease_slots_held{key_template="sem:metrics:{id}"} 1');
+      await held[1].release();
+      expect(await gauge()).toContain('lease_slots_held{key_template="sem:metrics:{id}"} 0');
+      const slotted = events.filter((event) => event.type === 'acquired' || event.type === 'released');
+      expect(slotted.map((event) => [event.type, 'slot' in event ? event.slot : undefined])).toEqual([
+        ['acquired', 0],
+        ['acquired', 1],
+        ['released', 0],
+        ['released', 1],
+      ]);
+    } finally {
+      sub.unsubscribe();
+      metrics.close();
+    }
   });
 
   test('waiters queue in the key’s one line: by priority, first come first served, woken by a slot’s release', async () => {

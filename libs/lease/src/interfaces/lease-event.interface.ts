@@ -39,9 +39,20 @@ export type LeaseEvent =
       reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator';
       /** Since the acquisition, until the loss. */
       heldMs: number;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
       at: Date;
     }
-  | { type: 'released'; targetKey: string; keyTemplate: string; fencingToken: bigint; heldMs: number; at: Date }
+  | {
+      type: 'released';
+      targetKey: string;
+      keyTemplate: string;
+      fencingToken: bigint;
+      heldMs: number;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
+      at: Date;
+    }
   | { type: 'busy'; targetKey: string; keyTemplate: string; at: Date }
   | { type: 'waiting'; targetKey: string; keyTemplate: string; priority: number; at: Date }
   | {
