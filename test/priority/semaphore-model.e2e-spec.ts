@@ -10,18 +10,26 @@
  * A crash is a real one, as in the single holder's model: the process's proxy freezes, its sessions end, its waiter
  * row is aged dead.
  */
-import { type Lease, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import type { Lease } from 'nest-pg-lease';
 import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
-import { procsOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import type { TcpProxy } from '../support/tcp-proxy.js';
+import {
+  closeParticipants,
+  crashWaiter,
+  procsOf,
+  type Proc,
+  expectTimedOut,
+  MODEL_OPTIONS,
+  startParticipant,
+  track,
+  untilQueued,
+} from './helpers.js';
 
 const db = useTestDatabase('sem_model');
 const proc = procsOf(db);
 let observer: Proc;
-
-const OPTIONS = { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000, waitPollIntervalMs: 1_000 };
 
 interface ModelWaiter {
   name: string;
@@ -59,10 +67,7 @@ function grantOrder(model: Readonly<Model>): ModelWaiter[] {
 
 async function participant(real: Real, prefix: string, proxied: boolean): Promise<Participant> {
   const name = `${prefix}${++real.created}`;
-  const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
-  const url = proxy ? await proxy.start(db.url) : db.url;
-  const started = await startProc(url, name, { ...OPTIONS, createSchema: false }, 2);
-  const entry: Participant = { proc: started, proxy };
+  const entry: Participant = await startParticipant(db, name, proxied);
   real.participants.set(name, entry);
   return entry;
 }
@@ -157,22 +162,7 @@ class CrashCommand implements fc.AsyncCommand<Model, Real> {
   async run(model: Model, real: Real): Promise<void> {
     const victim = model.waiters[this.index % model.waiters.length];
     const { proc: victimProc, proxy } = real.participants.get(victim.name)!;
-    proxy!.freeze();
-    const sessions = `application_name = $1 OR application_name LIKE $1 || ':%'`;
-    await eventually(
-      async () =>
-        (
-          await db.admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [
-            victimProc.owner,
-          ])
-        ).rowCount,
-      (n) => n === 0,
-      `${victim.name} cut off`,
-    );
-    await db.admin.query(
-      `UPDATE job_lease_waiter SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE target_id = $1 AND owner = $2`,
-      [real.key, victimProc.owner],
-    );
+    await crashWaiter(db.admin, real.key, victimProc, proxy!);
     model.waiters = model.waiters.filter((w) => w !== victim);
     await checkInvariants(model, real, 'crash');
   }
@@ -212,12 +202,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
       granted(real, entry, await call, model.limit);
       model.holders.push(entry.proc.name);
     } else {
-      const error = await call.then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
-      expect(await rowsOf(db.admin, real.key, entry.proc.owner)).toEqual([]);
+      await expectTimedOut(call, db.admin, real.key, entry.proc.owner);
     }
     await checkInvariants(model, real, 'timeout');
   }
@@ -226,7 +211,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
 
 beforeAll(async () => {
   Logger.overrideLogger(['error']);
-  observer = await proc('observer', OPTIONS);
+  observer = await proc('observer', MODEL_OPTIONS);
 });
 
 test('n slots: grants follow priority then first-queued order, never more than n holders, under waits, releases, crashes and timeouts', async () => {
@@ -264,13 +249,7 @@ test('n slots: grants follow priority then first-queued order, never more than n
         }
         await fc.asyncModelRun(() => ({ model, real }), cmds);
       } finally {
-        await Promise.all(
-          [...real.participants.values()].map(async ({ proc: p, proxy }) => {
-            proxy?.thaw();
-            await p.close();
-            await proxy?.stop();
-          }),
-        );
+        await closeParticipants(real.participants.values());
       }
     }),
     { numRuns: 15, endOnFailure: true },

@@ -288,11 +288,9 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const { targetKey, priority, holdMs, keyTemplate } = request;
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
-    // a slot's first attempt does not (a semaphore's waiter queues on its own, see semaphore.ts).
-    const waiter =
-      waitTimeoutMs > 0 && this.queue.hasRoom() && request.limit === 1
-        ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate)
-        : null;
+    // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
+    const queues = waitTimeoutMs > 0 && this.queue.hasRoom() && request.limit === 1;
+    const waiter = queues ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
     // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
@@ -307,7 +305,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     );
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
-    const inLine = waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);
+    const inLine =
+      waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);
     return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
   }
 

@@ -33,6 +33,7 @@ import {
   acquireBatchItems,
   acquireBatchOutcomes,
   acquireOutcome,
+  acquireParameters,
   type AcquireRow,
   releaseBatchOutcomes,
   renewOutcome,
@@ -229,18 +230,7 @@ export class LeaseStore {
       ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
       ...this.acquireBounds,
       text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
-      values: [
-        request.targetKey,
-        request.leaseToken,
-        this.options.owner,
-        request.priority,
-        this.options.leaseTimeoutMs,
-        request.waiterId ?? null,
-        request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-        this.options.agingIntervalMs,
-        request.holdMs,
-        ...queueValues,
-      ],
+      values: [...acquireParameters(request, this.options), ...queueValues],
     }).catch((error: unknown) => {
       throw (
         exhausted(error, 'fencing_token', this.n.fencingSequence) ??

@@ -9,6 +9,7 @@ import { messages } from '../errors/lease.messages.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { slotOfRow } from '../options/slot-limits.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
+import { acquireParameters } from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import type { StatementTexts } from './statement-texts.js';
@@ -70,18 +71,7 @@ export class SemaphoreStore {
         ...this.named('semaphore_acquire'),
         ...this.bounds(),
         text: this.sql().semaphoreAcquire,
-        values: [
-          request.targetKey,
-          request.leaseToken,
-          this.options.owner,
-          request.priority,
-          this.options.leaseTimeoutMs,
-          request.waiterId ?? null,
-          request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-          this.options.agingIntervalMs,
-          request.holdMs,
-          limit,
-        ],
+        values: [...acquireParameters(request, this.options), limit],
       }),
     ).catch((error: unknown) => {
       throw (

@@ -413,8 +413,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
         head.fail(error);
         continue;
       }
-      line!.shift();
-      if (line!.length === 0) this.lines.delete(key);
+      line.shift();
+      if (line.length === 0) this.lines.delete(key);
       head.grant(this.grant(head.request));
     }
   }

@@ -5,16 +5,7 @@
  * fenced transactions need no statement of their own; `<key>\u001f` records the limit the key was last granted
  * under. Waiters queue in the key's own line (the waiter table under the key), with the single holder's rules.
  */
-import {
-  aged,
-  holding,
-  live,
-  liveWaiter,
-  MS,
-  runCap,
-  taken,
-  type LeaseObjectNames,
-} from './fragments.js';
+import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
 
 /** The name of slot `slot` (an SQL expression) of key `key` (an SQL expression). */
