@@ -165,6 +165,27 @@ describe('semaphores (limit)', () => {
     await Promise.all([second.release(), third.release()]);
   });
 
+  test('a slot released by its last save (fenced, release: true) wakes the key’s next waiter', async () => {
+    const key = 'sem:save-release';
+    const holders = [
+      (await a.service.tryAcquire(key, { limit: 2 }))!,
+      (await a.service.tryAcquire(key, { limit: 2 }))!,
+    ];
+    const waiting = b.service.acquire(key, { limit: 2, priority: 1, waitTimeoutMs: 15_000 });
+    await eventually(
+      () => a.service.list(key),
+      (rows) => rows.some((row) => row.state === 'waiting'),
+      'queued',
+    );
+    const started = performance.now();
+    await holders[1].fenced(async () => undefined, { release: true });
+    const granted = await waiting;
+    // b's poll is 20 s: the commit's NOTIFY woke it.
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(granted.slot).toBe(1);
+    await Promise.all([granted.release(), holders[0].release()]);
+  });
+
   test('no barging: a newcomer never takes the slot a live waiter ahead of it is due', async () => {
     const key = 'sem:barging';
     const holders = [
