@@ -5,7 +5,7 @@
  * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
- * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http (a subset, for development).
+ * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore (a subset, for development).
  */
 import 'reflect-metadata';
 import { writeFile, mkdir } from 'node:fs/promises';
@@ -19,6 +19,7 @@ import { handoff } from './scenarios/handoff.js';
 import { heartbeats } from './scenarios/heartbeat.js';
 import { httpEndpoint } from './scenarios/http.js';
 import { priorityWakeUp } from './scenarios/priority.js';
+import { semaphoreCycles } from './scenarios/semaphore.js';
 import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
@@ -33,6 +34,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   handoff,
   priority: priorityWakeUp,
   http: httpEndpoint,
+  semaphore: semaphoreCycles,
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {

@@ -9,6 +9,7 @@ import { createTestDatabase } from '../support/db.js';
 import { check, type CheckResult } from './support/checker.js';
 import { connect, LEASE, pause, prepareTables, runFleet, sleep, type Worker } from './support/harness.js';
 import type { LoopPlan } from './support/protocol.js';
+import { slotTargets } from './support/history.js';
 import { recordScenario } from './support/report.js';
 
 const keys = (n: number) => Array.from({ length: n }, (_, i) => `contention:${i}`);
@@ -22,7 +23,7 @@ async function scenario(
   options: { unfenced?: boolean; pauses?: number } = {},
 ): Promise<CheckResult & { pauses: number }> {
   db = await createTestDatabase('faults');
-  await prepareTables(db.url, plan.keys);
+  await prepareTables(db.url, plan.limit ? slotTargets(plan.keys, plan.limit) : plan.keys);
   admin = await connect(db.url);
   let pauses = 0;
   const run = await runFleet(
@@ -38,7 +39,7 @@ async function scenario(
       }
     },
   );
-  const result = await check(admin, run.log);
+  const result = await check(admin, run.log, new Map(plan.keys.map((key) => [key, plan.limit ?? 1] as const)));
   recordScenario({
     scenario: name,
     faults: pauses
@@ -104,5 +105,21 @@ test('holders paused past their lease timeout, fenced: stale writes are refused,
 
 test('negative control: the same pauses with the fence switched off, and the checker finds violations', async () => {
   const result = await scenario('negative control (unfenced)', paused, { unfenced: true, pauses: 4 });
+  expect(result.violations.length).toBeGreaterThan(0);
+});
+
+// Semaphores (issue 30): 3 slots per key, holders paused past their lease timeout (their slots taken over): per
+// slot the fence refuses the stale writes, and per key never more than 3 holders overlap.
+const semaphore: LoopPlan = { ...paused, keys: keys(2), limit: 3, loops: 4 };
+
+test('semaphore (limit 3): holders paused past their lease timeout, fenced: no violation per slot or per key', async () => {
+  const result = await scenario('semaphore pauses, fenced', semaphore, { pauses: 4 });
+  expect(result.violations).toEqual([]);
+  expect(result.lostEvents).toBeGreaterThan(0);
+  expect(result.refused).toBeGreaterThan(0);
+});
+
+test('semaphore negative control: the same pauses unfenced, and the per-slot checker finds violations', async () => {
+  const result = await scenario('semaphore negative control (unfenced)', semaphore, { unfenced: true, pauses: 4 });
   expect(result.violations.length).toBeGreaterThan(0);
 });

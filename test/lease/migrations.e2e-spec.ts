@@ -22,12 +22,14 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
-      // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25).
+      // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25),
+      // the semaphores' slot_limit column (issue 30).
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
+        'AddLeaseSlotLimit1796256000000',
       ]);
       const operatorTables = await admin.query(
         `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
@@ -63,8 +65,27 @@ describe('schema migrations', () => {
       await service.init(); // finds everything it needs
       const lease = await service.tryAcquire('migrated');
       expect(lease).not.toBeNull();
+      const slot = await service.tryAcquire('migrated:semaphore', { limit: 2 });
+      expect(slot?.slot).toBe(0);
       await service.close();
 
+      await dataSource.undoLastMigration(); // the slot_limit column
+      const slotLimit = await admin.query(
+        `SELECT 1 FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'slot_limit'`,
+      );
+      expect(slotLimit.rowCount).toBe(0);
+      // Without the column single holders work, and a limited call says which migration to run.
+      const unmigrated = new LeaseService(dataSource, {
+        heartbeatIntervalMs: 100,
+        leaseTimeoutMs: 1_000,
+        shutdownGraceMs: 0,
+      });
+      await unmigrated.init();
+      await (await unmigrated.tryAcquire('unmigrated'))!.release();
+      const refused = await unmigrated.tryAcquire('unmigrated:semaphore', { limit: 2 }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(LeaseConfigError);
+      expect((refused as Error).message).toMatch(/AddLeaseSlotLimit/);
+      await unmigrated.close();
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
       await dataSource.undoLastMigration(); // the operator's tables
       const consoleLeft = await admin.query(

@@ -103,11 +103,12 @@ describe('the 47-bit token layout', () => {
       expect((refused as Error).message).toMatch(/40-bit fencing token layout/);
       expect((refused as Error).message).toMatch(/LeaseTokenLayout/);
 
-      // 0.2 had one migration: the later ones run, the token layout last.
+      // 0.2 had one migration: the later ones run, the token layout, then the slot_limit column.
       expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
+        'AddLeaseSlotLimit1796256000000',
       ]);
       // A 0.2 process still running draws a value past its 40 bits: NULL, which the NOT NULL column refuses.
       expect((await admin.query(OLD_TOKEN)).rows[0].token).toBeNull();
@@ -119,6 +120,9 @@ describe('the 47-bit token layout', () => {
         expect(taken.fencingToken).toBeGreaterThan((3n << 40n) | 4999n);
         const fresh = (await service.tryAcquire('layout:fresh'))!;
         expect(fresh.fencingToken).toBeGreaterThan(taken.fencingToken);
+        // The column the fifth migration added to 0.2's table: a semaphore's slot works there.
+        const slot = (await service.tryAcquire('layout:semaphore', { limit: 2 }))!;
+        expect(slot.fencingToken).toBeGreaterThan(fresh.fencingToken);
         // A new waiter of old:held queues behind the 0.2 waiter already there.
         const waiting = service.acquire('old:held', { priority: 0, waitTimeoutMs: 30_000 });
         let rows: Array<{ owner: string; seq: string }> = [];

@@ -6,7 +6,9 @@
 import { randomBytes } from 'node:crypto';
 import type { LeaseModuleOptions } from 'nest-pg-lease';
 import type pg from 'pg';
+import { LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { eventually, openLeaseService, type OpenedService, type TestDatabase } from '../support/db.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 
 export interface Proc extends OpenedService {
   readonly name: string;
@@ -167,4 +169,69 @@ export function track<T>(promise: Promise<T>): {
     (error: unknown) => Object.assign(state, { error, done: true }),
   );
   return state;
+}
+
+/**
+ * Crashes a waiting "process" for real (the model tests): its proxy freezes (nothing of it reaches the database any
+ * more), its sessions end, and its waiter row of `key` is aged so it is dead at once (its owner's next heartbeat would
+ * undo an aging by SQL alone, but none gets through).
+ */
+export async function crashWaiter(admin: pg.Client, key: string, proc: Proc, proxy: { freeze(): void }): Promise<void> {
+  proxy.freeze();
+  const sessions = `application_name = $1 OR application_name LIKE $1 || ':%'`;
+  // Until none is left: a connection still authenticating (its replies held by the frozen proxy) shows its name only
+  // once it is in, and would outlive a single round of kills (its client's end is held by the proxy too).
+  await eventually(
+    async () =>
+      (await admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]))
+        .rowCount,
+    (n) => n === 0,
+    `${proc.name} cut off`,
+  );
+  await admin.query(
+    `UPDATE job_lease_waiter SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE target_id = $1 AND owner = $2`,
+    [key, proc.owner],
+  );
+}
+
+/** Ends every participant of a model run: thaws its proxy, closes its service, stops the proxy. */
+export async function closeParticipants(
+  participants: Iterable<{ proc: Proc; proxy?: { thaw(): void; stop(): Promise<void> } }>,
+): Promise<void> {
+  await Promise.all(
+    [...participants].map(async ({ proc, proxy }) => {
+      proxy?.thaw();
+      await proc.close();
+      await proxy?.stop();
+    }),
+  );
+}
+
+/** The timings of the model tests' processes: slow enough that a loaded machine never loses a lease by accident. */
+export const MODEL_OPTIONS = {
+  heartbeatIntervalMs: 500,
+  leaseTimeoutMs: 10_000,
+  waiterTimeoutMs: 3_000,
+  waitPollIntervalMs: 1_000,
+};
+
+/** A participant of a model run: a "process" (`startProc`), behind a proxy of its own when it may crash. */
+export async function startParticipant(
+  db: TestDatabase,
+  name: string,
+  proxied: boolean,
+): Promise<{ proc: Proc; proxy?: TcpProxy }> {
+  const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
+  const url = proxy ? await proxy.start(db.url) : db.url;
+  return { proc: await startProc(url, name, { ...MODEL_OPTIONS, createSchema: false }, 2), proxy };
+}
+
+/** A wait that had to time out did: `LeaseWaitTimeoutError`, and its waiter row gone before the rejection. */
+export async function expectTimedOut(call: Promise<unknown>, admin: pg.Client, key: string, owner: string) {
+  const error = await call.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
+  expect(await rowsOf(admin, key, owner)).toEqual([]);
 }

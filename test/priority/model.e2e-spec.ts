@@ -8,19 +8,27 @@
  * owner's next heartbeat. So each waiter talks to PostgreSQL through a proxy; a crash freezes the proxy (nothing of
  * that process reaches the database any more), ends its sessions, and ages its row so it is dead at once.
  */
-import { type Lease, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import type { Lease } from 'nest-pg-lease';
 import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
-import { holderOf, procsOf, type Proc, rowsOf, startProc, track, untilQueued } from './helpers.js';
+import type { TcpProxy } from '../support/tcp-proxy.js';
+import {
+  closeParticipants,
+  crashWaiter,
+  holderOf,
+  procsOf,
+  type Proc,
+  expectTimedOut,
+  MODEL_OPTIONS,
+  startParticipant,
+  track,
+  untilQueued,
+} from './helpers.js';
 
 const db = useTestDatabase('prio_model');
 const proc = procsOf(db);
 let observer: Proc;
-
-/** Slow enough that a loaded machine never loses a lease or a waiter by accident. */
-const OPTIONS = { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000, waitPollIntervalMs: 1_000 };
 
 interface ModelWaiter {
   name: string;
@@ -55,10 +63,7 @@ function grantOrder(model: Readonly<Model>): ModelWaiter[] {
 
 async function participant(real: Real, prefix: string, proxied: boolean): Promise<Participant> {
   const name = `${prefix}${++real.created}`;
-  const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
-  const url = proxy ? await proxy.start(db.url) : db.url;
-  const proc = await startProc(url, name, { ...OPTIONS, createSchema: false }, 2);
-  const entry = { proc, proxy };
+  const entry: Participant = await startParticipant(db, name, proxied);
   real.participants.set(name, entry);
   return entry;
 }
@@ -134,21 +139,7 @@ class CrashCommand implements fc.AsyncCommand<Model, Real> {
   async run(model: Model, real: Real): Promise<void> {
     const victim = model.waiters[this.index % model.waiters.length];
     const { proc, proxy } = real.participants.get(victim.name)!;
-    proxy!.freeze();
-    const sessions = `application_name = $1 OR application_name LIKE $1 || ':%'`;
-    // Until none is left: a connection still authenticating (its replies held by the frozen proxy) shows its name only
-    // once it is in, and would outlive a single round of kills (its client's end is held by the proxy too).
-    await eventually(
-      async () =>
-        (await db.admin.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE ${sessions}`, [proc.owner]))
-          .rowCount,
-      (n) => n === 0,
-      `${victim.name} cut off`,
-    );
-    await db.admin.query(
-      `UPDATE job_lease_waiter SET heartbeat_at = heartbeat_at - interval '1 hour' WHERE target_id = $1 AND owner = $2`,
-      [real.key, proc.owner],
-    );
+    await crashWaiter(db.admin, real.key, proc, proxy!);
     model.waiters = model.waiters.filter((w) => w !== victim);
     await checkInvariants(model, real, 'crash');
   }
@@ -165,12 +156,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
       real.holder = { name: entry.proc.name, lease: await call };
       model.holder = entry.proc.name;
     } else {
-      const error = await call.then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-      expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
-      expect(await rowsOf(db.admin, real.key, entry.proc.owner)).toEqual([]);
+      await expectTimedOut(call, db.admin, real.key, entry.proc.owner);
     }
     await checkInvariants(model, real, 'timeout');
   }
@@ -180,7 +166,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
 beforeAll(async () => {
   // Crashed processes log their failed statements when they are torn down; expected here, so keep errors only.
   Logger.overrideLogger(['error']);
-  observer = await proc('observer', OPTIONS);
+  observer = await proc('observer', MODEL_OPTIONS);
 });
 
 test('grants follow priority then first-queued order, with at most one holder, under waits, releases, crashes and timeouts', async () => {
@@ -206,13 +192,7 @@ test('grants follow priority then first-queued order, with at most one holder, u
         model.holder = first.proc.name;
         await fc.asyncModelRun(() => ({ model, real }), cmds);
       } finally {
-        await Promise.all(
-          [...real.participants.values()].map(async ({ proc, proxy }) => {
-            proxy?.thaw();
-            await proc.close();
-            await proxy?.stop();
-          }),
-        );
+        await closeParticipants(real.participants.values());
       }
     }),
     { numRuns: 25, endOnFailure: true },

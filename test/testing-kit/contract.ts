@@ -3,7 +3,14 @@
  * (contract-memory.e2e-spec.ts) and the real engine on PostgreSQL (contract-postgres.e2e-spec.ts), so that a unit
  * test on the in-memory service learns what production does. Each case waits for outcomes, never for time.
  */
-import { type Lease, LeaseBusyError, LeaseLostError, type LeaseService, LeaseWaitTimeoutError } from 'nest-pg-lease';
+import {
+  type Lease,
+  LeaseBusyError,
+  LeaseLimitConflictError,
+  LeaseLostError,
+  type LeaseService,
+  LeaseWaitTimeoutError,
+} from 'nest-pg-lease';
 
 /** One service under the contract, with the hand of "another process" on its keys. */
 export interface ContractSubject {
@@ -49,6 +56,44 @@ export function leaseContract(subject: () => ContractSubject): void {
       await lease.release();
     }
     await expect(service.run(key, () => 'ran')).resolves.toBe('ran');
+  });
+
+  it('a semaphore (limit n): n holders, each a slot of its own; the next waits for a freed slot', async () => {
+    const { service } = subject();
+    const key = freshKey('semaphore');
+    const held = [(await service.tryAcquire(key, { limit: 2 }))!, (await service.tryAcquire(key, { limit: 2 }))!];
+    expect(held.map((lease) => lease.slot)).toEqual([0, 1]);
+    expect(held[1].fencingToken).toBeGreaterThan(held[0].fencingToken);
+    await expect(service.tryAcquire(key, { limit: 2 })).resolves.toBeNull();
+    await expect(service.run(key, () => 'ran', { limit: 2 })).rejects.toBeInstanceOf(LeaseBusyError);
+    const rows = (await service.list(key)).filter((row) => row.state === 'held');
+    expect(rows.map((row) => [row.targetKey, row.slot])).toEqual([
+      [key, 0],
+      [key, 1],
+    ]);
+    const next = service.acquire(key, { limit: 2, waitTimeoutMs: 30_000 });
+    await until(async () => (await waitingRows(service, key)) === 1, 'a waiter in line');
+    await held[1].release();
+    const granted = await next;
+    expect(granted.slot).toBe(1);
+    expect(granted.fencingToken).toBeGreaterThan(held[1].fencingToken);
+    await expect(granted.fenced(async () => 'written')).resolves.toBe('written');
+    await Promise.all([held[0].release(), granted.release()]);
+  });
+
+  it('a semaphore: another limit for a held key is a LeaseLimitConflictError', async () => {
+    const { service } = subject();
+    const key = freshKey('limits');
+    const lease = (await service.tryAcquire(key, { limit: 3 }))!;
+    await expect(service.tryAcquire(key, { limit: 2 })).rejects.toBeInstanceOf(LeaseLimitConflictError);
+    await expect(service.acquire(key, { limit: 4, waitTimeoutMs: 1_000 })).rejects.toMatchObject({
+      limit: 4,
+      heldLimit: 3,
+    });
+    await lease.release();
+    const single = (await service.tryAcquire(key))!;
+    await expect(service.tryAcquire(key, { limit: 3 })).rejects.toMatchObject({ heldLimit: 1 });
+    await single.release();
   });
 
   it('grants waiters by priority, first come first served within a priority', async () => {

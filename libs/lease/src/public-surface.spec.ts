@@ -43,6 +43,7 @@ const EXPORTS = [
   'LeaseExceptionFilter',
   'LeaseJoinedRunError',
   'LeaseKeyError',
+  'LeaseLimitConflictError',
   'LeaseLossReason',
   'LeaseLostError',
   'LeaseModule',

@@ -13,6 +13,9 @@
  * 5. Refusals leave nothing: a write refused with LeaseLostError is not in the history.
  * 6. No write after a reported loss: a write attempted after the worker saw its lease's signal abort is refused, and
  *    is not in the history (worker-local order, so no clocks are compared).
+ * 7. Semaphores (`limits`: a key's limit): a slot's writes are under `<key>#<slot>`, so 1–5 hold per slot; per key,
+ *    every slot is below the limit, and in commit order never more than `limit` leases are between their first and
+ *    last committed write at once (overlapping holders).
  * Writes whose outcome the worker could not know (connection killed around COMMIT) are resolved from the history and
  * counted, not judged.
  */
@@ -39,7 +42,11 @@ interface HistoryRow {
   seq: string;
 }
 
-export async function check(admin: pg.Client, log: Received[]): Promise<CheckResult> {
+export async function check(
+  admin: pg.Client,
+  log: Received[],
+  limits: ReadonlyMap<string, number> = new Map(),
+): Promise<CheckResult> {
   const history = (
     await admin.query<HistoryRow>(
       `SELECT op_id::text, target, fencing_token::text, worker, commit_seq::text AS seq FROM fault_history h ORDER BY h.commit_seq`,
@@ -64,6 +71,7 @@ export async function check(admin: pg.Client, log: Received[]): Promise<CheckRes
     writerOf.set(row.fencing_token, row.worker);
     rowsPerTarget.set(row.target, (rowsPerTarget.get(row.target) ?? 0) + 1);
   }
+  violations.push(...slotViolations(history, limits));
   for (const { target, n } of counters) {
     const rows = rowsPerTarget.get(target) ?? 0;
     if (Number(n) !== rows) violations.push(`${target}: counter ${n} but ${rows} committed writes (lost update)`);
@@ -101,4 +109,34 @@ export async function check(admin: pg.Client, log: Received[]): Promise<CheckRes
   }
   result.unreported = history.filter((row) => !reported.has(row.op_id)).length;
   return result;
+}
+
+/** Check 7: per semaphore key (`limits`), slots below the limit and at most `limit` overlapping holders. */
+function slotViolations(history: readonly HistoryRow[], limits: ReadonlyMap<string, number>): string[] {
+  const violations: string[] = [];
+  const byKey = new Map<string, HistoryRow[]>();
+  for (const row of history) {
+    const at = row.target.lastIndexOf('#');
+    const key = at < 0 ? row.target : row.target.slice(0, at);
+    const limit = limits.get(key);
+    if (limit === undefined) continue;
+    const slot = Number(row.target.slice(at + 1));
+    if (at < 0 || !(slot >= 0 && slot < limit)) violations.push(`${row.target}: not a slot of ${key} (limit ${limit})`);
+    byKey.set(key, [...(byKey.get(key) ?? []), row]);
+  }
+  for (const [key, rows] of byKey) {
+    const limit = limits.get(key)!;
+    // Each lease (token) spans its first to its last committed write, in commit order.
+    const last = new Map<string, number>();
+    rows.forEach((row, index) => last.set(row.fencing_token, index));
+    const open = new Set<string>();
+    rows.forEach((row, index) => {
+      open.add(row.fencing_token);
+      if (open.size > limit) {
+        violations.push(`${key}: ${open.size} holders overlapping at commit #${row.seq} (limit ${limit})`);
+      }
+      if (last.get(row.fencing_token) === index) open.delete(row.fencing_token);
+    });
+  }
+  return violations;
 }

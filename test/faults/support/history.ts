@@ -22,3 +22,13 @@ export async function recordWrite(manager: EntityManager, write: HistoryWrite): 
   );
   await manager.query('UPDATE fault_counter SET n = $2 WHERE target = $1', [write.target, Number(counter.n) + 1]);
 }
+
+/** The history target of a lease's writes: its key, or `<key>#<slot>` for a semaphore's slot. */
+export function historyTarget(lease: { targetKey: string; slot?: number }): string {
+  return lease.slot === undefined ? lease.targetKey : `${lease.targetKey}#${lease.slot}`;
+}
+
+/** The counter rows of a semaphore's keys: one per slot (`historyTarget`). */
+export function slotTargets(keys: readonly string[], limit: number): string[] {
+  return keys.flatMap((key) => Array.from({ length: limit }, (_, slot) => `${key}#${slot}`));
+}

@@ -15,6 +15,11 @@ export interface LoopPlan {
   waitTimeoutMs: number;
   /** Every other lease's last fenced write releases it in its transaction (`fenced(work, { release: true })`). */
   releaseWithLastSave?: boolean;
+  /**
+   * A semaphore (`limit`): up to this many holders per key, each writing its history under `<key>#<slot>` (see
+   * `historyTarget`), so the checker judges every slot as a key of its own and counts the slots of each key.
+   */
+  limit?: number;
 }
 
 export interface WorkerConfig {

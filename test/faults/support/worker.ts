@@ -19,7 +19,7 @@ import {
 } from '../../../libs/lease/src/index.js';
 import { interceptHeadWakeups } from '../../../libs/lease/src/internal.js';
 import { sleep } from '../../support/sleep.js';
-import { recordWrite } from './history.js';
+import { historyTarget, recordWrite } from './history.js';
 import type { Command, ParentMessage, WorkerConfig, WorkerMessage, WriteOutcome } from './protocol.js';
 
 const config = JSON.parse(process.argv[2]) as WorkerConfig;
@@ -46,7 +46,12 @@ async function historyWrite(manager: EntityManager, lease: Lease, opId: string, 
     send({ t: 'inside', opId });
     await proceed;
   }
-  await recordWrite(manager, { opId, target: lease.targetKey, fencingToken: lease.fencingToken, worker: config.name });
+  await recordWrite(manager, {
+    opId,
+    target: historyTarget(lease),
+    fencingToken: lease.fencingToken,
+    worker: config.name,
+  });
 }
 
 async function fencedWrite(
@@ -108,8 +113,8 @@ async function loop(
     try {
       const lease =
         plan.waitTimeoutMs > 0
-          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs })
-          : await leases.tryAcquire(key);
+          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs, limit: plan.limit })
+          : await leases.tryAcquire(key, { limit: plan.limit });
       if (!lease) {
         stats.busy++;
         await sleep(5 + Math.random() * 20);

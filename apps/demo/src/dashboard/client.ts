@@ -5,6 +5,8 @@ interface Snapshot {
   owner: string;
   priority: number;
   fencingToken?: string;
+  /** A semaphore's slot (limit above 1). */
+  slot?: number;
   position?: number;
   ageMs: number;
   sinceHeartbeatMs: number;
@@ -216,11 +218,11 @@ function render(): void {
         const fill = Math.min(100, Math.round((row.sinceHeartbeatMs / row.timeoutMs) * 100));
         const tone = fill >= 100 ? 'late' : fill >= 50 ? 'warn' : '';
         return `<tr data-target="${escape(row.targetKey)}" data-holder="${escape(holderOf(row.owner))}" data-token="${escape(row.fencingToken)}" data-live="${row.live}">
-          <td>${escape(row.targetKey)}</td><td title="${escape(row.owner)}">${escape(holderOf(row.owner))}</td>
+          <td>${escape(row.targetKey)}${row.slot === undefined ? '' : ` <span class="muted" data-slot="${row.slot}">slot ${row.slot}</span>`}</td><td title="${escape(row.owner)}">${escape(holderOf(row.owner))}</td>
           <td class="num">${escape(row.fencingToken)}</td><td class="num age">${seconds(row.ageMs)}</td>
           <td><span class="bar"><span class="${tone}" style="width:${fill}%" data-fill="${fill}"></span></span>
           <span class="muted num">${seconds(row.sinceHeartbeatMs)} / ${seconds(row.timeoutMs)}${row.live ? '' : ' — expired, can be taken over'}</span></td>
-          <td><button class="danger" data-force="${escape(row.targetKey)}">Force-release</button>
+          <td>${row.slot === undefined ? `<button class="danger" data-force="${escape(row.targetKey)}">Force-release</button>` : ''}
           <button data-timeline="${escape(row.targetKey)}">Timeline</button></td></tr>`;
       })
       .join('') || '<tr><td colspan="6" class="muted">no leases held</td></tr>';

@@ -34,6 +34,8 @@ export class HeldLease implements Lease {
    * row gone meanwhile is that release, not a takeover.
    */
   releasingWithSave = false;
+  /** The slot of a semaphore's lease (see `Lease.slot`) and its row; undefined for a single-holder lease. */
+  slotOf?: { readonly slot: number; readonly rowKey: string };
   /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */
   holder?: HolderSpan;
 
@@ -49,6 +51,15 @@ export class HeldLease implements Lease {
   ) {
     this.confirmedAt = sentAt;
     this.armDeadline();
+  }
+
+  get slot(): number | undefined {
+    return this.slotOf?.slot;
+  }
+
+  /** The lease row: the key's own, or its slot's (renewals, fences and releases name it). */
+  get rowKey(): string {
+    return this.slotOf?.rowKey ?? this.targetKey;
   }
 
   get signal(): AbortSignal {
@@ -159,6 +170,9 @@ export class BorrowedLease implements Lease {
   }
   get fencingToken() {
     return this.held.fencingToken;
+  }
+  get slot() {
+    return this.held.slot;
   }
   get signal() {
     return this.held.signal;

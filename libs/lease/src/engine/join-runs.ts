@@ -99,6 +99,10 @@ export class JoinRuns {
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
     assertTargetKey(targetKey);
     checkRunOnBusy(options.onBusy);
+    // A join settles with the one run holding the key: a semaphore's key has several.
+    if (options.limit !== undefined && options.limit !== 1) {
+      throw new LeaseArgumentError(messages.limitWithSingleHolderOption("onBusy: 'join'"), targetKey);
+    }
     const joinTimeoutMs = joinTimeoutOf(options, this.host.options.defaultWaitTimeoutMs);
     const until = performance.now() + joinTimeoutMs;
     const onTimeout = () => new LeaseWaitTimeoutError(targetKey, joinTimeoutMs);

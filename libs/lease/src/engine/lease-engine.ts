@@ -39,6 +39,7 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
+import { acquireRow, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
@@ -71,6 +72,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
    */
   private readonly inFlight = new Set<Promise<void>>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
+  private readonly limits = new WaiterLimits();
   private readonly queue: WaitQueue;
   private readonly heartbeatConnection: DedicatedConnection;
   private readonly waiterHeartbeatConnection: DedicatedConnection;
@@ -124,7 +126,9 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       this.options,
       () => this.database.sessionConfig('listen'),
       (waiter) =>
-        this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate),
+        this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate, {
+          limit: this.limits.of(waiter),
+        }),
       this.logger,
     );
     this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
@@ -272,7 +276,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
   private async tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
     const { targetKey, priority, holdMs, keyTemplate } = request;
-    const lease = await this.attempt(targetKey, priority, holdMs, undefined, undefined, keyTemplate);
+    const lease = await this.attempt(targetKey, priority, holdMs, undefined, undefined, keyTemplate, request);
     if (!lease) {
       this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
     }
@@ -283,13 +287,14 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
     const { targetKey, priority, holdMs, keyTemplate } = request;
     const until = performance.now() + waitTimeoutMs;
-    // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait).
-    const waiter =
-      waitTimeoutMs > 0 && this.queue.hasRoom() ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
+    // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
+    // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
+    const queues = waitTimeoutMs > 0 && this.queue.hasRoom() && request.limit === 1;
+    const waiter = queues ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
     // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate),
+      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate, request),
       until + this.queue.graceMs,
       signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -300,7 +305,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     );
     if (lease) return lease;
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
-    const inLine = waiter ?? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate);
+    const inLine =
+      waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);
     return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
   }
 
@@ -320,7 +326,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
   async list(targetKey?: string): Promise<LeaseSnapshot[]> {
-    const rows = await this.store.snapshot(targetKey).catch((error: unknown) => {
+    const rows = await snapshotWithSlots(this.store, targetKey).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, targetKey === undefined ? 'list leases' : 'list the leases of');
     });
     return snapshotsOf(rows, this.options.owner);
@@ -360,7 +366,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         released = true;
         this.emit(releasedEvent(lease, heldMs));
       };
-      await (committed ? onReleased() : this.retries.releaseRow(lease.targetKey, lease.token, until, onReleased));
+      await (committed ? onReleased() : this.retries.releaseRow(lease.rowKey, lease.token, until, onReleased));
       return released;
     });
   }
@@ -373,8 +379,9 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     waiter?: Waiter,
     queueAs?: QueueAs,
     keyTemplate?: string,
+    slots?: { readonly limit: number },
   ): Promise<HeldLease | null> {
-    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs, keyTemplate));
+    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs, keyTemplate, slots?.limit));
   }
 
   /**
@@ -388,6 +395,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     waiter?: Waiter,
     queueAs?: QueueAs,
     keyTemplate = keyTemplateOf(undefined),
+    limit = 1,
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
     this.operator.check(targetKey, keyTemplate);
@@ -405,7 +413,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await (
       waiter?.granted === undefined
-        ? this.store.tryAcquire(request, activeSpanSetter('lease.batch_size'))
+        ? acquireRow(this.store, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.store, waiter, holdMs)
     ).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, 'acquire a lease on');
@@ -421,13 +429,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
-      await this.retries.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowKeyOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseShutdownError(targetKey);
     }
     const localLimitMs = this.options.leaseTimeoutMs - this.options.safetyMarginMs;
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
-      await this.retries.releaseRow(targetKey, leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowKeyOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), {
         kind: 'failing',
       });
@@ -437,6 +445,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     );
     lease.keyTemplate = keyTemplate;
     lease.tookOver = row.tookOver;
+    markSlot(lease, row);
+    const slot = lease.slot === undefined ? {} : { slot: lease.slot };
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);
     this.heartbeat.start();
@@ -454,6 +464,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         priority,
         owner: this.options.owner,
         previousOwner: row.previousOwner,
+        ...slot,
         at,
       });
     } else {
@@ -464,6 +475,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         fencingToken: row.fencingToken,
         priority,
         owner: this.options.owner,
+        ...slot,
         at,
       });
     }

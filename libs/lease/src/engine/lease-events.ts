@@ -11,7 +11,12 @@ interface EventLease {
   readonly targetKey: string;
   readonly keyTemplate: string;
   readonly fencingToken: bigint;
+  /** A semaphore's slot (`limit` above 1). */
+  readonly slot?: number;
 }
+
+/** The slot field of an event about `lease`, when it is a semaphore's. */
+const slotOf = (lease: EventLease) => (lease.slot === undefined ? {} : { slot: lease.slot });
 
 /** What a wait event names of its call. */
 interface EventCall {
@@ -22,12 +27,12 @@ interface EventCall {
 
 export function releasedEvent(lease: EventLease, heldMs: number): LeaseEvent {
   const { targetKey, keyTemplate, fencingToken } = lease;
-  return { type: 'released', targetKey, keyTemplate, fencingToken, heldMs, at: new Date() };
+  return { type: 'released', targetKey, keyTemplate, fencingToken, heldMs, ...slotOf(lease), at: new Date() };
 }
 
 export function lostEvent(lease: EventLease, reason: Exclude<LeaseLossReason, 'released'>, heldMs: number): LeaseEvent {
   const { targetKey, keyTemplate, fencingToken } = lease;
-  return { type: 'lost', targetKey, keyTemplate, fencingToken, reason, heldMs, at: new Date() };
+  return { type: 'lost', targetKey, keyTemplate, fencingToken, reason, heldMs, ...slotOf(lease), at: new Date() };
 }
 
 export function waitEndedEvent(

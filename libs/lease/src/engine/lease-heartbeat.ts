@@ -51,7 +51,7 @@ export class LeaseHeartbeat {
       (batch) =>
         this.store
           .renew(
-            batch.map((lease) => lease.targetKey),
+            batch.map((lease) => lease.rowKey),
             batch.map((lease) => lease.token),
             this.options.heartbeatIntervalMs,
             { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },

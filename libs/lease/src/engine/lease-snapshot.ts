@@ -1,14 +1,17 @@
 /** `LeaseService.list()`'s rows: the snapshot statement's rows as `LeaseSnapshot`s, with waiters' positions. */
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { SnapshotRow } from '../store/store.types.js';
+import { slotOfRow } from '../options/slot-limits.js';
 
 /** `rows` in grant order per target (as the statement returns them); `owner`: this process's, for `mine`. */
 export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseSnapshot[] {
   const positions = new Map<string, number>();
   return rows.map((row) => {
     const live = row.since_heartbeat_ms < row.timeout_ms;
+    // A semaphore's slot row names its key and slot (see options/slot-limits.ts).
+    const slot = slotOfRow(row.target_id);
     const snapshot: LeaseSnapshot = {
-      targetKey: row.target_id,
+      targetKey: slot?.targetKey ?? row.target_id,
       state: row.state,
       owner: row.owner,
       mine: row.owner === owner,
@@ -20,6 +23,7 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
       live,
     };
     if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
+    if (slot) snapshot.slot = slot.slot;
     // JSON-safe as returned (a controller may answer `list()` as is): the fencing token serializes as a string.
     Object.defineProperty(snapshot, 'toJSON', { value: snapshotJson, enumerable: false });
     if (row.state === 'waiting' && live) {

@@ -103,6 +103,22 @@ export class LeaseArgumentError extends LeaseError {
 export class LeaseKeyError extends LeaseArgumentError {}
 
 /**
+ * Callers of one key asked different limits (`limit`; a call without one asks 1): the key is held under `heldLimit`
+ * and this call asked `limit`. A programming error, like a configuration error: every caller of a key must agree on
+ * how many may hold it.
+ */
+export class LeaseLimitConflictError extends LeaseError {
+  readonly limit: number;
+  readonly heldLimit: number;
+
+  constructor(targetKey: string, limit: number, heldLimit: number) {
+    super(messages.limitConflict(targetKey, limit, heldLimit), targetKey);
+    this.limit = limit;
+    this.heldLimit = heldLimit;
+  }
+}
+
+/**
  * The database cannot grant (or list) leases now: it accepts no writes — a standby in recovery (the application
  * reached a replica, or a failover is under way) or a server set read-only —, or it is unreachable or failing (the
  * `pg` error is the `cause`). Transient: retry later. A call already waiting in line keeps waiting.

@@ -160,6 +160,22 @@ export const messages = {
   keyNotString: (v1: string | number) => `A target key must be a string, got ${v1}`,
   keyEmpty: () => 'A target key must not be empty: name the work, e.g. "report:user:42"',
   keyNul: () => 'A target key must not contain NUL characters',
+  keyUnitSeparator: () =>
+    'A target key must not contain U+001F (the unit separator): it names the slots of a semaphore (limit)',
+  limitArgument: (got: unknown, max: number) =>
+    `limit must be an integer between 1 and ${max} (how many may hold the key at once), got ${String(got)}`,
+  limitedKeyTooLong: (max: number, bytes: number) =>
+    `A target key with a limit above 1 must be at most ${max} bytes of UTF-8 (its slot rows add a suffix), ` +
+    `got ${bytes}: hash long identifiers into the key`,
+  limitWithSingleHolderOption: (option: string) =>
+    `limit above 1 cannot be combined with ${option}: both need a single holder of the key`,
+  slotLimitUnmigrated: (tableName: string) =>
+    `The lease table "${tableName}" has no slot_limit column, which semaphores (limit above 1) need: run the ` +
+    'AddLeaseSlotLimit migration of leaseMigrations (or start once with createSchema: true)',
+  limitConflict: (targetKey: string, asked: number, held: number) =>
+    `"${targetKey}" is held with limit ${held}, but this call asked limit ${asked}: every caller of one key must ` +
+    'ask the same limit (declare it once, e.g. as a constant next to the key template); a call without limit ' +
+    'asks 1',
   keyLoneSurrogate: () =>
     'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
     'build keys from whole characters',

@@ -32,7 +32,7 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 /**
  * Prometheus metrics of one `LeaseService`, fed by its `events$`: acquisitions, takeovers, busy refusals, losses,
  * renewal failures, heartbeat latency, wait outcomes, histograms of acquire, wait and hold durations, and gauges of
- * held leases and waiting calls. Labelled by key template (`key_template`: `@Exclusive`'s template, or a call's
+ * held leases, semaphore slots held and waiting calls. Labelled by key template (`key_template`: `@Exclusive`'s template, or a call's
  * `keyTemplate`), never by target key, so cardinality stays fixed however many targets there are.
  *
  * Optional integration (needs `prom-client`): import it from `nest-pg-lease/prometheus`, never from the main entry.
@@ -126,6 +126,12 @@ export class LeaseMetrics implements OnModuleDestroy {
         this.set(leases.waitingCount());
       },
     });
+    const slots = new Gauge({
+      name: metricName('slots_held'),
+      help: 'Semaphore slots (limit above 1) this process holds now, by key template',
+      labelNames: ['key_template'],
+      registers,
+    });
     const leader = new Gauge({
       name: metricName('leader'),
       help: 'Leader elections this process leads now: 1 while elected, 0 once revoked',
@@ -146,6 +152,13 @@ export class LeaseMetrics implements OnModuleDestroy {
 
     this.subscription = leases.events$.subscribe((event) => {
       if ('keyTemplate' in event) start(event.keyTemplate);
+      // A semaphore's slot counts from its grant to its release or loss.
+      if ('slot' in event && event.slot !== undefined) {
+        const held = event.type === 'acquired' || event.type === 'taken-over';
+        if (held || event.type === 'released' || event.type === 'lost') {
+          slots.inc({ key_template: event.keyTemplate }, held ? 1 : -1);
+        }
+      }
       switch (event.type) {
         case 'acquired':
           acquisitions.inc({ key_template: event.keyTemplate });

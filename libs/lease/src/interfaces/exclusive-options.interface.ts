@@ -22,6 +22,11 @@ export interface ExclusiveOptions {
    * @default 'throw'
    */
   onBusy?: 'throw' | 'skip' | 'join';
+  /**
+   * Up to this many calls hold the key at once (a semaphore, see `TryAcquireOptions.limit`); not with `sticky` or
+   * `onBusy: 'join'`. @default 1
+   */
+  limit?: number;
   /** With `onBusy: 'join'`: how long to wait for the joined run. @default waitTimeoutMs, else defaultWaitTimeoutMs */
   joinTimeoutMs?: number;
   /**

@@ -13,6 +13,8 @@ export type LeaseEvent =
       fencingToken: bigint;
       priority: number;
       owner: string;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
       at: Date;
     }
   | {
@@ -23,6 +25,8 @@ export type LeaseEvent =
       priority: number;
       owner: string;
       previousOwner: string | null;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
       at: Date;
     }
   | { type: 'renewed'; targetKey: string; keyTemplate: string; fencingToken: bigint; latencyMs: number; at: Date }
@@ -35,9 +39,20 @@ export type LeaseEvent =
       reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator';
       /** Since the acquisition, until the loss. */
       heldMs: number;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
       at: Date;
     }
-  | { type: 'released'; targetKey: string; keyTemplate: string; fencingToken: bigint; heldMs: number; at: Date }
+  | {
+      type: 'released';
+      targetKey: string;
+      keyTemplate: string;
+      fencingToken: bigint;
+      heldMs: number;
+      /** A semaphore's slot (`limit` above 1). */
+      slot?: number;
+      at: Date;
+    }
   | { type: 'busy'; targetKey: string; keyTemplate: string; at: Date }
   | { type: 'waiting'; targetKey: string; keyTemplate: string; priority: number; at: Date }
   | {
@@ -110,6 +125,8 @@ export interface LeaseSnapshot {
   effectivePriority: number;
   /** Holders only. In JSON (`JSON.stringify`, a controller answering `list()`): a decimal string. */
   fencingToken?: bigint;
+  /** Holders of a semaphore (`limit` above 1) only: the slot held (0 … limit − 1). */
+  slot?: number;
   /** Waiters only: 1 = granted next (among live waiters of the target). Dead waiters have no position. */
   position?: number;
   /** Since acquisition (holders) or first queueing (waiters). */

@@ -24,6 +24,11 @@ export interface Lease extends AsyncDisposable {
   readonly fencingToken: bigint;
   /** Aborted when the lease is lost (reason: `LeaseLostError`) or released. Pass it to `fetch` of the slow call. */
   readonly signal: AbortSignal;
+  /**
+   * The slot of a semaphore's lease (`limit` above 1): 0 … limit − 1, one holder per slot at a time; `fencingToken`
+   * orders the acquisitions of this slot. Undefined for a single-holder lease.
+   */
+  readonly slot?: number;
   /** True while the lease is ours by the local clock: not released, not lost, within the local safety deadline. */
   isHeld(): boolean;
   /**

@@ -9,6 +9,7 @@ import type { ExclusiveKey, ExclusiveMetadata, ExclusiveOptions } from '../inter
 import { INT32_MAX, INT32_MIN } from './limits.js';
 
 import { MAX_TARGET_KEY_BYTES } from '../lease.constants.js';
+import { MAX_SLOT_LIMIT, MAX_LIMITED_KEY_BYTES, SLOT_SEPARATOR } from './slot-limits.js';
 
 /** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -23,6 +24,10 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   }
   if (targetKey.includes('\0')) {
     throw new LeaseKeyError(messages.keyNul(), targetKey.replace(/\0/g, '\\0'));
+  }
+  // Reserved: a semaphore's slot rows are named `<key>\u001f<slot>` (see engine/semaphore.ts), which no key may spell.
+  if (targetKey.includes(SLOT_SEPARATOR)) {
+    throw new LeaseKeyError(messages.keyUnitSeparator(), targetKey.replaceAll(SLOT_SEPARATOR, '\\u001f'));
   }
   // Encoded to UTF-8, a lone surrogate becomes U+FFFD: two different keys would share one row, and the NOTIFY of a
   // release would name a key no waiter is waiting for.
@@ -56,6 +61,11 @@ const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
       ? undefined
       : messages.holdArgument(value),
+  /** How many may hold a key at once (semaphores): an integer from 1 to MAX_SLOT_LIMIT. */
+  limit: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= MAX_SLOT_LIMIT
+      ? undefined
+      : messages.limitArgument(value, MAX_SLOT_LIMIT),
   /** Like waitTimeoutMs: a bound a timer can wait. */
   joinTimeoutMs: (value: unknown) =>
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
@@ -112,7 +122,7 @@ export function exclusiveMetadata(
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
   // The same rules as per call (checkCall), as configuration errors: a declaration's values never change.
-  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs', 'joinTimeoutMs'] as const) {
+  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs', 'joinTimeoutMs', 'limit'] as const) {
     if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
   if (options.onBusy !== undefined && !['throw', 'skip', 'join'].includes(options.onBusy)) {
@@ -124,6 +134,9 @@ export function exclusiveMetadata(
   if (options.sticky && (typeof targetKey !== 'string' || /\{[^}]*\}/.test(targetKey))) {
     throw new LeaseConfigError(messages.stickyNeedsStringKey());
   }
+  if (options.limit !== undefined && options.limit > 1 && (options.sticky || options.onBusy === 'join')) {
+    throw new LeaseConfigError(messages.limitWithSingleHolderOption(options.sticky ? 'sticky' : "onBusy: 'join'"));
+  }
   return { targetKey, ...options };
 }
 
@@ -133,6 +146,7 @@ export function acquireOptionsOf(metadata: ExclusiveMetadata): RunOptions {
   if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
   if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
   if (metadata.joinTimeoutMs !== undefined) options.joinTimeoutMs = metadata.joinTimeoutMs;
+  if (metadata.limit !== undefined) options.limit = metadata.limit;
   return options;
 }
 
@@ -143,18 +157,27 @@ export interface LeaseRequest {
   readonly holdMs: number;
   /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
   readonly keyTemplate: string;
+  /** How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/semaphore.ts). */
+  readonly limit: number;
 }
 
 /** The one check of a call's key, priority, hold and template (`LeaseKeyError` / `LeaseArgumentError`). */
 export function callRequest(
   targetKey: unknown,
-  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string },
+  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string; limit?: number },
 ): LeaseRequest {
   assertTargetKey(targetKey);
   if (options.priority !== undefined) assertPriority(options.priority);
   assertHoldAtLeastMs(options.holdAtLeastMs);
   const keyTemplate = keyTemplateOf(options.keyTemplate);
-  return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate };
+  const limit = options.limit ?? 1;
+  if (options.limit !== undefined) checkCall('limit', limit);
+  // A slot row's name is the key plus `\u001f<slot>` (at most 4 bytes), within the 255 bytes of a row's key.
+  const bytes = limit > 1 ? Buffer.byteLength(targetKey, 'utf8') : 0;
+  if (bytes > MAX_LIMITED_KEY_BYTES) {
+    throw new LeaseKeyError(messages.limitedKeyTooLong(MAX_LIMITED_KEY_BYTES, bytes), `${targetKey.slice(0, 40)}…`);
+  }
+  return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate, limit };
 }
 
 /** A call's wait bound: its own, else the module's default; checked like every call input. */

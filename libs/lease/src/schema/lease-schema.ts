@@ -51,6 +51,8 @@ const LEASE_TABLE: Table = {
     { property: 'acquiredAt', name: 'acquired_at', type: 'timestamptz' },
     { property: 'updatedAt', name: 'updated_at', type: 'timestamptz' },
     { property: 'holdMs', name: 'hold_ms', type: 'integer', default: 0, check: 'hold_ms >= 0' },
+    // The limit a semaphore's slot row was granted under (README "Semaphores"); null on a key's own row.
+    { property: 'slotLimit', name: 'slot_limit', type: 'integer', nullable: true },
   ],
 };
 
@@ -223,7 +225,16 @@ export function baseSchemaStatements(names: LeaseNames): string[] {
     createTable(n.waiter, names.waiterTableName, WAITER_TABLE),
     `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (${WAITER_ORDER.sql})`,
     tokenLayoutStatement(names),
+    slotLimitStatement(names),
   ];
+}
+
+/**
+ * Adds the semaphores' `slot_limit` column to a lease table created before it (the fifth migration); a no-op on
+ * tables the first migration created with it. Nullable, no default: adding it rewrites nothing.
+ */
+export function slotLimitStatement(names: LeaseNames): string {
+  return `ALTER TABLE ${leaseObjectNames(names).lease} ADD COLUMN IF NOT EXISTS slot_limit integer`;
 }
 
 /**

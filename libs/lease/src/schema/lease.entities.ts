@@ -15,6 +15,8 @@ export interface LeaseRow {
   updatedAt: Date;
   /** holdAtLeastMs of the acquisition: the target stays taken until acquiredAt + holdMs, released or not. */
   holdMs: number;
+  /** A semaphore's slot row (`<key>\u001f<slot>`) or limit row (`<key>\u001f`): the key's limit; else null. */
+  slotLimit: number | null;
 }
 
 /** A row of the waiter table. */

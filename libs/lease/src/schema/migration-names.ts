@@ -17,6 +17,9 @@ const CONSOLE_TABLES_AT = 1764720000000;
 /** When the 47-bit fencing token layout came (0.3). */
 const TOKEN_LAYOUT_AT = 1796169600000;
 
+/** When the semaphores' slot_limit column came. */
+const SLOT_LIMIT_AT = 1796256000000;
+
 /** The name of the first migration (the tables and sequences) for these names. */
 export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
   return `CreateLeaseTables${migrationSuffix(resolveLeaseNames(names))}${CREATED_AT}`;
@@ -35,6 +38,11 @@ export function consoleTablesMigrationName(names: Partial<LeaseNames> = {}): str
 /** The name of the token layout migration for these names (bootstrap names it when it has not run). */
 export function tokenLayoutMigrationName(names: Partial<LeaseNames> = {}): string {
   return `LeaseTokenLayout${migrationSuffix(resolveLeaseNames(names))}${TOKEN_LAYOUT_AT}`;
+}
+
+/** The name of the slot_limit column's migration for these names. */
+export function slotLimitMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `AddLeaseSlotLimit${migrationSuffix(resolveLeaseNames(names))}${SLOT_LIMIT_AT}`;
 }
 
 /** '' for the default names, else a hash of them, so each set of names has migrations of its own. */

@@ -6,12 +6,15 @@ import type { EntityManager, QueryRunner } from 'typeorm';
 import { readOnly } from '../errors/database-errors.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { StatementTexts } from './statement-texts.js';
+import type { SemaphoreStore } from './semaphore-store.js';
+import { slotOfRow } from '../options/slot-limits.js';
 
 export class FenceStore {
   constructor(
     private readonly sql: () => StatementTexts,
     private readonly options: ResolvedLeaseOptions,
     private readonly notifyChannel: () => string | null,
+    private readonly slots?: SemaphoreStore,
   ) {}
 
   /**
@@ -47,6 +50,12 @@ export class FenceStore {
    * only when its token is not this lease's, which the lock step already ruled out).
    */
   async releaseWithin(manager: EntityManager, targetKey: string, leaseToken: string): Promise<boolean> {
+    if (this.slots && slotOfRow(targetKey)) {
+      // A semaphore's slot: its release wakes the key's line (the row lock is ours: the bound is never waited on).
+      const values = this.slots.releaseValues(targetKey, leaseToken, false, this.options.leaseTimeoutMs);
+      const released: Array<{ released: boolean }> = await manager.query(this.sql().semaphoreRelease, values);
+      return released[0]?.released === true;
+    }
     const rows: Array<{ released: boolean }> = await manager.query(this.sql().release, [
       targetKey,
       leaseToken,

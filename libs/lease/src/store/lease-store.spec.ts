@@ -134,6 +134,26 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     r.answer([{ fencing_token: null, hold_left_ms: null, seq: '1099511627778', queued_at: QUEUED_AT }]);
     return r.store.tryAcquire(request('report:1', TOKEN_A, { priority: 3, queueAs: { waiterId: WAITER_A } }));
   },
+  'semaphore: a slot granted (limit 4)': async (r) => {
+    r.answer([{ ...grant, row_key: 'report:1\u001f2', held_limit: null, raced: null }]);
+    return r.store.slots.tryAcquire(request('report:1', TOKEN_A, { priority: 2 }), 4);
+  },
+  'semaphore: refused, the key held under another limit': async (r) => {
+    r.answer([{ row_key: null, fencing_token: null, hold_left_ms: null, held_limit: 3, raced: false }]);
+    return r.store.slots.tryAcquire(request('report:1', TOKEN_A), 4);
+  },
+  'semaphore: raced for the last slot, sent again': async (r) => {
+    r.answer([{ row_key: null, fencing_token: null, hold_left_ms: null, held_limit: null, raced: true }], []);
+    return r.store.slots.tryAcquire(request('report:1', TOKEN_A), 4);
+  },
+  'semaphore: a slot released (release sends slot rows to their statement)': async (r) => {
+    r.answer([{ released: true, woke: 1 }]);
+    return r.store.release('report:1\u001f2', TOKEN_A, 1_000);
+  },
+  'semaphore: the slot holders of one key (list)': async (r) => {
+    r.answer([]);
+    return r.store.slots.snapshot('report:1');
+  },
   'tryAcquire, after a serialization failure (retried)': async (r) => {
     r.answer(sqlError('40001', 'could not serialize access'), [grant]);
     return r.store.tryAcquire(request('report:1', TOKEN_A));
@@ -268,9 +288,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Seven statements (the token layout, then the join result table's), a CREATE SCHEMA first for a schema other
-    // than public, then the operator's five.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 12 : 13 }, () => []));
+    // Eight statements (the token layout, the slot_limit column, then the join result table's), a CREATE SCHEMA first
+    // for a schema other than public, then the operator's five.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 13 : 14 }, () => []));
     return r.store.schema.createSchema();
   },
 };

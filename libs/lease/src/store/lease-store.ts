@@ -26,11 +26,14 @@ import { FenceStore } from './fence-store.js';
 import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
+import { SemaphoreStore } from './semaphore-store.js';
+import { slotOfRow } from '../options/slot-limits.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import {
   acquireBatchItems,
   acquireBatchOutcomes,
   acquireOutcome,
+  acquireParameters,
   type AcquireRow,
   releaseBatchOutcomes,
   renewOutcome,
@@ -72,6 +75,8 @@ export class LeaseStore {
   readonly schema: SchemaStore;
   /** The statements a fenced transaction sends on its own connection (see `FenceStore`). */
   readonly fence: FenceStore;
+  /** The statements of semaphores (`limit` above 1, see `SemaphoreStore`). */
+  readonly slots: SemaphoreStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -106,10 +111,20 @@ export class LeaseStore {
     const statements = buildStatements(options, undefined, purgeAfterMs);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
+    this.slots = new SemaphoreStore(
+      (statement) => this.run(statement),
+      () => this.sql,
+      this.n,
+      options,
+      (name) => this.statement(name),
+      () => this.acquireBounds,
+      () => this.notifyChannel,
+    );
     this.fence = new FenceStore(
       () => this.sql,
       options,
       () => this.notifyChannel,
+      this.slots,
     );
     this.purges = new PurgeStore(
       (statement) => this.run(statement),
@@ -218,18 +233,7 @@ export class LeaseStore {
       ...this.statement(queueAs === undefined ? 'acquire' : 'acquire_or_queue'),
       ...this.acquireBounds,
       text: queueAs === undefined ? this.sql.acquire : this.sql.acquireOrQueue,
-      values: [
-        request.targetKey,
-        request.leaseToken,
-        this.options.owner,
-        request.priority,
-        this.options.leaseTimeoutMs,
-        request.waiterId ?? null,
-        request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
-        this.options.agingIntervalMs,
-        request.holdMs,
-        ...queueValues,
-      ],
+      values: [...acquireParameters(request, this.options), ...queueValues],
     }).catch((error: unknown) => {
       throw (
         exhausted(error, 'fencing_token', this.n.fencingSequence) ??
@@ -332,6 +336,8 @@ export class LeaseStore {
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+    // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
+    if (slotOfRow(targetKey)) return this.slots.release(targetKey, leaseToken, timeoutMs);
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs);
     const outcome = await this.releases.submit({ targetKey, leaseToken, timeoutMs });
     // The row was locked by another transaction (a fenced write still finishing): alone, waiting for it.

@@ -3,6 +3,7 @@
  * can be read, and tested, apart from running the statement.
  */
 import { messages } from '../errors/lease.messages.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { ItemOutcome } from './group-commit.js';
 import type { PrivilegeCheck } from './sql/bootstrap.sql.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
@@ -31,6 +32,27 @@ export function serverHistory(row: ServerHistoryRow): ServerHistory {
 
 function outOfOrder(index: number): Error {
   return new Error(messages.batchOutOfOrder(index));
+}
+
+/**
+ * The first nine parameters of the single acquire statement, which the semaphore's statement shares ($1 target … $9
+ * hold: see `singleAcquireSql`).
+ */
+export function acquireParameters(
+  request: AcquireRequest,
+  options: Pick<ResolvedLeaseOptions, 'owner' | 'leaseTimeoutMs' | 'agingIntervalMs'>,
+): unknown[] {
+  return [
+    request.targetKey,
+    request.leaseToken,
+    options.owner,
+    request.priority,
+    options.leaseTimeoutMs,
+    request.waiterId ?? null,
+    request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
+    options.agingIntervalMs,
+    request.holdMs,
+  ];
 }
 
 /** The callers of an acquire batch as its one jsonb parameter's items (i = 1 … n). */

@@ -29,6 +29,7 @@ import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { renewSql } from './sql/renew.sql.js';
+import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
 
@@ -59,6 +60,9 @@ export interface StatementTexts {
   readonly missingObjects: string;
   readonly missingPrivileges: string;
   readonly mayCreateSchema: string;
+  readonly semaphoreAcquire: string;
+  readonly semaphoreRelease: string;
+  readonly semaphoreSnapshot: string;
 }
 
 /** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
@@ -118,6 +122,9 @@ export function buildStatements(
     tableTimeline: tableTimelineSql(n.lease, n.waiter),
     purge: purgeSql(n),
     largestToken: largestTokenSql(n),
+    semaphoreAcquire: semaphoreAcquireSql(n, capMs),
+    semaphoreRelease: semaphoreReleaseSql(n),
+    semaphoreSnapshot: semaphoreSnapshotSql(n),
   };
   if (timeline !== undefined) {
     const fixed = fixedTimeline(timeline);

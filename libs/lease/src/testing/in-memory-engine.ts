@@ -16,6 +16,7 @@ import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
 import {
   LeaseBusyError,
+  LeaseLimitConflictError,
   LeaseLostError,
   LeaseQueueFullError,
   LeaseShutdownError,
@@ -30,6 +31,7 @@ import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { callRequest, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
+import { slotOfRow, slotRowKey } from '../options/slot-limits.js';
 
 /** Runs a fenced write's work in the test's transaction (see `LeaseTestingOptions.fencedTransaction`). */
 export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
@@ -75,9 +77,11 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private readonly events = new Subject<LeaseEvent>();
   private readonly context = new LeaseContext();
   private readonly fencedTransaction: FencedTransaction;
-  /** This service's leases, by key. */
+  /** This service's leases, by row: a key's own, or a semaphore's slot (`slotRowKey`). */
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
+  /** The limit each slot holder asked (`limit` above 1). */
+  private readonly slotLimits = new WeakMap<HeldLease, number>();
   /** Keys held by "another process" (the test controls). */
   private readonly foreign = new Map<string, ForeignHolder>();
   /** Keys whose holder's lease expired without a release: the next acquisition is a takeover. */
@@ -163,7 +167,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const now = performance.now();
     const keys = new Set([...this.held.keys(), ...this.foreign.keys(), ...this.lines.keys()]);
     const rows = [...keys]
-      .filter((key) => targetKey === undefined || key === targetKey)
+      .filter((key) => targetKey === undefined || (slotOfRow(key)?.targetKey ?? key) === targetKey)
       .sort()
       .flatMap((key) => {
         const mine = this.held.get(key);
@@ -229,8 +233,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   release(lease: HeldLease, reason?: () => unknown): Promise<void> {
-    if (!lease.markReleased(reason) || this.held.get(lease.targetKey) !== lease) return Promise.resolve();
-    this.held.delete(lease.targetKey);
+    if (!lease.markReleased(reason) || this.held.get(lease.rowKey) !== lease) return Promise.resolve();
+    this.held.delete(lease.rowKey);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     this.emit(releasedEvent(lease, heldMs));
     this.grantNext(lease.targetKey);
@@ -286,16 +290,46 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return this.held.has(key) || this.foreign.has(key) || this.tails.has(key);
   }
 
-  /** A live waiter at least as urgent as a newcomer of `priority` is ahead of it. */
-  private waiterAhead(key: string, priority: number): boolean {
-    return (this.lines.get(key) ?? []).some((waiter) => waiter.request.priority >= priority);
+  /** The rows a request may take: the key's own, or its slots (`limit` above 1). */
+  private rowsOf(request: LeaseRequest): string[] {
+    const { targetKey, limit } = request;
+    return limit > 1 ? Array.from({ length: limit }, (_, slot) => slotRowKey(targetKey, slot)) : [targetKey];
+  }
+
+  /**
+   * Whether `request` may be granted now: a free row, and fewer waiters at least as urgent ahead of it than free rows
+   * (no barging; `ahead` = false for the line's own head). Another limit holding the key is a `LeaseLimitConflictError`.
+   */
+  private grantable(request: LeaseRequest, ahead = true): boolean {
+    const { targetKey, limit } = request;
+    if (limit > 1) {
+      const held = this.heldLimit(targetKey);
+      if (held !== undefined && held !== limit) throw new LeaseLimitConflictError(targetKey, limit, held);
+    }
+    const free = this.rowsOf(request).filter((row) => !this.taken(row)).length;
+    const line = this.lines.get(targetKey) ?? [];
+    const before = ahead ? line.filter((waiter) => waiter.request.priority >= request.priority).length : 0;
+    return free > before;
+  }
+
+  /** The limit the key is held under: of its slots' holders, or 1 for a holder of the key's own row. */
+  private heldLimit(targetKey: string): number | undefined {
+    if (this.held.has(targetKey) || this.foreign.has(targetKey)) return 1;
+    for (const lease of this.held.values()) {
+      if (lease.targetKey === targetKey && lease.slotOf) return this.slotLimits.get(lease);
+    }
+    return undefined;
   }
 
   private tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
     if (this.closed) return Promise.reject(new LeaseShutdownError(request.targetKey));
-    if (this.taken(request.targetKey) || this.waiterAhead(request.targetKey, request.priority)) {
-      this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
-      return Promise.resolve(null);
+    try {
+      if (!this.grantable(request)) {
+        this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
+        return Promise.resolve(null);
+      }
+    } catch (error) {
+      return Promise.reject(error);
     }
     return Promise.resolve(this.grant(request));
   }
@@ -303,7 +337,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
     const { targetKey, priority, keyTemplate } = request;
     if (this.closed) throw new LeaseShutdownError(targetKey, 'waits');
-    if (!this.taken(targetKey) && !this.waiterAhead(targetKey, priority)) return this.grant(request);
+    if (this.grantable(request)) return this.grant(request);
     if (waitTimeoutMs === 0) throw new LeaseWaitTimeoutError(targetKey, 0);
     const line = this.lines.get(targetKey) ?? [];
     if (this.waitingCount() >= this.options.maxWaitersPerProcess) {
@@ -366,26 +400,48 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     waiter.fail(error);
   }
 
-  /** Serves the head of the key's line when the key is free. */
-  private grantNext(key: string): void {
-    if (this.closed || this.taken(key)) return;
-    const line = this.lines.get(key);
-    const head = line?.shift();
-    if (!head) return;
-    if (line!.length === 0) this.lines.delete(key);
-    head.grant(this.grant(head.request));
+  /** Serves the heads of the key's line while they find a free row (a semaphore's release frees one slot). */
+  private grantNext(row: string): void {
+    const key = slotOfRow(row)?.targetKey ?? row;
+    for (;;) {
+      const line = this.lines.get(key);
+      const head = line?.[0];
+      if (this.closed || !head) return;
+      try {
+        if (!this.grantable(head.request, false)) return;
+      } catch (error) {
+        head.fail(error);
+        continue;
+      }
+      line.shift();
+      if (line.length === 0) this.lines.delete(key);
+      head.grant(this.grant(head.request));
+    }
   }
 
   private grant(request: LeaseRequest): HeldLease {
     const { targetKey, priority, holdMs, keyTemplate } = request;
     const now = performance.now();
+    const row = this.rowsOf(request).find((candidate) => !this.taken(candidate))!;
     const lease = new HeldLease(targetKey, randomUUID(), this.nextToken(), now, MAX_TIMER_MS, this, () => undefined);
     lease.keyTemplate = keyTemplate;
-    lease.tookOver = this.expired.delete(targetKey);
-    this.held.set(targetKey, lease);
+    const slot = slotOfRow(row);
+    if (slot) {
+      lease.slotOf = { slot: slot.slot, rowKey: row };
+      this.slotLimits.set(lease, request.limit);
+    }
+    lease.tookOver = this.expired.delete(row);
+    this.held.set(row, lease);
     this.acquiredAt.set(lease, now);
-    if (holdMs > 0) this.holdTail(targetKey, now + holdMs);
-    const common = { targetKey, keyTemplate, fencingToken: lease.fencingToken, priority, owner: this.options.owner };
+    if (holdMs > 0) this.holdTail(row, now + holdMs);
+    const common = {
+      targetKey,
+      keyTemplate,
+      fencingToken: lease.fencingToken,
+      priority,
+      owner: this.options.owner,
+      ...(slot ? { slot: slot.slot } : {}),
+    };
     this.emit(
       lease.tookOver
         ? { type: 'taken-over', ...common, previousOwner: null, at: new Date() }
@@ -406,7 +462,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
     if (!lease.markLost(reason)) return;
-    this.held.delete(lease.targetKey);
+    this.held.delete(lease.rowKey);
     this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }
 

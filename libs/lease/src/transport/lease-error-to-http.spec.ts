@@ -18,6 +18,7 @@ const samples: Record<string, LeaseError> = {
   LeaseShutdownError: new api.LeaseShutdownError('k'),
   LeaseConfigError: new api.LeaseConfigError('bad options'),
   LeaseJoinedRunError: new api.LeaseJoinedRunError('k', 7n, 'internal detail of the original'),
+  LeaseLimitConflictError: new api.LeaseLimitConflictError('k', 2, 4),
 };
 
 interface Row {

@@ -1,0 +1,68 @@
+/**
+ * Semaphores in the engine (`limit` above 1; README "Semaphores: N holders per key"): a limited call's attempts ask
+ * for a slot (`SemaphoreStore.tryAcquire`) instead of the key's own row, and a granted slot is an ordinary lease
+ * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.rowKey`). The waits of
+ * limited calls are the key's ordinary line: only which statement an attempt sends differs.
+ */
+import { LeaseLimitConflictError } from '../errors/lease.errors.js';
+import { slotOfRow } from '../options/slot-limits.js';
+import type { LeaseStore } from '../store/lease-store.js';
+import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
+import type { AcquiredRow, AcquireRequest, Refusal, SnapshotRow } from '../store/store.types.js';
+import type { HeldLease } from './held-lease.js';
+import type { Waiter } from './wait-queue.js';
+
+/** The limits of this process's waiting calls (a waiter of a single-holder call has none). */
+export class WaiterLimits {
+  private readonly limits = new WeakMap<Waiter, number>();
+
+  /** `waiter` waits for one of `limit` slots (nothing to note for 1). */
+  note(waiter: Waiter, limit: number): Waiter {
+    if (limit > 1) this.limits.set(waiter, limit);
+    return waiter;
+  }
+
+  of(waiter: Waiter): number {
+    return this.limits.get(waiter) ?? 1;
+  }
+}
+
+/**
+ * One acquisition statement: the single holder's (exactly today's path, batched by group commit) for `limit` 1, else
+ * a slot's. A slot refused because another limit holds the key is the caller's `LeaseLimitConflictError`.
+ */
+export async function acquireRow(
+  store: LeaseStore,
+  request: AcquireRequest,
+  limit: number,
+  onBatch?: (size: number) => void,
+): Promise<AcquiredRow | AcquiredSlot | Refusal> {
+  if (limit <= 1) return store.tryAcquire(request, onBatch);
+  onBatch?.(1);
+  const row: AcquiredSlot | SlotRefusal = await store.slots.tryAcquire(request, limit);
+  if ('refused' in row && row.heldLimit !== null) {
+    throw new LeaseLimitConflictError(request.targetKey, limit, row.heldLimit);
+  }
+  return row;
+}
+
+/** The row a grant took: the key's own, or a slot's. */
+export function rowKeyOf(row: AcquiredRow | AcquiredSlot, targetKey: string): string {
+  return 'rowKey' in row ? row.rowKey : targetKey;
+}
+
+/** Marks `lease` as the slot its grant took, if it took one. */
+export function markSlot(lease: HeldLease, row: AcquiredRow | AcquiredSlot): void {
+  const slot = 'rowKey' in row ? slotOfRow(row.rowKey) : undefined;
+  if (slot) lease.slotOf = { slot: slot.slot, rowKey: (row as AcquiredSlot).rowKey };
+}
+
+/**
+ * The snapshot rows of `list()`: with one key, its slot holders too (a semaphore's slot rows are not the key's own
+ * row), listed after its own holder and before its waiters.
+ */
+export async function snapshotWithSlots(store: LeaseStore, targetKey?: string): Promise<SnapshotRow[]> {
+  if (targetKey === undefined) return store.snapshot();
+  const [rows, slots] = await Promise.all([store.snapshot(targetKey), store.slots.snapshot(targetKey)]);
+  return [...rows.filter((row) => row.state === 'held'), ...slots, ...rows.filter((row) => row.state !== 'held')];
+}

@@ -1,0 +1,139 @@
+/**
+ * The statements of semaphores (`limit` above 1): a slot's acquisition and release, and the slot holders of one key
+ * (see sql/semaphore.sql.ts). Run like every statement of `LeaseStore`: on the statement pool, bounded, hot ones
+ * prepared once per connection.
+ */
+import { LeaseConfigError } from '../errors/lease.errors.js';
+import { exhausted, readOnly } from '../errors/database-errors.js';
+import { messages } from '../errors/lease.messages.js';
+import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import { slotOfRow } from '../options/slot-limits.js';
+import { retryingSerializationFailures } from '../database/sessions.js';
+import { acquireParameters } from './rows.js';
+import type { RunStatement } from './schema-store.js';
+import type { LeaseObjectNames } from './sql/fragments.js';
+import type { StatementTexts } from './statement-texts.js';
+import type { AcquiredRow, AcquireRequest, Refusal, SnapshotRow } from './store.types.js';
+
+/** A granted slot: the acquisition, and the slot's row. */
+export interface AcquiredSlot extends AcquiredRow {
+  readonly rowKey: string;
+}
+
+/** A refused slot acquisition; `heldLimit`: another limit holds the key (a single holder counts as 1). */
+export interface SlotRefusal extends Refusal {
+  readonly heldLimit: number | null;
+}
+
+interface SemaphoreRow {
+  row_key: string | null;
+  fencing_token: string | null;
+  took_over: boolean | null;
+  previous_owner: string | null;
+  hold_left_ms: number | null;
+  held_limit: number | null;
+  raced: boolean | null;
+}
+
+/**
+ * How many times an attempt that lost its slot to a concurrent acquisition (`raced`) is sent again: each loss means
+ * another caller took a slot, so a few suffice for callers arriving together; past them the caller hears busy.
+ */
+const RACED_ATTEMPTS = 4;
+
+export class SemaphoreStore {
+  constructor(
+    private readonly run: RunStatement,
+    private readonly sql: () => StatementTexts,
+    private readonly names: LeaseObjectNames,
+    private readonly options: ResolvedLeaseOptions,
+    private readonly named: (statement: string) => { name?: string },
+    private readonly bounds: () => { boundMs: number; slackMs: number },
+    private readonly notifyChannel: () => string | null,
+  ) {}
+
+  /**
+   * One statement (`semaphoreAcquireSql`): the lowest free slot of `request.targetKey` under `limit`, or a refusal —
+   * the slots are taken, as many live waiters are ahead as slots are free, or another limit holds the key. Bounded
+   * like a single holder's acquisition. Never batched: a slot's acquisition goes alone.
+   */
+  async tryAcquire(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal> {
+    for (let attempt = 1; ; attempt++) {
+      const outcome = await this.acquireOnce(request, limit);
+      if (outcome !== 'raced') return outcome;
+      if (attempt >= RACED_ATTEMPTS) return { refused: true, holdLeftMs: null, heldLimit: null };
+    }
+  }
+
+  private async acquireOnce(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal | 'raced'> {
+    const { rows, sentAt } = await retryingSerializationFailures(() =>
+      this.run<SemaphoreRow>({
+        ...this.named('semaphore_acquire'),
+        ...this.bounds(),
+        text: this.sql().semaphoreAcquire,
+        values: [...acquireParameters(request, this.options), limit],
+      }),
+    ).catch((error: unknown) => {
+      throw (
+        unmigrated(error, this.options.tableName) ??
+        exhausted(error, 'fencing_token', this.names.fencingSequence) ??
+        readOnly(error, request.targetKey) ??
+        error
+      );
+    });
+    const row = rows[0];
+    if (!row || row.fencing_token === null || row.row_key === null) {
+      if (row?.raced) return 'raced';
+      return { refused: true, holdLeftMs: row?.hold_left_ms ?? null, heldLimit: row?.held_limit ?? null };
+    }
+    return {
+      rowKey: row.row_key,
+      fencingToken: BigInt(row.fencing_token),
+      sentAt,
+      tookOver: row.took_over === true,
+      previousOwner: row.previous_owner,
+    };
+  }
+
+  /**
+   * Token-guarded soft release of a slot row, as `LeaseStore.release` (which sends slot rows here), waking as many of
+   * the key's waiters as slots are free. Whether our lease was released.
+   */
+  async release(rowKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+    const { rows } = await retryingSerializationFailures(() =>
+      this.run<{ released: boolean }>({
+        ...this.named('semaphore_release'),
+        boundMs: timeoutMs,
+        text: this.sql().semaphoreRelease,
+        values: this.releaseValues(rowKey, leaseToken, this.options.asyncReleaseCommits, timeoutMs),
+      }),
+    );
+    return rows[0]?.released === true;
+  }
+
+  /** The parameters of the release statement (also sent by a fenced transaction's release, see `FenceStore`). */
+  releaseValues(rowKey: string, leaseToken: string, asyncCommit: boolean, lockWaitMs: number): unknown[] {
+    return [
+      rowKey,
+      leaseToken,
+      this.notifyChannel(),
+      asyncCommit,
+      this.options.agingIntervalMs,
+      String(Math.max(1, Math.floor(lockWaitMs))),
+      slotOfRow(rowKey)?.targetKey ?? rowKey,
+    ];
+  }
+
+  /** The slot holders of `targetKey` (rows of the snapshot statement's shape). */
+  async snapshot(targetKey: string): Promise<SnapshotRow[]> {
+    const { rows } = await this.run<SnapshotRow>({ text: this.sql().semaphoreSnapshot, values: [targetKey] });
+    return rows;
+  }
+}
+
+/** The slot_limit column is missing: the database has not run the migration that adds it. */
+function unmigrated(error: unknown, tableName: string): LeaseConfigError | undefined {
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
+  if (code !== '42703' || typeof message !== 'string' || !message.includes('slot_limit')) return undefined;
+  return new LeaseConfigError(messages.slotLimitUnmigrated(tableName), { cause: error });
+}
