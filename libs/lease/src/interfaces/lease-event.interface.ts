@@ -32,9 +32,31 @@ export type LeaseEvent =
       targetKey: string;
       keyTemplate: string;
       fencingToken: bigint;
-      reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator';
+      reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator' | 'preempted';
       /** Since the acquisition, until the loss. */
       heldMs: number;
+      at: Date;
+    }
+  | {
+      /**
+       * This process's preempting call (`preempt: true`) got the target from a holder of lower priority: the holder
+       * released in its grace (`forced: false`), or was taken over at its end (`forced: true`). Emitted after the
+       * call's `acquired` event.
+       */
+      type: 'preempted';
+      targetKey: string;
+      keyTemplate: string;
+      /** The preemptor's grant. */
+      fencingToken: bigint;
+      /** The grant it ended. */
+      previousFencingToken: bigint;
+      priority: number;
+      previousPriority: number;
+      owner: string;
+      previousOwner: string;
+      forced: boolean;
+      /** From the request to the grant. */
+      waitedMs: number;
       at: Date;
     }
   | { type: 'released'; targetKey: string; keyTemplate: string; fencingToken: bigint; heldMs: number; at: Date }

@@ -61,6 +61,13 @@ const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
       ? undefined
       : messages.joinTimeoutArgument(value),
+  /** Whether the call takes the target over from a holder of lower priority. */
+  preempt: (value: unknown) => (typeof value === 'boolean' ? undefined : messages.preemptArgument(value)),
+  /** Like waitTimeoutMs: a bound a timer can wait. */
+  preemptGraceMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
+      ? undefined
+      : messages.preemptGraceArgument(value),
 } satisfies Record<string, (value: unknown) => string | undefined>;
 
 /** An option a call (or a declaration) gives. */
@@ -112,9 +119,20 @@ export function exclusiveMetadata(
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
   // The same rules as per call (checkCall), as configuration errors: a declaration's values never change.
-  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs', 'joinTimeoutMs'] as const) {
+  for (const name of [
+    'priority',
+    'waitTimeoutMs',
+    'holdAtLeastMs',
+    'joinTimeoutMs',
+    'preempt',
+    'preemptGraceMs',
+  ] as const) {
     if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
+  if (options.preempt && (options.onBusy === 'join' || options.onBusy === 'skip')) {
+    throw new LeaseConfigError(messages.declared(messages.preemptWithOnBusy(options.onBusy)));
+  }
+  if (options.preempt && options.sticky) throw new LeaseConfigError(messages.preemptSticky());
   if (options.onBusy !== undefined && !['throw', 'skip', 'join'].includes(options.onBusy)) {
     throw new LeaseConfigError(messages.exclusiveOnBusyUnknown(JSON.stringify(options.onBusy)));
   }
@@ -133,6 +151,8 @@ export function acquireOptionsOf(metadata: ExclusiveMetadata): RunOptions {
   if (metadata.waitTimeoutMs !== undefined) options.waitTimeoutMs = metadata.waitTimeoutMs;
   if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
   if (metadata.joinTimeoutMs !== undefined) options.joinTimeoutMs = metadata.joinTimeoutMs;
+  if (metadata.preempt !== undefined) options.preempt = metadata.preempt;
+  if (metadata.preemptGraceMs !== undefined) options.preemptGraceMs = metadata.preemptGraceMs;
   return options;
 }
 
@@ -176,4 +196,19 @@ export function joinTimeoutOf(options: { joinTimeoutMs?: number; waitTimeoutMs?:
   const joinTimeoutMs = options.joinTimeoutMs ?? options.waitTimeoutMs ?? defaultMs;
   checkCall(options.joinTimeoutMs !== undefined ? 'joinTimeoutMs' : 'waitTimeoutMs', joinTimeoutMs);
   return joinTimeoutMs;
+}
+
+/**
+ * A call's preemption (`preempt: true`): its grace — its own preemptGraceMs, else the module's —, or undefined when
+ * it does not preempt. Checked like every call input; a preempting run cannot also join.
+ */
+export function preemptGraceOf(
+  options: { preempt?: boolean; preemptGraceMs?: number; onBusy?: string },
+  defaultGraceMs: number,
+): number | undefined {
+  if (options.preempt !== undefined) checkCall('preempt', options.preempt);
+  if (options.preemptGraceMs !== undefined) checkCall('preemptGraceMs', options.preemptGraceMs);
+  if (!options.preempt) return undefined;
+  if (options.onBusy === 'join') throw new LeaseArgumentError(messages.preemptWithOnBusy(options.onBusy));
+  return options.preemptGraceMs ?? defaultGraceMs;
 }

@@ -6,6 +6,7 @@ import {
   dropSchemaStatements,
   joinResultStatements,
   leaseObjectNames,
+  preemptionStatements,
   tokenLayoutStatement,
 } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
@@ -13,6 +14,7 @@ import {
   consoleTablesMigrationName,
   createTablesMigrationName,
   joinResultsMigrationName,
+  preemptionMigrationName,
   tokenLayoutMigrationName,
 } from './migration-names.js';
 
@@ -21,7 +23,7 @@ import {
  * `LeaseModule.forRoot()`), in order: the lease table, the waiter table and their sequences; the join result table
  * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: README "Operator's console"); then the 47-bit
  * fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the
- * README's "Fencing token layout").
+ * README's "Fencing token layout"); then the preemption column (`preempt: true`, README "Preemption").
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -43,6 +45,9 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
     ),
     // One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens.
     migration('LeaseTokenLayout', tokenLayoutMigrationName(fixed), [tokenLayoutStatement(fixed)], []),
+    migration('AddLeasePreemption', preemptionMigrationName(fixed), preemptionStatements(fixed), [
+      `ALTER TABLE ${leaseObjectNames(fixed).lease} DROP COLUMN IF EXISTS preempt_of`,
+    ]),
   ];
 }
 

@@ -17,6 +17,9 @@ const CONSOLE_TABLES_AT = 1764720000000;
 /** When the 47-bit fencing token layout came (0.3). */
 const TOKEN_LAYOUT_AT = 1796169600000;
 
+/** When the preemption column came (`preempt: true`). */
+const PREEMPTION_AT = 1796256000000;
+
 /** The name of the first migration (the tables and sequences) for these names. */
 export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
   return `CreateLeaseTables${migrationSuffix(resolveLeaseNames(names))}${CREATED_AT}`;
@@ -42,4 +45,9 @@ function migrationSuffix(fixed: LeaseNames): string {
   const isDefault =
     fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
   return isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
+}
+
+/** The name of the preemption column's migration for these names (bootstrap names it when it has not run). */
+export function preemptionMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `AddLeasePreemption${migrationSuffix(resolveLeaseNames(names))}${PREEMPTION_AT}`;
 }

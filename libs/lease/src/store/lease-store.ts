@@ -23,6 +23,7 @@ import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.in
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
 import { FenceStore } from './fence-store.js';
+import { PreemptStore } from './preempt-store.js';
 import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
@@ -72,6 +73,8 @@ export class LeaseStore {
   readonly schema: SchemaStore;
   /** The statements a fenced transaction sends on its own connection (see `FenceStore`). */
   readonly fence: FenceStore;
+  /** The statements of preemption (see `PreemptStore`). */
+  readonly preempt: PreemptStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -110,6 +113,13 @@ export class LeaseStore {
       () => this.sql,
       options,
       () => this.notifyChannel,
+    );
+    this.preempt = new PreemptStore(
+      (statement) => this.run(statement),
+      () => this.sql,
+      options,
+      (name) => this.statement(name),
+      this.n.fencingSequence,
     );
     this.purges = new PurgeStore(
       (statement) => this.run(statement),

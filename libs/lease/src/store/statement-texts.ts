@@ -27,6 +27,7 @@ import {
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
+import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
@@ -46,6 +47,8 @@ export interface StatementTexts {
   readonly dequeueAll: string;
   readonly snapshot: string;
   readonly lockForFence: string;
+  readonly preemptAsk: string;
+  readonly preemptTake: string;
   readonly serverHistory: string;
   readonly serverHistoryWithoutSystemId: string;
   readonly systemIdReadable: string;
@@ -104,6 +107,8 @@ export function buildStatements(
     dequeueAll: dequeueAllSql(n),
     snapshot: snapshotSql(n),
     lockForFence: lockForFenceSql(n),
+    preemptAsk: preemptAskSql(n),
+    preemptTake: preemptTakeSql(n, capMs),
     serverHistory: serverHistorySql(true),
     serverHistoryWithoutSystemId: serverHistorySql(false),
     systemIdReadable: SYSTEM_ID_READABLE_SQL,
