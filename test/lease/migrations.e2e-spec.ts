@@ -22,12 +22,14 @@ describe('schema migrations', () => {
     });
     await dataSource.initialize();
     try {
-      // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25).
+      // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25),
+      // the preemption column (issue 24 part 2).
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
+        'AddLeasePreemption1796256000000',
       ]);
       const operatorTables = await admin.query(
         `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
@@ -65,6 +67,11 @@ describe('schema migrations', () => {
       expect(lease).not.toBeNull();
       await service.close();
 
+      await dataSource.undoLastMigration(); // the preemption column
+      const column = await admin.query(
+        `SELECT 1 FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
+      );
+      expect(column.rowCount).toBe(0);
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
       await dataSource.undoLastMigration(); // the operator's tables
       const consoleLeft = await admin.query(
@@ -150,6 +157,38 @@ test('the CHECK constraint names written in the DDL are the ones PostgreSQL give
       }
     }
   } finally {
+    await admin.end();
+    await db.drop();
+  }
+});
+
+test('an installation older than preempt: true: bootstrap names AddLeasePreemption; createSchema adds the column', async () => {
+  const db = await createTestDatabase('before_preempt');
+  const admin = await adminClient(db.url);
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: db.url,
+    entities: [...leaseEntities],
+    migrations: [...leaseMigrations],
+  });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations();
+    await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
+    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const refused = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
+    expect(refused).toBeInstanceOf(LeaseConfigError);
+    expect(refused.message).toMatch(/AddLeasePreemption1796256000000/);
+    expect(refused.message).toMatch(/ADD COLUMN IF NOT EXISTS preempt_of uuid/);
+    const service = new LeaseService(dataSource, { ...options, createSchema: true });
+    await service.init();
+    const column = await admin.query(
+      `SELECT data_type FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
+    );
+    expect(column.rows).toEqual([{ data_type: 'uuid' }]);
+    await service.close();
+  } finally {
+    await dataSource.destroy();
     await admin.end();
     await db.drop();
   }
