@@ -1,5 +1,6 @@
 import { LeaseArgumentError, LeaseLostError, LeaseWaitTimeoutError, type Lease, type LeaseEvent } from 'nest-pg-lease';
 import { fileURLToPath } from 'node:url';
+import { joinersWaiting } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 import { startChild, type TestChild } from '../support/processes.js';
 
@@ -125,6 +126,34 @@ describe('preempt: true in one process', () => {
     expect(holder.isHeld()).toBe(true);
     await holder.release();
     await (await ahead).release();
+  });
+
+  test('a joinable run preempted while a duplicate waits for it: the duplicate runs the work itself after the preemptor', async () => {
+    // Regression (found by the preemption fault scenario): the preempted run's 'gone' outcome stayed registered while
+    // its release was in flight, and the local duplicate looped on it in microtasks, starving the event loop.
+    const key = 'preempt:joined';
+    let runs = 0;
+    const started = gate();
+    const work = async (lease: Lease) => {
+      runs += 1;
+      if (runs === 1) {
+        started.open();
+        await aborted(lease);
+      }
+      return { run: runs };
+    };
+    const first = a.service.run(key, work, { onBusy: 'join' }).catch((error: unknown) => error);
+    await started.opened;
+    const duplicate = a.service.run(key, work, { onBusy: 'join', joinTimeoutMs: 20_000 });
+    await eventually(
+      () => Promise.resolve(joinersWaiting(a.service, key)),
+      (n) => n === 1,
+      'the duplicate to join',
+    );
+    const urgent = await a.service.acquire(key, { priority: 5, preempt: true });
+    expect(await first).toBeInstanceOf(LeaseLostError);
+    await urgent.release();
+    await expect(duplicate).resolves.toEqual({ run: 2 });
   });
 
   test('bad preemption options are refused before anything is written', async () => {
