@@ -15,6 +15,18 @@ export interface LoopPlan {
   waitTimeoutMs: number;
   /** Every other lease's last fenced write releases it in its transaction (`fenced(work, { release: true })`). */
   releaseWithLastSave?: boolean;
+  /**
+   * Preemption storms (issue 24): this share of the leases (0–1) is acquired with `preempt: true` at one of
+   * `priorities` (chosen at random; the others at priority 0), waiting `graceMs` for the holder before the takeover.
+   */
+  preempt?: { share: number; priorities: number[]; graceMs: number };
+  /**
+   * This share of the leases (0–1) is a joinable run (`run(key, work, { onBusy: 'join' })`): its work makes the
+   * fenced writes and returns the last one's op id; a call that got another run's outcome reports it (`joined`).
+   */
+  joinShare?: number;
+  /** This share of the other leases (0–1) ignores its signal: its work takes `ms` whatever happens (a stubborn holder). */
+  stubborn?: { share: number; ms: number };
 }
 
 export interface WorkerConfig {
@@ -58,8 +70,11 @@ export type WorkerMessage =
       error?: string;
     }
   | { t: 'inside'; opId: string }
+  | { t: 'preempted'; key: string; fencingToken: string; previousFencingToken: string; forced: boolean }
+  /** A joinable call settled with another run's outcome: that run's last fenced write and its token. */
+  | { t: 'joined'; key: string; opId: string; fencingToken: string }
   | { t: 'reply'; id: number; ok: boolean; value?: unknown; error?: string }
-  | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number };
+  | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number; joins?: number };
 
 export type Command =
   | { op: 'acquire'; key: string; waitTimeoutMs?: number }
