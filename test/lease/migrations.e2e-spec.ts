@@ -10,17 +10,23 @@ import { DataSource } from 'typeorm';
 import { columnCheckName } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
+/** A database of its own, its admin client, and a DataSource with the lease entities and migrations, initialized. */
+async function migratable(prefix: string) {
+  const db = await createTestDatabase(prefix);
+  const admin = await adminClient(db.url);
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: db.url,
+    entities: [...leaseEntities],
+    migrations: [...leaseMigrations],
+  });
+  await dataSource.initialize();
+  return { db, admin, dataSource };
+}
+
 describe('schema migrations', () => {
   test('leaseMigrations create the tables, the sequences and only the primary key on the lease table; revert drops them', async () => {
-    const db = await createTestDatabase('migrations');
-    const admin = await adminClient(db.url);
-    const dataSource = new DataSource({
-      type: 'postgres',
-      url: db.url,
-      entities: [...leaseEntities],
-      migrations: [...leaseMigrations],
-    });
-    await dataSource.initialize();
+    const { db, admin, dataSource } = await migratable('migrations');
     try {
       // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25),
       // the preemption column (issue 24 part 2).
@@ -163,15 +169,7 @@ test('the CHECK constraint names written in the DDL are the ones PostgreSQL give
 });
 
 test('an installation older than preempt: true: bootstrap names AddLeasePreemption; createSchema adds the column', async () => {
-  const db = await createTestDatabase('before_preempt');
-  const admin = await adminClient(db.url);
-  const dataSource = new DataSource({
-    type: 'postgres',
-    url: db.url,
-    entities: [...leaseEntities],
-    migrations: [...leaseMigrations],
-  });
-  await dataSource.initialize();
+  const { db, admin, dataSource } = await migratable('before_preempt');
   try {
     await dataSource.runMigrations();
     await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
