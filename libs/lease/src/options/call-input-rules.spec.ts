@@ -98,9 +98,7 @@ describe('preemption options', () => {
 
   it('per call: a bad value, or a preempting join, is a LeaseArgumentError', () => {
     expect(thrown(() => preemptGraceOf({ preempt: 'yes' as never }, 600))).toBeInstanceOf(LeaseArgumentError);
-    expect(thrown(() => preemptGraceOf({ preempt: true, preemptGraceMs: -1 }, 600))).toBeInstanceOf(
-      LeaseArgumentError,
-    );
+    expect(thrown(() => preemptGraceOf({ preempt: true, preemptGraceMs: -1 }, 600))).toBeInstanceOf(LeaseArgumentError);
     // Checked even when the call does not preempt: a typo never passes silently.
     expect(thrown(() => preemptGraceOf({ preemptGraceMs: -1 }, 600))).toBeInstanceOf(LeaseArgumentError);
     const join = thrown(() => preemptGraceOf({ preempt: true, onBusy: 'join' }, 600));
