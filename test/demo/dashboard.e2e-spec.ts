@@ -11,11 +11,13 @@ import { ensureDemoBuilt } from './support.js';
 // and its heartbeat bar, see the refusal of a second click, queue a high-priority report on the other instance,
 // kill the holder, watch the bar fill toward the timeout and the other instance take over. Then the operator's console:
 // the key's timeline after that takeover, and a force-release clicked in the page that the new holder observes as a
-// loss (its report discarded, nothing saved).
+// loss (its report discarded, nothing saved). Last, an urgent rebuild clicked in the page preempts a running report:
+// the recent events name both fencing tokens.
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-dashboard.png');
 const CONSOLE_SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-console.png');
+const PREEMPTION_SCREENSHOT = join(process.cwd(), 'artifacts', 'demo-preemption.png');
 const skip = process.env.SKIP_BROWSER_TESTS === '1';
 
 (skip ? describe.skip : describe)('dashboard in headless Chromium', () => {
@@ -189,4 +191,29 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
     await page.locator('#console-answer[data-status="200"][data-action="undrain"]').waitFor();
     await page.locator('#drains tr[data-kind="key"]').waitFor({ state: 'detached' });
   }, 90_000);
+  test('an urgent rebuild preempts a running report: both fencing tokens in the recent events', async () => {
+    // A was killed in the first test: both calls go to B (its running report hears of the preemption at once).
+    await page.fill('#user', '8');
+    await page.fill('#latency', '60000');
+    await page.selectOption('#via', 'B');
+    await page.click('#start');
+    const running = page.locator('#leases tr[data-target="report:user:8"][data-holder="B"]');
+    await running.waitFor();
+    const runningToken = (await running.getAttribute('data-token'))!;
+    await page.fill('#latency', '0');
+    await page.fill('#priority-value', '50');
+    await page.click('#start-urgent');
+    const preempted = page.locator('#events tr[data-type="preempted"][data-instance="B"]');
+    await preempted.waitFor({ timeout: 15_000 });
+    const urgentToken = (await preempted.first().getAttribute('data-token'))!;
+    expect(BigInt(urgentToken)).toBeGreaterThan(BigInt(runningToken));
+    expect(await preempted.first().textContent()).toContain(`fencing token ${runningToken} → ${urgentToken}`);
+    await page.locator(`#events tr[data-type="report-discarded"][data-token="${runningToken}"]`).waitFor();
+    await page.locator(`#events tr[data-type="report-saved"][data-token="${urgentToken}"]`).waitFor();
+    const { rows } = await client!.query(
+      'SELECT fencing_token::text AS token, priority FROM job_result WHERE user_id = 8 ORDER BY fencing_token',
+    );
+    expect(rows).toEqual([{ token: urgentToken, priority: 50 }]);
+    await page.locator('#events').screenshot({ path: PREEMPTION_SCREENSHOT });
+  }, 60_000);
 });

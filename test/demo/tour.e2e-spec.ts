@@ -168,6 +168,38 @@ describe('the other doors into the same lease', () => {
     ]);
   });
 
+  test('an urgent rebuild preempts a running one: discarded there, saved here with a higher token; both tokens shown', async () => {
+    const { A, B } = stack!.urls;
+    const running = await post(`${A}/api/users/6/report`, { latencyMs: 60_000 });
+    expect(running.status).toBe(202);
+    const runningToken = String(running.body.fencingToken);
+    const urgent = await post(`${B}/api/admin/users/6/report/urgent`, { latencyMs: 0 });
+    expect(urgent).toMatchObject({ status: 202, body: { status: 'preempting', priority: 100 } });
+    let saved: Array<Record<string, any>> = [];
+    for (const until = Date.now() + 30_000; saved.length === 0 && Date.now() < until;) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      saved = await rows('SELECT fencing_token, instance, priority FROM job_result WHERE user_id = 6');
+    }
+    // Only the urgent report was saved: the running one's save would have been refused.
+    expect(saved).toHaveLength(1);
+    expect(saved[0]).toMatchObject({ instance: 'B', priority: 100 });
+    expect(BigInt(saved[0].fencing_token)).toBeGreaterThan(BigInt(runningToken));
+    // The dashboard's recent events (GET /api/state): B's preemption names both fencing tokens, A's report is discarded.
+    const events = async (url: string) =>
+      ((await (await fetch(`${url}/api/state`)).json()) as { events: Array<Record<string, string>> }).events;
+    const preempted = (await events(B)).find((event) => event.type === 'preempted');
+    expect(preempted).toMatchObject({ targetKey: 'report:user:6', fencingToken: String(saved[0].fencing_token) });
+    expect(preempted!.detail).toContain(`fencing token ${runningToken} → ${saved[0].fencing_token}`);
+    let discarded: Record<string, string> | undefined;
+    for (const until = Date.now() + 10_000; !discarded && Date.now() < until;) {
+      discarded = (await events(A)).find(
+        (event) => event.type === 'report-discarded' && event.fencingToken === runningToken,
+      );
+      if (!discarded) await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(discarded?.detail).toMatch(/preempted/);
+  });
+
   test('bad input is a 400, not a lease', async () => {
     const answer = await post(`${stack!.urls.A}/api/users/5/report`, { latencyMs: -1 });
     expect(answer.status).toBe(400);

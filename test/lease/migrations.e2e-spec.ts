@@ -10,26 +10,34 @@ import { DataSource } from 'typeorm';
 import { columnCheckName } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
+/** A database of its own, its admin client, and a DataSource with the lease entities and migrations, initialized. */
+async function migratable(prefix: string) {
+  const db = await createTestDatabase(prefix);
+  const admin = await adminClient(db.url);
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: db.url,
+    entities: [...leaseEntities],
+    migrations: [...leaseMigrations],
+  });
+  await dataSource.initialize();
+  return { db, admin, dataSource };
+}
+
 describe('schema migrations', () => {
   test('leaseMigrations create the tables, the sequences and only the primary key on the lease table; revert drops them', async () => {
-    const db = await createTestDatabase('migrations');
-    const admin = await adminClient(db.url);
-    const dataSource = new DataSource({
-      type: 'postgres',
-      url: db.url,
-      entities: [...leaseEntities],
-      migrations: [...leaseMigrations],
-    });
-    await dataSource.initialize();
+    const { db, admin, dataSource } = await migratable('migrations');
     try {
       // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25),
       // the semaphores' slot_limit column (issue 30).
+      // the preemption column (issue 24 part 2).
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
         'AddLeaseSlotLimit1796256000000',
+        'AddLeasePreemption1796342400000',
       ]);
       const operatorTables = await admin.query(
         `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
@@ -69,12 +77,19 @@ describe('schema migrations', () => {
       expect(slot?.slot).toBe(0);
       await service.close();
 
+      await dataSource.undoLastMigration(); // the preemption column
+      const column = await admin.query(
+        `SELECT 1 FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
+      );
+      expect(column.rowCount).toBe(0);
       await dataSource.undoLastMigration(); // the slot_limit column
       const slotLimit = await admin.query(
         `SELECT 1 FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'slot_limit'`,
       );
       expect(slotLimit.rowCount).toBe(0);
-      // Without the column single holders work, and a limited call says which migration to run.
+      // Without the column single holders work, and a limited call says which migration to run. (Bootstrap itself
+      // refuses tables without the later preemption column: it is put back by hand for this check, then dropped.)
+      await admin.query('ALTER TABLE job_lease ADD COLUMN preempt_of uuid');
       const unmigrated = new LeaseService(dataSource, {
         heartbeatIntervalMs: 100,
         leaseTimeoutMs: 1_000,
@@ -86,6 +101,7 @@ describe('schema migrations', () => {
       expect(refused).toBeInstanceOf(LeaseConfigError);
       expect((refused as Error).message).toMatch(/AddLeaseSlotLimit/);
       await unmigrated.close();
+      await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
       await dataSource.undoLastMigration(); // the operator's tables
       const consoleLeft = await admin.query(
@@ -171,6 +187,30 @@ test('the CHECK constraint names written in the DDL are the ones PostgreSQL give
       }
     }
   } finally {
+    await admin.end();
+    await db.drop();
+  }
+});
+
+test('an installation older than preempt: true: bootstrap names AddLeasePreemption; createSchema adds the column', async () => {
+  const { db, admin, dataSource } = await migratable('before_preempt');
+  try {
+    await dataSource.runMigrations();
+    await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
+    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const refused = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
+    expect(refused).toBeInstanceOf(LeaseConfigError);
+    expect(refused.message).toMatch(/AddLeasePreemption1796342400000/);
+    expect(refused.message).toMatch(/ADD COLUMN IF NOT EXISTS preempt_of uuid/);
+    const service = new LeaseService(dataSource, { ...options, createSchema: true });
+    await service.init();
+    const column = await admin.query(
+      `SELECT data_type FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
+    );
+    expect(column.rows).toEqual([{ data_type: 'uuid' }]);
+    await service.close();
+  } finally {
+    await dataSource.destroy();
     await admin.end();
     await db.drop();
   }

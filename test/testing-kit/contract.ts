@@ -248,6 +248,42 @@ export function leaseContract(subject: () => ContractSubject): void {
     await again!.release();
   });
 
+  it('preempts a holder of lower priority: its signal aborts (preempted), the preemptor gets a larger token', async () => {
+    const { service } = subject();
+    const key = freshKey('preempt');
+    const events: string[] = [];
+    const sub = service.events$.subscribe((event) => {
+      if (event.type === 'preempted') events.push(`preempted forced=${event.forced}`);
+      if (event.type === 'lost') events.push(`lost ${event.reason}`);
+    });
+    const holder = await service.acquire(key, { priority: 1 });
+    try {
+      // Equal priority never preempts.
+      await expect(
+        service.acquire(key, { priority: 1, preempt: true, preemptGraceMs: 0, waitTimeoutMs: 200 }),
+      ).rejects.toBeInstanceOf(LeaseWaitTimeoutError);
+      expect(holder.isHeld()).toBe(true);
+      const preempting = service.acquire(key, { priority: 2, preempt: true, preemptGraceMs: 30_000 });
+      const reason = await aborted(holder.signal);
+      expect(reason).toBeInstanceOf(LeaseLostError);
+      expect((reason as LeaseLostError).reason).toBe('preempted');
+      await expect(holder.fenced(async () => 'saved')).rejects.toBeInstanceOf(LeaseLostError);
+      await holder.release();
+      const lease = await preempting;
+      expect(lease.fencingToken > holder.fencingToken).toBe(true);
+      // A holder that ignores its signal is taken over at the end of the grace.
+      const urgent = service.acquire(key, { priority: 3, preempt: true, preemptGraceMs: 50 });
+      const taken = await urgent;
+      expect(taken.fencingToken > lease.fencingToken).toBe(true);
+      expect(lease.isHeld()).toBe(false);
+      await lease.release();
+      await taken.release();
+      expect(events).toEqual(['lost preempted', 'preempted forced=false', 'lost preempted', 'preempted forced=true']);
+    } finally {
+      sub.unsubscribe();
+    }
+  });
+
   it('lists the holder and its waiters in grant order, JSON-safe', async () => {
     const { service } = subject();
     const key = freshKey('list');

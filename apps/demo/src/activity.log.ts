@@ -36,15 +36,18 @@ export class ActivityLog implements OnModuleDestroy {
       const detail =
         event.type === 'lost'
           ? `reason: ${event.reason}`
-          : event.type === 'taken-over'
-            ? `from ${event.previousOwner ?? 'an expired holder'}`
-            : event.type === 'wait-ended'
-              ? `${event.outcome} after ${Math.round(event.waitedMs)} ms (priority ${event.priority})`
-              : event.type === 'waiting'
-                ? `priority ${event.priority}`
-                : event.type === 'renew-failed'
-                  ? event.error
-                  : undefined;
+          : event.type === 'preempted'
+            ? `fencing token ${event.previousFencingToken} → ${event.fencingToken}: priority ${event.previousPriority} ` +
+              `preempted by ${event.priority}, ${event.forced ? 'taken over at the end of the grace' : 'released in the grace'}`
+            : event.type === 'taken-over'
+              ? `from ${event.previousOwner ?? 'an expired holder'}`
+              : event.type === 'wait-ended'
+                ? `${event.outcome} after ${Math.round(event.waitedMs)} ms (priority ${event.priority})`
+                : event.type === 'waiting'
+                  ? `priority ${event.priority}`
+                  : event.type === 'renew-failed'
+                    ? event.error
+                    : undefined;
       this.add({ type, targetKey, fencingToken, detail }, at);
     });
   }

@@ -30,6 +30,13 @@ function reportRequest(body: unknown): ReportRequest {
   return { latencyMs: optionalInteger(fields, 'latencyMs', 0, 600_000) };
 }
 
+/** An admin request's priority (`defaultPriority` when absent) and its report request. */
+function adminRequest(body: unknown, defaultPriority: number): { priority: number; request: ReportRequest } {
+  const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
+  const priority = optionalInteger(fields, 'priority', -1_000_000, 1_000_000) ?? defaultPriority;
+  return { priority, request: reportRequest(body) };
+}
+
 function view(result: JobResult) {
   return {
     userId: result.userId,
@@ -42,8 +49,9 @@ function view(result: JobResult) {
 }
 
 /**
- * Three doors into the same lease per user: a decorated service method run in the background (202 / 409), a
- * decorated controller handler (synchronous), and `LeaseService.run` with a priority (admin, waits its turn).
+ * Four doors into the same lease per user: a decorated service method run in the background (202 / 409), a
+ * decorated controller handler (synchronous), and `LeaseService.run` with a priority (admin, waits its turn) or
+ * preempting (admin, urgent: takes the user over from a running report of lower priority).
  */
 @Controller('api')
 export class ReportsController {
@@ -71,10 +79,18 @@ export class ReportsController {
   @Post('admin/users/:id/report')
   @HttpCode(202)
   enqueue(@Param('id', ParseIntPipe) userId: number, @Body() body: unknown) {
-    const fields = body && typeof body === 'object' ? (body as Record<string, unknown>) : {};
-    const priority = optionalInteger(fields, 'priority', -1_000_000, 1_000_000) ?? 10;
-    this.reports.enqueue(userId, priority, reportRequest(body));
+    const { priority, request } = adminRequest(body, 10);
+    this.reports.enqueue(userId, priority, request);
     return { status: 'queued', userId, instance: this.config.instance, priority };
+  }
+
+  /** Admin: an urgent rebuild (default priority 100) that preempts a running report of lower priority. */
+  @Post('admin/users/:id/report/urgent')
+  @HttpCode(202)
+  rebuildUrgently(@Param('id', ParseIntPipe) userId: number, @Body() body: unknown) {
+    const { priority, request } = adminRequest(body, 100);
+    this.reports.rebuildUrgently(userId, priority, request);
+    return { status: 'preempting', userId, instance: this.config.instance, priority };
   }
 
   @Get('users/:id/report')

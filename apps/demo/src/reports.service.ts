@@ -71,6 +71,23 @@ export class ReportsService {
   }
 
   /**
+   * Admin: an urgent rebuild (README: "Preemption"). It does not wait for a running report of lower priority: that
+   * run is told to stop (its scoring call is cancelled, its save refused) and this one builds with a higher fencing
+   * token as soon as the running one lets go, or at the end of the grace whatever it does.
+   */
+  rebuildUrgently(userId: number, priority: number, request: ReportRequest = {}): void {
+    this.leases
+      .run(reportKey(userId), (lease) => this.produce(userId, lease, { ...request, priority }), {
+        priority,
+        preempt: true,
+        waitTimeoutMs: ADMIN_WAIT_MS,
+      })
+      .catch((error: unknown) =>
+        this.logger.warn(`Urgent report for user ${userId} ended without a save: ${String(error)}`),
+      );
+  }
+
+  /**
    * The work under a held lease. The lease's signal goes to the external call, so a lost lease cancels it; the
    * save is fenced, so a run that lost its lease writes nothing even if it gets this far.
    */

@@ -20,6 +20,7 @@ export const LEASE_CHANNELS: Readonly<Record<LeaseEventType, string>> = Object.f
   busy: 'nest-pg-lease:busy',
   waiting: 'nest-pg-lease:waiting',
   'wait-ended': 'nest-pg-lease:wait-ended',
+  preempted: 'nest-pg-lease:preempted',
   'acquire-ended': 'nest-pg-lease:acquire-ended',
   elected: 'nest-pg-lease:elected',
   revoked: 'nest-pg-lease:revoked',

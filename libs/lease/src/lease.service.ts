@@ -54,9 +54,10 @@ export class LeaseService {
   }
 
   /**
-   * Runs `work` under the lease: acquire (waiting only when a priority or waitTimeoutMs is given, else
+   * Runs `work` under the lease: acquire (waiting only when a priority, waitTimeoutMs or preempt is given, else
    * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain. With
-   * `onBusy: 'join'`, a busy target's run is joined: its outcome is this call's (see `RunOptions`).
+   * `onBusy: 'join'`, a busy target's run is joined: its outcome is this call's (see `RunOptions`); with `preempt`, a
+   * holder of lower priority is made to give the target up (README: "Preemption").
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);

@@ -20,6 +20,18 @@ export interface LoopPlan {
    * `historyTarget`), so the checker judges every slot as a key of its own and counts the slots of each key.
    */
   limit?: number;
+  /**
+   * Preemption storms (issue 24): this share of the leases (0–1) is acquired with `preempt: true` at one of
+   * `priorities` (chosen at random; the others at priority 0), waiting `graceMs` for the holder before the takeover.
+   */
+  preempt?: { share: number; priorities: number[]; graceMs: number };
+  /**
+   * This share of the leases (0–1) is a joinable run (`run(key, work, { onBusy: 'join' })`): its work makes the
+   * fenced writes and returns the last one's op id; a call that got another run's outcome reports it (`joined`).
+   */
+  joinShare?: number;
+  /** This share of the other leases (0–1) ignores its signal: its work takes `ms` whatever happens (a stubborn holder). */
+  stubborn?: { share: number; ms: number };
 }
 
 export interface WorkerConfig {
@@ -65,8 +77,11 @@ export type WorkerMessage =
   | { t: 'inside'; opId: string }
   /** A NOTIFY handed this worker a grant (`dieOnGrant`): it dies once this is sent. */
   | { t: 'grant-heard'; fencingToken: string }
+  | { t: 'preempted'; key: string; fencingToken: string; previousFencingToken: string; forced: boolean }
+  /** A joinable call settled with another run's outcome: that run's last fenced write and its token. */
+  | { t: 'joined'; key: string; opId: string; fencingToken: string }
   | { t: 'reply'; id: number; ok: boolean; value?: unknown; error?: string }
-  | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number };
+  | { t: 'done'; leases: number; busy: number; waitTimeouts: number; errors: number; joins?: number };
 
 export type Command =
   /**

@@ -99,20 +99,70 @@ function watch(lease: Lease): void {
   );
 }
 
+type LoopStats = Record<'leases' | 'busy' | 'waitTimeouts' | 'errors' | 'joins', number>;
+
+/**
+ * A joinable run (`onBusy: 'join'`): its work makes the plan's fenced writes and returns the last one (a refused
+ * write fails the run: it saved nothing). A call whose own work did not run got another run's outcome: reported.
+ */
+async function joinableRun(
+  leases: LeaseService,
+  dataSource: DataSource,
+  plan: NonNullable<WorkerConfig['loop']>,
+  key: string,
+  stats: LoopStats,
+): Promise<void> {
+  let ran = false;
+  const outcome = await leases.run(
+    key,
+    async (lease) => {
+      ran = true;
+      stats.leases++;
+      watch(lease);
+      await sleep(plan.workMs * (0.5 + Math.random()), lease.signal);
+      let last = '';
+      for (let w = 0; w < plan.writesPerLease; w++) {
+        last = randomUUID();
+        if ((await fencedWrite(dataSource, lease, last)) !== 'ack') throw new Error('a write was not saved');
+      }
+      return { opId: last, fencingToken: lease.fencingToken.toString() };
+    },
+    { onBusy: 'join', joinTimeoutMs: Math.max(plan.waitTimeoutMs, 1_000) },
+  );
+  if (!ran) {
+    stats.joins++;
+    send({ t: 'joined', key, ...outcome });
+  }
+}
+
 async function loop(
   leases: LeaseService,
   dataSource: DataSource,
   plan: NonNullable<WorkerConfig['loop']>,
-  stats: Record<'leases' | 'busy' | 'waitTimeouts' | 'errors', number>,
+  stats: LoopStats,
   index: number,
 ): Promise<void> {
   const until = performance.now() + plan.durationMs;
   // `iterations` counts leases obtained, not attempts: busy and failed attempts only cost time.
   for (let leased = 0; leased < plan.iterations && performance.now() < until && !stopping;) {
     const key = plan.keys[(index + Math.floor(Math.random() * plan.keys.length)) % plan.keys.length];
+    const mode = Math.random();
     try {
-      const lease =
-        plan.waitTimeoutMs > 0
+      if (plan.joinShare && mode < plan.joinShare) {
+        leased++;
+        await joinableRun(leases, dataSource, plan, key, stats);
+        continue;
+      }
+      const preempt = plan.preempt && mode >= 1 - plan.preempt.share ? plan.preempt : undefined;
+      const priority = preempt?.priorities[Math.floor(Math.random() * preempt.priorities.length)];
+      const lease = preempt
+        ? await leases.acquire(key, {
+            priority,
+            preempt: true,
+            preemptGraceMs: preempt.graceMs,
+            waitTimeoutMs: Math.max(plan.waitTimeoutMs, preempt.graceMs + 1_000),
+          })
+        : plan.waitTimeoutMs > 0
           ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs, limit: plan.limit })
           : await leases.tryAcquire(key, { limit: plan.limit });
       if (!lease) {
@@ -124,7 +174,8 @@ async function loop(
       leased++;
       watch(lease);
       try {
-        await sleep(plan.workMs * (0.5 + Math.random()), lease.signal);
+        if (!preempt && plan.stubborn && Math.random() < plan.stubborn.share) await sleep(plan.stubborn.ms);
+        else await sleep(plan.workMs * (0.5 + Math.random()), lease.signal);
         // Written even when the signal aborted: the fence (not the caller's diligence) must refuse it.
         for (let w = 0; w < plan.writesPerLease; w++) {
           const last = w === plan.writesPerLease - 1;
@@ -177,6 +228,15 @@ async function main(): Promise<void> {
     if (event.type === 'lost') {
       send({ t: 'lost', key: event.targetKey, fencingToken: event.fencingToken.toString(), reason: event.reason });
     }
+    if (event.type === 'preempted') {
+      send({
+        t: 'preempted',
+        key: event.targetKey,
+        fencingToken: event.fencingToken.toString(),
+        previousFencingToken: event.previousFencingToken.toString(),
+        forced: event.forced,
+      });
+    }
   });
   const held = new Map<string, Lease>();
   let finish!: () => void;
@@ -227,7 +287,7 @@ async function main(): Promise<void> {
   });
   send({ t: 'ready' });
 
-  const stats = { leases: 0, busy: 0, waitTimeouts: 0, errors: 0 };
+  const stats = { leases: 0, busy: 0, waitTimeouts: 0, errors: 0, joins: 0 };
   if (config.elect) {
     const { key, priority, writeEveryMs } = config.elect;
     const leadership = leases.elect(key, {

@@ -289,6 +289,10 @@ document.addEventListener('click', (event) => {
     const priority = Number($<HTMLInputElement>('#priority-value').value);
     void act(`/api/admin/users/${user()}/report`, { latencyMs: latencyMs(), priority });
   }
+  if (target.id === 'start-urgent') {
+    const priority = Number($<HTMLInputElement>('#priority-value').value);
+    void act(`/api/admin/users/${user()}/report/urgent`, { latencyMs: latencyMs(), priority });
+  }
   if (target.id === 'start-sync') void act(`/api/users/${user()}/report/sync`, { latencyMs: latencyMs() });
   if (target.dataset.kill) void act('/api/kill', undefined, target.dataset.kill);
   const key = () => $<HTMLInputElement>('#console-key').value;

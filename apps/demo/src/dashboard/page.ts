@@ -46,6 +46,7 @@ export const DASHBOARD_HTML = `<!doctype html>
     <button class="primary" id="start">Start report</button>
     <button id="start-priority">High-priority report (waits its turn)</button>
     <button id="start-sync">Build now (synchronous)</button>
+    <button id="start-urgent">Urgent rebuild (preempts a running one)</button>
   </div>
   <p>Last answer: <span id="answer">-</span></p>
 </section>

@@ -11,10 +11,11 @@ import {
   grantStatements,
   joinResultStatements,
   leaseObjectNames,
+  preemptionStatements,
   schemaStatements,
   tokenLayoutStatement,
 } from '../schema/lease-schema.js';
-import { tokenLayoutMigrationName } from '../schema/migration-names.js';
+import { preemptionMigrationName, tokenLayoutMigrationName } from '../schema/migration-names.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -51,6 +52,7 @@ export class BootstrapChecks {
       );
     }
     await this.checkJoinResults();
+    await this.checkPreemption();
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
@@ -100,6 +102,19 @@ export class BootstrapChecks {
     const { role, allowed } = await this.store.schema.mayCreateSchema();
     if (!allowed) throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
     await this.store.schema.createJoinResults();
+  }
+
+  /** The preemption column came with a later migration: the same rule as the join result table's. */
+  private async checkPreemption(): Promise<void> {
+    if (!(await this.store.schema.preemptionMissing())) return;
+    if (!this.options.createSchema) {
+      const [statement] = preemptionStatements(this.options);
+      const table = leaseObjectNames(this.options).lease;
+      throw new LeaseConfigError(messages.preemptionMissing(table, preemptionMigrationName(this.options), statement));
+    }
+    const { role, allowed } = await this.store.schema.mayCreateSchema();
+    if (!allowed) throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
+    await this.store.schema.createPreemption();
   }
 
   /**

@@ -101,7 +101,7 @@ export class FencedTransactions {
           onLockFailed();
           throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
         }
-        const { leaseToken: token, timeline, forced } = locked;
+        const { leaseToken: token, timeline, forced, preemptOf } = locked;
         // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
         const acquiredIn = timelineOf(lease.fencingToken);
         if (timeline !== acquiredIn) {
@@ -109,8 +109,9 @@ export class FencedTransactions {
           this.lose(lease, 'failover', detail);
           throw new LeaseLostError(lease.targetKey, 'failover', detail);
         }
-        if (token !== lease.token) {
-          const reason = forced ? 'released-by-operator' : 'taken-over';
+        // Asked to stop by a preempting caller, or taken over by it: never a write of the holder from then on.
+        if (token !== lease.token || preemptOf === lease.token) {
+          const reason = preemptOf === lease.token ? 'preempted' : forced ? 'released-by-operator' : 'taken-over';
           this.lose(lease, reason);
           throw new LeaseLostError(lease.targetKey, reason);
         }

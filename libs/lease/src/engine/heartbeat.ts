@@ -14,6 +14,8 @@ export type RenewOutcome =
       readonly failover?: ReadonlySet<string>;
       /** Ids whose lease an operator force-released: not renewed, lost (`released-by-operator`). */
       readonly forced?: ReadonlySet<string>;
+      /** Ids a preempting caller asked to stop, or took over: lost (`preempted`). */
+      readonly preempted?: ReadonlySet<string>;
     };
 
 /** What one heartbeat tick did for its batch. */
@@ -34,6 +36,8 @@ export interface HeartbeatTick<M> {
   readonly failover?: ReadonlySet<string>;
   /** Ids whose lease an operator force-released: not renewed, lost (`released-by-operator`). */
   readonly forced?: ReadonlySet<string>;
+  /** Ids a preempting caller asked to stop, or took over: lost (`preempted`). */
+  readonly preempted?: ReadonlySet<string>;
   /** The error of a failed tick (transient until the local deadline; the next tick retries). */
   readonly error?: unknown;
 }
@@ -66,8 +70,9 @@ export function batchedHeartbeat<M>(
             expired = NONE,
             failover = NONE,
             forced = NONE,
+            preempted = NONE,
           } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
-          return { batch, sentAt, latencyMs, kept, skipped, expired, failover, forced };
+          return { batch, sentAt, latencyMs, kept, skipped, expired, failover, forced, preempted };
         }),
         catchError((error: unknown) =>
           of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error }),

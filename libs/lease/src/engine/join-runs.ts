@@ -133,8 +133,14 @@ export class JoinRuns {
         // The holder ended without an outcome (died, lost its lease): try again, to run the work ourselves.
         continue;
       }
+      // A run ending without an outcome is forgotten at once, before its release: a local joiner that finds it
+      // must not see it again (it would loop on the settled promise, in microtasks, while the release waits for I/O).
+      const ended = (joinOutcome: JoinOutcome) => {
+        if (joinOutcome.kind === 'gone') this.forget(targetKey, outcome);
+        settle(joinOutcome);
+      };
       try {
-        return await this.hold(targetKey, entry, work, settle);
+        return await this.hold(targetKey, entry, work, ended);
       } finally {
         this.forget(targetKey, outcome);
       }

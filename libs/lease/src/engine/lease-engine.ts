@@ -8,9 +8,10 @@ import { JoinRuns } from './join-runs.js';
 import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
-import { lostEvent, releasedEvent } from './lease-events.js';
+import { grantedEvent, lostEvent, releasedEvent } from './lease-events.js';
 import { LeaseTelemetry } from './lease-telemetry.js';
 import { OperatorHooks } from './operator-hooks.js';
+import { Preemption } from './preemption.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
@@ -34,13 +35,14 @@ import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import { callRequest, keyTemplateOf, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
+import { callRequest, keyTemplateOf, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
 import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
 import { acquireRow, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
+import type { AcquiredRow } from '../store/store.types.js';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
@@ -59,6 +61,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** The resolved options (defaults applied). */
   readonly options: ResolvedLeaseOptions;
   private readonly joins: JoinRuns;
+  private readonly preemption: Preemption;
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
@@ -126,11 +129,19 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       this.options,
       () => this.database.sessionConfig('listen'),
       (waiter) =>
-        this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate, {
-          limit: this.limits.of(waiter),
-        }),
+        this.preemption.attempt(waiter, () =>
+          this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate, {
+            limit: this.limits.of(waiter),
+          }),
+        ),
       this.logger,
     );
+    this.preemption = new Preemption(this.store.preempt, this.options.owner, {
+      held: this.held,
+      lose: (lease, reason) => this.lose(lease, reason),
+      emit: (event) => this.emit(event),
+      adopt: (request, leaseToken, row) => this.track(this.adopt(request, leaseToken, row)),
+    });
     this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
     this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
     this.telemetry = new LeaseTelemetry(this.options, this.store, (event) => this.emit(event), track);
@@ -242,22 +253,24 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
     const request = callRequest(targetKey, options);
     const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
+    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.track(
-      this.telemetry.acquire(request, () => this.waitFor(request, waitTimeoutMs, options.signal), options.signal),
-    );
+    const wait = () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
+    return this.track(this.telemetry.acquire(request, wait, options.signal));
   }
 
   /**
    * The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: one check of the input, one
    * reentrancy lookup, then a borrowed lease (the call chain already holds the key), a wait in line (a priority or
-   * waitTimeoutMs given) or one attempt (`LeaseBusyError` when refused). A signal already aborted touches nothing.
+   * waitTimeoutMs given, or preempt) or one attempt (`LeaseBusyError` when refused). A signal already aborted touches
+   * nothing.
    */
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
     const request = callRequest(targetKey, options);
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
+    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
+    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined || graceMs !== undefined;
     const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
@@ -265,7 +278,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const lease = await this.track(
       this.telemetry.acquire(
         request,
-        () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal) : this.tryOnce(request)),
+        () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
         options.signal,
       ),
     );
@@ -283,18 +296,29 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return lease;
   }
 
-  /** One attempt, then the priority line until `waitTimeoutMs` (or the signal) ends the wait. */
-  private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
+  /**
+   * One attempt, then the priority line until `waitTimeoutMs` (or the signal) ends the wait; with `graceMs`, a
+   * preempting call (see `Preemption`).
+   */
+  private async waitFor(
+    request: LeaseRequest,
+    waitTimeoutMs: number,
+    signal?: AbortSignal,
+    graceMs?: number,
+  ): Promise<Lease> {
     const { targetKey, priority, holdMs, keyTemplate } = request;
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
     // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
     const queues = waitTimeoutMs > 0 && this.queue.hasRoom() && request.limit === 1;
     const waiter = queues ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
+    if (waiter && graceMs !== undefined) this.preemption.track(waiter, request, graceMs);
+    const first = () =>
+      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate, request);
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
     // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
-      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate, request),
+      waiter ? this.preemption.attempt(waiter, first) : first(),
       until + this.queue.graceMs,
       signal,
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
@@ -307,6 +331,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const inLine =
       waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);
+    if (!waiter && graceMs !== undefined) this.preemption.track(inLine, request, graceMs);
     return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
   }
 
@@ -321,6 +346,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   }
 
   joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
+    preemptGraceOf(options, this.options.preemptGraceMs); // a join never preempts (LeaseArgumentError)
     return this.joins.run(targetKey, work, options);
   }
 
@@ -426,6 +452,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       }
       return null;
     }
+    return this.adopt({ targetKey, priority, holdMs, keyTemplate, limit }, leaseToken, row);
+  }
+
+  /** The lease of a grant: given back when shutdown began or its answer came too late; else held and renewed. */
+  private async adopt(request: LeaseRequest, leaseToken: string, row: AcquiredRow): Promise<HeldLease> {
+    const { targetKey, priority, keyTemplate } = request;
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
@@ -436,9 +468,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
       await this.retries.releaseRow(rowKeyOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
-      throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), {
-        kind: 'failing',
-      });
+      throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), { kind: 'failing' });
     }
     const lease = new HeldLease(targetKey, leaseToken, row.fencingToken, row.sentAt, localLimitMs, this, (expired) =>
       this.lose(expired, 'renewal-deadline'),
@@ -446,39 +476,14 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     lease.keyTemplate = keyTemplate;
     lease.tookOver = row.tookOver;
     markSlot(lease, row);
-    const slot = lease.slot === undefined ? {} : { slot: lease.slot };
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);
     this.heartbeat.start();
-    const at = new Date();
     if (row.tookOver) {
-      this.logger.log(
-        `Took over expired lease on "${targetKey}" from ${row.previousOwner ?? 'unknown'} ` +
-          `(fencing token ${row.fencingToken})`,
-      );
-      this.emit({
-        type: 'taken-over',
-        targetKey,
-        keyTemplate,
-        fencingToken: row.fencingToken,
-        priority,
-        owner: this.options.owner,
-        previousOwner: row.previousOwner,
-        ...slot,
-        at,
-      });
-    } else {
-      this.emit({
-        type: 'acquired',
-        targetKey,
-        keyTemplate,
-        fencingToken: row.fencingToken,
-        priority,
-        owner: this.options.owner,
-        ...slot,
-        at,
-      });
+      const from = row.previousOwner ?? 'unknown';
+      this.logger.log(`Took over expired lease on "${targetKey}" from ${from} (fencing token ${row.fencingToken})`);
     }
+    this.emit(grantedEvent(lease, priority, this.options.owner, row.tookOver ? row : undefined));
     return lease;
   }
 

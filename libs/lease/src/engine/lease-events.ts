@@ -43,3 +43,50 @@ export function waitEndedEvent(
   const { targetKey, keyTemplate, priority } = call;
   return { type: 'wait-ended', targetKey, keyTemplate, priority, outcome, waitedMs, at: new Date() };
 }
+
+/** A grant's event: `taken-over` when it took an expired row over (naming its previous owner), else `acquired`. */
+export function grantedEvent(
+  lease: EventLease,
+  priority: number,
+  owner: string,
+  takeover?: { previousOwner: string | null },
+): LeaseEvent {
+  const { targetKey, keyTemplate, fencingToken } = lease;
+  const common = { targetKey, keyTemplate, fencingToken, priority, owner, ...slotOf(lease), at: new Date() };
+  return takeover
+    ? { type: 'taken-over', ...common, previousOwner: takeover.previousOwner }
+    : { type: 'acquired', ...common };
+}
+
+/** What a `preempted` event names of the grant the preemptor ended. */
+export interface EndedGrant {
+  readonly fencingToken: bigint;
+  readonly priority: number;
+  readonly owner: string;
+}
+
+/** A preempting call's grant (`lease`, at `priority`, by `owner`) that ended `previous` (README: "Preemption"). */
+export function preemptedEvent(
+  lease: EventLease,
+  priority: number,
+  owner: string,
+  previous: EndedGrant,
+  forced: boolean,
+  waitedMs: number,
+): LeaseEvent {
+  const { targetKey, keyTemplate, fencingToken } = lease;
+  return {
+    type: 'preempted',
+    targetKey,
+    keyTemplate,
+    fencingToken,
+    previousFencingToken: previous.fencingToken,
+    priority,
+    previousPriority: previous.priority,
+    owner,
+    previousOwner: previous.owner,
+    forced,
+    waitedMs,
+    at: new Date(),
+  };
+}

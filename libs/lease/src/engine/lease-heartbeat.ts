@@ -105,7 +105,10 @@ export class LeaseHeartbeat {
     }
     for (const lease of tick.batch) {
       if (!lease.active) continue;
-      if (tick.kept?.has(lease.token)) {
+      if (tick.preempted?.has(lease.token)) {
+        // Renewed or not, its work must stop: a preempting caller asked (or took over already).
+        this.lose(lease, 'preempted');
+      } else if (tick.kept?.has(lease.token)) {
         lease.confirm(tick.sentAt);
         this.emit({
           type: 'renewed',

@@ -11,6 +11,7 @@ const lossCauses: Record<LeaseLossReason, string> = {
   released: 'it was already released',
   failover: 'the database failed over since it was acquired',
   'released-by-operator': 'an operator force-released it',
+  preempted: 'a caller of higher priority preempted it',
 };
 
 /** The messages, by what they are about. */
@@ -95,6 +96,7 @@ export const messages = {
         'renewal-deadline': 'no renewal confirmed before the safety deadline',
         failover: `the database failed over since it was acquired (${detail ?? 'another history'}); its row may be gone`,
         'released-by-operator': 'an operator force-released it (see the audit table)',
+        preempted: 'a caller of higher priority preempts it: stop the work, its fenced writes are refused',
       }[reason]
     }`,
   grantPastDeadline: (localLimitMs: number) => `the grant arrived after its local deadline (${localLimitMs} ms)`,
@@ -189,6 +191,12 @@ export const messages = {
   exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
   exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw', 'skip' or 'join', got ${v1}`,
   onBusyArgument: (got: unknown) => `run's onBusy must be 'throw' or 'join', got ${JSON.stringify(got) ?? String(got)}`,
+  preemptArgument: (got: unknown) => `preempt must be a boolean, got ${JSON.stringify(got) ?? String(got)}`,
+  preemptGraceArgument: (got: unknown) =>
+    `preemptGraceMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
+  preemptWithOnBusy: (onBusy: string) =>
+    `preempt takes the target over; onBusy '${onBusy}' gives up on it (joins or skips): choose one of them`,
+  preemptSticky: () => '@Exclusive sticky keeps the lease for one instance: it cannot be combined with preempt',
   joinTimeoutArgument: (got: unknown) =>
     `joinTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
   joinObservable: (label: string) =>
@@ -213,6 +221,10 @@ export const messages = {
   joinResultsMissing: (table: string, statement: string) =>
     `The join result table ${table} is missing (an installation older than onBusy: 'join'): run leaseMigrations ` +
     '(its migration AddLeaseJoinResults), set createSchema: true, or, as the owner of the lease tables, run: ' +
+    statement,
+  preemptionMissing: (table: string, migration: string, statement: string) =>
+    `The lease table ${table} has no preempt_of column (an installation older than preempt: true): run ` +
+    `leaseMigrations (its migration ${migration}), set createSchema: true, or, as the owner of the lease tables, run: ` +
     statement,
   sequencesMissing: (sequences: string, statements: string) =>
     `The lease tables exist but the sequences ${sequences} are missing: the tables were built by TypeORM's ` +

@@ -70,8 +70,14 @@ export class LeaseMetrics implements OnModuleDestroy {
     });
     const lost = new Counter({
       name: metricName('lost_total'),
-      help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover, released-by-operator)',
+      help: 'Leases lost before release, by reason (taken-over, renewal-deadline, failover, released-by-operator, preempted)',
       labelNames: ['reason', 'key_template'],
+      registers,
+    });
+    const preemptions = new Counter({
+      name: metricName('preemptions_total'),
+      help: 'Targets this process took from a holder of lower priority (preempt: true), by how: yielded (released in its grace) or forced (taken over at its end)',
+      labelNames: ['outcome', 'key_template'],
       registers,
     });
     const renewFailures = new Counter({
@@ -145,8 +151,9 @@ export class LeaseMetrics implements OnModuleDestroy {
       if (seen.has(key_template)) return;
       seen.add(key_template);
       for (const counter of [acquisitions, takeovers, busy]) counter.inc({ key_template }, 0);
-      for (const reason of ['taken-over', 'renewal-deadline', 'failover', 'released-by-operator'])
+      for (const reason of ['taken-over', 'renewal-deadline', 'failover', 'released-by-operator', 'preempted'])
         lost.inc({ reason, key_template }, 0);
+      for (const outcome of ['yielded', 'forced']) preemptions.inc({ outcome, key_template }, 0);
       for (const outcome of ['granted', 'timeout', 'aborted', 'error']) waits.inc({ outcome, key_template }, 0);
     };
 
@@ -166,6 +173,9 @@ export class LeaseMetrics implements OnModuleDestroy {
         case 'taken-over':
           acquisitions.inc({ key_template: event.keyTemplate });
           takeovers.inc({ key_template: event.keyTemplate });
+          break;
+        case 'preempted':
+          preemptions.inc({ outcome: event.forced ? 'forced' : 'yielded', key_template: event.keyTemplate });
           break;
         case 'busy':
           busy.inc({ key_template: event.keyTemplate });

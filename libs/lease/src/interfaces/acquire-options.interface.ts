@@ -31,6 +31,16 @@ export interface AcquireOptions extends TryAcquireOptions {
   waitTimeoutMs?: number;
   /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
   signal?: AbortSignal;
+  /**
+   * Take the target over from a running holder of strictly lower priority (README: "Preemption"): its signal aborts
+   * with a `LeaseLostError` of reason `'preempted'`, and this call waits for its release up to `preemptGraceMs`,
+   * then takes over regardless with a higher fencing token (the holder's fenced writes are refused from then on).
+   * Never a holder of equal or higher priority, and never past a live waiter ahead in line. Waits in line like
+   * `acquire` (up to `waitTimeoutMs`). @default false
+   */
+  preempt?: boolean;
+  /** With `preempt`: how long the holder may take to release before the takeover. @default preemptGraceMs of the module */
+  preemptGraceMs?: number;
 }
 
 /** What a busy target does to a `run`: refuse it (`'throw'`) or settle with the outcome of the run holding it. */

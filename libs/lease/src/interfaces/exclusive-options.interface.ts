@@ -27,6 +27,13 @@ export interface ExclusiveOptions {
    * `onBusy: 'join'`. @default 1
    */
   limit?: number;
+  /**
+   * Take the target over from a running holder of strictly lower priority (see `AcquireOptions.preempt`; README:
+   * "Preemption"). The call waits in line (like a priority) and never joins or skips. @default false
+   */
+  preempt?: boolean;
+  /** With `preempt`: how long the holder may take to release before the takeover. @default preemptGraceMs of the module */
+  preemptGraceMs?: number;
   /** With `onBusy: 'join'`: how long to wait for the joined run. @default waitTimeoutMs, else defaultWaitTimeoutMs */
   joinTimeoutMs?: number;
   /**

@@ -36,7 +36,7 @@ export type LeaseEvent =
       targetKey: string;
       keyTemplate: string;
       fencingToken: bigint;
-      reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator';
+      reason: 'taken-over' | 'renewal-deadline' | 'failover' | 'released-by-operator' | 'preempted';
       /** Since the acquisition, until the loss. */
       heldMs: number;
       /** A semaphore's slot (`limit` above 1). */
@@ -51,6 +51,28 @@ export type LeaseEvent =
       heldMs: number;
       /** A semaphore's slot (`limit` above 1). */
       slot?: number;
+      at: Date;
+    }
+  | {
+      /**
+       * This process's preempting call (`preempt: true`) got the target from a holder of lower priority: the holder
+       * released in its grace (`forced: false`), or was taken over at its end (`forced: true`). Emitted after the
+       * call's `acquired` event.
+       */
+      type: 'preempted';
+      targetKey: string;
+      keyTemplate: string;
+      /** The preemptor's grant. */
+      fencingToken: bigint;
+      /** The grant it ended. */
+      previousFencingToken: bigint;
+      priority: number;
+      previousPriority: number;
+      owner: string;
+      previousOwner: string;
+      forced: boolean;
+      /** From the request to the grant. */
+      waitedMs: number;
       at: Date;
     }
   | { type: 'busy'; targetKey: string; keyTemplate: string; at: Date }

@@ -15,4 +15,10 @@ export type LeaseLossReason =
    * An operator force-released the lease (`LeaseOperator.forceRelease`, the console's action): its grant ended, and
    * an audit row says who, when and why.
    */
-  | 'released-by-operator';
+  | 'released-by-operator'
+  /**
+   * A caller of higher priority took the target over (`preempt: true`, README: "Preemption"): told to stop, the
+   * holder's lease ends at once (its fenced writes are refused); the row is given back when its work releases it, or
+   * taken over regardless after the preemptor's grace.
+   */
+  | 'preempted';

@@ -37,6 +37,14 @@ export interface LeaseModuleOptions {
    */
   joinResultTtlMs?: number;
   /**
+   * How long a preempting call (`preempt: true`) waits for the holder it asked to stop to release, before it takes
+   * the target over regardless (a higher fencing token: the holder's fenced writes are refused from then on). A
+   * holder in another process hears of it at its next renewal, so keep it above heartbeatIntervalMs. Per call:
+   * `preemptGraceMs` of the call. A non-negative integer (0: take over at once).
+   * @default 2 × heartbeatIntervalMs
+   */
+  preemptGraceMs?: number;
+  /**
    * Fallback poll of a waiting call, jittered between half and all of it. NOTIFY wakes waiters sooner; the poll covers
    * expired holders (which send no NOTIFY) and missed notifications.
    * @default heartbeatIntervalMs; behind `pooler: 'transaction'` without `sessionUrl` (no NOTIFY),
@@ -183,6 +191,7 @@ export interface ResolvedLeaseOptions {
   readonly waiterHeartbeatIntervalMs: number;
   readonly defaultWaitTimeoutMs: number;
   readonly joinResultTtlMs: number;
+  readonly preemptGraceMs: number;
   readonly waitPollIntervalMs: number;
   readonly notify: boolean;
   readonly traceTargetKeys: boolean;

@@ -1,5 +1,12 @@
 import { LeaseArgumentError, LeaseConfigError } from '../errors/lease.errors.js';
-import { type CallInput, checkCall, checkDeclared, exclusiveMetadata } from './call-input.js';
+import {
+  acquireOptionsOf,
+  type CallInput,
+  checkCall,
+  checkDeclared,
+  exclusiveMetadata,
+  preemptGraceOf,
+} from './call-input.js';
 
 /**
  * One rule per call input, whichever door it comes through: a value valid per call is valid at decoration, and a
@@ -26,6 +33,16 @@ const TABLE: Array<[CallInput, unknown, boolean]> = [
   ['holdAtLeastMs', -1, false],
   ['holdAtLeastMs', 2.5, false],
   ['holdAtLeastMs', '10', false],
+  ['preempt', true, true],
+  ['preempt', false, true],
+  ['preempt', 'yes', false],
+  ['preempt', 1, false],
+  ['preemptGraceMs', 0, true],
+  ['preemptGraceMs', 2_147_483_647, true],
+  ['preemptGraceMs', 2_147_483_648, false],
+  ['preemptGraceMs', -1, false],
+  ['preemptGraceMs', 1.5, false],
+  ['preemptGraceMs', '100', false],
 ];
 
 const thrown = (check: () => unknown): unknown => {
@@ -68,5 +85,48 @@ describe('call input: the same rules at decoration and per call', () => {
       'message',
       'holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got "10"',
     );
+  });
+});
+
+describe('preemption options', () => {
+  it('per call: no grace unless preempt is true; its own grace, else the module default', () => {
+    expect(preemptGraceOf({}, 600)).toBeUndefined();
+    expect(preemptGraceOf({ preempt: false, preemptGraceMs: 5 }, 600)).toBeUndefined();
+    expect(preemptGraceOf({ preempt: true }, 600)).toBe(600);
+    expect(preemptGraceOf({ preempt: true, preemptGraceMs: 0 }, 600)).toBe(0);
+  });
+
+  it('per call: a bad value, or a preempting join, is a LeaseArgumentError', () => {
+    expect(thrown(() => preemptGraceOf({ preempt: 'yes' as never }, 600))).toBeInstanceOf(LeaseArgumentError);
+    expect(thrown(() => preemptGraceOf({ preempt: true, preemptGraceMs: -1 }, 600))).toBeInstanceOf(LeaseArgumentError);
+    // Checked even when the call does not preempt: a typo never passes silently.
+    expect(thrown(() => preemptGraceOf({ preemptGraceMs: -1 }, 600))).toBeInstanceOf(LeaseArgumentError);
+    const join = thrown(() => preemptGraceOf({ preempt: true, onBusy: 'join' }, 600));
+    expect(join).toBeInstanceOf(LeaseArgumentError);
+    expect((join as Error).message).toMatch(/onBusy 'join'/);
+    // A semaphore's slots have no single holder to preempt.
+    const slots = thrown(() => preemptGraceOf({ preempt: true, limit: 2 }, 600));
+    expect(slots).toBeInstanceOf(LeaseArgumentError);
+    expect((slots as Error).message).toMatch(/limit above 1 cannot be combined with preempt/);
+    expect(preemptGraceOf({ preempt: true, limit: 1 }, 600)).toBe(600);
+  });
+
+  it('at decoration: preempt with onBusy join or skip, or with sticky, is a LeaseConfigError', () => {
+    expect(thrown(() => exclusiveMetadata('k', { preempt: true, limit: 3 }))).toBeInstanceOf(LeaseConfigError);
+    for (const onBusy of ['join', 'skip'] as const) {
+      expect(thrown(() => exclusiveMetadata('k', { preempt: true, onBusy }))).toBeInstanceOf(LeaseConfigError);
+    }
+    expect(thrown(() => exclusiveMetadata('k', { preempt: true, sticky: true }))).toBeInstanceOf(LeaseConfigError);
+    expect(exclusiveMetadata('k', { preempt: true, onBusy: 'throw', priority: 3 })).toEqual({
+      targetKey: 'k',
+      preempt: true,
+      onBusy: 'throw',
+      priority: 3,
+    });
+  });
+
+  it('the decoration carries preempt and its grace to the call', () => {
+    const metadata = exclusiveMetadata('k', { priority: 9, preempt: true, preemptGraceMs: 250 });
+    expect(acquireOptionsOf(metadata)).toEqual({ priority: 9, preempt: true, preemptGraceMs: 250 });
   });
 });

@@ -71,6 +71,13 @@ const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
       ? undefined
       : messages.joinTimeoutArgument(value),
+  /** Whether the call takes the target over from a holder of lower priority. */
+  preempt: (value: unknown) => (typeof value === 'boolean' ? undefined : messages.preemptArgument(value)),
+  /** Like waitTimeoutMs: a bound a timer can wait. */
+  preemptGraceMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
+      ? undefined
+      : messages.preemptGraceArgument(value),
 } satisfies Record<string, (value: unknown) => string | undefined>;
 
 /** An option a call (or a declaration) gives. */
@@ -122,9 +129,21 @@ export function exclusiveMetadata(
   const options: ExclusiveOptions =
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions } : { ...(priorityOrOptions ?? {}) };
   // The same rules as per call (checkCall), as configuration errors: a declaration's values never change.
-  for (const name of ['priority', 'waitTimeoutMs', 'holdAtLeastMs', 'joinTimeoutMs', 'limit'] as const) {
+  for (const name of [
+    'priority',
+    'waitTimeoutMs',
+    'holdAtLeastMs',
+    'joinTimeoutMs',
+    'limit',
+    'preempt',
+    'preemptGraceMs',
+  ] as const) {
     if (options[name] !== undefined) checkDeclared(name, options[name]);
   }
+  if (options.preempt && (options.onBusy === 'join' || options.onBusy === 'skip')) {
+    throw new LeaseConfigError(messages.declared(messages.preemptWithOnBusy(options.onBusy)));
+  }
+  if (options.preempt && options.sticky) throw new LeaseConfigError(messages.preemptSticky());
   if (options.onBusy !== undefined && !['throw', 'skip', 'join'].includes(options.onBusy)) {
     throw new LeaseConfigError(messages.exclusiveOnBusyUnknown(JSON.stringify(options.onBusy)));
   }
@@ -134,8 +153,13 @@ export function exclusiveMetadata(
   if (options.sticky && (typeof targetKey !== 'string' || /\{[^}]*\}/.test(targetKey))) {
     throw new LeaseConfigError(messages.stickyNeedsStringKey());
   }
-  if (options.limit !== undefined && options.limit > 1 && (options.sticky || options.onBusy === 'join')) {
-    throw new LeaseConfigError(messages.limitWithSingleHolderOption(options.sticky ? 'sticky' : "onBusy: 'join'"));
+  if (
+    options.limit !== undefined &&
+    options.limit > 1 &&
+    (options.sticky || options.onBusy === 'join' || options.preempt)
+  ) {
+    const option = options.sticky ? 'sticky' : options.preempt ? 'preempt' : "onBusy: 'join'";
+    throw new LeaseConfigError(messages.limitWithSingleHolderOption(option));
   }
   return { targetKey, ...options };
 }
@@ -147,6 +171,8 @@ export function acquireOptionsOf(metadata: ExclusiveMetadata): RunOptions {
   if (metadata.holdAtLeastMs !== undefined) options.holdAtLeastMs = metadata.holdAtLeastMs;
   if (metadata.joinTimeoutMs !== undefined) options.joinTimeoutMs = metadata.joinTimeoutMs;
   if (metadata.limit !== undefined) options.limit = metadata.limit;
+  if (metadata.preempt !== undefined) options.preempt = metadata.preempt;
+  if (metadata.preemptGraceMs !== undefined) options.preemptGraceMs = metadata.preemptGraceMs;
   return options;
 }
 
@@ -199,4 +225,23 @@ export function joinTimeoutOf(options: { joinTimeoutMs?: number; waitTimeoutMs?:
   const joinTimeoutMs = options.joinTimeoutMs ?? options.waitTimeoutMs ?? defaultMs;
   checkCall(options.joinTimeoutMs !== undefined ? 'joinTimeoutMs' : 'waitTimeoutMs', joinTimeoutMs);
   return joinTimeoutMs;
+}
+
+/**
+ * A call's preemption (`preempt: true`): its grace — its own preemptGraceMs, else the module's —, or undefined when
+ * it does not preempt. Checked like every call input; a preempting run cannot also join.
+ */
+export function preemptGraceOf(
+  options: { preempt?: boolean; preemptGraceMs?: number; onBusy?: string; limit?: number },
+  defaultGraceMs: number,
+): number | undefined {
+  if (options.preempt !== undefined) checkCall('preempt', options.preempt);
+  if (options.preemptGraceMs !== undefined) checkCall('preemptGraceMs', options.preemptGraceMs);
+  if (!options.preempt) return undefined;
+  if (options.onBusy === 'join') throw new LeaseArgumentError(messages.preemptWithOnBusy(options.onBusy));
+  // A semaphore's slots have no single holder to preempt.
+  if (options.limit !== undefined && options.limit > 1) {
+    throw new LeaseArgumentError(messages.limitWithSingleHolderOption('preempt'));
+  }
+  return options.preemptGraceMs ?? defaultGraceMs;
 }

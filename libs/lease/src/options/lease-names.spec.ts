@@ -43,7 +43,9 @@ describe('lease names and the schema they make', () => {
 
   it('the DDL creates the schema only when it is not public, everything IF NOT EXISTS, then the token layout', () => {
     const names = { tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(8);
+    // 9: the lease and waiter tables, their sequences and index, the slot_limit column, the token layout, the join
+    // result table, and the preemption column (ADD COLUMN IF NOT EXISTS: tables made before them).
+    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(9);
     const custom = schemaStatements({ schema: 'jobs', ...names });
     expect(custom[0]).toBe('CREATE SCHEMA IF NOT EXISTS "jobs"');
     // The token layout is a guarded DO block: a no-op on the sequences the CREATEs just made.

@@ -28,8 +28,17 @@ describe('resolveLeaseOptions', () => {
       pooler: 'none',
       sessionUrl: null,
       shutdownGraceMs: 25_000,
+      preemptGraceMs: 60_000,
     });
     expect(options.owner).toMatch(/^.+:\d+:[0-9a-f]{8}$/);
+  });
+
+  it('preemptGraceMs: two heartbeat intervals by default; 0 and decimal strings accepted; negatives refused', () => {
+    expect(resolveLeaseOptions({ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 }).preemptGraceMs).toBe(200);
+    expect(resolveLeaseOptions({ preemptGraceMs: 0 }).preemptGraceMs).toBe(0);
+    expect(resolveLeaseOptions({ preemptGraceMs: '750' as never }).preemptGraceMs).toBe(750);
+    expect(() => resolveLeaseOptions({ preemptGraceMs: -1 })).toThrow(LeaseConfigError);
+    expect(() => resolveLeaseOptions({ preemptGraceMs: 1.5 })).toThrow(/preemptGraceMs/);
   });
 
   it('shutdownGraceMs: 0 (close at once, as before the drain) and decimal strings are accepted', () => {

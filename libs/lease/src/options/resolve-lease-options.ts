@@ -27,6 +27,7 @@ const OPTION_KEYS = [
   'waiterTimeoutMs',
   'defaultWaitTimeoutMs',
   'joinResultTtlMs',
+  'preemptGraceMs',
   'waitPollIntervalMs',
   'notify',
   'maxWaitersPerTarget',
@@ -185,6 +186,15 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
     waiterHeartbeatIntervalMs: Math.max(10, Math.floor(waiterTimeoutMs / 3)),
     defaultWaitTimeoutMs: positiveInteger('defaultWaitTimeoutMs', options.defaultWaitTimeoutMs ?? 60_000),
     joinResultTtlMs: positiveInteger('joinResultTtlMs', options.joinResultTtlMs ?? 60_000),
+    // Two intervals: a holder in another process hears of the preemption at its next renewal (at most one interval
+    // away), and has the rest to stop and release before the takeover.
+    preemptGraceMs: integerOption(
+      'preemptGraceMs',
+      options.preemptGraceMs ?? 2 * heartbeatIntervalMs,
+      0,
+      MAX_TIMER_MS,
+      messages.nonNegativeInteger,
+    ),
     waitPollIntervalMs: positiveInteger('waitPollIntervalMs', options.waitPollIntervalMs ?? pollDefault),
     notify,
     traceTargetKeys: options.traceTargetKeys ?? false,

@@ -53,6 +53,9 @@ const LEASE_TABLE: Table = {
     { property: 'holdMs', name: 'hold_ms', type: 'integer', default: 0, check: 'hold_ms >= 0' },
     // The limit a semaphore's slot row was granted under (README "Semaphores"); null on a key's own row.
     { property: 'slotLimit', name: 'slot_limit', type: 'integer', nullable: true },
+    // The lease token of the grant a caller of higher priority asked to stop (README: "Preemption"): the holder's
+    // renewals and fenced transactions find it (before the takeover as after it) and end the lease as `preempted`.
+    { property: 'preemptOf', name: 'preempt_of', type: 'uuid', nullable: true },
   ],
 };
 
@@ -204,7 +207,15 @@ function createTable(qualified: string, tableName: string, table: Table): string
 
 /** The DDL of every lease table (the migrations' together); idempotent, so `createSchema` and the migrations share it. */
 export function schemaStatements(names: LeaseNames): string[] {
-  return [...baseSchemaStatements(names), ...joinResultStatements(names)];
+  return [...baseSchemaStatements(names), ...joinResultStatements(names), ...preemptionStatements(names)];
+}
+
+/**
+ * The preemption column (`preempt_of`, README "Preemption"), added by its own migration to tables made before it;
+ * idempotent (tables the first migration creates now have it).
+ */
+export function preemptionStatements(names: LeaseNames): string[] {
+  return [`ALTER TABLE ${leaseObjectNames(names).lease} ADD COLUMN IF NOT EXISTS preempt_of uuid`];
 }
 
 /** The DDL of the join result table (the second migration). */

@@ -7,6 +7,7 @@ import {
   joinResultStatements,
   leaseObjectNames,
   slotLimitStatement,
+  preemptionStatements,
   tokenLayoutStatement,
 } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
@@ -15,6 +16,7 @@ import {
   createTablesMigrationName,
   joinResultsMigrationName,
   slotLimitMigrationName,
+  preemptionMigrationName,
   tokenLayoutMigrationName,
 } from './migration-names.js';
 
@@ -23,7 +25,8 @@ import {
  * `LeaseModule.forRoot()`), in order: the lease table, the waiter table and their sequences; the join result table
  * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: README "Operator's console"); then the 47-bit
  * fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the
- * README's "Fencing token layout"); then the semaphores' `slot_limit` column (a no-op on tables the first one created).
+ * README's "Fencing token layout"); then the semaphores' `slot_limit` column (a no-op on tables the first one created),
+ * then the preemption column (`preempt: true`, README "Preemption").
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -51,6 +54,9 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
       [slotLimitStatement(fixed)],
       [`ALTER TABLE ${leaseObjectNames(fixed).lease} DROP COLUMN IF EXISTS slot_limit`],
     ),
+    migration('AddLeasePreemption', preemptionMigrationName(fixed), preemptionStatements(fixed), [
+      `ALTER TABLE ${leaseObjectNames(fixed).lease} DROP COLUMN IF EXISTS preempt_of`,
+    ]),
   ];
 }
 

@@ -19,6 +19,8 @@ const TOKEN_LAYOUT_AT = 1796169600000;
 
 /** When the semaphores' slot_limit column came. */
 const SLOT_LIMIT_AT = 1796256000000;
+/** When the preemption column came (`preempt: true`). */
+const PREEMPTION_AT = 1796342400000;
 
 /** The name of the first migration (the tables and sequences) for these names. */
 export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
@@ -50,4 +52,9 @@ function migrationSuffix(fixed: LeaseNames): string {
   const isDefault =
     fixed.schema === 'public' && fixed.tableName === 'job_lease' && fixed.waiterTableName === 'job_lease_waiter';
   return isDefault ? '' : createHash('sha1').update(JSON.stringify(fixed)).digest('hex').slice(0, 8);
+}
+
+/** The name of the preemption column's migration for these names (bootstrap names it when it has not run). */
+export function preemptionMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `AddLeasePreemption${migrationSuffix(resolveLeaseNames(names))}${PREEMPTION_AT}`;
 }

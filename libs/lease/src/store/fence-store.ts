@@ -23,14 +23,15 @@ export class FenceStore {
    * (`lockWaitMs`: the time left before the lease's local deadline) and how long the transaction may sit idle, so a
    * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
    * role's default. On a server in recovery: `LeaseUnavailableError`. `forced`: the row was released by an operator
-   * (`LeaseOperator.forceRelease`), so a lease whose token is gone lost it that way.
+   * (`LeaseOperator.forceRelease`), so a lease whose token is gone lost it that way. `preemptOf`: the lease token a
+   * preempting caller asked to stop (README: "Preemption"); a lease it names is lost, its token still there or not.
    */
   async lockForFence(
     manager: EntityManager | QueryRunner,
     targetKey: string,
     lockWaitMs: number,
-  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean }> {
-    let rows: Array<{ lease_token: string | null; timeline: string; forced: boolean }>;
+  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean; preemptOf: string | null }> {
+    let rows: Array<{ lease_token: string | null; timeline: string; forced: boolean; preempt_of: string | null }>;
     try {
       rows = await manager.query(this.sql().lockForFence, [
         targetKey,
@@ -40,7 +41,13 @@ export class FenceStore {
     } catch (error) {
       throw readOnly(error, targetKey) ?? error;
     }
-    return { leaseToken: rows[0]?.lease_token ?? null, timeline: BigInt(rows[0].timeline), forced: rows[0].forced };
+    const [row] = rows;
+    return {
+      leaseToken: row?.lease_token ?? null,
+      timeline: BigInt(row.timeline),
+      forced: row.forced,
+      preemptOf: row.preempt_of ?? null,
+    };
   }
 
   /**

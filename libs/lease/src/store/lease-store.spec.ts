@@ -201,6 +201,23 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
       r.store.release('c', TOKEN_C, 900),
     ]);
   },
+  'preempt: the ask, then the takeover at the end of the grace': async (r) => {
+    const holder = { lease_token: TOKEN_A, fencing_token: '1099511627777', owner: 'other', priority: 1 };
+    r.answer(
+      [holder],
+      [
+        {
+          fencing_token: '1099511627780',
+          previous_owner: 'other',
+          previous_token: '1099511627777',
+          previous_priority: 1,
+        },
+      ],
+    );
+    const caller = { targetKey: 'report:1', priority: 5, waiterId: WAITER_B, waiterSeq: 7n };
+    const asked = await r.store.preempt.ask(caller);
+    return [asked, await r.store.preempt.take(caller, TOKEN_B, 0, asked!)];
+  },
   'renew, without history': async (r) => {
     r.answer([{ lease_token: TOKEN_A, outcome: 'kept', ...history }]);
     return r.store.renew(['a'], [TOKEN_A], 1_000);
@@ -288,9 +305,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Eight statements (the token layout, the slot_limit column, then the join result table's), a CREATE SCHEMA first
-    // for a schema other than public, then the operator's five.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 13 : 14 }, () => []));
+    // Nine statements (the token layout, the slot_limit column, the join result table's and the preemption column's),
+    // a CREATE SCHEMA first for a schema other than public, then the operator's five.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 14 : 15 }, () => []));
     return r.store.schema.createSchema();
   },
 };

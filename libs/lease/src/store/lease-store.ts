@@ -23,6 +23,7 @@ import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.in
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
 import { FenceStore } from './fence-store.js';
+import { PreemptStore } from './preempt-store.js';
 import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
@@ -77,6 +78,8 @@ export class LeaseStore {
   readonly fence: FenceStore;
   /** The statements of semaphores (`limit` above 1, see `SemaphoreStore`). */
   readonly slots: SemaphoreStore;
+  /** The statements of preemption (see `PreemptStore`). */
+  readonly preempt: PreemptStore;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -125,6 +128,13 @@ export class LeaseStore {
       options,
       () => this.notifyChannel,
       this.slots,
+    );
+    this.preempt = new PreemptStore(
+      (statement) => this.run(statement),
+      () => this.sql,
+      options,
+      (name) => this.statement(name),
+      this.n.fencingSequence,
     );
     this.purges = new PurgeStore(
       (statement) => this.run(statement),

@@ -118,12 +118,18 @@ export function acquireOutcome(row: AcquireRow | undefined, sentAt: number, queu
 /** A row of the renewal statement: one per lease, each carrying the server's history. */
 export type RenewRow = {
   lease_token: string;
-  outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover' | 'forced';
+  outcome: 'kept' | 'skipped' | 'expired' | 'lost' | 'failover' | 'forced' | 'preempted';
 } & ServerHistoryRow;
 
 /** What a renewal found, by lease token (see `LeaseStore.renew`). */
 export function renewOutcome(rows: readonly RenewRow[], history: LeaseHistory | undefined): RenewResult {
-  const outcome: RenewResult = { kept: new Set(), skipped: new Set(), expired: new Set(), forced: new Set() };
+  const outcome: RenewResult = {
+    kept: new Set(),
+    skipped: new Set(),
+    expired: new Set(),
+    forced: new Set(),
+    preempted: new Set(),
+  };
   if (history) {
     outcome.failover = new Set();
     if (rows[0]) outcome.history = serverHistory(rows[0]);
@@ -131,6 +137,7 @@ export function renewOutcome(rows: readonly RenewRow[], history: LeaseHistory | 
   for (const row of rows) {
     if (row.outcome === 'failover') outcome.failover?.add(row.lease_token);
     else if (row.outcome === 'forced') outcome.forced?.add(row.lease_token);
+    else if (row.outcome === 'preempted') outcome.preempted?.add(row.lease_token);
     else if (row.outcome !== 'lost') outcome[row.outcome].add(row.lease_token);
   }
   return outcome;

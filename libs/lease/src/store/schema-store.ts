@@ -10,6 +10,7 @@ import {
   consoleSchemaStatements,
   joinResultStatements,
   leaseObjectNames,
+  preemptionStatements,
   schemaStatements,
 } from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow, oldLayoutSequences, type SchemaState } from './rows.js';
@@ -80,6 +81,24 @@ export class SchemaStore {
       values: [leaseObjectNames(this.options).result],
     });
     return rows[0].missing;
+  }
+
+  /** Whether the lease table lacks the preemption column: an installation older than `preempt: true`. */
+  async preemptionMissing(): Promise<boolean> {
+    const { rows } = await this.run<{ missing: boolean }>({
+      text: `SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1)
+          AND attname = 'preempt_of' AND NOT attisdropped) AS missing`,
+      boundMs: bootstrapBoundMs(this.options),
+      values: [leaseObjectNames(this.options).lease],
+    });
+    return rows[0].missing;
+  }
+
+  /** Adds the preemption column (idempotent). */
+  async createPreemption(): Promise<void> {
+    for (const statement of preemptionStatements(this.options)) {
+      await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
+    }
   }
 
   /** Creates the join result table (idempotent). */

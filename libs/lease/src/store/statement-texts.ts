@@ -28,6 +28,7 @@ import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
+import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
@@ -49,6 +50,8 @@ export interface StatementTexts {
   readonly confirmGrant: string;
   readonly snapshot: string;
   readonly lockForFence: string;
+  readonly preemptAsk: string;
+  readonly preemptTake: string;
   readonly serverHistory: string;
   readonly serverHistoryWithoutSystemId: string;
   readonly systemIdReadable: string;
@@ -111,6 +114,8 @@ export function buildStatements(
     confirmGrant: confirmGrantSql(n),
     snapshot: snapshotSql(n),
     lockForFence: lockForFenceSql(n),
+    preemptAsk: preemptAskSql(n),
+    preemptTake: preemptTakeSql(n, capMs),
     serverHistory: serverHistorySql(true),
     serverHistoryWithoutSystemId: serverHistorySql(false),
     systemIdReadable: SYSTEM_ID_READABLE_SQL,

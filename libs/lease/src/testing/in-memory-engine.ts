@@ -11,7 +11,14 @@ import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
 import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
-import { lostEvent, releasedEvent, waitEndedEvent } from '../engine/lease-events.js';
+import {
+  type EndedGrant,
+  grantedEvent,
+  lostEvent,
+  preemptedEvent,
+  releasedEvent,
+  waitEndedEvent,
+} from '../engine/lease-events.js';
 import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
 import {
@@ -28,7 +35,7 @@ import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interf
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
-import { callRequest, type LeaseRequest, waitTimeoutOf } from '../options/call-input.js';
+import { callRequest, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { slotOfRow, slotRowKey } from '../options/slot-limits.js';
@@ -50,6 +57,17 @@ interface ForeignHolder {
   readonly owner: string;
   readonly fencingToken: bigint;
   readonly since: number;
+}
+
+/** A key whose holder a preempting call asked to stop: taken until it releases, or the grace ends. */
+interface Yielding {
+  /** This service's preempted lease (none for a foreign holder). */
+  readonly lease?: HeldLease;
+  readonly previous: EndedGrant;
+  readonly at: number;
+  readonly timer: NodeJS.Timeout;
+  /** The grace ended before the holder released. */
+  forced: boolean;
 }
 
 interface MemoryWaiter {
@@ -82,6 +100,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   /** The limit each slot holder asked (`limit` above 1). */
   private readonly slotLimits = new WeakMap<HeldLease, number>();
+  private readonly priorities = new WeakMap<HeldLease, number>();
+  /** Keys whose holder was preempted and has not released yet (see `preempt`). */
+  private readonly yielding = new Map<string, Yielding>();
   /** Keys held by "another process" (the test controls). */
   private readonly foreign = new Map<string, ForeignHolder>();
   /** Keys whose holder's lease expired without a release: the next acquisition is a takeover. */
@@ -145,20 +166,24 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
     const request = callRequest(targetKey, options);
     const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
+    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.waitFor(request, waitTimeoutMs, options.signal);
+    return this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
   }
 
   async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
     const request = callRequest(targetKey, options);
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined;
+    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
+    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined || graceMs !== undefined;
     const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = waits ? await this.waitFor(request, waitTimeoutMs, options.signal) : await this.tryOnce(request);
+    const lease = waits
+      ? await this.waitFor(request, waitTimeoutMs, options.signal, graceMs)
+      : await this.tryOnce(request);
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
@@ -181,8 +206,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
                 state: 'held' as const,
                 target_id: key,
                 owner: holder.owner,
-                priority: 0,
-                effective_priority: '0',
+                priority: (mine && this.priorities.get(mine)) ?? 0,
+                effective_priority: String((mine && this.priorities.get(mine)) ?? 0),
                 fencing_token: String(holder.fencingToken),
                 seq: null,
                 age_ms: now - holder.since,
@@ -229,11 +254,16 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   /** `onBusy: 'join'`: within this service only (no other process to hear from). */
   joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
+    preemptGraceOf(options, this.options.preemptGraceMs); // a join never preempts (LeaseArgumentError)
     return this.joins.run(targetKey, work, options);
   }
 
   release(lease: HeldLease, reason?: () => unknown): Promise<void> {
-    if (!lease.markReleased(reason) || this.held.get(lease.rowKey) !== lease) return Promise.resolve();
+    if (!lease.markReleased(reason)) return Promise.resolve();
+    const yielding = this.yielding.get(lease.targetKey);
+    // A preempted holder releasing in its grace: the row was still its own (the real engine's release lands).
+    if (yielding?.lease === lease) this.endYield(lease.targetKey);
+    else if (this.held.get(lease.rowKey) !== lease) return Promise.resolve();
     this.held.delete(lease.rowKey);
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     this.emit(releasedEvent(lease, heldMs));
@@ -277,7 +307,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   /** The other owner of `targetKey` releases it (waiters are served). */
   free(targetKey: string): void {
-    if (this.foreign.delete(targetKey)) this.grantNext(targetKey);
+    if (!this.foreign.delete(targetKey)) return;
+    if (this.yielding.get(targetKey)?.lease === undefined) this.endYield(targetKey);
+    this.grantNext(targetKey);
   }
 
   // ---- internals ----
@@ -287,7 +319,12 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   private taken(key: string): boolean {
-    return this.held.has(key) || this.foreign.has(key) || this.tails.has(key);
+    return this.held.has(key) || this.foreign.has(key) || this.tails.has(key) || this.yielding.has(key);
+  }
+
+  /** A live waiter at least as urgent as a newcomer of `priority` is ahead of it. */
+  private waiterAhead(key: string, priority: number): boolean {
+    return (this.lines.get(key) ?? []).some((waiter) => waiter.request.priority >= priority);
   }
 
   /** The rows a request may take: the key's own, or its slots (`limit` above 1). */
@@ -334,7 +371,58 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return Promise.resolve(this.grant(request));
   }
 
-  private async waitFor(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<Lease> {
+  /** `waitInLine`; with `graceMs`, a preempting call (README: "Preemption"): see `preempt`. */
+  private async waitFor(
+    request: LeaseRequest,
+    waitTimeoutMs: number,
+    signal?: AbortSignal,
+    graceMs?: number,
+  ): Promise<Lease> {
+    const preempting = graceMs === undefined ? undefined : this.preempt(request, graceMs);
+    const lease = await this.waitInLine(request, waitTimeoutMs, signal);
+    if (preempting) {
+      const { previous, forced, at } = preempting;
+      this.emit(preemptedEvent(lease, request.priority, this.options.owner, previous, forced, performance.now() - at));
+    }
+    return lease;
+  }
+
+  /**
+   * Asks the key's holder — this service's lease, or a foreign one (priority 0) — to stop when the caller may preempt
+   * it (strictly lower priority, no waiter ahead): this service's lease is lost at once (`preempted`); the key stays
+   * taken until its holder releases (`release`, `free`) or the grace ends, and its line is served then.
+   */
+  private preempt(request: LeaseRequest, graceMs: number): Yielding | undefined {
+    const { targetKey: key, priority } = request;
+    if (this.yielding.has(key) || this.waiterAhead(key, priority)) return undefined;
+    const mine = this.held.get(key);
+    const other = this.foreign.get(key);
+    const previous = mine
+      ? { fencingToken: mine.fencingToken, priority: this.priorities.get(mine) ?? 0, owner: this.options.owner }
+      : other && { fencingToken: other.fencingToken, priority: 0, owner: other.owner };
+    if (!previous || previous.priority >= priority) return undefined;
+    const timer = setTimeout(
+      () => {
+        yielding.forced = true;
+        this.endYield(key);
+        if (!mine) this.foreign.delete(key);
+        this.grantNext(key);
+      },
+      Math.min(graceMs, MAX_TIMER_MS),
+    );
+    timer.unref();
+    const yielding: Yielding = { lease: mine, previous, at: performance.now(), timer, forced: false };
+    this.yielding.set(key, yielding);
+    if (mine) this.lose(mine, 'preempted');
+    return yielding;
+  }
+
+  private endYield(key: string): void {
+    clearTimeout(this.yielding.get(key)?.timer);
+    this.yielding.delete(key);
+  }
+
+  private async waitInLine(request: LeaseRequest, waitTimeoutMs: number, signal?: AbortSignal): Promise<HeldLease> {
     const { targetKey, priority, keyTemplate } = request;
     if (this.closed) throw new LeaseShutdownError(targetKey, 'waits');
     if (this.grantable(request)) return this.grant(request);
@@ -356,7 +444,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     }
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const since = performance.now();
-    return new Promise<Lease>((resolve, reject) => {
+    return new Promise<HeldLease>((resolve, reject) => {
       const ended = (outcome: 'granted' | 'timeout' | 'aborted' | 'error') => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
@@ -433,20 +521,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     lease.tookOver = this.expired.delete(row);
     this.held.set(row, lease);
     this.acquiredAt.set(lease, now);
+    this.priorities.set(lease, priority);
     if (holdMs > 0) this.holdTail(row, now + holdMs);
-    const common = {
-      targetKey,
-      keyTemplate,
-      fencingToken: lease.fencingToken,
-      priority,
-      owner: this.options.owner,
-      ...(slot ? { slot: slot.slot } : {}),
-    };
-    this.emit(
-      lease.tookOver
-        ? { type: 'taken-over', ...common, previousOwner: null, at: new Date() }
-        : { type: 'acquired', ...common, at: new Date() },
-    );
+    this.emit(grantedEvent(lease, priority, this.options.owner, lease.tookOver ? { previousOwner: null } : undefined));
     return lease;
   }
 

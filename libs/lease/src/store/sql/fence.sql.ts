@@ -15,12 +15,13 @@ export function lockForFenceSql(n: LeaseObjectNames): string {
           SELECT current_setting('lock_timeout') AS lock_timeout, set_config('lock_timeout', $3, true) AS bounded
         ), locked AS MATERIALIZED (
           -- Depends on prior, so the bound is set before the row is locked.
-          SELECT l.lease_token::text AS lease_token, ${forcedFree('l')} AS forced FROM ${n.lease} l, prior
+          SELECT l.lease_token::text AS lease_token, ${forcedFree('l')} AS forced, l.preempt_of::text AS preempt_of
+          FROM ${n.lease} l, prior
           WHERE l.target_id = $1 AND prior.bounded IS NOT NULL
           FOR UPDATE OF l
         )
         -- The join needs the locked row first: only then is the transaction's own bound put back.
-        SELECT k.lease_token, k.forced IS TRUE AS forced, set_config('lock_timeout', p.lock_timeout, true) AS restored,
+        SELECT k.lease_token, k.forced IS TRUE AS forced, k.preempt_of, set_config('lock_timeout', p.lock_timeout, true) AS restored,
           set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
           CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', true) END AS durable,
