@@ -75,7 +75,7 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      const none = { kept: new Set(), skipped: new Set(), expired: new Set(), forced: new Set() };
+      const none = { kept: new Set(), skipped: new Set(), expired: new Set(), forced: new Set(), preempted: new Set() };
       expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual(none);
       expect(await store.release('soft:1', lease.token, 5_000)).toBe(false);
     } finally {

@@ -88,5 +88,10 @@ export function confirmGrantSql(n: LeaseObjectNames): string {
     ), stray AS (
       DELETE FROM ${n.waiter} w WHERE w.target_id = $1 AND w.waiter_id = $2::uuid AND EXISTS (SELECT 1 FROM given)
     )
-    SELECT fencing_token::text AS fencing_token FROM given`;
+    -- The grant itself committed durably (it carries the token); this commit only lengthens it to the holder's own
+    -- lease timeout. Lost in a server crash, the grant keeps its waiter timeout and the renewals keep it; so it skips
+    -- the WAL flush — unless it sets a hold (holdAtLeastMs), which must survive a crash.
+    SELECT fencing_token::text AS fencing_token,
+      CASE WHEN $4::int = 0 THEN set_config('synchronous_commit', 'off', true) END AS async_commit
+    FROM given`;
 }
