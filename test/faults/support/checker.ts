@@ -119,7 +119,8 @@ function slotViolations(history: readonly HistoryRow[], limits: ReadonlyMap<stri
     const at = row.target.lastIndexOf('#');
     const key = at < 0 ? row.target : row.target.slice(0, at);
     const limit = limits.get(key);
-    if (limit === undefined) continue;
+    // `limit` 1 is a single holder's key (no slots): checks 1–6 judge it.
+    if (limit === undefined || limit <= 1) continue;
     const slot = Number(row.target.slice(at + 1));
     if (at < 0 || !(slot >= 0 && slot < limit)) violations.push(`${row.target}: not a slot of ${key} (limit ${limit})`);
     byKey.set(key, [...(byKey.get(key) ?? []), row]);
