@@ -260,8 +260,13 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     r.answer([]);
     return r.store.dequeue('report:1', WAITER_A);
   },
+  // A release took the row with a grant committed while the dequeue waited: a release passes it on.
+  'dequeue, its row taken by a grant': async (r) => {
+    r.answer([{ row_taken: true }], [{ released: true }]);
+    return r.store.dequeue('report:1', WAITER_A);
+  },
   dequeueAll: async (r) => {
-    r.answer([]);
+    r.answer([{ woke: '0', taken: [`report:2 ${WAITER_B}`] }], [{ released: true }]);
     await r.store.dequeueAll([]);
     return r.store.dequeueAll([
       { targetKey: 'report:1', id: WAITER_A },

@@ -465,22 +465,33 @@ export class LeaseStore {
     return new Set(rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
   }
 
-  /** Removes a waiter that gives up; wakes the others when the target is free (the line moved). */
+  /**
+   * Removes a waiter that gives up, passing on a grant it was handed (see `dequeueSql`); wakes the next waiter when
+   * the target is free. A grant committed while the statement waited for the waiter's row is passed on by a release.
+   */
   async dequeue(targetKey: string, waiterId: string): Promise<void> {
-    await retryingSerializationFailures(() =>
-      this.run({
+    const { rows } = await retryingSerializationFailures(() =>
+      this.run<{ row_taken: boolean }>({
         ...this.statement('dequeue'),
         text: this.sql.dequeue,
         values: [targetKey, waiterId, this.notifyChannel, this.options.agingIntervalMs],
       }),
     );
+    if (rows[0]?.row_taken) await this.releaseOnce(targetKey, waiterId, shortBoundMs(this.options));
   }
 
   /** Removes the given waiters (shutdown), passing on grants they never confirmed. */
   async dequeueAll(waiters: ReadonlyArray<{ targetKey: string; id: string }>): Promise<void> {
     if (waiters.length === 0) return;
     const values = [waiters.map((w) => w.targetKey), waiters.map((w) => w.id), this.notifyChannel];
-    await this.run({ text: this.sql.dequeueAll, values: [...values, this.options.agingIntervalMs] });
+    const { rows } = await this.run<{ taken: string[] }>({
+      text: this.sql.dequeueAll,
+      values: [...values, this.options.agingIntervalMs],
+    });
+    // Rows a release took with a grant committed meanwhile (see `dequeue`): passed on by a release each.
+    const taken = new Set(rows[0]?.taken ?? []);
+    const granted = waiters.filter((w) => taken.has(`${w.targetKey} ${w.id}`));
+    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.id, shortBoundMs(this.options))));
   }
 
   /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */

@@ -64,7 +64,10 @@ export function dequeueSql(n: LeaseObjectNames): string {
         SELECT (SELECT count(*) FROM (SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
           FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
             WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
-          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL) x) + (SELECT count(*) FROM woke) AS woke`;
+          WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL) x) + (SELECT count(*) FROM woke) AS woke,
+          -- Neither its row nor a grant was here: a release took the row with a grant this statement's snapshot
+          -- could not see (it committed while this one waited for the row), and the caller passes it on.
+          NOT EXISTS (SELECT 1 FROM gone) AND NOT EXISTS (SELECT 1 FROM mine) AS row_taken`;
 }
 
 /**
@@ -76,12 +79,18 @@ export function dequeueAllSql(n: LeaseObjectNames): string {
   return `WITH leaving AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), mine AS MATERIALIZED (
-          SELECT ${givenUp('l')} FROM ${lease} l JOIN leaving m ON l.target_id = m.target_id AND l.lease_token = m.waiter_id
+          SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
+          JOIN leaving m ON l.target_id = m.target_id AND l.lease_token = m.waiter_id
           ORDER BY l.target_id
           FOR NO KEY UPDATE OF l
         ), gone AS (
           DELETE FROM ${waiter} w USING leaving m
           WHERE w.target_id = m.target_id AND w.waiter_id = m.waiter_id AND (SELECT count(*) FROM mine) >= 0
+          RETURNING w.waiter_id
         ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = ANY($2::uuid[])' })}
-        SELECT count(*) AS woke FROM woke`;
+        -- The waiters whose row a release took with a grant this snapshot cannot see: the caller passes those on.
+        SELECT (SELECT count(*) FROM woke) AS woke,
+          array(SELECT m.target_id || ' ' || m.waiter_id FROM leaving m
+            WHERE NOT EXISTS (SELECT 1 FROM gone g WHERE g.waiter_id = m.waiter_id)
+              AND NOT EXISTS (SELECT 1 FROM mine k WHERE k.lease_token = m.waiter_id)) AS taken`;
 }
