@@ -138,7 +138,12 @@ export class WaitQueue {
       // is born dead, and any other dies with its heartbeat.
       if (enqueueing) {
         const sent = enqueueing;
-        const gone = sent.catch(() => undefined).then(() => this.store.dequeue(targetKey, waiter.id));
+        // Then a release by its waiter id: a grant handed to it before the row went is passed on, whatever the
+        // dequeue's snapshot saw (a no-op without one).
+        const gone = sent
+          .catch(() => undefined)
+          .then(() => this.store.dequeue(targetKey, waiter.id))
+          .then(() => this.store.release(targetKey, waiter.id, this.graceMs));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(
@@ -301,7 +306,11 @@ export class WaitQueue {
     this.heartbeat?.unsubscribe();
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
-    const removed = settleBy(this.store.dequeueAll(queued), performance.now() + this.graceMs, undefined, giveUp);
+    // Then a release by each waiter id passes on any grant handed to them before their rows went (no-ops otherwise).
+    const leaving = this.store
+      .dequeueAll(queued)
+      .then(() => Promise.all(queued.map((waiter) => this.store.release(waiter.targetKey, waiter.id, this.graceMs))));
+    const removed = settleBy(leaving, performance.now() + this.graceMs, undefined, giveUp);
     await removed.catch((error: unknown) => {
       this.logger.warn(`Could not remove ${queued.length} waiter rows at shutdown (${String(error)}); they expire`);
     });
