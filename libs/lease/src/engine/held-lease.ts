@@ -29,6 +29,8 @@ export class HeldLease implements Lease {
   keyTemplate = NO_KEY_TEMPLATE;
   /** Acquired by taking over an expired row. */
   tookOver = false;
+  /** Acquired by the lone caller's statement (see `AcquiredRow.lone`). */
+  lone = false;
   /**
    * Its release is in a fenced transaction's COMMIT now (`fenced(work, { release: true })`): a renewal that finds the
    * row gone meanwhile is that release, not a takeover.

@@ -392,7 +392,9 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         released = true;
         this.emit(releasedEvent(lease, heldMs));
       };
-      await (committed ? onReleased() : this.retries.releaseRow(lease.rowKey, lease.token, until, onReleased));
+      await (committed
+        ? onReleased()
+        : this.retries.releaseRow(lease.rowKey, lease.token, until, onReleased, lease.lone));
       return released;
     });
   }
@@ -475,6 +477,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     );
     lease.keyTemplate = keyTemplate;
     lease.tookOver = row.tookOver;
+    lease.lone = row.lone === true;
     markSlot(lease, row);
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);

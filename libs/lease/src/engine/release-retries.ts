@@ -34,10 +34,13 @@ export class ReleaseRetries {
     private readonly closing: () => boolean,
   ) {}
 
-  /** One release statement; on failure, the retries of `release`. Never rejects. */
-  releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void): Promise<void> {
+  /**
+   * One release statement; on failure, the retries of `release` (with the single statement). Never rejects. `lone`:
+   * the lease's acquisition found no line (see `LeaseStore.release`).
+   */
+  releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void, lone = false): Promise<void> {
     return this.track(
-      this.store.release(targetKey, token, shortBoundMs(this.options)).then(
+      this.store.release(targetKey, token, shortBoundMs(this.options), lone).then(
         (released) => {
           if (released) onReleased?.();
         },

@@ -118,16 +118,20 @@ const history = { recovery: false, timeline: '1', system_id: '700000000000000000
 
 /** Each public method (and each path of it that sends other statements), driven to completion. */
 const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unknown>> = {
-  'tryAcquire, single (maxBatchSize 1)': async (r) => {
+  "tryAcquire, single (maxBatchSize 1): the lone caller's statement": async (r) => {
     r.answer([grant]);
     return r.store.tryAcquire(request('report:1', TOKEN_A, { priority: 5, holdMs: 250 }));
+  },
+  "tryAcquire, single: the lone caller's statement finds a line, the single statement decides": async (r) => {
+    r.answer([{ fencing_token: null, hold_left_ms: null, full: true }], [grant]);
+    return r.store.tryAcquire(request('report:1', TOKEN_A, { priority: 5 }));
   },
   'tryAcquire, single, as a queued waiter': async (r) => {
     r.answer([{ ...grant, took_over: true, previous_owner: 'other' }]);
     return r.store.tryAcquire(request('report:1', TOKEN_A, { waiterId: WAITER_A, waiterSeq: 42n }));
   },
   'tryAcquire, single, refused during a hold': async (r) => {
-    r.answer([{ fencing_token: null, took_over: null, previous_owner: null, hold_left_ms: 120, seq: null }]);
+    r.answer([{ fencing_token: null, hold_left_ms: 120, full: false }]);
     return r.store.tryAcquire(request('report:1', TOKEN_A));
   },
   'tryAcquire with queueAs (queued when refused)': async (r) => {
@@ -185,6 +189,14 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   'release, single (maxBatchSize 1)': async (r) => {
     r.answer([{ released: true }]);
     return r.store.release('report:1', TOKEN_A, 1_000);
+  },
+  'release, lone (acquired without a line): the lean statement': async (r) => {
+    r.answer([{ released: true, line: false }]);
+    return r.store.release('report:1', TOKEN_A, 1_000, true);
+  },
+  'release, lone: a line formed meanwhile, the single statement hands over': async (r) => {
+    r.answer([{ released: false, line: true }], [{ released: true }]);
+    return r.store.release('report:1', TOKEN_A, 1_000, true);
   },
   'release, batched: released, gone, and a retry that goes alone': async (r) => {
     r.answer(

@@ -36,6 +36,8 @@ import {
   acquireOutcome,
   acquireParameters,
   type AcquireRow,
+  loneAcquireOutcome,
+  type LoneAcquireRow,
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
@@ -54,6 +56,9 @@ import type {
   WaiterPlace,
 } from './store.types.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
+
+/** How long a release's row lock may be waited for, as `lock_timeout` text: its whole bound. */
+const lockWaitMs = (timeoutMs: number) => String(Math.max(1, Math.floor(timeoutMs)));
 
 /**
  * Batches in flight at once per kind (acquisitions, releases): one, classic group commit. Measured on the
@@ -237,6 +242,10 @@ export class LeaseStore {
 
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { queueAs } = request;
+    if (queueAs === undefined && request.waiterId === undefined) {
+      const lone = await this.acquireLone(request);
+      if (lone !== 'full') return lone;
+    }
     const queueValues =
       queueAs === undefined ? [] : [queueAs.waiterId, this.options.waiterTimeoutMs, this.options.maxWaitersPerTarget];
     const { rows, sentAt } = await this.run<AcquireRow>({
@@ -253,6 +262,29 @@ export class LeaseStore {
       );
     });
     return acquireOutcome(rows[0], sentAt, queueAs !== undefined);
+  }
+
+  /**
+   * A newcomer that does not wait, alone: the lean statement (`loneAcquireSql`) for a key with no waiter line; `full`
+   * when the key has one (or an expired holder, or changed meanwhile): the caller then sends the single statement.
+   */
+  private async acquireLone(request: AcquireRequest): Promise<AcquiredRow | Refusal | 'full'> {
+    const { rows, sentAt } = await this.run<LoneAcquireRow>({
+      ...this.statement('acquire_lone'),
+      ...this.acquireBounds,
+      text: this.sql.acquireLone,
+      values: [
+        request.targetKey,
+        request.leaseToken,
+        this.options.owner,
+        request.priority,
+        this.options.leaseTimeoutMs,
+        request.holdMs,
+      ],
+    }).catch((error: unknown) => {
+      throw exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
+    });
+    return loneAcquireOutcome(rows[0], sentAt);
   }
 
   /**
@@ -345,11 +377,11 @@ export class LeaseStore {
    * never a token): only that waiter's process attempts, the others sleep on. Returns whether our lease was released.
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
-  async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+  async release(targetKey: string, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
     // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
     if (slotOfRow(targetKey)) return this.slots.release(targetKey, leaseToken, timeoutMs);
-    if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs);
-    const outcome = await this.releases.submit({ targetKey, leaseToken, timeoutMs });
+    if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs, lone);
+    const outcome = await this.releases.submit({ targetKey, leaseToken, timeoutMs, lone });
     // The row was locked by another transaction (a fenced write still finishing): alone, waiting for it.
     return outcome === 'retry' ? this.releaseOnce(targetKey, leaseToken, timeoutMs) : outcome;
   }
@@ -357,7 +389,8 @@ export class LeaseStore {
   private async sendReleases(items: ReleaseItem[]): Promise<Array<ItemOutcome<boolean | 'retry'>>> {
     if (items.length === 1) {
       const [item] = items as [ReleaseItem];
-      return [{ ok: true, value: await this.releaseOnce(item.targetKey, item.leaseToken, item.timeoutMs) }];
+      const released = await this.releaseOnce(item.targetKey, item.leaseToken, item.timeoutMs, item.lone);
+      return [{ ok: true, value: released }];
     }
     const batch = items.map((item, index) => ({
       i: index + 1,
@@ -376,8 +409,22 @@ export class LeaseStore {
     return releaseBatchOutcomes(items.length, rows);
   }
 
-  /** The single release statement: waits for a locked row, within its bound. */
-  private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+  /**
+   * The single release statement: waits for a locked row, within its bound. `lone` (the lease's acquisition found no
+   * line, see `loneAcquireSql`): the lean statement first, the single one only if a line formed meanwhile.
+   */
+  private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
+    if (lone) {
+      const { rows } = await retryingSerializationFailures(() =>
+        this.run<{ released: boolean; line: boolean }>({
+          ...this.statement('release_lone'),
+          boundMs: timeoutMs,
+          text: this.sql.releaseLone,
+          values: [targetKey, leaseToken, lockWaitMs(timeoutMs), this.options.asyncReleaseCommits],
+        }),
+      );
+      if (!rows[0]?.line) return rows[0]?.released === true;
+    }
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean }>({
         ...this.statement('release'),
@@ -389,7 +436,7 @@ export class LeaseStore {
           this.notifyChannel,
           this.options.asyncReleaseCommits,
           this.options.agingIntervalMs,
-          String(Math.max(1, Math.floor(timeoutMs))),
+          lockWaitMs(timeoutMs),
         ],
       }),
     );

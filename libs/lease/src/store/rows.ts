@@ -115,6 +115,22 @@ export function acquireOutcome(row: AcquireRow | undefined, sentAt: number, queu
   };
 }
 
+/** The row of the lone caller's acquisition (`loneAcquireSql`): a grant, a refusal, or `full` (see there). */
+export interface LoneAcquireRow {
+  fencing_token: string | null;
+  hold_left_ms: number | null;
+  full: boolean;
+}
+
+/** What the lone caller's acquisition answered; `full`: the single statement decides. */
+export function loneAcquireOutcome(row: LoneAcquireRow | undefined, sentAt: number): AcquiredRow | Refusal | 'full' {
+  if (!row) return 'full';
+  if (row.fencing_token !== null) {
+    return { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: false, previousOwner: null, lone: true };
+  }
+  return row.full ? 'full' : { refused: true, holdLeftMs: row.hold_left_ms };
+}
+
 /** A row of the renewal statement: one per lease, each carrying the server's history. */
 export type RenewRow = {
   lease_token: string;

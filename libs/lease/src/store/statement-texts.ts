@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { acquireRunCapMs, PURGE_AFTER_MS } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
-import { batchAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
+import { batchAcquireSql, loneAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
 import {
   MAY_CREATE_SCHEMA_SQL,
   MISSING_OBJECTS_SQL,
@@ -27,7 +27,7 @@ import {
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { confirmGrantSql } from './sql/handoff.sql.js';
-import { batchReleaseSql, singleReleaseSql } from './sql/release.sql.js';
+import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
@@ -37,10 +37,12 @@ import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/wa
 /** The texts of one configuration's statements, by statement. */
 export interface StatementTexts {
   readonly acquire: string;
+  readonly acquireLone: string;
   readonly acquireOrQueue: string;
   readonly batchAcquire: string;
   readonly batchRelease: string;
   readonly release: string;
+  readonly releaseLone: string;
   readonly enqueue: string;
   readonly renew: string;
   readonly renewWithoutSystemId: string;
@@ -101,10 +103,12 @@ export function buildStatements(
   const privileges = privilegeChecks(n, options.schema);
   const sql: StatementTexts = {
     acquire: singleAcquireSql(n, false, capMs),
+    acquireLone: loneAcquireSql(n, capMs),
     acquireOrQueue: singleAcquireSql(n, true, capMs),
     batchAcquire: batchAcquireSql(n, capMs),
     batchRelease: batchReleaseSql(n),
     release: singleReleaseSql(n),
+    releaseLone: loneReleaseSql(n),
     enqueue: enqueueSql(n),
     renew: renewSql(n, true),
     renewWithoutSystemId: renewSql(n, false),

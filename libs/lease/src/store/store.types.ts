@@ -68,6 +68,8 @@ export interface ReleaseItem {
   targetKey: string;
   leaseToken: string;
   timeoutMs: number;
+  /** See `AcquiredRow.lone`. */
+  lone?: boolean;
 }
 
 export interface AcquiredRow {
@@ -77,6 +79,8 @@ export interface AcquiredRow {
   /** The row existed (expired) and was taken over, rather than inserted fresh. */
   tookOver: boolean;
   previousOwner: string | null;
+  /** Won by the lone caller's statement (no waiter line then): its release tries the lean statement first. */
+  lone?: boolean;
 }
 
 /** A refused attempt; `holdLeftMs` is set when the target is free but for the hold of its last acquisition. */

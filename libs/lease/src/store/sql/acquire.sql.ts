@@ -228,3 +228,68 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
     LEFT JOIN won w ON w.target_id = m.target_id AND o.i = m.i
     ORDER BY m.i`;
 }
+
+/**
+ * The lone caller's acquisition (issue 27: a key with no waiter line): a newcomer that neither waits nor is queued,
+ * the commonest call, skips everything only a line needs. Parameters: $1 target, $2 lease token, $3 owner, $4
+ * priority, $5 lease timeout, $6 hold.
+ *
+ * - It writes only when the read-only pre-check (one probe of the key's row, one of its line) finds the key free of
+ *   any holder (even an expired one) and without a single waiter row: a refusal on a held key takes no row lock and
+ *   writes nothing, as in the single statement.
+ * - One fencing-sequence value per grant, as in the single statement: a released row is locked first, checked again
+ *   in its latest version and its token drawn after the lock; only a key that never had a row draws its token in the
+ *   INSERT's source row, and an insert that meets a concurrent first insert of the key takes that row only if it is
+ *   free by then (two values drawn, in that race alone).
+ * - Whatever the pre-check let through but the lock did not (a waiter row, an expired holder to take over, a row
+ *   changed meanwhile) comes back as `full`: the caller sends the single statement, whose rules decide (priority
+ *   over the line, dead waiters, the takeover report). The answer is then exactly the single statement's.
+ */
+export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
+  const { lease, waiter, fencingSequence } = n;
+  const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
+  // The fault schedule's negative control (see fault-switches.ts): every grant through the INSERT, its token drawn
+  // before the row lock.
+  const early = faultSwitches.tokenBeforeLock;
+  return `WITH open AS MATERIALIZED (
+          SELECT coalesce(NOT ${taken('l')}, true) AS free, l.target_id IS NOT NULL AS has_row,
+            coalesce(l.lease_token IS NULL AND NOT ${holding('l')}, true)
+              AND NOT EXISTS (SELECT 1 FROM ${waiter} w WHERE w.target_id = $1) AS lone
+          FROM (SELECT 1) one LEFT JOIN ${lease} l ON l.target_id = $1
+        ), locked AS MATERIALIZED (
+          SELECT l.target_id FROM ${lease} l, open o
+          WHERE o.lone AND o.has_row AND l.target_id = $1 AND l.lease_token IS NULL AND NOT ${holding('l')}${early ? ' AND false' : ''}
+          FOR NO KEY UPDATE OF l
+        ), won_old AS (
+          -- The token is drawn here, after the row lock (locked is materialized first).
+          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+            priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
+            hold_ms = $6
+          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
+          WHERE l.target_id = x.target_id
+          RETURNING l.fencing_token
+        ), won_new AS (
+          INSERT INTO ${lease} AS l
+            (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+          SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $6
+          FROM (SELECT ${nextval} AS v FROM open o WHERE o.lone AND ${early ? 'true' : 'NOT o.has_row'}) f,
+            (SELECT ${TIMELINE} AS timeline) h
+          ON CONFLICT (target_id) DO UPDATE SET
+            lease_token = EXCLUDED.lease_token,
+            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence)},
+            owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
+            acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
+          WHERE l.lease_token IS NULL AND NOT ${holding('l')}
+          RETURNING l.fencing_token
+        ), won AS (
+          SELECT fencing_token FROM won_old UNION ALL SELECT fencing_token FROM won_new
+        )
+        SELECT won.fencing_token::text AS fencing_token, NULL::float8 AS hold_left_ms, false AS full,
+          ${runCap(capMs)} AS overran
+        FROM won
+        UNION ALL
+        -- Refused by the pre-check (a holder, or a hold's tail: when it ends), or let through by it and not won.
+        SELECT NULL, (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+            FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}), o.free, NULL
+        FROM open o WHERE NOT EXISTS (SELECT 1 FROM won)`;
+}

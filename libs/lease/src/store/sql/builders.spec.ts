@@ -121,7 +121,7 @@ describe('SQL builders', () => {
 
   it('every acquisition fails on the server past half the purge bound, after its writes', () => {
     const sql = buildStatements(defaults, undefined, 4_000).sql;
-    for (const text of [sql.acquire, sql.acquireOrQueue, sql.batchAcquire]) {
+    for (const text of [sql.acquire, sql.acquireLone, sql.acquireOrQueue, sql.batchAcquire]) {
       expect(text).toContain('clock_timestamp() - statement_timestamp() > 2000');
     }
     expect(buildStatements(defaults).sql.acquire).toContain('statement_timestamp() > 1800000');

@@ -52,3 +52,24 @@ export function batchReleaseSql(n: LeaseObjectNames): string {
       CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit
     FROM req r ORDER BY r.i`;
 }
+
+/**
+ * The release of a lease its acquisition found without a line (`loneAcquireSql`): $1 target, $2 lease token, $3 how
+ * long the row lock may be waited for, $4 asyncReleaseCommits. Clears the token (the row kept) when the target still
+ * has no waiter row; with one, it writes nothing and answers `line`, and the caller sends the single statement, which
+ * hands the target to the head of the line (the waiter rows it reads are those of the same snapshot either way).
+ */
+export function loneReleaseSql(n: LeaseObjectNames): string {
+  return `WITH bound AS MATERIALIZED (
+          SELECT set_config('lock_timeout', $3::text, true) AS lock_timeout
+        ), line AS MATERIALIZED (
+          SELECT EXISTS (SELECT 1 FROM ${n.waiter} w WHERE w.target_id = $1) AS waiting
+        ), freed AS (
+          UPDATE ${n.lease} AS l SET lease_token = NULL FROM line
+          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND NOT line.waiting AND EXISTS (SELECT 1 FROM bound)
+          RETURNING 1
+        )
+        SELECT EXISTS (SELECT 1 FROM freed) AS released, line.waiting AS line,
+          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit
+        FROM line`;
+}
