@@ -24,6 +24,7 @@ import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
 import { FenceStore } from './fence-store.js';
 import { PreemptStore } from './preempt-store.js';
+import { lockWaitMs, LoneStore } from './lone-store.js';
 import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
@@ -36,8 +37,6 @@ import {
   acquireOutcome,
   acquireParameters,
   type AcquireRow,
-  loneAcquireOutcome,
-  type LoneAcquireRow,
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
@@ -57,9 +56,6 @@ import type {
 } from './store.types.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
 
-/** How long a release's row lock may be waited for, as `lock_timeout` text: its whole bound. */
-const lockWaitMs = (timeoutMs: number) => String(Math.max(1, Math.floor(timeoutMs)));
-
 /**
  * Batches in flight at once per kind (acquisitions, releases): one, classic group commit. Measured on the
  * benchmark's 2-CPU box (docs/performance.md): with two in flight, batches were half as large and throughput lower
@@ -76,6 +72,7 @@ const BATCHES_IN_FLIGHT = 1;
 export class LeaseStore {
   private readonly n: LeaseObjectNames;
   private sql: StatementTexts;
+  private readonly lone: LoneStore;
   private readonly purges: PurgeStore;
   /** The bootstrap checks and the DDL (on the statement pool, like every other statement). */
   readonly schema: SchemaStore;
@@ -139,6 +136,14 @@ export class LeaseStore {
       () => this.sql,
       options,
       (name) => this.statement(name),
+      this.n.fencingSequence,
+    );
+    this.lone = new LoneStore(
+      (statement) => this.run(statement),
+      () => this.sql,
+      options,
+      (name) => this.statement(name),
+      () => this.acquireBounds,
       this.n.fencingSequence,
     );
     this.purges = new PurgeStore(
@@ -216,7 +221,7 @@ export class LeaseStore {
   }
 
   /**
-   * One batch of acquisitions: a lone caller sends the single statement (it goes at once and waits for a locked row,
+   * One batch of acquisitions: a lone caller goes alone (`acquireOnce`: it goes at once and waits for a locked row,
    * exactly as without group commit); several send the set-based statement (`batchAcquireSql`), one commit for all.
    * The batch waits for no lock (BATCH_LOCK_WAIT_MS): one that meets one fails whole on the server, and is split.
    */
@@ -243,7 +248,7 @@ export class LeaseStore {
   private async acquireOnce(request: AcquireRequest): Promise<AcquiredRow | Refusal> {
     const { queueAs } = request;
     if (queueAs === undefined && request.waiterId === undefined) {
-      const lone = await this.acquireLone(request);
+      const lone = await this.lone.acquire(request);
       if (lone !== 'full') return lone;
     }
     const queueValues =
@@ -262,29 +267,6 @@ export class LeaseStore {
       );
     });
     return acquireOutcome(rows[0], sentAt, queueAs !== undefined);
-  }
-
-  /**
-   * A newcomer that does not wait, alone: the lean statement (`loneAcquireSql`) for a key with no waiter line; `full`
-   * when the key has one (or an expired holder, or changed meanwhile): the caller then sends the single statement.
-   */
-  private async acquireLone(request: AcquireRequest): Promise<AcquiredRow | Refusal | 'full'> {
-    const { rows, sentAt } = await this.run<LoneAcquireRow>({
-      ...this.statement('acquire_lone'),
-      ...this.acquireBounds,
-      text: this.sql.acquireLone,
-      values: [
-        request.targetKey,
-        request.leaseToken,
-        this.options.owner,
-        request.priority,
-        this.options.leaseTimeoutMs,
-        request.holdMs,
-      ],
-    }).catch((error: unknown) => {
-      throw exhausted(error, 'fencing_token', this.n.fencingSequence) ?? readOnly(error, request.targetKey) ?? error;
-    });
-    return loneAcquireOutcome(rows[0], sentAt);
   }
 
   /**
@@ -415,15 +397,8 @@ export class LeaseStore {
    */
   private async releaseOnce(targetKey: string, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
     if (lone) {
-      const { rows } = await retryingSerializationFailures(() =>
-        this.run<{ released: boolean; line: boolean }>({
-          ...this.statement('release_lone'),
-          boundMs: timeoutMs,
-          text: this.sql.releaseLone,
-          values: [targetKey, leaseToken, lockWaitMs(timeoutMs), this.options.asyncReleaseCommits],
-        }),
-      );
-      if (!rows[0]?.line) return rows[0]?.released === true;
+      const released = await this.lone.release(targetKey, leaseToken, timeoutMs);
+      if (released !== 'line') return released;
     }
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean }>({
