@@ -28,6 +28,19 @@ describe('LeaseConsoleModule', () => {
     expect(() => LeaseConsoleModule.forRoot({ actions: true })).toThrow(/needs a guard/);
   });
 
+  test('trustedOrigins that are not origins, or actions not a boolean → LeaseConfigError naming the option', () => {
+    const guard = new TokenGuard();
+    for (const trustedOrigins of [['admin.example.com'], ['https://admin.example.com/console'], 'https://a.example']) {
+      const mount = () =>
+        LeaseConsoleModule.forRoot({ guard, actions: true, trustedOrigins: trustedOrigins as string[] });
+      expect(mount).toThrow(LeaseConfigError);
+      expect(mount).toThrow(/option trustedOrigins must be a list of origins/);
+    }
+    const yes = () => LeaseConsoleModule.forRoot({ guard, actions: 'yes' as unknown as boolean });
+    expect(yes).toThrow(LeaseConfigError);
+    expect(yes).toThrow(/option actions must be a boolean, got string/);
+  });
+
   test('without actions, no write route exists (404) and the reads answer', async () => {
     @Module({
       imports: [

@@ -1,6 +1,8 @@
 /**
  * The console's HTTP routes (README: "Operator's console"), built for one `LeaseConsoleModule.forRoot()`: reads
- * always; the actions only when asked for, and then always behind the app's guard. Private: the module is the door.
+ * always (behind the app's guard, or public when the app says so); the actions only when asked for, and then always
+ * behind the console's request rule (same origin, JSON: no cross-site request) and the app's guard. Private: the
+ * module is the door.
  */
 import {
   Body,
@@ -19,6 +21,7 @@ import {
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { LeaseService } from '../lease.service.js';
 import { LeaseExceptionFilter } from '../transport/lease-exception.filter.js';
+import { ConsoleRequestGuard } from './console-request.guard.js';
 import { LeaseOperator } from './lease-operator.js';
 
 /** The options the routes need (see `LeaseConsoleOptions`). */
@@ -27,6 +30,8 @@ export interface ConsoleRoutes {
   readonly guard?: Type<CanActivate> | CanActivate;
   readonly actions: boolean;
   readonly actor?: (request: unknown) => string | undefined;
+  /** Origins besides the console's own whose pages may send the actions (`URL.origin` form). */
+  readonly trustedOrigins: ReadonlySet<string>;
 }
 
 /** JSON has no bigint: fencing tokens travel as decimal strings. */
@@ -51,9 +56,10 @@ function limitOf(raw: string | undefined): number | undefined {
 
 /** The controllers of one console: a fresh class each, so two consoles may carry different guards and paths. */
 export function consoleControllers(routes: ConsoleRoutes): Type[] {
-  const guarded = <T extends Type>(controller: T): T => {
+  const guarded = <T extends Type>(controller: T, ...first: CanActivate[]): T => {
     UseFilters(LeaseExceptionFilter)(controller);
-    if (routes.guard) UseGuards(routes.guard)(controller);
+    const guards = routes.guard ? [...first, routes.guard] : first;
+    if (guards.length > 0) UseGuards(...guards)(controller);
     Controller(routes.path)(controller);
     return controller;
   };
@@ -125,5 +131,7 @@ export function consoleControllers(routes: ConsoleRoutes): Type[] {
   });
   const templateOf = (body: ActionBody | undefined) => body?.template as boolean | undefined;
 
-  return routes.actions ? [guarded(LeaseConsoleReads), guarded(LeaseConsoleActions)] : [guarded(LeaseConsoleReads)];
+  if (!routes.actions) return [guarded(LeaseConsoleReads)];
+  // The actions' request rule runs before the app's guard: a forged request is refused whoever's cookie it carries.
+  return [guarded(LeaseConsoleReads), guarded(LeaseConsoleActions, new ConsoleRequestGuard(routes.trustedOrigins))];
 }

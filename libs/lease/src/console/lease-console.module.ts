@@ -1,6 +1,7 @@
 import { type CanActivate, type DynamicModule, Module, type ModuleMetadata, type Type } from '@nestjs/common';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
+import { trustedOriginsOf } from './console-request.guard.js';
 import { consoleControllers } from './lease-console.controller.js';
 
 /** `LeaseConsoleModule.forRoot()` (README: "Operator's console"). */
@@ -17,7 +18,8 @@ export interface LeaseConsoleOptions {
   guard?: Type<CanActivate> | CanActivate;
   /**
    * Mounts the write actions: `POST force-release`, `drain`, `undrain`. Off by default; refused at bootstrap
-   * (`LeaseConfigError`) without a `guard`.
+   * (`LeaseConfigError`) without a `guard`. They take JSON only, from the console's own origin only (no cross-site
+   * request: README, "Operator's console").
    * @default false
    */
   actions?: boolean;
@@ -26,8 +28,18 @@ export interface LeaseConsoleOptions {
    * place of the body's `by`. Without it, the body's `by` is recorded as sent.
    */
   actor?: (request: unknown) => string | undefined;
+  /**
+   * Origins besides the console's own whose pages may send the actions (`https://admin.example.com`): an admin page
+   * served elsewhere, or the public origin when a proxy in front rewrites `Host`. Every other origin is refused (403).
+   * @default []
+   */
+  trustedOrigins?: readonly string[];
   /** Modules the guard class's dependencies come from. */
   imports?: ModuleMetadata['imports'];
+}
+
+function assertBoolean(name: string, value: unknown): void {
+  if (typeof value !== 'boolean') throw new LeaseConfigError(messages.consoleOption(name, 'a boolean', typeof value));
 }
 
 /**
@@ -40,14 +52,21 @@ export interface LeaseConsoleOptions {
 @Module({})
 export class LeaseConsoleModule {
   static forRoot(options: LeaseConsoleOptions = {}): DynamicModule {
-    const { path = 'lease-console', guard, actions = false, actor, imports = [] } = options;
+    const { path = 'lease-console', guard, actions = false, actor } = options;
+    const { trustedOrigins = [], imports = [] } = options;
     if (typeof path !== 'string' || path.length === 0) throw new LeaseConfigError(messages.consolePath(typeof path));
-    if (typeof actions !== 'boolean') throw new LeaseConfigError(messages.consoleNeedsGuard());
+    assertBoolean('actions', actions);
     if (actions && !guard) throw new LeaseConfigError(messages.consoleNeedsGuard());
+    const trusted = Array.isArray(trustedOrigins) ? trustedOriginsOf(trustedOrigins) : undefined;
+    if (trusted === undefined) {
+      throw new LeaseConfigError(
+        messages.consoleTrustedOrigins(JSON.stringify(trustedOrigins) ?? typeof trustedOrigins),
+      );
+    }
     return {
       module: LeaseConsoleModule,
       imports,
-      controllers: consoleControllers({ path, guard, actions, actor }),
+      controllers: consoleControllers({ path, guard, actions, actor, trustedOrigins: trusted }),
     };
   }
 }

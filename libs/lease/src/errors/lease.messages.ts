@@ -35,6 +35,24 @@ export const messages = {
     "LeaseConsoleModule.forRoot({ actions: true }) needs a guard: the actions stop other holders' work, so they are " +
     'never mounted unauthenticated. Pass guard: a CanActivate class or instance that authenticates the operator',
   consolePath: (got: string) => `LeaseConsoleModule path must be a non-empty string, got ${got}`,
+  // The operator's console (LeaseConsoleModule): its option types, and its refusals of cross-site write requests.
+  consoleOption: (name: string, expected: string, got: string) =>
+    `LeaseConsoleModule option ${name} must be ${expected}, got ${got}`,
+  consoleTrustedOrigins: (got: string) =>
+    'LeaseConsoleModule option trustedOrigins must be a list of origins, each scheme://host[:port] with http or ' +
+    `https and no path (e.g. https://admin.example.com), got ${got}`,
+  consoleForeignOrigin: (origin: string) =>
+    `Refused: the console's actions take a request from its own origin only, and this one came from origin ` +
+    `${origin} (a page of another origin must not act with the operator's session: CSRF). Nothing was done. An ` +
+    'admin page on another origin, or a proxy that rewrites Host: list its origin in trustedOrigins',
+  consoleForeignSite: (site: string, origin: string | undefined) =>
+    `Refused: the console's actions take a request from its own origin only, and the browser says this one came ` +
+    `from another (Sec-Fetch-Site: ${site}${origin === undefined ? '' : `, origin ${origin}`}): a page of another ` +
+    "origin must not act with the operator's session (CSRF). Nothing was done. An admin page on another origin: " +
+    'list its origin in trustedOrigins',
+  consoleNotJson: (type: string) =>
+    `The console's actions take a JSON body only (Content-Type: application/json), got ${type}: a form or ` +
+    'text/plain post is what a page of another origin can send without asking. Nothing was done',
   operatorInput: (name: string, got: string) =>
     `${name} must be a non-empty string of at most 1000 characters, got ${got}`,
   /**
