@@ -16,6 +16,8 @@ import { FAST, useTestDatabase } from '../support/db.js';
 // `Sec-Fetch-Site`), from the console's own origin or a trusted one (else 403). A refusal writes nothing.
 
 const SESSION = 'sid=operator-session';
+/** Leases that outlive a loaded machine's stalls (Chromium starting): a lease ends here only if the console ends it. */
+const TIMINGS = { ...FAST, heartbeatIntervalMs: 1_000, leaseTimeoutMs: 30_000 };
 
 /** The app's guard: a session cookie, the operator's name from the session. */
 class SessionGuard implements CanActivate {
@@ -63,7 +65,7 @@ describe('LeaseConsoleModule write routes against cross-site requests', () => {
   beforeAll(async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot({ ...TIMINGS, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
         LeaseConsoleModule.forRoot({ guard: SessionGuard, actions: true, actor: sessionOf }),
       ],
     })
@@ -209,7 +211,7 @@ describe('LeaseConsoleModule write routes against cross-site requests', () => {
   test('trustedOrigins: an admin page on another origin (or behind a proxy that rewrites Host) may act', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...FAST, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot({ ...TIMINGS, dataSource: { type: 'postgres', url: db.url } }),
         LeaseConsoleModule.forRoot({
           guard: SessionGuard,
           actions: true,
@@ -299,7 +301,7 @@ const skipBrowser = process.env.SKIP_BROWSER_TESTS === '1';
   test('a no-cors fetch, a CORS JSON fetch and an auto-submitted form from another origin leave the lease held', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot({ ...TIMINGS, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
         LeaseConsoleModule.forRoot({ guard: SessionGuard, actions: true, actor: sessionOf }),
       ],
     })
