@@ -3,8 +3,9 @@ import { NestFactory } from '@nestjs/core';
 import { LeaseConfigError, LeaseConsoleModule, LeaseModule, LeaseService } from 'nest-pg-lease';
 import { FAST, useTestDatabase } from '../support/db.js';
 
-// LeaseConsoleModule over HTTP: the actions are never mounted without a guard, a guard's "no" writes nothing, and a
-// "yes" force-releases with the actor the app names.
+// LeaseConsoleModule over HTTP: nothing is mounted without a guard unless the app says the reads are public, the
+// actions are never mounted without a guard, a guard's "no" writes nothing, and a "yes" force-releases with the actor
+// the app names.
 
 /** The app's guard: one header token; the operator's name from another header. */
 class TokenGuard implements CanActivate {
@@ -28,6 +29,25 @@ describe('LeaseConsoleModule', () => {
     expect(() => LeaseConsoleModule.forRoot({ actions: true })).toThrow(/needs a guard/);
   });
 
+  test('no guard → LeaseConfigError at bootstrap naming guard and public, unless public: true says so', () => {
+    for (const options of [undefined, {}, { path: 'ops' }, { public: false }]) {
+      const mount = () => LeaseConsoleModule.forRoot(options);
+      expect(mount).toThrow(LeaseConfigError);
+      expect(mount).toThrow(/forRoot\(\) needs a guard: .*personal data.*Pass guard: .*or public: true/);
+    }
+    expect(LeaseConsoleModule.forRoot({ public: true }).controllers).toHaveLength(1);
+    // public is for the reads: the actions always need a guard, and a guard with public is a contradiction.
+    expect(() => LeaseConsoleModule.forRoot({ public: true, actions: true })).toThrow(
+      /actions: true \}\) needs a guard/,
+    );
+    expect(() => LeaseConsoleModule.forRoot({ public: true, guard: new TokenGuard() })).toThrow(
+      /guard and public: true contradict each other/,
+    );
+    const yes = () => LeaseConsoleModule.forRoot({ public: 'yes' as unknown as boolean });
+    expect(yes).toThrow(LeaseConfigError);
+    expect(yes).toThrow(/option public must be a boolean, got string/);
+  });
+
   test('trustedOrigins that are not origins, or actions not a boolean → LeaseConfigError naming the option', () => {
     const guard = new TokenGuard();
     for (const trustedOrigins of [['admin.example.com'], ['https://admin.example.com/console'], 'https://a.example']) {
@@ -41,11 +61,11 @@ describe('LeaseConsoleModule', () => {
     expect(yes).toThrow(/option actions must be a boolean, got string/);
   });
 
-  test('without actions, no write route exists (404) and the reads answer', async () => {
+  test('public: true without actions: no write route exists (404) and the reads answer anyone', async () => {
     @Module({
       imports: [
         LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
-        LeaseConsoleModule.forRoot(),
+        LeaseConsoleModule.forRoot({ public: true }),
       ],
     })
     class ReadOnlyApp {}

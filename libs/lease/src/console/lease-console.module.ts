@@ -13,9 +13,16 @@ export interface LeaseConsoleOptions {
   path?: string;
   /**
    * The app's guard, run before every console route (reads and actions): a `CanActivate` class (instantiated in the
-   * console module: its dependencies come from global modules or `imports`) or instance. Required with `actions`.
+   * console module: its dependencies come from global modules or `imports`) or instance. Required, unless `public`.
    */
   guard?: Type<CanActivate> | CanActivate;
+  /**
+   * Serves the reads without a guard, to whoever reaches them: every key and its holder (keys may be personal data).
+   * Only on purpose (a network only operators reach); without it, `forRoot()` without a `guard` throws a
+   * `LeaseConfigError`. Refused with a `guard` (contradictory) and with `actions` (they always need a guard).
+   * @default false
+   */
+  public?: boolean;
   /**
    * Mounts the write actions: `POST force-release`, `drain`, `undrain`. Off by default; refused at bootstrap
    * (`LeaseConfigError`) without a `guard`. They take JSON only, from the console's own origin only (no cross-site
@@ -44,19 +51,22 @@ function assertBoolean(name: string, value: unknown): void {
 
 /**
  * The operator's console over HTTP: `GET <path>/leases`, `history?key=`, `drains`, `audit`, `capabilities`, and with
- * `actions: true` (a guard required) `POST <path>/force-release`, `drain`, `undrain`. Needs `LeaseModule` (it uses
- * the global `LeaseService` and `LeaseOperator`).
+ * `actions: true` `POST <path>/force-release`, `drain`, `undrain`. Behind the app's `guard` (required; or `public:
+ * true` for the reads alone). Needs `LeaseModule` (it uses the global `LeaseService` and `LeaseOperator`).
  *
  * @example LeaseConsoleModule.forRoot({ guard: AdminGuard, actions: true, actor: (req) => req.user.email })
  */
 @Module({})
 export class LeaseConsoleModule {
   static forRoot(options: LeaseConsoleOptions = {}): DynamicModule {
-    const { path = 'lease-console', guard, actions = false, actor } = options;
+    const { path = 'lease-console', guard, actions = false, public: isPublic = false, actor } = options;
     const { trustedOrigins = [], imports = [] } = options;
     if (typeof path !== 'string' || path.length === 0) throw new LeaseConfigError(messages.consolePath(typeof path));
     assertBoolean('actions', actions);
+    assertBoolean('public', isPublic);
     if (actions && !guard) throw new LeaseConfigError(messages.consoleNeedsGuard());
+    if (isPublic && guard) throw new LeaseConfigError(messages.consolePublicWithGuard());
+    if (!guard && !isPublic) throw new LeaseConfigError(messages.consoleNeedsGuardOrPublic());
     const trusted = Array.isArray(trustedOrigins) ? trustedOriginsOf(trustedOrigins) : undefined;
     if (trusted === undefined) {
       throw new LeaseConfigError(

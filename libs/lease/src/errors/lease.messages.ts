@@ -35,7 +35,14 @@ export const messages = {
     "LeaseConsoleModule.forRoot({ actions: true }) needs a guard: the actions stop other holders' work, so they are " +
     'never mounted unauthenticated. Pass guard: a CanActivate class or instance that authenticates the operator',
   consolePath: (got: string) => `LeaseConsoleModule path must be a non-empty string, got ${got}`,
-  // The operator's console (LeaseConsoleModule): its option types, and its refusals of cross-site write requests.
+  // The operator's console (LeaseConsoleModule): its options, and its refusals of cross-site write requests.
+  consoleNeedsGuardOrPublic: () =>
+    'LeaseConsoleModule.forRoot() needs a guard: its routes show every key and its holder to whoever reaches them ' +
+    '(keys may be personal data). Pass guard: a CanActivate class or instance that authenticates the operator, or ' +
+    'public: true to serve the reads unauthenticated on purpose (a network only operators reach)',
+  consolePublicWithGuard: () =>
+    'LeaseConsoleModule.forRoot(): guard and public: true contradict each other (public mounts the routes without ' +
+    'a guard): keep the guard and drop public',
   consoleOption: (name: string, expected: string, got: string) =>
     `LeaseConsoleModule option ${name} must be ${expected}, got ${got}`,
   consoleTrustedOrigins: (got: string) =>
