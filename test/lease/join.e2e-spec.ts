@@ -1,4 +1,11 @@
-import { LeaseArgumentError, LeaseJoinedRunError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
+import {
+  LeaseArgumentError,
+  LeaseDrainedError,
+  LeaseJoinedRunError,
+  LeaseOperator,
+  LeaseWaitTimeoutError,
+  type LeaseEvent,
+} from 'nest-pg-lease';
 import { fileURLToPath } from 'node:url';
 import { joinersWaiting } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
@@ -269,5 +276,74 @@ describe("onBusy: 'join' across processes", () => {
     await expect(joined).resolves.toEqual({ by: 'b' });
     expect(ran! > BigInt(running.fencingToken)).toBe(true);
     expect((await db.admin.query(`SELECT 1 FROM job_lease WHERE lease_token IS NOT NULL`)).rowCount).toBe(0);
+  });
+});
+
+/** Issue 38 item 6: a drained key refuses a join as it refuses any call — never an earlier run's stored outcome. */
+describe("onBusy: 'join' meets drains and hold tails", () => {
+  const db = useTestDatabase('join_seams');
+  let a: OpenedService;
+  let b: OpenedService;
+
+  beforeAll(async () => {
+    // Slower heartbeats than FAST: a loaded machine must not make a holder lose its lease mid-test.
+    const timings = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waitPollIntervalMs: 1_000 };
+    a = await db.open({ owner: 'a', ...timings });
+    b = await db.open({ owner: 'b', ...timings });
+  });
+
+  test.each([
+    ['in the process that drained it', () => a],
+    ['in another process', () => b],
+  ])("a drained key refuses a join at once (%s), never with an earlier run's stored outcome", async (_, joiner) => {
+    const key = `seam:drained:${joiner().service.options.owner}`;
+    await expect(a.service.run(key, () => ({ by: 'earlier' }), { onBusy: 'join' })).resolves.toEqual({
+      by: 'earlier',
+    });
+    const operator = new LeaseOperator(a.service);
+    // A probe key drained after it: the joining process sees the key's drain once it refuses the probe (it reads the
+    // drains every second), and the probe's acquisitions leave the key's row as the earlier run left it.
+    const probe = `${key}:probe`;
+    await operator.drain(key, { by: 'ops', reason: 'incident' });
+    await operator.drain(probe, { by: 'ops', reason: 'incident' });
+    try {
+      await eventually(
+        () =>
+          joiner()
+            .service.tryAcquire(probe)
+            .then(
+              (lease) => lease?.release().then(() => null) ?? null,
+              (error: unknown) => error,
+            ),
+        (refusal) => refusal instanceof LeaseDrainedError,
+        'the drain seen by the joining process',
+      );
+      let ran = false;
+      const started = performance.now();
+      const joined = joiner().service.run(key, () => (ran = true), { onBusy: 'join', joinTimeoutMs: 10_000 });
+      await expect(joined).rejects.toBeInstanceOf(LeaseDrainedError);
+      await expect(joined).rejects.toMatchObject({ drainKind: 'key', drainReason: 'incident', targetKey: key });
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(ran).toBe(false);
+    } finally {
+      await operator.undrain(key, { by: 'ops', reason: 'over' });
+      await operator.undrain(probe, { by: 'ops', reason: 'over' });
+    }
+  });
+
+  test('a drained template refuses a join at once, where no outcome was ever stored (no wait until joinTimeoutMs)', async () => {
+    const operator = new LeaseOperator(a.service);
+    await operator.drain('seam:tpl:{id}', { by: 'ops', reason: 'migration', template: true });
+    try {
+      const started = performance.now();
+      const refusal = await a.service
+        .run('seam:tpl:1', () => 'never', { onBusy: 'join', keyTemplate: 'seam:tpl:{id}', joinTimeoutMs: 5_000 })
+        .catch((error: unknown) => error);
+      expect(refusal).toBeInstanceOf(LeaseDrainedError);
+      expect(refusal).toMatchObject({ drainKind: 'template' });
+      expect(performance.now() - started).toBeLessThan(2_000);
+    } finally {
+      await operator.undrain('seam:tpl:{id}', { by: 'ops', reason: 'over', template: true });
+    }
   });
 });

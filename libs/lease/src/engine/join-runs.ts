@@ -4,12 +4,12 @@
  * run's value must be JSON, so that a joiner in another process (see `JoinResults`) gets the same answer.
  */
 import { LeaseArgumentError, LeaseJoinedRunError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
-import { LeaseBusyError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
+import { LeaseBusyError, LeaseDrainedError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { AcquireOptions, RunOptions } from '../interfaces/acquire-options.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { assertTargetKey, checkRunOnBusy, joinTimeoutOf } from '../options/call-input.js';
+import { assertTargetKey, checkRunOnBusy, joinTimeoutOf, keyTemplateOf } from '../options/call-input.js';
 import type { JoinOutcome, RemoteJoins, SettledOutcome } from '../store/join-store.js';
 import { settleBy } from '../util/settle-by.js';
 
@@ -24,6 +24,8 @@ export interface JoinHost {
   readonly options: ResolvedLeaseOptions;
   enter(targetKey: string, options: AcquireOptions): Promise<LeaseEntry>;
   within<T>(lease: Lease, work: () => T): T;
+  /** The drains every attempt is checked against (`LeaseDrainedError`); absent, there are none. */
+  readonly operator?: { check(targetKey: string, keyTemplate: string): void };
 }
 
 /** Why a value cannot be sent as JSON, or undefined when it can (undefined itself is allowed: a void run). */
@@ -107,10 +109,13 @@ export class JoinRuns {
     const until = performance.now() + joinTimeoutMs;
     const onTimeout = () => new LeaseWaitTimeoutError(targetKey, joinTimeoutMs);
     const { signal } = options;
+    const keyTemplate = keyTemplateOf(options.keyTemplate);
     // A join attempts once and never queues: the priority line is for calls that run the work themselves.
     const attempt: AcquireOptions = { holdAtLeastMs: options.holdAtLeastMs, keyTemplate: options.keyTemplate, signal };
     for (;;) {
       signal?.throwIfAborted();
+      // A drained target refuses a join at once, as any call: never a stored outcome, never a wait for none.
+      this.host.operator?.check(targetKey, keyTemplate);
       const running = this.running.get(targetKey);
       if (running) {
         const outcome = await this.joined(targetKey, settleBy(running, until, signal, onTimeout));
@@ -127,7 +132,7 @@ export class JoinRuns {
       } catch (error) {
         this.forget(targetKey, outcome);
         settle({ kind: 'gone' });
-        if (!(error instanceof LeaseBusyError) || !this.remote) throw error;
+        if (!(error instanceof LeaseBusyError) || error instanceof LeaseDrainedError || !this.remote) throw error;
         const remote = await this.joined(targetKey, this.remote.await(targetKey, until, signal, onTimeout));
         if (remote.kind !== 'gone') return settleJoined(targetKey, remote) as T;
         // The holder ended without an outcome (died, lost its lease): try again, to run the work ourselves.
