@@ -132,6 +132,35 @@ describe("onBusy: 'join' in one process", () => {
     },
   );
 
+  test.each([
+    ['a joinable run', { onBusy: 'join' as const }],
+    ['a plain run', {}],
+  ])(
+    'a join inside %s of the same key is reentrant: the work runs in the outer lease, no wait for its own outcome',
+    async (_, outer) => {
+      const key = `join:reentrant:${Object.keys(outer).length}`;
+      const tokens: bigint[] = [];
+      const value = await a.service.run(
+        key,
+        (lease) => {
+          tokens.push(lease.fencingToken);
+          return a.service.run(
+            key,
+            (inner) => {
+              tokens.push(inner.fencingToken);
+              return 'inner';
+            },
+            { onBusy: 'join', joinTimeoutMs: 5_000 },
+          );
+        },
+        outer,
+      );
+      expect(value).toBe('inner');
+      expect(tokens).toHaveLength(2);
+      expect(tokens[1]).toBe(tokens[0]);
+    },
+  );
+
   test('bad join options are refused before anything is written', async () => {
     await expect(a.service.run('join:bad', () => 1, { onBusy: 'wait' as never })).rejects.toBeInstanceOf(
       LeaseArgumentError,

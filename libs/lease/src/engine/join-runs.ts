@@ -26,6 +26,8 @@ export interface JoinHost {
   within<T>(lease: Lease, work: () => T): T;
   /** The drains every attempt is checked against (`LeaseDrainedError`); absent, there are none. */
   readonly operator?: { check(targetKey: string, keyTemplate: string): void };
+  /** Whether the call chain holds `targetKey` already (a reentrant call); absent, `enter` alone tells. */
+  holdsInChain?(targetKey: string): boolean;
 }
 
 /** Why a value cannot be sent as JSON, or undefined when it can (undefined itself is allowed: a void run). */
@@ -112,6 +114,9 @@ export class JoinRuns {
     const keyTemplate = keyTemplateOf(options.keyTemplate);
     // A join attempts once and never queues: the priority line is for calls that run the work themselves.
     const attempt: AcquireOptions = { holdAtLeastMs: options.holdAtLeastMs, keyTemplate: options.keyTemplate, signal };
+    // A call chain holding the key runs the work inside its lease, as a reentrant run: it must not wait for its own
+    // outcome, and a drain does not refuse it.
+    if (this.host.holdsInChain?.(targetKey)) return this.reenter(targetKey, work, attempt);
     for (;;) {
       signal?.throwIfAborted();
       // A drained target refuses a join at once, as any call: never a stored outcome, never a wait for none.
@@ -149,6 +154,20 @@ export class JoinRuns {
       } finally {
         this.forget(targetKey, outcome);
       }
+    }
+  }
+
+  /** A reentrant join: the work in the call chain's lease (borrowed), its outcome neither stored nor shared. */
+  private async reenter<T>(
+    targetKey: string,
+    work: (lease: Lease) => Promise<T> | T,
+    attempt: AcquireOptions,
+  ): Promise<T> {
+    const { lease, exit } = await this.host.enter(targetKey, attempt);
+    try {
+      return await this.host.within(lease, () => work(lease));
+    } finally {
+      await exit();
     }
   }
 
