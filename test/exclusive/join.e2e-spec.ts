@@ -5,6 +5,7 @@ import {
   Exclusive,
   LeaseJoinedRunError,
   LeaseModule,
+  LeaseOperator,
   LeaseService,
   leaseEntities,
   type Lease,
@@ -145,5 +146,28 @@ describe("@Exclusive with onBusy: 'join'", () => {
     expect(two.body).toEqual(one.body);
     expect(JSON.stringify(two.body)).not.toContain('internal detail');
     expect(LeaseJoinedRunError).toBeDefined();
+  });
+
+  test("a drained key: a duplicate after the run answers 503 (drained), not the earlier run's stored body", async () => {
+    const first = post(`${url}/reports/r4`);
+    await eventually(
+      () => gate('r4').entered,
+      (n) => n === 1,
+      'the first request to hold the lease',
+    );
+    gate('r4').release();
+    expect((await first).status).toBe(201);
+    // The operator drains the key (an incident): the run's outcome is still stored, for joinResultTtlMs.
+    const operator = new LeaseOperator(leases);
+    await operator.drain('report:r4', { by: 'ops', reason: 'incident' });
+    try {
+      const again = await post(`${url}/reports/r4`);
+      expect(again.status).toBe(503);
+      expect(again.retryAfter).not.toBeNull();
+      expect(again.body).toMatchObject({ code: 'LeaseDrainedError', drained: 'key', reason: 'incident' });
+      expect(gate('r4').entered).toBe(1);
+    } finally {
+      await operator.undrain('report:r4', { by: 'ops', reason: 'over' });
+    }
   });
 });

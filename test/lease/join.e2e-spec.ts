@@ -1,5 +1,13 @@
-import { LeaseArgumentError, LeaseJoinedRunError, LeaseWaitTimeoutError, type LeaseEvent } from 'nest-pg-lease';
+import {
+  LeaseArgumentError,
+  LeaseDrainedError,
+  LeaseJoinedRunError,
+  LeaseOperator,
+  LeaseWaitTimeoutError,
+  type LeaseEvent,
+} from 'nest-pg-lease';
 import { fileURLToPath } from 'node:url';
+import pg from 'pg';
 import { joinersWaiting } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 import { startChild, type TestChild } from '../support/processes.js';
@@ -122,6 +130,35 @@ describe("onBusy: 'join' in one process", () => {
       const joined = await second;
       expect(joined).toBeInstanceOf(LeaseJoinedRunError);
       expect((joined as Error).message).toBe((refused as Error).message);
+    },
+  );
+
+  test.each([
+    ['a joinable run', { onBusy: 'join' as const }],
+    ['a plain run', {}],
+  ])(
+    'a join inside %s of the same key is reentrant: the work runs in the outer lease, no wait for its own outcome',
+    async (_, outer) => {
+      const key = `join:reentrant:${Object.keys(outer).length}`;
+      const tokens: bigint[] = [];
+      const value = await a.service.run(
+        key,
+        (lease) => {
+          tokens.push(lease.fencingToken);
+          return a.service.run(
+            key,
+            (inner) => {
+              tokens.push(inner.fencingToken);
+              return 'inner';
+            },
+            { onBusy: 'join', joinTimeoutMs: 5_000 },
+          );
+        },
+        outer,
+      );
+      expect(value).toBe('inner');
+      expect(tokens).toHaveLength(2);
+      expect(tokens[1]).toBe(tokens[0]);
     },
   );
 
@@ -269,5 +306,166 @@ describe("onBusy: 'join' across processes", () => {
     await expect(joined).resolves.toEqual({ by: 'b' });
     expect(ran! > BigInt(running.fencingToken)).toBe(true);
     expect((await db.admin.query(`SELECT 1 FROM job_lease WHERE lease_token IS NOT NULL`)).rowCount).toBe(0);
+  });
+});
+
+/**
+ * Counts the statements every pg client of this test process sends (the services' pools, heartbeats and LISTEN
+ * connections alike) from now until `stop()`: how many a wait costs, whatever the server's statistics lag.
+ */
+function countStatements(): { count: () => number; stop: () => void } {
+  const query = pg.Client.prototype.query;
+  let count = 0;
+  pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+    count += 1;
+    return (query as (...rest: unknown[]) => unknown).apply(this, args);
+  } as typeof query;
+  return { count: () => count, stop: () => (pg.Client.prototype.query = query) };
+}
+
+/**
+ * Issue 38 items 6 and 7: a join meets the key's other states. A drained key refuses a join as it refuses any call; a
+ * join only ever settles with the outcome of the run that held the key when it joined (or of a later one), never with
+ * one that had ended before it came — a hold's tail is no run to join; and a join that finds no run to join waits (its
+ * NOTIFY, its poll, the tail's end) instead of asking the database in a loop.
+ */
+describe("onBusy: 'join' meets drains and hold tails", () => {
+  const db = useTestDatabase('join_seams');
+  let a: OpenedService;
+  let b: OpenedService;
+
+  beforeAll(async () => {
+    // A second-long poll (not FAST's 200 ms): what a wait costs is counted below; slow heartbeats for a loaded machine.
+    const timings = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waitPollIntervalMs: 1_000 };
+    a = await db.open({ owner: 'a', ...timings });
+    b = await db.open({ owner: 'b', ...timings });
+  });
+
+  const joinedRun = async (service: OpenedService, key: string, by: string) => {
+    let ran: bigint | undefined;
+    const value = await service.service.run(
+      key,
+      (lease) => {
+        ran = lease.fencingToken;
+        return { by };
+      },
+      { onBusy: 'join', joinTimeoutMs: 20_000 },
+    );
+    return { value, ran };
+  };
+  /** When the key's row was last acquired, and when that acquisition's hold ends (database clock). */
+  const acquisition = async (key: string) => {
+    const { rows } = await db.admin.query<{ acquired: Date; tailEnd: Date }>(
+      `SELECT acquired_at AS acquired, acquired_at + hold_ms * interval '1 millisecond' AS "tailEnd"
+       FROM job_lease WHERE target_id = $1`,
+      [key],
+    );
+    return rows[0];
+  };
+
+  test.each([
+    ['in the process that drained it', () => a],
+    ['in another process', () => b],
+  ])("a drained key refuses a join at once (%s), never with an earlier run's stored outcome", async (_, joiner) => {
+    const key = `seam:drained:${joiner().service.options.owner}`;
+    await expect(a.service.run(key, () => ({ by: 'earlier' }), { onBusy: 'join' })).resolves.toEqual({
+      by: 'earlier',
+    });
+    const operator = new LeaseOperator(a.service);
+    // A probe key drained after it: the joining process sees the key's drain once it refuses the probe (it reads the
+    // drains every second), and the probe's acquisitions leave the key's row as the earlier run left it.
+    const probe = `${key}:probe`;
+    await operator.drain(key, { by: 'ops', reason: 'incident' });
+    await operator.drain(probe, { by: 'ops', reason: 'incident' });
+    try {
+      await eventually(
+        () =>
+          joiner()
+            .service.tryAcquire(probe)
+            .then(
+              (lease) => lease?.release().then(() => null) ?? null,
+              (error: unknown) => error,
+            ),
+        (refusal) => refusal instanceof LeaseDrainedError,
+        'the drain seen by the joining process',
+      );
+      let ran = false;
+      const started = performance.now();
+      const joined = joiner().service.run(key, () => (ran = true), { onBusy: 'join', joinTimeoutMs: 10_000 });
+      await expect(joined).rejects.toBeInstanceOf(LeaseDrainedError);
+      await expect(joined).rejects.toMatchObject({ drainKind: 'key', drainReason: 'incident', targetKey: key });
+      expect(performance.now() - started).toBeLessThan(2_000);
+      expect(ran).toBe(false);
+    } finally {
+      await operator.undrain(key, { by: 'ops', reason: 'over' });
+      await operator.undrain(probe, { by: 'ops', reason: 'over' });
+    }
+  });
+
+  test('a drained template refuses a join at once, where no outcome was ever stored (no wait until joinTimeoutMs)', async () => {
+    const operator = new LeaseOperator(a.service);
+    await operator.drain('seam:tpl:{id}', { by: 'ops', reason: 'migration', template: true });
+    try {
+      const started = performance.now();
+      const refusal = await a.service
+        .run('seam:tpl:1', () => 'never', { onBusy: 'join', keyTemplate: 'seam:tpl:{id}', joinTimeoutMs: 5_000 })
+        .catch((error: unknown) => error);
+      expect(refusal).toBeInstanceOf(LeaseDrainedError);
+      expect(refusal).toMatchObject({ drainKind: 'template' });
+      expect(performance.now() - started).toBeLessThan(2_000);
+    } finally {
+      await operator.undrain('seam:tpl:{id}', { by: 'ops', reason: 'over', template: true });
+    }
+  });
+
+  test.each([
+    ['the same process', () => a],
+    ['another process', () => b],
+  ])(
+    "a join in a finished joinable run's hold tail (%s) waits for the tail and runs the work itself",
+    async (_, joiner) => {
+      const key = `seam:tail:${joiner().service.options.owner}`;
+      let first: bigint | undefined;
+      const earlier = await a.service.run(
+        key,
+        (lease) => {
+          first = lease.fencingToken;
+          return { by: 'earlier' };
+        },
+        { onBusy: 'join', holdAtLeastMs: 1_500 },
+      );
+      expect(earlier).toEqual({ by: 'earlier' });
+      // The earlier run's outcome is stored, and its tail keeps the key taken for about 1.5 s more.
+      const stored = await db.admin.query(`SELECT 1 FROM job_lease_result WHERE target_id = $1`, [key]);
+      expect(stored.rowCount).toBe(1);
+      const { tailEnd } = await acquisition(key);
+      const { value, ran } = await joinedRun(joiner(), key, 'joiner');
+      expect(value).toEqual({ by: 'joiner' });
+      expect(ran! > first!).toBe(true);
+      expect((await acquisition(key)).acquired.getTime()).toBeGreaterThanOrEqual(tailEnd.getTime());
+    },
+  );
+
+  test("a join in a plain run's hold tail waits with a bounded number of statements, then runs the work itself", async () => {
+    const key = 'seam:plain-tail';
+    const plain = (await a.service.tryAcquire(key, { holdAtLeastMs: 3_000 }))!;
+    await plain.release();
+    const { tailEnd } = await acquisition(key);
+    const counter = countStatements();
+    let counted: number;
+    let joined: ReturnType<typeof joinedRun>;
+    try {
+      joined = joinedRun(b, key, 'b');
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      counted = counter.count();
+    } finally {
+      counter.stop();
+    }
+    const { value, ran } = await joined;
+    expect((await acquisition(key)).acquired.getTime()).toBeGreaterThanOrEqual(tailEnd.getTime());
+    // Refused acquisitions in a loop sent thousands in these 2 s; a wait sends a handful (its reads, the drain reads).
+    expect(counted).toBeLessThan(50);
+    expect(value).toEqual({ by: 'b' });
+    expect(ran! > plain.fencingToken).toBe(true);
   });
 });

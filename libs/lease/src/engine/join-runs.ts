@@ -1,16 +1,18 @@
 /**
  * `onBusy: 'join'`: a call whose target is held by a run of the same key settles with that run's outcome instead of
  * running the work again. In this process the run's promise is shared (no statement beyond the holder's own); the
- * run's value must be JSON, so that a joiner in another process (see `JoinResults`) gets the same answer.
+ * run's value must be JSON, so that a joiner in another process (see `JoinResults`) gets the same answer. A call
+ * looks for a run to join before it attempts, and settles only with the run holding the target then or one acquiring
+ * it later, never with a run that had ended (see `JoinResults`); a drained target refuses it at once, as any call.
  */
 import { LeaseArgumentError, LeaseJoinedRunError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
-import { LeaseBusyError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
+import { LeaseBusyError, LeaseDrainedError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { AcquireOptions, RunOptions } from '../interfaces/acquire-options.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { assertTargetKey, checkRunOnBusy, joinTimeoutOf } from '../options/call-input.js';
-import type { JoinOutcome, RemoteJoins, SettledOutcome } from '../store/join-store.js';
+import { assertTargetKey, checkRunOnBusy, joinTimeoutOf, keyTemplateOf } from '../options/call-input.js';
+import type { JoinOutcome, JoinWatch, RemoteJoins, SettledOutcome } from '../store/join-store.js';
 import { settleBy } from '../util/settle-by.js';
 
 /** A lease entered by the engine, and how to leave it (`LeaseEngine`'s `LeaseEntry`). */
@@ -24,6 +26,10 @@ export interface JoinHost {
   readonly options: ResolvedLeaseOptions;
   enter(targetKey: string, options: AcquireOptions): Promise<LeaseEntry>;
   within<T>(lease: Lease, work: () => T): T;
+  /** The drains every attempt is checked against (`LeaseDrainedError`); absent, there are none. */
+  readonly operator?: { check(targetKey: string, keyTemplate: string): void };
+  /** Whether the call chain holds `targetKey` already (a reentrant call); absent, `enter` alone tells. */
+  holdsInChain?(targetKey: string): boolean;
 }
 
 /** Why a value cannot be sent as JSON, or undefined when it can (undefined itself is allowed: a void run). */
@@ -107,30 +113,45 @@ export class JoinRuns {
     const until = performance.now() + joinTimeoutMs;
     const onTimeout = () => new LeaseWaitTimeoutError(targetKey, joinTimeoutMs);
     const { signal } = options;
-    // A join attempts once and never queues: the priority line is for calls that run the work themselves.
+    const keyTemplate = keyTemplateOf(options.keyTemplate);
+    // A join attempts and never queues: the priority line is for calls that run the work themselves.
     const attempt: AcquireOptions = { holdAtLeastMs: options.holdAtLeastMs, keyTemplate: options.keyTemplate, signal };
+    // A call chain holding the key runs the work inside its lease, as a reentrant run: it must not wait for its own
+    // outcome (nor look for a run to join: it is the run), and a drain does not refuse it.
+    if (this.host.holdsInChain?.(targetKey)) return this.reenter(targetKey, work, attempt);
+    const watch: JoinWatch = {};
     for (;;) {
       signal?.throwIfAborted();
+      // A drained target refuses a join at once, as any call: never a stored outcome, never a wait for none.
+      this.host.operator?.check(targetKey, keyTemplate);
       const running = this.running.get(targetKey);
       if (running) {
         const outcome = await this.joined(targetKey, settleBy(running, until, signal, onTimeout));
         if (outcome.kind !== 'gone') return settleJoined(targetKey, outcome) as T;
         continue;
       }
-      // Registered before the attempt: a duplicate arriving meanwhile waits for it instead of asking the database.
+      // Registered before the look: a duplicate arriving meanwhile shares it (and the attempt) instead of asking the
+      // database.
       let settle!: (outcome: JoinOutcome) => void;
       const outcome = new Promise<JoinOutcome>((resolve) => (settle = resolve));
       this.running.set(targetKey, outcome);
       let entry: LeaseEntry;
       try {
+        const joined = await this.joinRemote(targetKey, watch, until, signal, onTimeout);
+        if (joined) {
+          this.forget(targetKey, outcome);
+          settle(joined);
+          if (joined.kind !== 'gone') return settleJoined(targetKey, joined) as T;
+          // The run joined ended without an outcome (not joinable, died, lost its lease): look again.
+          continue;
+        }
         entry = await this.host.enter(targetKey, attempt);
       } catch (error) {
         this.forget(targetKey, outcome);
         settle({ kind: 'gone' });
-        if (!(error instanceof LeaseBusyError) || !this.remote) throw error;
-        const remote = await this.joined(targetKey, this.remote.await(targetKey, until, signal, onTimeout));
-        if (remote.kind !== 'gone') return settleJoined(targetKey, remote) as T;
-        // The holder ended without an outcome (died, lost its lease): try again, to run the work ourselves.
+        if (!(error instanceof LeaseBusyError) || error instanceof LeaseDrainedError || !this.remote) throw error;
+        // Taken since the look (a run to join now), or a line ahead: the next look tells, or waits its poll.
+        watch.refused = true;
         continue;
       }
       // A run ending without an outcome is forgotten at once, before its release: a local joiner that finds it
@@ -144,6 +165,39 @@ export class JoinRuns {
       } finally {
         this.forget(targetKey, outcome);
       }
+    }
+  }
+
+  /**
+   * A run of another process to join, found by a look: its outcome, `gone` when it ended without one, or undefined
+   * when there is none (the target is free by the look: attempt). Counted among the joiners while it waits for one.
+   */
+  private async joinRemote(
+    targetKey: string,
+    watch: JoinWatch,
+    until: number,
+    signal: AbortSignal | undefined,
+    onTimeout: () => Error,
+  ): Promise<JoinOutcome | undefined> {
+    if (!this.remote) return undefined;
+    const seen = await this.remote.look(targetKey, watch, until, signal, onTimeout);
+    if (seen.kind === 'free') return undefined;
+    if (seen.kind !== 'run') return seen;
+    const waiting = this.remote.await(targetKey, seen.fencingToken, watch, until, signal, onTimeout);
+    return this.joined(targetKey, waiting);
+  }
+
+  /** A reentrant join: the work in the call chain's lease (borrowed), its outcome neither stored nor shared. */
+  private async reenter<T>(
+    targetKey: string,
+    work: (lease: Lease) => Promise<T> | T,
+    attempt: AcquireOptions,
+  ): Promise<T> {
+    const { lease, exit } = await this.host.enter(targetKey, attempt);
+    try {
+      return await this.host.within(lease, () => work(lease));
+    } finally {
+      await exit();
     }
   }
 

@@ -350,6 +350,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return this.joins.run(targetKey, work, options);
   }
 
+  /** Whether the call chain holds `targetKey` already (`JoinHost`): a join there is reentrant. */
+  holdsInChain(targetKey: string): boolean {
+    return this.context.find(targetKey) !== undefined;
+  }
+
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
   async list(targetKey?: string): Promise<LeaseSnapshot[]> {
     const rows = await snapshotWithSlots(this.store, targetKey).catch((error: unknown) => {

@@ -1,8 +1,8 @@
 /**
  * The statements of joins across processes (`onBusy: 'join'`): a run's outcome saved in its fenced transaction, and
- * a joiner's read of the run it joined. Pure: SQL text only.
+ * a joiner's look at the target (the run it may join, or when a hold's tail ends). Pure: SQL text only.
  */
-import { type LeaseObjectNames, live, MS } from './fragments.js';
+import { holding, type LeaseObjectNames, live, MS } from './fragments.js';
 
 /** Expired results one save deletes at most (a bounded statement, whatever piled up). */
 export const EXPIRED_PER_SAVE = 100;
@@ -26,11 +26,15 @@ export function saveResultSql(n: LeaseObjectNames): string {
 }
 
 /**
- * A joiner's look at target $1: the fencing token of its row, whether that holder is live, and the unexpired outcome
- * stored under token $2 (the run joined; the row's own token when $2 is null, on the first look).
+ * A joiner's look at target $1: the fencing token of its row, whether that holder is live, the unexpired outcome
+ * stored under token $2 (the run joined; the row's own token when $2 is null), and, when no live holder is left and
+ * only a hold's tail keeps the target taken, when that tail ends (ms, database clock: no NOTIFY will say so).
  */
 export function readResultSql(n: LeaseObjectNames): string {
-  return `SELECT l.fencing_token::text AS token, ${live('l')} AS live, r.outcome
+  return `SELECT l.fencing_token::text AS token, ${live('l')} AS live, r.outcome,
+      CASE WHEN NOT ${live('l')} AND ${holding('l')}
+        THEN (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8 END
+        AS hold_left_ms
     FROM ${n.lease} l
     LEFT JOIN ${n.result} r ON r.target_id = l.target_id
       AND r.fencing_token = coalesce($2::bigint, l.fencing_token) AND r.expires_at > now()
