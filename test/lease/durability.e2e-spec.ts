@@ -1,12 +1,15 @@
 /**
  * Durability does not depend on the application's session defaults (issue 21 item 7): with the role's default
  * `synchronous_commit = off` (a common tuning), acquisitions (single and batched), renewals, the commit of `fenced()`
- * and releases still wait for the WAL flush. Observed from inside the server: a deferred trigger records the
- * `synchronous_commit` in force at each commit that wrote a lease row (or a fenced write). The crash test of the same
- * property is `test/faults/durability.fault-spec.ts`.
+ * and releases still wait for the WAL flush, and so does the confirmation of a handed-over grant (issue 38 item 1).
+ * Observed from inside the server: a deferred trigger records the `synchronous_commit` in force at each commit that
+ * wrote a lease row (or a fenced write). The crash tests of the same property are in
+ * `test/faults/durability.fault-spec.ts`.
  */
 import type { LeaseService } from 'nest-pg-lease';
+import { interceptHeadWakeups } from '../../libs/lease/src/internal.js';
 import { useTestDatabase } from '../support/db.js';
+import { procsOf, untilAsleep } from '../priority/helpers.js';
 
 function renewed(service: LeaseService): Promise<void> {
   return new Promise((resolve) => {
@@ -58,5 +61,38 @@ describe('durability whatever the session default', () => {
     const kinds = new Set(rows.map((row) => row.what));
     expect(kinds).toEqual(new Set(['job_lease INSERT', 'job_lease UPDATE', 'fenced_writes INSERT']));
     expect(rows.filter((row) => row.setting === 'off')).toEqual([]);
+  });
+  test("a handed-over grant's confirmation commits with synchronous_commit on, by its NOTIFY or by the poll", async () => {
+    const proc = procsOf(db);
+    const holder = await proc('holder');
+    // Waiter heartbeats far apart: the confirmation comes from the NOTIFY (or the poll), not from an eviction.
+    const notified = await proc('notified', { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
+    const polling = await proc('polling', { waitPollIntervalMs: 300, waiterTimeoutMs: 30_000 }, 1);
+    interceptHeadWakeups(polling.service, () => undefined);
+    await db.admin.query(`DROP TRIGGER IF EXISTS record_commit ON job_lease;
+      CREATE CONSTRAINT TRIGGER record_commit AFTER INSERT OR UPDATE ON job_lease
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION record_commit()`);
+
+    const confirmed: bigint[] = [];
+    for (const [key, waiter] of [
+      ['durable:notified', notified],
+      ['durable:polled', polling],
+    ] as const) {
+      const held = (await holder.service.tryAcquire(key))!;
+      const call = waiter.service.acquire(key, { waitTimeoutMs: 30_000 });
+      await untilAsleep(db.admin, key, waiter);
+      await db.admin.query('TRUNCATE commits');
+      await held.release();
+      const lease = await call;
+      confirmed.push(lease.fencingToken);
+      const { rows } = await db.admin.query<{ what: string; setting: string }>(
+        'SELECT what, setting FROM commits ORDER BY at',
+      );
+      // The release's grant, then the waiter's confirmation (and any renewal meanwhile): all wait for the WAL flush.
+      expect(rows.length).toBeGreaterThanOrEqual(2);
+      expect({ key, async: rows.filter((row) => row.setting !== 'on') }).toEqual({ key, async: [] });
+      await lease.release();
+    }
+    expect(confirmed).toHaveLength(2);
   });
 });

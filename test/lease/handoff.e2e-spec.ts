@@ -116,3 +116,41 @@ test('a waiter that gives up with an unconfirmed grant passes it on to the next 
   expect(lease.fencingToken).toBeGreaterThan(held.fencingToken);
   await lease.release();
 });
+
+test('a confirmation that fails gives the waiter no lease: its next attempt confirms the grant before it lapses', async () => {
+  const key = 'handoff:confirm-fails';
+  // The first statement that gives the grant the holder's lease timeout (a confirmation) fails inside the server.
+  await db.admin.query(`CREATE SEQUENCE confirm_attempts;
+    CREATE FUNCTION fail_first_confirmation() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.target_id = '${key}' AND OLD.lease_token = NEW.lease_token
+          AND OLD.lease_timeout_ms <> NEW.lease_timeout_ms AND nextval('confirm_attempts') = 1 THEN
+        RAISE EXCEPTION 'confirmation refused by the test';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER fail_first_confirmation BEFORE UPDATE ON job_lease
+      FOR EACH ROW EXECUTE FUNCTION fail_first_confirmation();`);
+  db.beforeDrop(() => db.admin.query('DROP TRIGGER fail_first_confirmation ON job_lease'));
+  const holder = await proc('holder');
+  // A grant lives the waiter timeout (3 s); the poll is far later: the waiter heartbeat (every 1 s), finding its row
+  // gone with the grant, brings the next attempt.
+  const waiter = await proc('waiter', { waitPollIntervalMs: 20_000, waiterTimeoutMs: 3_000 }, 1);
+  const held = (await holder.service.tryAcquire(key))!;
+  const call = waiter.service.acquire(key, { waitTimeoutMs: 60_000 });
+  await untilAsleep(db.admin, key, waiter);
+  await held.release();
+  const granted = (await leaseRow(key))!;
+  expect(granted.owner).toBe(waiter.owner);
+  const lease = await call;
+  const { rows } = await db.admin.query<{ lease_token: string; lease_timeout_ms: number; attempts: string }>(
+    `SELECT lease_token::text AS lease_token, lease_timeout_ms,
+       (SELECT last_value::text FROM confirm_attempts) AS attempts FROM job_lease WHERE target_id = $1`,
+    [key],
+  );
+  // The same grant (its fencing token), held only once the second attempt confirmed it (the sequence counts the
+  // statements that set the holder's timeout; renewals write the same value): the row lives the holder's timeout.
+  expect(lease.fencingToken).toBe(BigInt(granted.fencing_token));
+  expect(rows).toEqual([{ lease_token: lease.token, lease_timeout_ms: 1_000, attempts: '2' }]);
+  await lease.release();
+});

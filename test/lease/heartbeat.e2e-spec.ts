@@ -254,4 +254,36 @@ describe('heartbeats and takeover', () => {
       await a.close();
     }
   });
+  test("a renewal writes the holder's own lease timeout: a row left with another (a waiter's) is corrected", async () => {
+    // A row can carry a waiter's timeout under a live holder (a handed-over grant whose confirmation a crash lost):
+    // renewals that only moved updated_at kept that shorter life for good.
+    const { service } = await db.open({ heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 });
+    const lease = (await service.tryAcquire('renew:timeout'))!;
+    const timeout = async () =>
+      (
+        await db.admin.query<{ lease_timeout_ms: number }>(
+          'SELECT lease_timeout_ms FROM job_lease WHERE target_id = $1',
+          ['renew:timeout'],
+        )
+      ).rows[0].lease_timeout_ms;
+    expect(await timeout()).toBe(5_000);
+    await db.admin.query(
+      `UPDATE job_lease SET lease_timeout_ms = 2000, updated_at = clock_timestamp() WHERE target_id = $1`,
+      ['renew:timeout'],
+    );
+    // Two renewals after the change: the first may have been sent before it.
+    const renewals: number[] = [];
+    const subscription = service.events$.subscribe(
+      (event) => event.type === 'renewed' && event.targetKey === 'renew:timeout' && renewals.push(Date.now()),
+    );
+    await eventually(
+      () => renewals.length,
+      (n) => n >= 2,
+      'two renewals',
+    );
+    subscription.unsubscribe();
+    expect(await timeout()).toBe(5_000);
+    expect(lease.isHeld()).toBe(true);
+    await lease.release();
+  });
 });

@@ -330,6 +330,7 @@ export class LeaseStore {
         leaseTokens,
         history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
         history?.systemId ?? null,
+        this.options.leaseTimeoutMs,
       ],
     });
     return renewOutcome(rows, history);

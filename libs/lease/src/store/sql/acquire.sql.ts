@@ -93,7 +93,8 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
           RETURNING l.fencing_token
         ), given AS (
           -- A grant a release handed this waiter (direct handoff: its lease token is its waiter id, see
-          -- handoff.sql.ts), found here when its NOTIFY was missed: confirmed as in confirmGrantSql.
+          -- handoff.sql.ts), found here when its NOTIFY was missed or its confirmation failed: confirmed as in
+          -- confirmGrantSql, and as durably (this statement commits with the session's synchronous_commit = on).
           UPDATE ${lease} AS l SET lease_timeout_ms = $5, hold_ms = $9, updated_at = clock_timestamp()
           WHERE l.target_id = $1 AND $6::uuid IS NOT NULL AND l.lease_token = $6::uuid AND ${live('l')}
           RETURNING l.fencing_token

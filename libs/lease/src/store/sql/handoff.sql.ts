@@ -79,6 +79,13 @@ export function givenUp(alias: string): string {
  * token), $3 its lease timeout, $4 its hold. The grant becomes its lease — its own timeout and hold, renewed from now —
  * if it is still live; a row it queued again meanwhile (a heartbeat that found its row gone before the NOTIFY came)
  * goes. No row: the grant was passed on (it came too late) and the waiter queues again.
+ *
+ * Durable, like an acquisition (the session's `synchronous_commit = on`): its answer starts the holder's lease, whose
+ * local deadline counts a lease timeout from when it was sent, so the row must say the same after a crash. A commit
+ * lost with the server would leave the grant's waiter timeout, and the key free to another process while the holder
+ * still holds it. Its flush also flushes the grant before it (the release's commit, which `asyncReleaseCommits` may
+ * have left unflushed). A confirmation that fails, or whose answer is lost, gives the waiter no lease: its next
+ * attempt (the acquire statement, which confirms a grant it finds the same way) tries again.
  */
 export function confirmGrantSql(n: LeaseObjectNames): string {
   return `WITH given AS (
@@ -88,10 +95,5 @@ export function confirmGrantSql(n: LeaseObjectNames): string {
     ), stray AS (
       DELETE FROM ${n.waiter} w WHERE w.target_id = $1 AND w.waiter_id = $2::uuid AND EXISTS (SELECT 1 FROM given)
     )
-    -- The grant itself committed durably (it carries the token); this commit only lengthens it to the holder's own
-    -- lease timeout. Lost in a server crash, the grant keeps its waiter timeout and the renewals keep it; so it skips
-    -- the WAL flush — unless it sets a hold (holdAtLeastMs), which must survive a crash.
-    SELECT fencing_token::text AS fencing_token,
-      CASE WHEN $4::int = 0 THEN set_config('synchronous_commit', 'off', true) END AS async_commit
-    FROM given`;
+    SELECT fencing_token::text AS fencing_token FROM given`;
 }

@@ -5,7 +5,12 @@ import { forcedFree } from './operator.sql.js';
 
 /**
  * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
- * identifier they were acquired under. Two texts per store, with and without reading the system identifier.
+ * identifier they were acquired under, `$5` the holder's lease timeout. Two texts per store, with and without reading
+ * the system identifier.
+ *
+ * A renewal writes the holder's lease timeout as well as the time: a row left with another — a handed-over grant
+ * still carries its waiter's timeout until its confirmation commits (see `confirmGrantSql`) — lives the holder's
+ * timeout again from the first renewal, whatever happened to that commit.
  */
 export function renewSql(n: LeaseObjectNames, readSystemId: boolean): string {
   const { lease } = n;
@@ -24,7 +29,7 @@ export function renewSql(n: LeaseObjectNames, readSystemId: boolean): string {
       WHERE ${live('l')}
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), renewed AS (
-      UPDATE ${lease} AS l SET updated_at = clock_timestamp() FROM lockable
+      UPDATE ${lease} AS l SET updated_at = clock_timestamp(), lease_timeout_ms = $5 FROM lockable
       WHERE l.target_id = lockable.target_id
       RETURNING l.lease_token
     )
