@@ -4,6 +4,7 @@ import { LeaseLostError, LeaseShutdownError, LeaseWaitTimeoutError } from '../er
 import type { ElectOptions, LeadershipEndReason, Leadership } from '../interfaces/leader-election.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { INT32_MAX } from '../options/limits.js';
+import { TermTurns } from './term-turns.js';
 
 /** After a failure the candidate tries again after 1 s, doubling up to 30 s (after an `onElected` throw: 1 s). */
 const RETRY_DELAY_MS = 1_000;
@@ -15,6 +16,8 @@ const MAX_RETRY_DELAY_MS = 30_000;
  * database that fails is retried with a doubling delay, logged, never thrown.
  */
 export class LeaderCandidate implements Leadership {
+  /** The calls using the term, one at a time (a sticky `@Exclusive`). */
+  readonly turns = new TermTurns();
   private readonly logger = new Logger('LeaderElection');
   private readonly stopper = new AbortController();
   private term?: Lease;
