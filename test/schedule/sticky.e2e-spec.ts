@@ -1,8 +1,9 @@
 /**
- * Issue 38, item 2, in one process: a sticky `@Exclusive` keeps mutual exclusion on its owner — a call that overlaps
- * a running one is skipped, refused or waits (per `onBusy` / `priority` / `waitTimeoutMs`), never run beside it, while
- * a nested call of the same chain still reuses the term's lease. Every run records its fencing token and its start and
- * end (database clock) through `lease.fenced()`: the table is the proof.
+ * Issue 38, items 2 and 3, in one process: a sticky `@Exclusive` keeps mutual exclusion on its owner — a call that
+ * overlaps a running one is skipped, refused or waits (per `onBusy` / `priority` / `waitTimeoutMs`), never run beside
+ * it, while a nested call of the same chain still reuses the term's lease — and shutdown drains a sticky call in
+ * progress like any decorated call (its lease kept until it ends), while an idle owner hands over at once. Every run
+ * records its fencing token and its start and end (database clock) through `lease.fenced()`: the table is the proof.
  */
 import { Inject, Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -11,6 +12,8 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import {
   Exclusive,
   LeaseBusyError,
+  LeaseLostError,
+  LeaseShutdownError,
   type LeaseEvent,
   LeaseModule,
   type LeaseModuleOptions,
@@ -113,6 +116,11 @@ class StickyJobs {
     return this.work(call);
   }
 
+  @Exclusive('sticky:grace', { onBusy: 'skip', sticky: true })
+  graced(call: string): Promise<bigint | undefined> {
+    return this.work(call);
+  }
+
   @Exclusive('sticky:idle', { onBusy: 'skip', sticky: true })
   idle(call: string): Promise<bigint | undefined> {
     return this.work(call);
@@ -154,6 +162,11 @@ describe('sticky @Exclusive', () => {
   afterAll(async () => {
     for (const app of apps) await app.close();
   });
+  /** Closes `app` (a test's shutdown), once. */
+  const close = (app: INestApplicationContext) => {
+    apps.delete(app);
+    return app.close();
+  };
 
   async function boot(owner: string, options: LeaseModuleOptions = {}) {
     @Module({
@@ -293,5 +306,103 @@ describe('sticky @Exclusive', () => {
     );
     expect(await overlapping('sticky:interval')).toEqual([]);
     expect(busyOf(events, 'sticky:interval')).toBeGreaterThan(0);
+  });
+
+  describe('shutdown', () => {
+    test('a sticky call in progress drains: its lease is kept until it ends, then handed over', async () => {
+      const a = await boot('drain-a', { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 });
+      const b = await boot('drain-b', { waitPollIntervalMs: 60_000 });
+      const running = track(a.jobs.drained('a-1'));
+      await eventually(() => a.jobs.calls.entered('a-1'), Boolean, 'a owning the key and running');
+      // b is a candidate now, in line behind a's term.
+      await expect(b.jobs.drained('b-0')).resolves.toBeUndefined();
+      const closing = track(close(a.app));
+      // b's ticks during a's drain: each would run (and save) if b were granted the key.
+      let n = 0;
+      const ticks: Array<ReturnType<typeof track<bigint | undefined>>> = [];
+      const ticking = setInterval(() => {
+        const call = `b-${++n}`;
+        b.jobs.calls.open(call);
+        ticks.push(track(b.jobs.drained(call)));
+      }, 50);
+      try {
+        await sleep(1_000);
+        const closedEarly = closing.settled();
+        a.jobs.calls.open('a-1');
+        await eventually(() => running.settled(), Boolean, "a's tick ended");
+        await eventually(() => closing.settled(), Boolean, 'a closed', 10_000);
+        await eventually(
+          () => ticks.filter((tick) => tick.value !== undefined).length,
+          (ran) => ran > 0,
+          'b ran',
+        );
+        const rows = await rowsOf('sticky:drain');
+        const own = rows.find((row) => row.call === 'a-1')!;
+        // No run of b while a's tick ran: each of b's fenced saves came after a's end save (committed).
+        const beside = rows.filter(
+          (row) => row.owner === 'drain-b' && (own.ended_at === null || row.started_at < own.ended_at),
+        );
+        expect(beside.map((row) => row.call)).toEqual([]);
+        expect(running.error).toBeUndefined();
+        expect(own.ended_at).not.toBeNull();
+        expect(closedEarly).toBe(false);
+        expect(closing.error).toBeUndefined();
+        const next = rows.filter((row) => row.owner === 'drain-b');
+        expect(next.length).toBeGreaterThan(0);
+        for (const row of next) expect(BigInt(row.fencing_token)).toBeGreaterThan(running.value!);
+        expect(await overlapping('sticky:drain')).toEqual([]);
+      } finally {
+        clearInterval(ticking);
+        a.jobs.calls.open('a-1');
+      }
+    });
+
+    test('a sticky call longer than shutdownGraceMs is aborted at the grace and its lease released', async () => {
+      const graceMs = 600;
+      const a = await boot('grace-a', { shutdownGraceMs: graceMs });
+      const running = track(a.jobs.graced('g-1'));
+      await eventually(() => a.jobs.calls.entered('g-1'), Boolean, 'a owning the key and running');
+      const lease = a.app
+        .get(LeaseService)
+        .heldLeases()
+        .find((held) => held.targetKey === 'sticky:grace')!;
+      const started = performance.now();
+      const closing = track(close(a.app));
+      await eventually(() => closing.settled(), Boolean, 'a closed', graceMs + 5_000);
+      const closedMs = performance.now() - started;
+      expect(closedMs).toBeGreaterThanOrEqual(graceMs - 10);
+      expect(closedMs).toBeLessThan(graceMs + 3_000);
+      expect(lease.signal.reason).toBeInstanceOf(LeaseShutdownError);
+      const { rows } = await db.admin.query(
+        `SELECT 1 FROM job_lease WHERE target_id = 'sticky:grace' AND lease_token IS NOT NULL`,
+      );
+      expect(rows).toEqual([]);
+      // Its end save comes after the grace: refused.
+      a.jobs.calls.open('g-1');
+      await eventually(() => running.settled(), Boolean, 'the call ended');
+      expect(running.error).toBeInstanceOf(LeaseLostError);
+      expect((await rowsOf('sticky:grace')).map((row) => row.ended_at)).toEqual([null]);
+    });
+
+    test('an idle owner hands over at once', async () => {
+      const a = await boot('idle-a', { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 });
+      const b = await boot('idle-b', { waitPollIntervalMs: 60_000 });
+      a.jobs.calls.open('idle-a-1', 'idle-b-0');
+      const term = await a.jobs.idle('idle-a-1');
+      expect(term).toEqual(expect.any(BigInt));
+      await expect(b.jobs.idle('idle-b-0')).resolves.toBeUndefined();
+      const started = Date.now();
+      const closing = close(a.app);
+      await closing;
+      const closedMs = Date.now() - started;
+      const elected = await eventually(
+        () => b.events.find((event) => event.type === 'elected' && event.targetKey === 'sticky:idle'),
+        Boolean,
+        'b elected',
+      );
+      // Woken by the release's NOTIFY (the poll is 60 s), well within the 10 s grace.
+      expect(elected!.at.getTime() - started).toBeLessThan(3_000);
+      expect(closedMs).toBeLessThan(3_000);
+    });
   });
 });

@@ -22,7 +22,7 @@ type Settled = { threw: false } | { threw: true; error: unknown };
  * stopped candidate waits for its callbacks no longer than `shutdownGraceMs`.
  */
 export class LeaderCandidate implements Leadership {
-  /** The calls using the term, one at a time (a sticky `@Exclusive`). */
+  /** The calls using the term, one at a time (a sticky `@Exclusive`); a stop waits for the one in progress. */
   readonly turns = new TermTurns();
   private readonly logger = new Logger('LeaderElection');
   private readonly stopper = new AbortController();
@@ -59,10 +59,14 @@ export class LeaderCandidate implements Leadership {
     return this.isLeader ? this.term : undefined;
   }
 
-  /** Leaves the line. A leader hands over at once. */
+  /**
+   * Leaves the line. A leader hands over at once — unless a call is using the term (a sticky `@Exclusive` in
+   * progress): then when that call ends, or when the service's drain ends and releases the lease.
+   */
   async stop(): Promise<void> {
     if (!this.stopper.signal.aborted) {
       this.stopper.abort(new LeaseShutdownError(this.targetKey, 'cancelled'));
+      this.turns.close(new LeaseShutdownError(this.targetKey));
       this.cancelGrace = longTimeout(this.endGrace, this.engine.options.shutdownGraceMs);
     }
     await this.loop;
@@ -129,6 +133,9 @@ export class LeaderCandidate implements Leadership {
       reason = 'resigned';
     } else {
       await ended(lease.signal, this.stopper.signal);
+      // A call using the term (a sticky @Exclusive in progress) keeps it through a stop, as the drain keeps any call's
+      // lease: until the call ends, or the drain's grace ends and the service releases the lease.
+      if (this.stopped) await Promise.race([this.turns.idle(), ended(lease.signal)]);
     }
     const cause: unknown = lease.signal.aborted ? lease.signal.reason : undefined;
     reason ??= this.stopped
