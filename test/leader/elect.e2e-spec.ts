@@ -139,6 +139,32 @@ describe('LeaseService.elect()', () => {
     }
   }, 90_000);
 
+  test("close() hands a standing leader's term over at once, not after shutdownGraceMs (issue 38, item 9)", async () => {
+    const graceMs = 4_000;
+    const c = await openLeaseService(db.url, { owner: 'c', shutdownGraceMs: graceMs, waitPollIntervalMs: 60_000 });
+    const reasons: string[] = [];
+    const leading = c.service.elect('elect:close', { onRevoked: (reason) => void reasons.push(reason) });
+    let second: ReturnType<typeof b.service.elect> | undefined;
+    try {
+      await until(() => expect(leading.isLeader).toBe(true));
+      second = b.service.elect('elect:close');
+      await until(() => expect(b.service.waitingCount()).toBe(1));
+      const started = performance.now();
+      const closing = c.close().then(() => performance.now() - started);
+      // Woken by the release's NOTIFY (the poll is 60 s): at once, not after the grace.
+      await until(() => expect(second!.isLeader).toBe(true), graceMs + 2_000);
+      const handOverMs = performance.now() - started;
+      const closedMs = await closing;
+      expect(handOverMs).toBeLessThan(2_500);
+      expect(closedMs).toBeLessThan(2_500);
+      expect(reasons).toEqual(['stopped']);
+    } finally {
+      await second?.stop();
+      await leading.stop();
+      await c.close();
+    }
+  });
+
   test('bad input is refused with a typed error and writes nothing', async () => {
     expect(() => a.service.elect('', {})).toThrow(LeaseKeyError);
     expect(() => a.service.elect('elect:bad', { priority: 1.5 })).toThrow(LeaseArgumentError);

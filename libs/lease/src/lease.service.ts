@@ -9,6 +9,7 @@ import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/leas
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
 import type { ElectOptions, Leadership } from './interfaces/leader-election.interface.js';
+import { closeWithCandidates } from './leader/candidates.js';
 import { elect } from './leader/elect.js';
 
 /**
@@ -47,10 +48,11 @@ export class LeaseService {
   /**
    * Refuses new calls, cancels every wait and removes its row, lets the leases in use finish for up to
    * `shutdownGraceMs` (README: "Shutdown: the drain"), then aborts and releases what is still held; waits (up to one
-   * heartbeat interval) for acquisitions in flight. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
+   * heartbeat interval) for acquisitions in flight. Stops every leader-election candidate meanwhile: a leader hands
+   * its term over at once. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
    */
   close(): Promise<void> {
-    return engineOf(this).close();
+    return closeWithCandidates(engineOf(this));
   }
 
   /**

@@ -340,6 +340,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return this.context.run(lease, work);
   }
 
+  borrow(targetKey: string): Lease | undefined {
+    const held = this.context.find(targetKey);
+    return held && new BorrowedLease(held);
+  }
+
   /** Calls of `targetKey` waiting for another run's outcome (`onBusy: 'join'`): a probe for tests. */
   joinersOf(targetKey: string): number {
     return this.joins.joinersOf(targetKey);

@@ -25,6 +25,8 @@ export interface ServiceEngine {
   enter(targetKey: string, options?: AcquireOptions): Promise<LeaseEntry>;
   /** Runs `work` with `lease` as the current lease of its call chain. */
   within<T>(lease: Lease, work: () => T): T;
+  /** A borrowed view of the lease the current call chain holds on `targetKey` (a nested call reuses it), if any. */
+  borrow(targetKey: string): Lease | undefined;
   /** `run` and `@Exclusive` with `onBusy: 'join'`: the outcome of the run of the same key already going. */
   joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T>;
   tryAcquire(targetKey: string, options?: TryAcquireOptions): Promise<Lease | null>;

@@ -57,7 +57,7 @@ export async function callExclusive(
   try {
     const options = { ...acquireOptionsOf(metadata), keyTemplate };
     entry = metadata.sticky
-      ? await stickyEntry(leases, targetKey, metadata, keyTemplate)
+      ? await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal)
       : await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
   } catch (error) {
     // Quiet: a skipped call is the expected outcome of every tick a peer holds the key; events$ emits `busy` (the

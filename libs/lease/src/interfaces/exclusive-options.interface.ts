@@ -38,9 +38,10 @@ export interface ExclusiveOptions {
   joinTimeoutMs?: number;
   /**
    * A sticky owner: the first call makes this instance a candidate for the key (leader election); the instance
-   * elected keeps the lease across calls (renewed between them) and runs every call, the others are busy
-   * (`onBusy: 'skip'`: skip) until it dies (lease timeout) or shuts down (released at once). For `@Cron` jobs: once
-   * per tick without `holdAtLeastMs`. A fixed key only (no placeholders, no key function). @default false
+   * elected keeps the lease across calls (renewed between them) and runs the calls one at a time (one overlapping a
+   * running call is busy, or waits with `priority` / `waitTimeoutMs`), the others are busy (`onBusy: 'skip'`: skip)
+   * until it dies (lease timeout) or shuts down (released at once, or when its call in progress ends). For `@Cron`
+   * jobs: once per tick without `holdAtLeastMs`. A fixed key only (no placeholders, no key function). @default false
    */
   sticky?: boolean;
 }

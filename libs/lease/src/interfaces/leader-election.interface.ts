@@ -16,7 +16,11 @@ export interface ElectOptions {
   keyTemplate?: string;
   /** Aborting it stops the candidate (like `stop()`). */
   signal?: AbortSignal;
-  /** Called once per term, with the term's lease (`lease.fencingToken` is the term). A throw resigns the term. */
+  /**
+   * Called once per term, with the term's lease (`lease.fencingToken` is the term). A throw resigns the term. The term
+   * does not wait for it: it ends when `lease.signal` aborts (a stop releases at once); a stopped candidate waits for
+   * it no longer than `shutdownGraceMs`.
+   */
   onElected?: (lease: Lease) => unknown;
   /** Called when a term ends (after the lease is released or lost), with why. */
   onRevoked?: (reason: LeadershipEndReason) => unknown;

@@ -20,11 +20,23 @@ export function startCandidate(engine: ServiceEngine, targetKey: string, options
   return candidate;
 }
 
-/** Stops every candidate of `engine` at once: leaders release their leases (graceful hand-over). */
+/**
+ * Stops every candidate of `engine` at once: leaders release their leases (graceful hand-over), except a sticky owner
+ * whose call is in progress: it keeps its term until the call ends (or the drain's grace does).
+ */
 export async function stopCandidates(engine: ServiceEngine): Promise<void> {
   stopped.add(engine);
   sticky.delete(engine);
   await Promise.all([...(running.get(engine) ?? [])].map((candidate) => candidate.stop()));
+}
+
+/**
+ * `close()` of a service with its candidates (`LeaseService.close()`, the leader explorer at shutdown): the engine's
+ * close (new calls refused, the drain) and the candidates' stop side by side — a leader hands over at once instead of
+ * holding its idle term through the drain, and a sticky call in progress drains like any other call.
+ */
+export async function closeWithCandidates(engine: ServiceEngine): Promise<void> {
+  await Promise.all([stopCandidates(engine), engine.close()]);
 }
 
 /**

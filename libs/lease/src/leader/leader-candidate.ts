@@ -4,20 +4,33 @@ import { LeaseLostError, LeaseShutdownError, LeaseWaitTimeoutError } from '../er
 import type { ElectOptions, LeadershipEndReason, Leadership } from '../interfaces/leader-election.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import { INT32_MAX } from '../options/limits.js';
+import { longTimeout } from '../util/settle-by.js';
+import { TermTurns } from './term-turns.js';
 
 /** After a failure the candidate tries again after 1 s, doubling up to 30 s (after an `onElected` throw: 1 s). */
 const RETRY_DELAY_MS = 1_000;
 const MAX_RETRY_DELAY_MS = 30_000;
 
+/** How a user callback settled: `threw` with what it threw, or not. */
+type Settled = { threw: false } | { threw: true; error: unknown };
+
 /**
  * One candidate for a key's leadership: a waiter in the key's priority line, with no wait timeout (a wait of the
  * longest allowed length, renewed); elected = granted; the lease's signal aborting = revoked, then back in line. A
- * database that fails is retried with a doubling delay, logged, never thrown.
+ * database that fails is retried with a doubling delay, logged, never thrown. The term never waits for a user
+ * callback: it ends when its lease's signal aborts or the candidate stops (the callback hears it by the signal); a
+ * stopped candidate waits for its callbacks no longer than `shutdownGraceMs`.
  */
 export class LeaderCandidate implements Leadership {
+  /** The calls using the term, one at a time (a sticky `@Exclusive`); a stop waits for the one in progress. */
+  readonly turns = new TermTurns();
   private readonly logger = new Logger('LeaderElection');
   private readonly stopper = new AbortController();
   private term?: Lease;
+  /** Resolves `shutdownGraceMs` after `stop()`: a stopped candidate waits no longer for a user callback. */
+  private readonly graceOver: Promise<void>;
+  private endGrace!: () => void;
+  private cancelGrace?: () => void;
   private readonly loop: Promise<void>;
   /** Settles when the candidate has left the line for good. */
   get ended(): Promise<void> {
@@ -33,8 +46,9 @@ export class LeaderCandidate implements Leadership {
     private readonly options: ElectOptions = {},
   ) {
     this.firstAttempt = new Promise((resolve) => (this.firstSettled = resolve));
+    this.graceOver = new Promise((resolve) => (this.endGrace = resolve));
     options.signal?.addEventListener('abort', () => void this.stop(), { once: true });
-    this.loop = this.run();
+    this.loop = this.run().finally(() => this.cancelGrace?.());
   }
 
   get isLeader(): boolean {
@@ -45,9 +59,16 @@ export class LeaderCandidate implements Leadership {
     return this.isLeader ? this.term : undefined;
   }
 
+  /**
+   * Leaves the line. A leader hands over at once — unless a call is using the term (a sticky `@Exclusive` in
+   * progress): then when that call ends, or when the service's drain ends and releases the lease.
+   */
   async stop(): Promise<void> {
-    if (!this.stopper.signal.aborted) this.stopper.abort(new LeaseShutdownError(this.targetKey, 'cancelled'));
-    await this.term?.release();
+    if (!this.stopper.signal.aborted) {
+      this.stopper.abort(new LeaseShutdownError(this.targetKey, 'cancelled'));
+      this.turns.close(new LeaseShutdownError(this.targetKey));
+      this.cancelGrace = longTimeout(this.endGrace, this.engine.options.shutdownGraceMs);
+    }
     await this.loop;
   }
 
@@ -104,13 +125,18 @@ export class LeaderCandidate implements Leadership {
     this.engine.emit({ type: 'elected', targetKey, keyTemplate, fencingToken, priority, at: new Date() });
     this.logger.log(`Elected leader of "${targetKey}" (term ${fencingToken}, owner ${this.engine.options.owner})`);
     let reason: LeadershipEndReason | undefined;
-    try {
-      await this.options.onElected?.(lease);
-    } catch (error) {
-      this.logger.error(`onElected of "${targetKey}" threw; resigning: ${String(error)}`);
+    // The term does not wait for onElected: a stop hands over while it runs (it hears so by lease.signal).
+    const elected = settle(() => this.options.onElected?.(lease));
+    const early = await Promise.race([elected, ended(lease.signal, this.stopper.signal)]);
+    if (early?.threw) {
+      this.logger.error(`onElected of "${targetKey}" threw; resigning: ${String(early.error)}`);
       reason = 'resigned';
+    } else {
+      await ended(lease.signal, this.stopper.signal);
+      // A call using the term (a sticky @Exclusive in progress) keeps it through a stop, as the drain keeps any call's
+      // lease: until the call ends, or the drain's grace ends and the service releases the lease.
+      if (this.stopped) await Promise.race([this.turns.idle(), ended(lease.signal)]);
     }
-    if (!reason) await ended(lease.signal, this.stopper.signal);
     const cause: unknown = lease.signal.aborted ? lease.signal.reason : undefined;
     reason ??= this.stopped
       ? 'stopped'
@@ -130,12 +156,43 @@ export class LeaderCandidate implements Leadership {
       at: new Date(),
     });
     this.logger.log(`Leadership of "${targetKey}" ended (term ${fencingToken}): ${reason}`);
-    try {
-      await this.options.onRevoked?.(reason);
-    } catch (error) {
-      this.logger.error(`onRevoked of "${targetKey}" threw: ${String(error)}`);
-    }
+    const endReason = reason;
+    const revoked = await this.awaitCallback(
+      'onRevoked',
+      settle(() => this.options.onRevoked?.(endReason)),
+    );
+    if (revoked?.threw) this.logger.error(`onRevoked of "${targetKey}" threw: ${String(revoked.error)}`);
+    // The next term's onElected never runs beside this one's.
+    const late = early ? undefined : await this.awaitCallback('onElected', elected);
+    if (late?.threw) this.logger.error(`onElected of "${targetKey}" threw after its term ended: ${String(late.error)}`);
     if (reason === 'resigned') await pause(RETRY_DELAY_MS, this.stopper.signal);
+  }
+
+  /**
+   * Waits for a user callback: as long as it runs while the candidate stands; once stopped, no longer than
+   * `shutdownGraceMs` after the stop (undefined then: the callback is left running, its throw logged).
+   */
+  private async awaitCallback(name: string, callback: Promise<Settled>): Promise<Settled | undefined> {
+    const settled = await Promise.race([callback, this.graceOver.then(() => undefined)]);
+    if (settled) return settled;
+    const graceMs = this.engine.options.shutdownGraceMs;
+    this.logger.warn(`${name} of "${this.targetKey}" still running ${graceMs} ms (shutdownGraceMs) after stop(): left`);
+    void callback.then((outcome) => {
+      if (outcome.threw) this.logger.error(`${name} of "${this.targetKey}" threw: ${String(outcome.error)}`);
+    });
+    return undefined;
+  }
+}
+
+/** Calls a user callback; never throws nor rejects: settles with what it threw, if it did. */
+function settle(callback: () => unknown): Promise<Settled> {
+  try {
+    return Promise.resolve(callback()).then(
+      (): Settled => ({ threw: false }),
+      (error: unknown): Settled => ({ threw: true, error }),
+    );
+  } catch (error) {
+    return Promise.resolve({ threw: true, error });
   }
 }
 

@@ -5,12 +5,13 @@ import { ModulesContainer } from '@nestjs/core';
 import { LeaseEngine } from '../engine/lease-engine.js';
 import { LEADER_METADATA } from '../lease.internal-constants.js';
 import type { LeaderElectionOptions, OnLeadership } from '../interfaces/leader-election.interface.js';
-import { startCandidate, stopCandidates } from './candidates.js';
+import { closeWithCandidates, startCandidate } from './candidates.js';
 
 /**
  * Finds the `@LeaderElection` providers and makes each a candidate once the application has bootstrapped (every
- * `onModuleInit` has run, the engine included). At shutdown it stops every candidate of the engine before the
- * engine closes: a leader's lease is released at once, so the next instance is elected without waiting for a timeout.
+ * `onModuleInit` has run, the engine included). At shutdown (its hook runs before the engine's: it depends on it) it
+ * closes the engine and stops every candidate side by side: a leader's lease is released at once, so the next
+ * instance is elected without waiting for a timeout, and a sticky call in progress drains with the other calls.
  */
 @Injectable()
 export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplicationShutdown {
@@ -40,6 +41,6 @@ export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplication
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await stopCandidates(this.engine);
+    await closeWithCandidates(this.engine);
   }
 }

@@ -156,6 +156,11 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return this.context.run(lease, work);
   }
 
+  borrow(targetKey: string): Lease | undefined {
+    const held = this.context.find(targetKey);
+    return held && new BorrowedLease(held);
+  }
+
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
     const request = callRequest(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
