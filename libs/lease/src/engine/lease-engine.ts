@@ -15,7 +15,7 @@ import { Preemption } from './preemption.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
-import { unavailableOr } from '../errors/database-errors.js';
+import { failingAsUnavailable, unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import {
   LeaseBusyError,
@@ -43,6 +43,9 @@ import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-qu
 import { acquireRow, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
+
+/** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
+const ACQUIRE = 'acquire a lease on';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
@@ -244,9 +247,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
     const request = callRequest(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
-    return reentrant
-      ? new BorrowedLease(reentrant)
-      : this.track(this.telemetry.acquire(request, () => this.tryOnce(request)));
+    return reentrant ? new BorrowedLease(reentrant) : this.acquiring(request, () => this.tryOnce(request));
   }
 
   /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
@@ -257,8 +258,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    const wait = () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
-    return this.track(this.telemetry.acquire(request, wait, options.signal));
+    return this.acquiring(request, () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs), options.signal);
+  }
+
+  /** An acquisition, tracked for close() and traced; no database failure in it rejects as a driver's error. */
+  private acquiring<T extends Lease | null>(request: LeaseRequest, work: () => Promise<T>, signal?: AbortSignal) {
+    const classified = failingAsUnavailable(work, request.targetKey, ACQUIRE, signal);
+    return this.track(this.telemetry.acquire(request, classified, signal));
   }
 
   /**
@@ -275,12 +281,10 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = await this.track(
-      this.telemetry.acquire(
-        request,
-        () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
-        options.signal,
-      ),
+    const lease = await this.acquiring(
+      request,
+      () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
+      options.signal,
     );
     if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
@@ -444,7 +448,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         ? acquireRow(this.store, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.store, waiter, holdMs)
     ).catch((error: unknown) => {
-      throw unavailableOr(error, targetKey, 'acquire a lease on');
+      throw unavailableOr(error, targetKey, ACQUIRE);
     });
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;

@@ -3,6 +3,7 @@
  * consistent (the classes are the API, the wording may improve). Private. The log lines' texts are still written
  * where they are logged (see the redesign notes: left for later).
  */
+import { types } from 'node:util';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 
 const lossCauses: Record<LeaseLossReason, string> = {
@@ -280,7 +281,8 @@ export const messages = {
 
 /** An error (or any thrown value) as one line of a log message. */
 export function errorText(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  // Of any realm: Node's own errors are not `instanceof Error` in a vm context (a Jest suite).
+  if (error instanceof Error || types.isNativeError(error)) return `${error.name}: ${error.message}`;
   return typeof error === 'string' ? error : (JSON.stringify(error) ?? typeof error);
 }
 
