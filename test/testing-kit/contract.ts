@@ -65,7 +65,9 @@ export function leaseContract(subject: () => ContractSubject): void {
     expect(held.map((lease) => lease.slot)).toEqual([0, 1]);
     expect(held[1].fencingToken).toBeGreaterThan(held[0].fencingToken);
     await expect(service.tryAcquire(key, { limit: 2 })).resolves.toBeNull();
-    await expect(service.run(key, () => 'ran', { limit: 2 })).rejects.toBeInstanceOf(LeaseBusyError);
+    const full = await service.run(key, () => 'ran', { limit: 2 }).catch((error: unknown) => error);
+    expect(full).toBeInstanceOf(LeaseBusyError);
+    expect((full as Error).message).toMatch(new RegExp(`^All 2 slots of "${key}" are held`));
     const rows = (await service.list(key)).filter((row) => row.state === 'held');
     expect(rows.map((row) => [row.targetKey, row.slot])).toEqual([
       [key, 0],
@@ -269,6 +271,11 @@ export function leaseContract(subject: () => ContractSubject): void {
       expect((reason as LeaseLostError).reason).toBe('preempted');
       await expect(holder.fenced(async () => 'saved')).rejects.toBeInstanceOf(LeaseLostError);
       await holder.release();
+      // Released since, its save is still refused as preempted (not "already released").
+      const refused = await holder.fenced(async () => 'saved').catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(LeaseLostError);
+      expect((refused as LeaseLostError).reason).toBe('preempted');
+      expect((refused as Error).message).toMatch(/was lost \(a caller of higher priority preempted it\)/);
       const lease = await preempting;
       expect(lease.fencingToken > holder.fencingToken).toBe(true);
       // A holder that ignores its signal is taken over at the end of the grace.

@@ -17,12 +17,7 @@ import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
 import { failingAsUnavailable, unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
-import {
-  LeaseBusyError,
-  LeaseShutdownError,
-  LeaseUnavailableError,
-  LeaseWaitTimeoutError,
-} from '../errors/lease.errors.js';
+import { LeaseShutdownError, LeaseUnavailableError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
@@ -40,7 +35,7 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
-import { acquireRow, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
+import { acquireRow, busyError, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
 
@@ -286,7 +281,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
       options.signal,
     );
-    if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
 

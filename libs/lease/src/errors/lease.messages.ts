@@ -20,6 +20,9 @@ export const messages = {
   busy: (targetKey: string) =>
     `Target "${targetKey}" is leased by another holder: try again later, or pass a priority or waitTimeoutMs to wait ` +
     'in line',
+  slotsBusy: (targetKey: string, limit: number) =>
+    `All ${limit} slots of "${targetKey}" are held: try again later, or pass a priority or waitTimeoutMs to wait in ` +
+    'line for one',
   queueFull: (targetKey: string, detail: string) => `Cannot wait for "${targetKey}": ${detail}`,
   drained: (targetKey: string, kind: 'key' | 'template', subject: string, reason: string) =>
     `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +

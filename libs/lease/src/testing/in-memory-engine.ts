@@ -11,6 +11,7 @@ import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
 import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
+import { busyError } from '../engine/semaphore.js';
 import {
   type EndedGrant,
   grantedEvent,
@@ -22,7 +23,6 @@ import {
 import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
 import {
-  LeaseBusyError,
   LeaseLimitConflictError,
   LeaseLostError,
   LeaseQueueFullError,
@@ -184,7 +184,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const lease = waits
       ? await this.waitFor(request, waitTimeoutMs, options.signal, graceMs)
       : await this.tryOnce(request);
-    if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
 
