@@ -8,7 +8,9 @@ import {
   LeaseBusyError,
   LeaseLimitConflictError,
   LeaseLostError,
+  type LeaseModuleOptions,
   type LeaseService,
+  LeaseShutdownError,
   LeaseWaitTimeoutError,
 } from 'nest-pg-lease';
 
@@ -19,6 +21,8 @@ export interface ContractSubject {
   takeOver(targetKey: string): Promise<unknown>;
   /** The key's lease expires (the holder must lose it: `renewal-deadline`). */
   expire(targetKey: string): Promise<unknown>;
+  /** A service of its own with these options (the cases that close it); `close()` closes it and what it owns. */
+  open(options: LeaseModuleOptions): Promise<{ service: LeaseService; close(): Promise<void> }>;
 }
 
 /** Resolves once `predicate` holds, polling; rejects after `timeoutMs` (generous: the CPU is shared). */
@@ -326,5 +330,47 @@ export function leaseContract(subject: () => ContractSubject): void {
       await holder.release();
       await Promise.all(waits.map(async (wait) => (await wait).release()));
     }
+  });
+
+  it('close() drains: a run in progress keeps its lease and saves, new calls are refused, then it closes', async () => {
+    // A grace far longer than the case: the close ends when the run does, not when the grace does.
+    const { service, close } = await subject().open({ shutdownGraceMs: 60_000 });
+    const key = freshKey('drain');
+    let letGo!: () => void;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    let held!: Lease;
+    const running = service.run(key, async (lease) => {
+      held = lease;
+      await gate;
+      return lease.fenced(async () => 'saved');
+    });
+    await until(() => service.heldLeases().length === 1, 'the run to hold its key');
+    const closing = close();
+    // Refused from the moment the close began (the real engine refuses before any await of its close).
+    await expect(service.tryAcquire(freshKey('after-close'))).rejects.toBeInstanceOf(LeaseShutdownError);
+    expect({ aborted: held.signal.aborted, held: held.isHeld() }).toEqual({ aborted: false, held: true });
+    letGo();
+    await expect(running).resolves.toBe('saved');
+    await closing;
+    expect(service.heldLeases()).toHaveLength(0);
+  });
+
+  it('close() past shutdownGraceMs: a run still going is told with LeaseShutdownError, its saves refused', async () => {
+    const { service, close } = await subject().open({ shutdownGraceMs: 200 });
+    const key = freshKey('drain-grace');
+    let held!: Lease;
+    const refused = service
+      .run(key, async (lease) => {
+        held = lease;
+        // Ignores the drain: runs until told to stop, then tries to save.
+        await aborted(lease.signal);
+        return lease.fenced(async () => 'saved');
+      })
+      .catch((error: unknown) => error);
+    await until(() => service.heldLeases().length === 1, 'the run to hold its key');
+    await close();
+    expect(held.signal.reason).toBeInstanceOf(LeaseShutdownError);
+    expect(await refused).toBeInstanceOf(LeaseLostError);
+    expect(service.heldLeases()).toHaveLength(0);
   });
 }
