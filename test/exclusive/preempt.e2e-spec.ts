@@ -16,7 +16,7 @@ const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
 
 /** What the preempted work saw, by key: its signal's reason, and whether its fenced write got through. */
-const seen = new Map<string, { told?: string; wrote?: string }>();
+const seen = new Map<string, { told?: string; wrote?: string; reason?: string; refusal?: string }>();
 
 @Controller()
 class RebuildController {
@@ -29,7 +29,13 @@ class RebuildController {
     await g.opened;
     const record = seen.get(id) ?? {};
     record.told = (lease.signal.reason as { reason?: string } | undefined)?.reason;
-    record.wrote = await lease.fenced(async () => 'saved').catch((error: Error) => error.name);
+    record.wrote = await lease
+      .fenced(async () => 'saved')
+      .catch((error: Error & { reason?: string }) => {
+        record.reason = error.reason;
+        record.refusal = error.message;
+        return error.name;
+      });
     seen.set(id, record);
     return { id, fencingToken: String(lease.fencingToken) };
   }
@@ -104,7 +110,11 @@ describe('@Exclusive with preempt: true', () => {
       (record) => record?.wrote !== undefined,
       'the preempted work to try its write',
     );
-    expect(seen.get('r1')).toEqual({ told: 'preempted', wrote: 'LeaseLostError' });
+    // Its lease was released when the handler answered 409: the refusal still says why it was lost.
+    expect(seen.get('r1')).toMatchObject({ told: 'preempted', wrote: 'LeaseLostError', reason: 'preempted' });
+    expect(seen.get('r1')?.refusal).toMatch(
+      /^Lease on "rebuild:r1" was lost \(a caller of higher priority preempted it\)/,
+    );
   });
 
   test('a provider method preempts a holder of lower priority', async () => {

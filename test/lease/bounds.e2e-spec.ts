@@ -4,7 +4,8 @@
  * sleeps inside PostgreSQL for one process only, a row lock held by another session, a network whose new connections
  * never get an answer.
  */
-import { LeaseUnavailableError } from 'nest-pg-lease';
+import { ConsoleLogger, Logger } from '@nestjs/common';
+import { type LeaseModuleOptions, LeaseUnavailableError } from 'nest-pg-lease';
 import type pg from 'pg';
 import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -23,6 +24,14 @@ describe('bounds of the library’s statements', () => {
   const db = useTestDatabase('bounds', 'read committed', async (admin) => {
     await admin.query(`CREATE FUNCTION stall_lease() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'stalled-%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$`);
+    // A release as slow as the slowest measured on a loaded machine (README "Bounds": 252 ms at load average 7).
+    await admin.query(`CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL AND NEW.target_id LIKE 'loaded:%' THEN
+          PERFORM pg_sleep(0.3);
+        END IF;
+        RETURN NEW;
+      END $$`);
   });
   const proc = procsOf(db, { ignoreCloseErrors: true });
   const proxies: TcpProxy[] = [];
@@ -155,4 +164,41 @@ describe('bounds of the library’s statements', () => {
     expect(slow.service.heldLeases()).toEqual([]);
     proxy.set('pass');
   }, 20_000);
+
+  test.each<[string, LeaseModuleOptions]>([
+    ['on its own sessions', {}],
+    ['framed, as behind a transaction pooler', { pooler: 'transaction' }],
+  ])(
+    'a release as slow as on a loaded server lands within its bound, quietly, at close() too (%s)',
+    async (_, options) => {
+      const warnings: string[] = [];
+      const quiet = () => undefined;
+      // The suite's timings: a heartbeat interval of 100 ms, shorter than the slow release. No drain: close() releases
+      // what is held at once (its release step is what is measured).
+      const loaded = await proc(`loaded-${options.pooler ?? 'own'}`, { shutdownGraceMs: 0, ...options });
+      const mine = (key: string) => `loaded:${loaded.owner}:${key}`;
+      const released: string[] = [];
+      loaded.service.events$.subscribe((event) => event.type === 'released' && released.push(event.targetKey));
+      await db.admin.query(`CREATE TRIGGER slow_release BEFORE UPDATE ON job_lease
+        FOR EACH ROW EXECUTE FUNCTION slow_release()`);
+      Logger.overrideLogger({ log: quiet, error: quiet, warn: (message: unknown) => warnings.push(String(message)) });
+      try {
+        const lease = (await loaded.service.tryAcquire(mine('release')))!;
+        await lease.release();
+        // Its own statement answered (a release given up on and retried finds the row gone: no event).
+        expect(released).toEqual([mine('release')]);
+        expect(await heldRow(db.admin, mine('release'))).toBe(false);
+        // close() releases what is still held within its step.
+        await loaded.service.tryAcquire(mine('close'));
+        await loaded.close();
+        expect(released).toEqual([mine('release'), mine('close')]);
+        expect(await heldRow(db.admin, mine('close'))).toBe(false);
+        expect(warnings.filter((line) => !/^pooler: 'transaction' without sessionUrl/.test(line))).toEqual([]);
+      } finally {
+        Logger.overrideLogger(new ConsoleLogger());
+        await db.admin.query('DROP TRIGGER slow_release ON job_lease');
+      }
+    },
+    20_000,
+  );
 });

@@ -8,12 +8,18 @@ describe('the lease contract, in memory', () => {
   let subject: ContractSubject;
 
   beforeAll(() => {
-    service = createTestingLeaseService({ fencedTransaction: (work) => work({} as never) });
+    const make = (options = {}) =>
+      createTestingLeaseService({ fencedTransaction: (work) => work({} as never), ...options });
+    service = make();
     const controls = LeaseTestingController.of(service);
     subject = {
       service,
       takeOver: async (key) => controls.takeOver(key),
       expire: async (key) => controls.expire(key),
+      open: async (options) => {
+        const own = make(options);
+        return { service: own, close: () => own.close() };
+      },
     };
   });
 

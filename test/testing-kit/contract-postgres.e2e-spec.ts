@@ -16,6 +16,7 @@ describe('the lease contract, on PostgreSQL', () => {
       service,
       takeOver: (key) => takeOver(dataSource, key),
       expire: (key) => expire(dataSource, key),
+      open: (options) => db.open(options),
     };
   });
 

@@ -8,7 +8,9 @@ import {
   LeaseBusyError,
   LeaseLimitConflictError,
   LeaseLostError,
+  type LeaseModuleOptions,
   type LeaseService,
+  LeaseShutdownError,
   LeaseWaitTimeoutError,
 } from 'nest-pg-lease';
 
@@ -19,6 +21,8 @@ export interface ContractSubject {
   takeOver(targetKey: string): Promise<unknown>;
   /** The key's lease expires (the holder must lose it: `renewal-deadline`). */
   expire(targetKey: string): Promise<unknown>;
+  /** A service of its own with these options (the cases that close it); `close()` closes it and what it owns. */
+  open(options: LeaseModuleOptions): Promise<{ service: LeaseService; close(): Promise<void> }>;
 }
 
 /** Resolves once `predicate` holds, polling; rejects after `timeoutMs` (generous: the CPU is shared). */
@@ -65,7 +69,9 @@ export function leaseContract(subject: () => ContractSubject): void {
     expect(held.map((lease) => lease.slot)).toEqual([0, 1]);
     expect(held[1].fencingToken).toBeGreaterThan(held[0].fencingToken);
     await expect(service.tryAcquire(key, { limit: 2 })).resolves.toBeNull();
-    await expect(service.run(key, () => 'ran', { limit: 2 })).rejects.toBeInstanceOf(LeaseBusyError);
+    const full = await service.run(key, () => 'ran', { limit: 2 }).catch((error: unknown) => error);
+    expect(full).toBeInstanceOf(LeaseBusyError);
+    expect((full as Error).message).toMatch(new RegExp(`^All 2 slots of "${key}" are held`));
     const rows = (await service.list(key)).filter((row) => row.state === 'held');
     expect(rows.map((row) => [row.targetKey, row.slot])).toEqual([
       [key, 0],
@@ -269,6 +275,11 @@ export function leaseContract(subject: () => ContractSubject): void {
       expect((reason as LeaseLostError).reason).toBe('preempted');
       await expect(holder.fenced(async () => 'saved')).rejects.toBeInstanceOf(LeaseLostError);
       await holder.release();
+      // Released since, its save is still refused as preempted (not "already released").
+      const refused = await holder.fenced(async () => 'saved').catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(LeaseLostError);
+      expect((refused as LeaseLostError).reason).toBe('preempted');
+      expect((refused as Error).message).toMatch(/was lost \(a caller of higher priority preempted it\)/);
       const lease = await preempting;
       expect(lease.fencingToken > holder.fencingToken).toBe(true);
       // A holder that ignores its signal is taken over at the end of the grace.
@@ -319,5 +330,47 @@ export function leaseContract(subject: () => ContractSubject): void {
       await holder.release();
       await Promise.all(waits.map(async (wait) => (await wait).release()));
     }
+  });
+
+  it('close() drains: a run in progress keeps its lease and saves, new calls are refused, then it closes', async () => {
+    // A grace far longer than the case: the close ends when the run does, not when the grace does.
+    const { service, close } = await subject().open({ shutdownGraceMs: 60_000 });
+    const key = freshKey('drain');
+    let letGo!: () => void;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    let held!: Lease;
+    const running = service.run(key, async (lease) => {
+      held = lease;
+      await gate;
+      return lease.fenced(async () => 'saved');
+    });
+    await until(() => service.heldLeases().length === 1, 'the run to hold its key');
+    const closing = close();
+    // Refused from the moment the close began (the real engine refuses before any await of its close).
+    await expect(service.tryAcquire(freshKey('after-close'))).rejects.toBeInstanceOf(LeaseShutdownError);
+    expect({ aborted: held.signal.aborted, held: held.isHeld() }).toEqual({ aborted: false, held: true });
+    letGo();
+    await expect(running).resolves.toBe('saved');
+    await closing;
+    expect(service.heldLeases()).toHaveLength(0);
+  });
+
+  it('close() past shutdownGraceMs: a run still going is told with LeaseShutdownError, its saves refused', async () => {
+    const { service, close } = await subject().open({ shutdownGraceMs: 200 });
+    const key = freshKey('drain-grace');
+    let held!: Lease;
+    const refused = service
+      .run(key, async (lease) => {
+        held = lease;
+        // Ignores the drain: runs until told to stop, then tries to save.
+        await aborted(lease.signal);
+        return lease.fenced(async () => 'saved');
+      })
+      .catch((error: unknown) => error);
+    await until(() => service.heldLeases().length === 1, 'the run to hold its key');
+    await close();
+    expect(held.signal.reason).toBeInstanceOf(LeaseShutdownError);
+    expect(await refused).toBeInstanceOf(LeaseLostError);
+    expect(service.heldLeases()).toHaveLength(0);
   });
 }

@@ -60,6 +60,15 @@ describe('HeldLease', () => {
     expect(held.lossReason).toBe('released');
   });
 
+  it('a lease lost, then released, keeps the reason of its loss (its refusals say why it was lost)', () => {
+    const { held } = lease();
+    expect(held.markLost('preempted')).toBe(true);
+    expect(held.markReleased()).toBe(true);
+    expect(held.isHeld()).toBe(false);
+    expect(held.lossReason).toBe('preempted');
+    expect((held.signal.reason as LeaseLostError).reason).toBe('preempted');
+  });
+
   it('fenced() and release() go to the engine that made it', async () => {
     const { held } = lease();
     const work = async () => 1;

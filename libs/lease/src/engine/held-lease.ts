@@ -81,10 +81,13 @@ export class HeldLease implements Lease {
     return this.confirmedAt + this.localLimitMs;
   }
 
-  /** Why `isHeld()` is false (meaningful only then). */
+  /**
+   * Why `isHeld()` is false (meaningful only then). A lease lost before its release keeps the reason of its loss: a
+   * preempted run's handler releases at once (409), and its save after that was refused as "already released".
+   */
   get lossReason(): LeaseLossReason {
     if (this.state === 'lost') return this.lostReason ?? 'taken-over';
-    if (this.state === 'released') return 'released';
+    if (this.state === 'released') return this.lostReason ?? 'released';
     return 'renewal-deadline';
   }
 

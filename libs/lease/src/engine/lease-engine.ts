@@ -15,14 +15,9 @@ import { Preemption } from './preemption.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
-import { unavailableOr } from '../errors/database-errors.js';
+import { failingAsUnavailable, unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
-import {
-  LeaseBusyError,
-  LeaseShutdownError,
-  LeaseUnavailableError,
-  LeaseWaitTimeoutError,
-} from '../errors/lease.errors.js';
+import { LeaseShutdownError, LeaseUnavailableError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
@@ -40,9 +35,12 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
-import { acquireRow, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
+import { acquireRow, busyError, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
+
+/** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
+const ACQUIRE = 'acquire a lease on';
 
 /** A call about to wait, queued by its first attempt when refused. */
 interface QueueAs {
@@ -244,9 +242,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
     const request = callRequest(targetKey, options);
     const reentrant = this.context.find(request.targetKey);
-    return reentrant
-      ? new BorrowedLease(reentrant)
-      : this.track(this.telemetry.acquire(request, () => this.tryOnce(request)));
+    return reentrant ? new BorrowedLease(reentrant) : this.acquiring(request, () => this.tryOnce(request));
   }
 
   /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
@@ -257,8 +253,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    const wait = () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
-    return this.track(this.telemetry.acquire(request, wait, options.signal));
+    return this.acquiring(request, () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs), options.signal);
+  }
+
+  /** An acquisition, tracked for close() and traced; no database failure in it rejects as a driver's error. */
+  private acquiring<T extends Lease | null>(request: LeaseRequest, work: () => Promise<T>, signal?: AbortSignal) {
+    const classified = failingAsUnavailable(work, request.targetKey, ACQUIRE, signal);
+    return this.track(this.telemetry.acquire(request, classified, signal));
   }
 
   /**
@@ -275,14 +276,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     options.signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = await this.track(
-      this.telemetry.acquire(
-        request,
-        () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
-        options.signal,
-      ),
+    const lease = await this.acquiring(
+      request,
+      () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
+      options.signal,
     );
-    if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
 
@@ -454,7 +453,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         ? acquireRow(this.store, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.store, waiter, holdMs)
     ).catch((error: unknown) => {
-      throw unavailableOr(error, targetKey, 'acquire a lease on');
+      throw unavailableOr(error, targetKey, ACQUIRE);
     });
     if ('refused' in row) {
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;

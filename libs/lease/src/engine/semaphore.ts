@@ -4,7 +4,8 @@
  * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.rowKey`). The waits of
  * limited calls are the key's ordinary line: only which statement an attempt sends differs.
  */
-import { LeaseLimitConflictError } from '../errors/lease.errors.js';
+import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
 import { slotOfRow } from '../options/slot-limits.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
@@ -44,6 +45,11 @@ export async function acquireRow(
     throw new LeaseLimitConflictError(request.targetKey, limit, row.heldLimit);
   }
   return row;
+}
+
+/** A call refused without waiting: the key is held, or (`limit` above 1) all its slots are. */
+export function busyError(targetKey: string, limit: number, retryAfterMs: number): LeaseBusyError {
+  return new LeaseBusyError(targetKey, retryAfterMs, limit > 1 ? messages.slotsBusy(targetKey, limit) : undefined);
 }
 
 /** The row a grant took: the key's own, or a slot's. */

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { Subscription } from 'rxjs';
+import { unavailableOr } from '../errors/database-errors.js';
 import { errorText, messages } from '../errors/lease.messages.js';
 import {
   LeaseError,
@@ -232,8 +233,8 @@ export class WaitQueue {
         } catch (error) {
           if ((error instanceof LeaseError && !(error instanceof LeaseUnavailableError)) || stop.aborted) throw error;
           // A database error is transient for a waiter, and so is a server in recovery (a failover under way): the
-          // wait deadline bounds the retries.
-          lastError = error;
+          // wait deadline bounds the retries, and its LeaseWaitTimeoutError's cause is the library's error too.
+          lastError = unavailableOr(error, targetKey, 'wait in line for');
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
         }
         const jitter = 0.5 + Math.random() * 0.5;

@@ -1,3 +1,4 @@
+import { runInNewContext } from 'node:vm';
 import { LeaseConfigError, LeaseUnavailableError, LeaseBusyError } from './lease.errors.js';
 import {
   exhausted,
@@ -96,6 +97,28 @@ describe('database error classification', () => {
     ['not an Error', 'boom', false],
   ])('%s is a database failure: %p', (_, error, expected) => {
     expect(isDatabaseFailure(error)).toBe(expected);
+  });
+
+  it('an error of another realm is classified like any other (Node core errors under Jest, a vm, a worker)', () => {
+    // Node's own errors (the socket's ECONNREFUSED) come from the main realm; code run in a vm context (a user's Jest
+    // suite) has Errors of its own, so `instanceof Error` is false for them there.
+    const foreign = runInNewContext(
+      `Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' })`,
+    ) as unknown;
+    expect(foreign instanceof Error).toBe(false);
+    expect(isDatabaseFailure(foreign)).toBe(true);
+    const failure = unavailableOr(foreign, 'k', 'acquire a lease on');
+    expect(failure).toBeInstanceOf(LeaseUnavailableError);
+    expect((failure as Error).message).toMatch(/connect ECONNREFUSED 127\.0\.0\.1:5432/);
+    expect((failure as Error).cause).toBe(foreign);
+    expect(isDatabaseFailure(runInNewContext(`new TypeError('x is not a function')`))).toBe(false);
+  });
+
+  it('a refusal of every address (an AggregateError with a code and no message) is named by its code', () => {
+    const refused = Object.assign(new AggregateError([], ''), { code: 'ECONNREFUSED' });
+    const failure = unavailableOr(refused, 'k', 'acquire a lease on');
+    expect(failure).toBeInstanceOf(LeaseUnavailableError);
+    expect((failure as Error).message).toMatch(/\(ECONNREFUSED\)/);
   });
 
   it('unavailableOr turns a database failure into a LeaseUnavailableError naming the operation, else leaves it', () => {

@@ -3,6 +3,7 @@
  * means for the library — retry the statement, split the batch, report the database unavailable, or name the
  * configuration to change. Every other file asks here instead of reading error codes.
  */
+import { types } from 'node:util';
 import { LeaseConfigError, LeaseError, LeaseUnavailableError } from './lease.errors.js';
 import { messages } from './lease.messages.js';
 
@@ -79,19 +80,54 @@ export function readOnly(error: unknown, targetKey: string): LeaseUnavailableErr
 }
 
 /**
+ * Whether `error` is an Error of any realm. Node's own errors (a socket's ECONNREFUSED) are made in the main realm;
+ * code running in a vm context — a user's Jest suite, where the library is loaded in the sandbox — has Errors of its
+ * own, so `instanceof Error` is false for them there, and a refused connection escaped as the driver's error.
+ */
+function isAnyError(error: unknown): error is Error {
+  return error instanceof Error || types.isNativeError(error);
+}
+
+/**
  * A failure of the database or of the connection to it, as opposed to a bug: a server error (a SQLSTATE), a socket
  * error (an errno code such as ECONNREFUSED), or one of `pg`'s connection failures (terminated, timed out).
  */
 export function isDatabaseFailure(error: unknown): boolean {
-  if (error instanceof LeaseError || !(error instanceof Error)) return false;
+  if (error instanceof LeaseError || !isAnyError(error)) return false;
   const code = (error as { code?: unknown }).code;
   if (typeof code === 'string' && code.length > 0) return true;
   return /connection|terminated|timeout|timed out|ECONN|EPIPE|socket/i.test(error.message);
 }
 
+/**
+ * What a database failure says: its message, else its code (Node's refusal of every address of a host is an
+ * AggregateError with a code and no message).
+ */
+function failureDetail(error: unknown): string {
+  if (!isAnyError(error)) return String(error);
+  const code = (error as { code?: unknown }).code;
+  return error.message || (typeof code === 'string' ? code : error.name);
+}
+
 /** `error` as a `LeaseUnavailableError` when it is a database failure; anything else unchanged. */
 export function unavailableOr(error: unknown, targetKey: string | undefined, operation: string): unknown {
   if (!isDatabaseFailure(error)) return error;
-  const detail = error instanceof Error ? error.message : String(error);
-  return new LeaseUnavailableError(targetKey, detail, { cause: error, kind: 'failing', operation });
+  return new LeaseUnavailableError(targetKey, failureDetail(error), { cause: error, kind: 'failing', operation });
+}
+
+/**
+ * `work`, whose database failure rejects as a `LeaseUnavailableError` (see `unavailableOr`): the net of a door that
+ * runs no code of the caller's (an acquisition), so no statement it sends — an attempt, a preemption's request, a
+ * slot's — rejects with a driver's error. The reason of the caller's own `signal` is left as it is.
+ */
+export function failingAsUnavailable<T>(
+  work: () => Promise<T>,
+  targetKey: string,
+  operation: string,
+  signal?: AbortSignal,
+): () => Promise<T> {
+  return () =>
+    work().catch((error: unknown) => {
+      throw signal?.aborted && error === signal.reason ? error : unavailableOr(error, targetKey, operation);
+    });
 }

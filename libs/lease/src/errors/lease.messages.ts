@@ -3,6 +3,7 @@
  * consistent (the classes are the API, the wording may improve). Private. The log lines' texts are still written
  * where they are logged (see the redesign notes: left for later).
  */
+import { types } from 'node:util';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 
 const lossCauses: Record<LeaseLossReason, string> = {
@@ -19,6 +20,9 @@ export const messages = {
   busy: (targetKey: string) =>
     `Target "${targetKey}" is leased by another holder: try again later, or pass a priority or waitTimeoutMs to wait ` +
     'in line',
+  slotsBusy: (targetKey: string, limit: number) =>
+    `All ${limit} slots of "${targetKey}" are held: try again later, or pass a priority or waitTimeoutMs to wait in ` +
+    'line for one',
   queueFull: (targetKey: string, detail: string) => `Cannot wait for "${targetKey}": ${detail}`,
   drained: (targetKey: string, kind: 'key' | 'template', subject: string, reason: string) =>
     `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +
@@ -305,7 +309,8 @@ export const messages = {
 
 /** An error (or any thrown value) as one line of a log message. */
 export function errorText(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  // Of any realm: Node's own errors are not `instanceof Error` in a vm context (a Jest suite).
+  if (error instanceof Error || types.isNativeError(error)) return `${error.name}: ${error.message}`;
   return typeof error === 'string' ? error : (JSON.stringify(error) ?? typeof error);
 }
 

@@ -20,9 +20,24 @@ export function acquireBoundMs(o: Timings): number {
   return o.leaseTimeoutMs - o.safetyMarginMs;
 }
 
-/** A release, an enqueue, a dequeue, a read: one heartbeat interval (a release that times out is retried). */
+/**
+ * The least a release, a dequeue or a read is given, however short the heartbeat interval: room for a loaded server.
+ * Measured (`bench/release-at-load.ts`, README "Bounds"): on 2 cores at load average 7 with three CPU hogs beside, a
+ * release took 4–21 ms at the median, 110–132 ms at p99.9 and 252 ms at worst (2,000 per row) — where one heartbeat
+ * interval of the tests (100 ms; 300 ms behind the pooler) was its whole bound. Four times the worst.
+ */
+export const SHORT_BOUND_FLOOR_MS = 1_000;
+
+/**
+ * A release, a dequeue, a read: one heartbeat interval, and at least `SHORT_BOUND_FLOOR_MS` — never more than an
+ * acquisition's bound (the statement pool's session bound: the server still ends each statement no later than the
+ * client gives it up, and none needs framing). Local safety does not depend on it: a release is sent once its lease
+ * is given up locally (its signal aborted first), and no lease's deadline waits for any of these statements (each
+ * lease's deadline timer counts from its last confirmed renewal alone); a longer bound only delays when a failing
+ * release is retried, and a failing read is reported. A release that times out is retried.
+ */
 export function shortBoundMs(o: Timings): number {
-  return o.heartbeatIntervalMs;
+  return Math.max(o.heartbeatIntervalMs, Math.min(SHORT_BOUND_FLOOR_MS, acquireBoundMs(o)));
 }
 
 /**
@@ -63,9 +78,12 @@ export function slackMs(o: Timings): number {
  */
 export const BATCH_LOCK_WAIT_MS = 10;
 
-/** Each step of `close()`: statements in flight, releases, the connections. */
+/**
+ * Each step of `close()`: statements in flight, releases, the connections. A release's bound and the client's slack:
+ * the releases of the step land, or give up, within it.
+ */
 export function closeStepMs(o: Timings): number {
-  return o.heartbeatIntervalMs;
+  return shortBoundMs(o) + slackMs(o);
 }
 
 /** Closing one connection: a polite end, then its socket is destroyed. */

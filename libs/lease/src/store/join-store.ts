@@ -12,6 +12,7 @@
 import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { Notifier } from '../database/notifier.js';
+import { unavailableOr } from '../errors/database-errors.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { connectBoundMs, statementPoolBoundMs } from '../options/bounds.js';
@@ -267,11 +268,15 @@ export class JoinResults implements RemoteJoins {
   }
 
   private async read(targetKey: string, token: string | null): Promise<ResultRow | undefined> {
-    const { rows } = await this.database.statements.query<ResultRow>({
-      text: this.readSql,
-      values: [targetKey, token],
-      query_timeout: statementPoolBoundMs(this.options),
-    });
+    const { rows } = await this.database.statements
+      .query<ResultRow>({
+        text: this.readSql,
+        values: [targetKey, token],
+        query_timeout: statementPoolBoundMs(this.options),
+      })
+      .catch((error: unknown) => {
+        throw unavailableOr(error, targetKey, 'join the run holding');
+      });
     return rows[0];
   }
 

@@ -6,11 +6,13 @@
  * and snapshot shape, so what a caller sees — errors, signals, `fenced()` refusals, `list()` rows — is the real one's.
  */
 import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import { type Observable, Subject } from 'rxjs';
 import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
 import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
+import { busyError } from '../engine/semaphore.js';
 import {
   type EndedGrant,
   grantedEvent,
@@ -21,8 +23,8 @@ import {
 } from '../engine/lease-events.js';
 import { snapshotsOf } from '../engine/lease-snapshot.js';
 import { type LeaseEntry, markServiceEngine, type ServiceEngine } from '../engine/service-engine.js';
+import { ShutdownDrain } from '../engine/shutdown-drain.js';
 import {
-  LeaseBusyError,
   LeaseLimitConflictError,
   LeaseLostError,
   LeaseQueueFullError,
@@ -113,6 +115,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private lastToken = 0n;
   private seq = 0;
   private closed = false;
+  private closing?: Promise<void>;
+  /** The real engine's drain of `close()`, over this engine's leases (told whenever one is dropped). */
+  private readonly drain = new ShutdownDrain(this.held, new Logger('LeaseService'));
   private readonly joins = new JoinRuns(this);
 
   constructor(options: LeaseTestingOptions = {}) {
@@ -133,13 +138,22 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     await this.close();
   }
 
-  /** Cancels every wait and releases every lease (their signals abort with `LeaseShutdownError`). Idempotent. */
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Refuses new calls and cancels every wait, then drains as the real engine does (README: "Shutdown: the drain"):
+   * the leases in use keep going until each is released or lost, or `shutdownGraceMs` passes; what is still held is
+   * then released, its signal aborted with `LeaseShutdownError`. Idempotent.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutDown();
+    return this.closing;
+  }
+
+  private async shutDown(): Promise<void> {
     this.closed = true;
     for (const [key, line] of this.lines) {
       for (const waiter of [...line]) this.endWait(waiter, new LeaseShutdownError(key, 'cancelled'));
     }
+    await this.drain.wait(this.options.shutdownGraceMs);
     for (const lease of [...this.held.values()]) {
       await this.release(lease, () => new LeaseShutdownError(lease.targetKey, 'released'));
     }
@@ -189,7 +203,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const lease = waits
       ? await this.waitFor(request, waitTimeoutMs, options.signal, graceMs)
       : await this.tryOnce(request);
-    if (!lease) throw new LeaseBusyError(request.targetKey, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
   }
 
@@ -270,6 +284,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     if (yielding?.lease === lease) this.endYield(lease.targetKey);
     else if (this.held.get(lease.rowKey) !== lease) return Promise.resolve();
     this.held.delete(lease.rowKey);
+    this.drain.forgotten();
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     this.emit(releasedEvent(lease, heldMs));
     this.grantNext(lease.targetKey);
@@ -545,6 +560,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
     if (!lease.markLost(reason)) return;
     this.held.delete(lease.rowKey);
+    this.drain.forgotten();
     this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }
 
