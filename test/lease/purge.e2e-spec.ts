@@ -119,6 +119,34 @@ describe('purging free rows', () => {
     expect(back.token).toBeGreaterThan(recent.token);
   });
 
+  test('a purge leaves a high-water mark above every token it deleted; the mark itself is never purged or listed', async () => {
+    const s = store('mark');
+    const granted: bigint[] = [];
+    for (const key of ['mark:a', 'mark:b', 'mark:top']) {
+      const r = request(key);
+      const outcome = await s.tryAcquire(r);
+      if ('fencingToken' in outcome) granted.push(outcome.fencingToken);
+      await s.release(key, r.leaseToken, 1_000);
+    }
+    await db.admin.query(
+      `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id IN ('mark:a', 'mark:b')`,
+    );
+    expect(await s.purge()).toBeGreaterThanOrEqual(2);
+    const mark = async () =>
+      (await db.admin.query<{ t: string }>(`SELECT fencing_token::text AS t FROM job_lease WHERE target_id = chr(31)`))
+        .rows;
+    const [first] = await mark();
+    expect(BigInt(first.t)).toBeGreaterThanOrEqual(granted[1]);
+    // Older than any bound and free: still never purged; not a lease anyone holds, so never listed.
+    await db.admin.query(
+      `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id = chr(31)`,
+    );
+    await s.purge();
+    expect(await mark()).toHaveLength(1);
+    const service = await db.open({ createSchema: false, owner: 'mark' });
+    expect((await service.service.list()).filter((row) => row.targetKey.includes('\u001f'))).toEqual([]);
+  });
+
   test('the row of the largest token is never purged: a fixed timeline (no WAL functions) is read from it', async () => {
     const s = store('max');
     for (const key of ['max:a', 'max:b']) {
@@ -137,14 +165,13 @@ describe('purging free rows', () => {
   });
 
   test('a service runs the purge (by itself every 10 min; here at once)', async () => {
-    const s = store('boot');
-    const r = request('boot:old');
-    await s.tryAcquire(r);
-    await s.release(r.targetKey, r.leaseToken, 1_000);
+    // Its bootstrap first: the table holds a token of timeline 9 (the test before), so its tokens carry timeline 9,
+    // and a key's first row is above the high-water mark the purges left. The later key holds the largest token.
+    const service = await db.open({ createSchema: false });
+    for (const key of ['boot:old', 'boot:later']) await (await service.service.tryAcquire(key))!.release();
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id = 'boot:old'`,
     );
-    const service = await db.open({ createSchema: false });
     expect(await purgeFreeRows(service.service)).toBeGreaterThanOrEqual(1);
     expect(await tokenOf('boot:old')).toBeUndefined();
     expect(await service.service.tryAcquire('boot:new')).not.toBeNull();

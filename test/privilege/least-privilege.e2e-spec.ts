@@ -199,6 +199,48 @@ describe('least privilege', () => {
     },
   );
 
+  test('a new server whose sequence stands below the tables: without UPDATE on it the bootstrap says what to run', async () => {
+    // Tokens drawn far up the sequence (as on blue), then the sequence back at its start (a green cluster the rows
+    // were copied to by logical replication, which copies no sequence value).
+    await db.admin.query(`SELECT setval('job_lease_fencing_seq', (1::bigint << 40) + 10000000)`);
+    const blue = await startService(db.url, { createSchema: false, owner: 'blue' });
+    await blue.service.tryAcquire('copied:1').then((lease) => lease!.release());
+    await blue.close();
+    const { rows } = await db.admin.query<{ t: string }>(`SELECT max(fencing_token)::text AS t FROM job_lease`);
+    const top = BigInt(rows[0].t);
+    const restart = () => db.admin.query(`ALTER SEQUENCE job_lease_fencing_seq RESTART`);
+    await restart();
+    try {
+      // USAGE only: setval is refused, so is the bootstrap — never a token below those in the table.
+      const refused = await bootstrapError({ createSchema: false });
+      expect(refused).toBeInstanceOf(LeaseConfigError);
+      const message = String((refused as Error).message);
+      expect(message).toMatch(/stand below the values in the lease tables/);
+      expect(message).toMatch(/GRANT UPDATE ON SEQUENCE "public"\."job_lease_fencing_seq" TO/);
+      // The owner runs what the message says; the role starts, its tokens above the table's.
+      await db.admin.query(/run: (SELECT setval\(.*\)); or GRANT/.exec(message)![1]);
+      const green = await startService(appUrl, { createSchema: false, owner: 'green' });
+      try {
+        const lease = (await green.service.tryAcquire('copied:2'))!;
+        expect(lease.fencingToken).toBeGreaterThan(top);
+        await lease.release();
+      } finally {
+        await green.close();
+      }
+      // Or the GRANT: the role's own bootstrap raises it.
+      await restart();
+      await db.admin.query(`GRANT UPDATE ON SEQUENCE job_lease_fencing_seq TO ${role}`);
+      expect(await bootstrapError({ createSchema: false })).toBeUndefined();
+      const { rows: raised } = await db.admin.query<{ v: string }>(
+        `SELECT last_value::text AS v FROM job_lease_fencing_seq`,
+      );
+      expect(BigInt(raised[0].v)).toBeGreaterThan(top & ((1n << 47n) - 1n));
+    } finally {
+      await db.admin.query(`REVOKE UPDATE ON SEQUENCE job_lease_fencing_seq FROM ${role}`);
+      for (const grant of grants) await db.admin.query(grant);
+    }
+  });
+
   test('createSchema: true with tables missing and no CREATE right: a LeaseConfigError naming CREATE on the schema', async () => {
     const missingTables = { tableName: 'other_lease', waiterTableName: 'other_waiter' };
     const error = await bootstrapError({ createSchema: true, ...missingTables });

@@ -17,9 +17,14 @@ import {
 } from '../schema/lease-schema.js';
 import { preemptionMigrationName, tokenLayoutMigrationName } from '../schema/migration-names.js';
 import type { LeaseStore } from '../store/lease-store.js';
+import type { SequenceRaise, TokenStanding } from '../store/server-history.js';
+import { ownerRaiseSql } from '../store/sql/token-floor.sql.js';
 import { messages } from '../errors/lease.messages.js';
 
 export class BootstrapChecks {
+  /** A settle after a renewal found another system, in flight (see `settleAgain`). */
+  private settling?: Promise<void>;
+
   constructor(
     private readonly database: LeaseDatabase,
     private readonly store: LeaseStore,
@@ -118,18 +123,79 @@ export class BootstrapChecks {
   }
 
   /**
-   * Which history probe the server allows: the WAL timeline, or (EXECUTE on the WAL functions revoked, or refused as
-   * on Aurora) a fixed timeline, said once here. See the README's "Failover" section for what holds where.
+   * Where new tokens stand (`LeaseStore.probeTimeline`): the WAL timeline, or a fixed one (EXECUTE on the WAL functions
+   * revoked, or refused as on Aurora; or tables holding tokens of a later timeline than the server's), said once here;
+   * and the sequences, raised above the tables where they stood behind (a new server: a blue/green switchover, a
+   * restore). A sequence that must be raised and cannot (the role lacks UPDATE on it) fails the bootstrap with what to
+   * run. See the README's "Failover" section for what holds where.
    */
   private async probeTimeline(): Promise<void> {
-    const fixed = await this.store.probeTimeline();
-    if (fixed === null) return;
-    this.logger.warn(
-      'pg_current_wal_lsn()/pg_walfile_name() are not executable here (a managed server such as Aurora, or EXECUTE ' +
-        `revoked): the timeline guard is off, fencing tokens carry the fixed timeline ${fixed} (the largest in the ` +
-        'tables) and rise within this server; leases still end when the system identifier changes where it is ' +
-        'readable. Safe where replication is synchronous or at the storage layer (Aurora); see the README ' +
-        '"Failover" section',
+    const standing = await this.store.probeTimeline();
+    this.describe(standing);
+    const refused = standing.raises.filter((raise) => raise.raisedTo === null);
+    if (refused.length > 0) throw new LeaseConfigError(this.raiseRefused(refused));
+  }
+
+  /**
+   * A renewal found another system identifier (a switchover to another database cluster, without a restart): where
+   * new tokens stand is settled again, as at bootstrap. Never rejects (a background step): a failure is logged, and
+   * until a settle succeeds each key's grants still rise above its own earlier ones (the grant's floor).
+   */
+  settleAgain(): Promise<void> {
+    this.settling ??= this.store
+      .probeTimeline()
+      .then((standing) => {
+        this.describe(standing);
+        const refused = standing.raises.filter((raise) => raise.raisedTo === null);
+        if (refused.length > 0) this.logger.error(this.raiseRefused(refused));
+      })
+      .catch((error: unknown) => {
+        this.logger.error(`Settling the fencing sequences on the new server failed: ${String(error)}`);
+      })
+      .finally(() => (this.settling = undefined));
+    return this.settling;
+  }
+
+  /** One line per fact worth an operator's attention: a fixed timeline, a sequence raised. */
+  private describe(standing: TokenStanding): void {
+    if (standing.fixed !== null && standing.reason === 'wal') {
+      this.logger.warn(
+        'pg_current_wal_lsn()/pg_walfile_name() are not executable here (a managed server such as Aurora, or EXECUTE ' +
+          `revoked): the timeline guard is off, fencing tokens carry the fixed timeline ${standing.fixed} (the ` +
+          'largest in the tables) and rise within this server; leases still end when the system identifier changes ' +
+          'where it is readable. Safe where replication is synchronous or at the storage layer (Aurora); see the ' +
+          'README "Failover" section',
+      );
+    } else if (standing.fixed !== null) {
+      this.logger.warn(
+        `The lease tables hold fencing tokens of timeline ${standing.fixed}, later than this server's ` +
+          `(${standing.serverTimeline}): they were copied or restored from a server with a longer history (a ` +
+          'blue/green switchover, a restore into a new cluster). Fencing tokens carry the fixed timeline ' +
+          `${standing.fixed} so they stay above them; the timeline guard is off while this server's timeline is ` +
+          'below it. See the README "Failover" section',
+      );
+    }
+    for (const raise of standing.raises) {
+      if (raise.raisedTo === null) continue;
+      this.logger.warn(
+        `The ${raise.kind} sequence ${raise.sequence} stood at ${raise.stood ?? 'its start'}, not above the ` +
+          `${raise.above} in the lease tables (a new server: a blue/green switchover, a restore): raised to ` +
+          `${raise.raisedTo}, so new ${raise.kind === 'fencing' ? 'tokens' : 'places'} are above every one there`,
+      );
+    }
+  }
+
+  /** What to run when sequences must be raised and the role may not (`setval` needs UPDATE on the sequence). */
+  private raiseRefused(refused: readonly SequenceRaise[]): string {
+    const n = leaseObjectNames(this.options);
+    const statements = refused.map((raise) => ownerRaiseSql(n, raise.kind));
+    const sequences = refused.map((raise) => raise.sequence).join(', ');
+    return (
+      `The lease sequences ${sequences} stand below the values in the lease tables (a new server: a blue/green ` +
+      'switchover by logical replication, a restore), and the database role may not raise them (setval needs ' +
+      `UPDATE on the sequence): new fencing tokens could be smaller than tokens already handed out. As the owner ` +
+      `of the lease tables, with no process granting leases on this server, run: ${statements.join('; ')}; or ` +
+      `GRANT UPDATE ON SEQUENCE ${sequences} TO the application's role. See the README "Failover" section`
     );
   }
 

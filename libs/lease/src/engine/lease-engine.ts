@@ -145,8 +145,14 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.telemetry = new LeaseTelemetry(this.options, this.store, (event) => this.emit(event), track);
     this.purges = new PurgeSchedule(this.store, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
-    this.heartbeat = new LeaseHeartbeat(this.store, this.options, this.logger, this.held, lose, (event) =>
-      this.emit(event),
+    this.heartbeat = new LeaseHeartbeat(
+      this.store,
+      this.options,
+      this.logger,
+      this.held,
+      lose,
+      (event) => this.emit(event),
+      () => void this.track(this.checks.settleAgain()),
     );
     const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
     this.fencing = new FencedTransactions(this.database, this.store, lose, releasedBySave);

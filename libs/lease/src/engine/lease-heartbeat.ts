@@ -31,6 +31,8 @@ export class LeaseHeartbeat {
     private readonly held: ReadonlyMap<string, HeldLease>,
     private readonly lose: LoseLease,
     private readonly emit: (event: LeaseEvent) => void,
+    /** A renewal found another system identifier (another database cluster): see `BootstrapChecks.settleAgain`. */
+    private readonly onNewSystem: () => void = () => undefined,
   ) {}
 
   get running(): boolean {
@@ -62,17 +64,20 @@ export class LeaseHeartbeat {
 
   /**
    * A renewal that found the server in another history (see `LeaseStore.renew`): one line saying what changed; the
-   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system.
+   * leases acquired before are lost in `onHeartbeat`. Leases acquired from now on belong to the server's system,
+   * whose sequences may stand below the tokens its tables hold (`onNewSystem`).
    */
   private noteHistory(result: RenewResult): RenewResult {
     const here = result.history;
     if (!here || !result.failover?.size) return result;
     this.failoverDetail = describeChange(here, this.systemId);
+    const newSystem = this.systemId !== null && here.systemId !== null && here.systemId !== this.systemId;
     this.logger.warn(
       `The database's history changed (${this.failoverDetail}): ${result.failover.size} lease(s) acquired before ` +
         'are lost (reason failover); their work must stop, their fenced writes are refused',
     );
     if (here.systemId !== null) this.systemId = here.systemId;
+    if (newSystem) this.onNewSystem();
     return result;
   }
 

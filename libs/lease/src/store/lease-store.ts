@@ -21,7 +21,7 @@ import { exhausted, isStatementError, readOnly, systemIdRefused } from '../error
 import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
-import { fixedTimeline, readHistoryOn, readServerHistory } from './server-history.js';
+import { readHistoryOn, readServerHistory, settleTokens, type TokenStanding } from './server-history.js';
 import { FenceStore } from './fence-store.js';
 import { PreemptStore } from './preempt-store.js';
 import { lockWaitMs, LoneStore } from './lone-store.js';
@@ -336,13 +336,15 @@ export class LeaseStore {
     return renewOutcome(rows, history);
   }
 
-  /** Bootstrap: the timeline probe (`fixedTimeline`); a fixed timeline rebuilds every statement with it. */
-  async probeTimeline(): Promise<bigint | null> {
-    const timeline = await fixedTimeline((statement) => this.run(statement), this.sql, this.options);
-    if (timeline !== null) {
-      ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
-    }
-    return timeline;
+  /**
+   * Bootstrap, and a renewal that found another system: where new tokens stand (`settleTokens`: the timeline they
+   * carry, sequences raised above the tables); every statement is rebuilt with a fixed timeline, or without one.
+   */
+  async probeTimeline(): Promise<TokenStanding> {
+    const standing = await settleTokens((statement) => this.run(statement), this.sql, this.options);
+    const timeline = standing.fixed ?? undefined;
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
+    return standing;
   }
 
   /** Bootstrap: where the server stands in its history (`readServerHistory`). */

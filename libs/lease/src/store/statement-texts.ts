@@ -19,13 +19,14 @@ import { lockForFenceSql } from './sql/fence.sql.js';
 import {
   fixedTimeline,
   serverHistorySql,
-  tableTimelineSql,
+  tableTopsSql,
   TIMELINE,
   WAL_PROBE_SQL,
   WAL_READABLE_SQL,
 } from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
+import { raiseSequencesSql } from './sql/token-floor.sql.js';
 import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
@@ -59,7 +60,8 @@ export interface StatementTexts {
   readonly systemIdReadable: string;
   readonly walReadable: string;
   readonly walProbe: string;
-  readonly tableTimeline: string;
+  readonly tableTops: string;
+  readonly raiseSequences: string;
   readonly purge: string;
   readonly largestToken: string;
   readonly missingObjects: string;
@@ -90,8 +92,8 @@ export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 't
 }
 
 /**
- * @param timeline where the role may not call the WAL functions (see `LeaseStore.probeTimeline`): the fixed timeline
- *   every statement uses instead of the server's (`fixedTimeline`); the probes keep the server's.
+ * @param timeline where the server's timeline cannot be used (see `settleTokens`): the fixed timeline every statement
+ *   uses instead of the server's (`fixedTimeline`); the probes keep the server's.
  */
 export function buildStatements(
   options: ResolvedLeaseOptions,
@@ -128,7 +130,8 @@ export function buildStatements(
     mayCreateSchema: MAY_CREATE_SCHEMA_SQL,
     walReadable: WAL_READABLE_SQL,
     walProbe: WAL_PROBE_SQL,
-    tableTimeline: tableTimelineSql(n.lease, n.waiter),
+    tableTops: tableTopsSql(n.lease, n.waiter),
+    raiseSequences: raiseSequencesSql(n),
     purge: purgeSql(n),
     largestToken: largestTokenSql(n),
     semaphoreAcquire: semaphoreAcquireSql(n, capMs),

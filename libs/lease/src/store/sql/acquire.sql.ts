@@ -13,6 +13,7 @@ import {
 } from './fragments.js';
 import { faultSwitches } from './fault-switches.js';
 import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { highWaterToken } from './token-floor.sql.js';
 
 /**
  * The single acquisition statement (its contract: `LeaseStore.tryAcquire`). Parameters: $1 target, $2 lease token,
@@ -71,7 +72,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
         ), won_old AS (
           -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
           -- grant of the key.
-          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9
           FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
@@ -81,12 +82,12 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
         ), won_new AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
+          SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
           FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${TIMELINE} AS timeline) h
           -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
           -- token drawn after the row lock (the value drawn above is then left unused).
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence)},
+            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -180,7 +181,7 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
     ), won_old AS (
       -- The token is drawn here, per row, after the row lock (locked is materialized first): larger than every
       -- earlier grant of the key.
-      UPDATE ${lease} AS l SET lease_token = o.lease_token, fencing_token = ${historyToken('x.v')},
+      UPDATE ${lease} AS l SET lease_token = o.lease_token, fencing_token = ${historyToken('x.v', 'l.fencing_token')},
         owner = $2, priority = o.priority, lease_timeout_ms = $3, acquired_at = clock_timestamp(),
         updated_at = clock_timestamp(), hold_ms = o.hold_ms
       FROM (SELECT k.target_id, k.was_held, k.previous_owner, nextval(${nextvalArg}) AS v FROM locked k) x
@@ -190,7 +191,7 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
     ), won_new AS (
       INSERT INTO ${lease} AS l
         (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-      SELECT f.target_id, f.lease_token, ${historyToken('f.v')}, $2, f.priority, $3,
+      SELECT f.target_id, f.lease_token, ${historyToken('f.v', highWaterToken(lease))}, $2, f.priority, $3,
         clock_timestamp(), clock_timestamp(), f.hold_ms
       FROM (SELECT o.*, nextval(${nextvalArg}) AS v FROM open o WHERE NOT o.has_row) f, history h
       ORDER BY f.target_id
@@ -263,7 +264,7 @@ export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
           FOR NO KEY UPDATE OF l
         ), won_old AS (
           -- The token is drawn here, after the row lock (locked is materialized first).
-          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $6
           FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
@@ -272,12 +273,12 @@ export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
         ), won_new AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-          SELECT $1, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $6
+          SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $6
           FROM (SELECT ${nextval} AS v FROM open o WHERE o.lone AND ${early ? 'true' : 'NOT o.has_row'}) f,
             (SELECT ${TIMELINE} AS timeline) h
           ON CONFLICT (target_id) DO UPDATE SET
             lease_token = EXCLUDED.lease_token,
-            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence)},
+            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE l.lease_token IS NULL AND NOT ${holding('l')}

@@ -46,12 +46,12 @@ export const WAL_READABLE_SQL = `SELECT has_function_privilege('pg_catalog.pg_cu
 export const WAL_PROBE_SQL = `SELECT CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline`;
 
 /**
- * The largest timeline already in the tables (at least 1): the fixed timeline of `fixedTimeline`. $1-free; the
- * table names spliced in are quoted. A scan of both tables, once per bootstrap.
+ * The largest fencing token and the largest waiter place in the tables (null: none), as text: the largest timeline
+ * there (the fixed timeline of `fixedTimeline`), and where the sequences must stand (see `raiseSequencesSql`).
+ * $1-free; the table names spliced in are quoted. A scan of both tables, once per bootstrap.
  */
-export function tableTimelineSql(lease: string, waiter: string): string {
-  return `SELECT greatest(1, (SELECT max(fencing_token) FROM ${lease}) >> ${FENCING_SEQUENCE_BITS},
-        (SELECT max(seq) FROM ${waiter}) >> ${FENCING_SEQUENCE_BITS})::text AS timeline`;
+export function tableTopsSql(lease: string, waiter: string): string {
+  return `SELECT (SELECT max(fencing_token) FROM ${lease})::text AS token, (SELECT max(seq) FROM ${waiter})::text AS seq`;
 }
 
 /**
@@ -75,10 +75,10 @@ export function serverHistorySql(readSystemId: boolean): string {
  * would not fit its 47 bits (or a timeline past 2¹⁶, which would overflow a bigint) gives NULL, which the
  * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
  * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
- * `sequence` is a quoted name, spliced as a string literal.
+ * `sequence` is a quoted name, spliced as a string literal; `floor` as in `historyToken`.
  */
-export function historyOrdered(sequence: string): string {
-  return `(SELECT ${historyToken('s.v')}
+export function historyOrdered(sequence: string, floor?: string): string {
+  return `(SELECT ${historyToken('s.v', floor)}
     FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
 }
 
@@ -91,9 +91,21 @@ export function sequenceLiteral(sequence: string): string {
  * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
  * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
  * of a batch the same number), combined with the timeline of the statement's `history h`.
+ *
+ * `floor`: a token the new one must be above (NULL: none) — the grant's own row's (`l.fencing_token`, the key's last
+ * grant) or the high-water mark of purged rows (`highWaterToken`, for a key's first row). A server whose sequence
+ * stands below the tokens in its tables (a blue/green switchover by logical replication copies rows, never sequence
+ * values) still grants each key above its earlier grants; the sequences themselves are raised at bootstrap and when
+ * a renewal finds another system (`raiseSequencesSql`). A floor whose successor would not fit its 47 bits gives NULL,
+ * as an exhausted sequence does.
  */
-export function historyToken(v: string): string {
+export function historyToken(v: string, floor?: string): string {
   const limit = 1n << FENCING_SEQUENCE_BITS;
-  return `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${TIMELINE_LIMIT}
-      THEN (h.timeline << ${FENCING_SEQUENCE_BITS}) | ${v} END`;
+  const token = `(h.timeline << ${FENCING_SEQUENCE_BITS}) | ${v}`;
+  return floor === undefined
+    ? `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${TIMELINE_LIMIT}
+      THEN ${token} END`
+    : `CASE WHEN ${v} BETWEEN 0 AND ${limit - 1n} AND h.timeline < ${TIMELINE_LIMIT}
+        AND coalesce(${floor}, 0) & ${limit - 1n} < ${limit - 1n}
+      THEN greatest(${token}, ${floor} + 1) END`;
 }

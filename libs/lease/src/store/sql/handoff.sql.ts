@@ -44,7 +44,7 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
         FOR UPDATE OF w) w
       WHERE NOT k.holding AND ${p.channel}::text IS NOT NULL
     ), handed AS (
-      UPDATE ${lease} AS l SET lease_token = x.waiter_id, fencing_token = ${historyToken('x.v')}, owner = x.owner,
+      UPDATE ${lease} AS l SET lease_token = x.waiter_id, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = x.owner,
         priority = x.priority, lease_timeout_ms = x.timeout_ms,
         acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = 0
       FROM (SELECT hd.*, nextval(${sequenceLiteral(fencingSequence)}) AS v FROM head hd) x,

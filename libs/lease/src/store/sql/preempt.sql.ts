@@ -68,7 +68,7 @@ export function preemptTakeSql(n: LeaseObjectNames, capMs: number): string {
         AND NOT ${ahead}
       FOR NO KEY UPDATE OF l
     ), won AS (
-      UPDATE ${n.lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+      UPDATE ${n.lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
         priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
         hold_ms = $9
       FROM (SELECT k.*, nextval(${sequenceLiteral(n.fencingSequence)}) AS v FROM locked k) x,

@@ -7,6 +7,7 @@
  */
 import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { highWaterToken } from './token-floor.sql.js';
 
 /** The name of slot `slot` (an SQL expression) of key `key` (an SQL expression). */
 const slotRow = (key: string, slot: string) => `${key} || chr(31) || ${slot}`;
@@ -69,7 +70,7 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
           ORDER BY s.slot LIMIT 1
           FOR NO KEY UPDATE OF l SKIP LOCKED
         ), won_old AS (
-          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v')}, owner = $3,
+          UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9, slot_limit = $10
           FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
@@ -78,7 +79,7 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
             CASE WHEN x.was_held THEN x.previous_owner END AS previous_owner
         ), won_new AS (
           INSERT INTO ${lease} AS l (${columns})
-          SELECT f.row_key, $2::uuid, ${historyToken('f.v')}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9, $10
+          SELECT f.row_key, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9, $10
           FROM (SELECT c.row_key, ${nextval} AS v FROM (
               SELECT s.row_key FROM slots s, open o
               WHERE NOT s.has_row AND s.slot < $10::int AND NOT EXISTS (SELECT 1 FROM locked)
