@@ -200,6 +200,35 @@ describe('bounds', () => {
     expect(p.service.waitingCount()).toBe(2);
   });
 
+  test('maxWaitersPerProcess: calls started together never queue past the bound (no row written)', async () => {
+    const keys = ['bounds:t1', 'bounds:t2', 'bounds:t3'];
+    for (const key of keys) await heldTarget(key);
+    // Every waiter row ever inserted for these keys, whatever removes it later.
+    await db.admin.query(`CREATE TABLE IF NOT EXISTS queued_log (target_id text, owner text);
+      CREATE OR REPLACE FUNCTION log_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN INSERT INTO queued_log VALUES (NEW.target_id, NEW.owner); RETURN NEW; END $$;
+      CREATE OR REPLACE TRIGGER log_queued AFTER INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION log_queued();`);
+    try {
+      const p = await proc('together', { maxWaitersPerProcess: 2 });
+      // All three in one turn: each first attempt is in flight before any of them is in the process's line.
+      const calls = keys.map((key) => p.service.acquire(key, { waitTimeoutMs: 30_000 }));
+      for (const call of calls.slice(0, 2)) void track(call);
+      await expect(calls[2]).rejects.toBeInstanceOf(LeaseQueueFullError);
+      await eventually(
+        () => p.service.waitingCount(),
+        (n) => n === 2,
+        'the first two in line',
+      );
+      const { rows } = await db.admin.query<{ target_id: string }>(
+        'SELECT target_id FROM queued_log WHERE owner = $1 ORDER BY target_id',
+        [p.owner],
+      );
+      expect(rows.map((row) => row.target_id)).toEqual(['bounds:t1', 'bounds:t2']);
+    } finally {
+      await db.admin.query('DROP TRIGGER IF EXISTS log_queued ON job_lease_waiter');
+    }
+  });
+
   test('maxWaitersPerProcess holds for calls that start waiting at the same moment', async () => {
     const key = 'bounds:burst';
     await heldTarget(key);

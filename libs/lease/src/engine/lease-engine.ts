@@ -315,8 +315,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
     // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
-    const queues = waitTimeoutMs > 0 && this.queue.hasRoom() && request.limit === 1;
-    const waiter = queues ? this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate) : null;
+    const queues = waitTimeoutMs > 0 && request.limit === 1;
+    const waiter = queues ? this.queue.reserve(targetKey, priority, holdMs, keyTemplate) : null;
     if (waiter && graceMs !== undefined) this.preemption.track(waiter, request, graceMs);
     const first = () =>
       this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate, request);
@@ -331,8 +331,14 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         if (late) void late.release();
         else if (waiter?.place) void this.store.dequeue(targetKey, waiter.id).catch(() => undefined);
       },
-    );
-    if (lease) return lease;
+    ).catch((error: unknown) => {
+      if (waiter) this.queue.unreserve(waiter);
+      throw error;
+    });
+    if (lease) {
+      if (waiter) this.queue.unreserve(waiter);
+      return lease;
+    }
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const inLine =
       waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);

@@ -63,6 +63,8 @@ export type AttemptAsWaiter = (waiter: Waiter) => Promise<HeldLease | null>;
  */
 export class WaitQueue {
   private readonly waiters = new Map<string, Waiter>();
+  /** Ids of waiters whose first attempt is in flight, each holding a room in the line (see `reserve`). */
+  private readonly reserved = new Set<string>();
   private readonly byTarget = new Map<string, Set<Waiter>>();
   private notifier?: Notifier;
   private heartbeat?: Subscription;
@@ -96,12 +98,31 @@ export class WaitQueue {
     return Math.min(this.options.heartbeatIntervalMs, ONE_SECOND_MS);
   }
 
-  /** Whether a call may still join this process's line (not shut down, under `maxWaitersPerProcess`). */
-  hasRoom(): boolean {
-    return !this.closed && this.waiters.size < this.options.maxWaitersPerProcess;
+  /**
+   * A waiter whose first attempt may queue it (`place`, see `LeaseStore`), with its room in this process's line taken
+   * at once: calls started in the same turn, whose first attempts are all in flight before any of them waits, count
+   * against `maxWaitersPerProcess` too. Null when the line is full or shut down (the call then attempts without
+   * queuing, and is refused before it writes a row). Its room is given back by `wait` (which counts it as its own) or
+   * by `unreserve` (the call never waits).
+   */
+  reserve(targetKey: string, priority: number, holdAtLeastMs: number, keyTemplate?: string): Waiter | null {
+    if (this.closed || this.occupied() >= this.options.maxWaitersPerProcess) return null;
+    const waiter = this.newWaiter(targetKey, priority, holdAtLeastMs, keyTemplate);
+    this.reserved.add(waiter.id);
+    return waiter;
   }
 
-  /** A waiter for a call about to wait; its first attempt may already queue it (`place`), see `LeaseStore`. */
+  /** Gives back a reserved waiter's room (its first attempt was granted or failed: it never waits). */
+  unreserve(waiter: Waiter): void {
+    this.reserved.delete(waiter.id);
+  }
+
+  /** Waiting calls of this process, and calls whose first attempt holds a room in its line. */
+  private occupied(): number {
+    return this.waiters.size + this.reserved.size;
+  }
+
+  /** A waiter for a call about to wait, without a room reserved (`wait` checks the bound). */
   newWaiter(targetKey: string, priority: number, holdAtLeastMs: number, keyTemplate?: string): Waiter {
     return { id: randomUUID(), targetKey, priority, holdAtLeastMs, keyTemplate, evicted: false, pending: false };
   }
@@ -189,13 +210,11 @@ export class WaitQueue {
       // that cannot open must not hold the wait past its deadline (the poll covers it).
       await settleBy(this.notifier.start(), cutoff, stop, timeout);
     }
-    // Checked with no await before register(): calls arriving while the LISTEN connection opens must count too.
-    if (this.waiters.size >= this.options.maxWaitersPerProcess) {
-      throw new LeaseQueueFullError(
-        targetKey,
-        this.options.heartbeatIntervalMs,
-        messages.processLineFull(this.waiters.size),
-      );
+    // Checked with no await before register(): calls arriving while the LISTEN connection opens must count too, and
+    // so must the rooms reserved by first attempts in flight (this waiter's own, if any, is its room).
+    const others = this.occupied() - (this.reserved.has(waiter.id) ? 1 : 0);
+    if (others >= this.options.maxWaitersPerProcess) {
+      throw new LeaseQueueFullError(targetKey, this.options.heartbeatIntervalMs, messages.processLineFull(others));
     }
     this.register(waiter);
     let lastError: unknown;
@@ -327,6 +346,7 @@ export class WaitQueue {
   }
 
   private register(waiter: Waiter): void {
+    this.reserved.delete(waiter.id);
     this.waiters.set(waiter.id, waiter);
     let line = this.byTarget.get(waiter.targetKey);
     if (!line) this.byTarget.set(waiter.targetKey, (line = new Set()));
@@ -356,6 +376,7 @@ export class WaitQueue {
   }
 
   private unregister(waiter: Waiter): void {
+    this.reserved.delete(waiter.id);
     this.waiters.delete(waiter.id);
     const line = this.byTarget.get(waiter.targetKey);
     line?.delete(waiter);
