@@ -197,10 +197,9 @@ import {
   LeaseTestingController,
   LeaseTestingModule,
   stallDatabase,
-  startTestPostgres,
   takeOver,
   testLeaseOptions,
-  type TestPostgres,
+  useLeaseDatabase,
 } from 'nest-pg-lease/testing';
 
 export function unitModule(): DynamicModule {
@@ -216,9 +215,11 @@ export function inMemory(): { service: LeaseService; controls: LeaseTestingContr
   return { service, controls: LeaseTestingController.of(service) };
 }
 
+export function database(): { readonly url: string } {
+  return useLeaseDatabase({ prefix: 'report', serverUrl: process.env.PG_URL });
+}
+
 export async function faults(dataSource: DataSource): Promise<bigint> {
-  const server: TestPostgres = await startTestPostgres();
-  await server.stop();
   await expire(dataSource, 'report:1');
   const stall = await stallDatabase(dataSource, 'report:1');
   await stall.release();
