@@ -5,10 +5,6 @@ import base from './jest.config.js';
 /** @type {import('jest').Config} */
 export default {
   ...base,
-  // Transpile only (the type check is `tsc --noEmit` in CI and `npm test`'s ts-jest): seconds, not a minute.
-  transform: {
-    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.unit.json' }],
-  },
   testMatch: ['<rootDir>/libs/**/*.spec.ts'],
   globalSetup: undefined,
   globalTeardown: undefined,
