@@ -8,5 +8,7 @@ export default {
   testMatch: ['<rootDir>/libs/**/*.spec.ts'],
   globalSetup: undefined,
   globalTeardown: undefined,
+  // CPU-bound specs: Jest's default (cores − 1 workers; in band on 2 cores: 17 s here, against 36 s with 3 workers).
+  maxWorkers: undefined,
   testTimeout: 10_000,
 };

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { LeaseConfigError } from '../errors/lease.errors.js';
+import { messages } from '../errors/lease.messages.js';
 
 /** The test runner's hooks (Jest's and Vitest's globals). */
 type Hook = (fn: () => Promise<void>, timeoutMs?: number) => void;
@@ -31,19 +32,14 @@ export function useLeaseDatabase({ serverUrl, prefix = 'test' }: { serverUrl?: s
 } {
   const hooks = globalThis as { beforeAll?: Hook; afterAll?: Hook };
   if (typeof hooks.beforeAll !== 'function' || typeof hooks.afterAll !== 'function') {
-    throw new LeaseConfigError(
-      "useLeaseDatabase() needs the test runner's global beforeAll/afterAll (Jest; Vitest with globals)",
-    );
+    throw new LeaseConfigError(messages.noTestRunnerHooks('useLeaseDatabase()'));
   }
   let server: string | undefined;
   let url: URL | undefined;
   hooks.beforeAll(async () => {
     server = serverUrl ?? process.env.DATABASE_URL;
     if (!server) {
-      throw new LeaseConfigError(
-        'useLeaseDatabase() needs a PostgreSQL server: set DATABASE_URL (a server of yours, a CI service, one ' +
-          'testcontainers starts) or pass { serverUrl }',
-      );
+      throw new LeaseConfigError(messages.noTestServer('useLeaseDatabase()'));
     }
     const name = `${prefix}_${randomBytes(6).toString('hex')}`;
     await onServer(server, (client) => client.query(`CREATE DATABASE "${name.replace(/"/g, '""')}"`));
