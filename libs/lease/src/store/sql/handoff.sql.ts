@@ -3,6 +3,7 @@
  * grants the target to the head of its line in the same statement and commit, and the head-only NOTIFY carries the
  * grant. Pure: SQL text only.
  */
+import { notifyGrantSql, notifyHeadSql } from '../../database/head-payload.js';
 import { aged, headOf, holding, live, liveWaiter, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
 
@@ -58,10 +59,10 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
     ), taken AS (
       DELETE FROM ${waiter} w USING handed x WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
     ), woke AS (
-      SELECT pg_notify(${p.channel}, x.waiter_id::text || '/' || x.fencing_token::text || ' ' || x.target_id)
+      SELECT ${notifyGrantSql(p.channel, 'x.waiter_id', 'x.fencing_token', 'x.target_id')}
       FROM handed x WHERE ${p.channel}::text IS NOT NULL
       UNION ALL
-      SELECT pg_notify(${p.channel}, hw.waiter_id::text || ' ' || hw.target_id)
+      SELECT ${notifyHeadSql(p.channel, 'hw.waiter_id', 'hw.target_id')}
       FROM (SELECT f.target_id, ${headOf(n, 'f.target_id', p.aging)} AS waiter_id FROM freed f) hw
       WHERE ${p.channel}::text IS NOT NULL AND hw.waiter_id IS NOT NULL
     ), gave_up AS (

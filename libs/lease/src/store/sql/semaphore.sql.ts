@@ -5,6 +5,7 @@
  * fenced transactions need no statement of their own; `<key>\u001f` records the limit the key was last granted
  * under. Waiters queue in the key's own line (the waiter table under the key), with the single holder's rules.
  */
+import { notifyHeadSql } from '../../database/head-payload.js';
 import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
@@ -141,7 +142,7 @@ export function semaphoreReleaseSql(n: LeaseObjectNames): string {
           ORDER BY ${aged('w.queued_at', '$5')} DESC, w.seq
           LIMIT (SELECT greatest(slots, 1) FROM free)
         ), woke AS (
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || $7) FROM heads h WHERE $3::text IS NOT NULL
+          SELECT ${notifyHeadSql('$3', 'h.waiter_id', '$7')} FROM heads h WHERE $3::text IS NOT NULL
         )
         SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;

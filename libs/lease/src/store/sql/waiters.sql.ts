@@ -1,4 +1,5 @@
 /** The waiter statements: enqueue, the waiter heartbeat, dequeue, and the removal of every waiter at shutdown. */
+import { notifyHeadSql } from '../../database/head-payload.js';
 import { bornWithin, headOf, liveWaiter, MS, taken, type LeaseObjectNames } from './fragments.js';
 import { givenUp, handoffCtes } from './handoff.sql.js';
 import { historyOrdered } from './fencing-token.js';
@@ -32,7 +33,7 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
           RETURNING w.target_id
         ), woke AS (
           -- Head-only: the line of these targets moved; only its new head (if live) need look.
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
+          SELECT ${notifyHeadSql('$3', 'h.waiter_id', 'h.target_id')}
           FROM (SELECT t.target_id, ${headOf(n, 't.target_id', '$4')} AS waiter_id
             FROM (SELECT DISTINCT target_id FROM dead) t) h
           WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL
@@ -61,7 +62,7 @@ export function dequeueSql(n: LeaseObjectNames): string {
         ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = $2::uuid' })}
         -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees) of a
         -- target left free.
-        SELECT (SELECT count(*) FROM (SELECT pg_notify($3, h.waiter_id::text || ' ' || h.target_id)
+        SELECT (SELECT count(*) FROM (SELECT ${notifyHeadSql('$3', 'h.waiter_id', 'h.target_id')}
           FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
             WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
           WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL) x) + (SELECT count(*) FROM woke) AS woke,
