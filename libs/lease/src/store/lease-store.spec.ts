@@ -278,7 +278,7 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.dequeue('report:1', WAITER_A);
   },
   dequeueAll: async (r) => {
-    r.answer([{ woke: '0', taken: [`report:2 ${WAITER_B}`] }], [{ released: true }]);
+    r.answer([{ woke: '0', target_id: 'report:2', waiter_id: WAITER_B }], [{ released: true }]);
     await r.store.dequeueAll([]);
     return r.store.dequeueAll([
       { targetKey: 'report:1', id: WAITER_A },

@@ -37,6 +37,8 @@ import {
   acquireOutcome,
   acquireParameters,
   type AcquireRow,
+  type DequeueAllRow,
+  dequeueAllTaken,
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
@@ -509,14 +511,13 @@ export class LeaseStore {
   async dequeueAll(waiters: ReadonlyArray<{ targetKey: string; id: string }>): Promise<void> {
     if (waiters.length === 0) return;
     const values = [waiters.map((w) => w.targetKey), waiters.map((w) => w.id), this.notifyChannel];
-    const { rows } = await this.run<{ taken: string[] }>({
+    const { rows } = await this.run<DequeueAllRow>({
       text: this.sql.dequeueAll,
       values: [...values, this.options.agingIntervalMs],
     });
     // Rows a release took with a grant committed meanwhile (see `dequeue`): passed on by a release each.
-    const taken = new Set(rows[0]?.taken ?? []);
-    const granted = waiters.filter((w) => taken.has(`${w.targetKey} ${w.id}`));
-    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.id, shortBoundMs(this.options))));
+    const granted = dequeueAllTaken(rows);
+    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.waiterId, shortBoundMs(this.options))));
   }
 
   /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */

@@ -171,6 +171,19 @@ export function releaseBatchOutcomes(
   });
 }
 
+/** A row of the shutdown's dequeue (`dequeueAllSql`): a waiter whose row a grant took, or nulls (none). */
+export interface DequeueAllRow {
+  target_id: string | null;
+  waiter_id: string | null;
+}
+
+/** The waiters whose row a release took with a grant the shutdown's dequeue could not see (see `dequeueAllSql`). */
+export function dequeueAllTaken(rows: readonly DequeueAllRow[]): Array<{ targetKey: string; waiterId: string }> {
+  return rows.flatMap((row) =>
+    row.target_id === null || row.waiter_id === null ? [] : [{ targetKey: row.target_id, waiterId: row.waiter_id }],
+  );
+}
+
 /** Which lease objects exist (the bootstrap check). */
 export interface ObjectsRow {
   lease: boolean;

@@ -73,7 +73,8 @@ export function dequeueSql(n: LeaseObjectNames): string {
 
 /**
  * Removes the given waiters (shutdown): $1 their targets, $2 their ids, $3 head-only channel, $4 aging. Grants they
- * were given and never confirmed go on to the next in line, as in `dequeueSql`.
+ * were given and never confirmed go on to the next in line, as in `dequeueSql`. Rows: the waiters whose row a grant
+ * took meanwhile (`target_id`, `waiter_id`; see `dequeueAllTaken`).
  */
 export function dequeueAllSql(n: LeaseObjectNames): string {
   const { lease, waiter } = n;
@@ -89,9 +90,10 @@ export function dequeueAllSql(n: LeaseObjectNames): string {
           WHERE w.target_id = m.target_id AND w.waiter_id = m.waiter_id AND (SELECT count(*) FROM mine) >= 0
           RETURNING w.waiter_id
         ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = ANY($2::uuid[])' })}
-        -- The waiters whose row a release took with a grant this snapshot cannot see: the caller passes those on.
-        SELECT (SELECT count(*) FROM woke) AS woke,
-          array(SELECT m.target_id || ' ' || m.waiter_id FROM leaving m
-            WHERE NOT EXISTS (SELECT 1 FROM gone g WHERE g.waiter_id = m.waiter_id)
-              AND NOT EXISTS (SELECT 1 FROM mine k WHERE k.lease_token = m.waiter_id)) AS taken`;
+        -- One row per waiter whose row a release took with a grant this snapshot cannot see (the caller passes those
+        -- on), or one row of nulls; counting the wake-ups makes PostgreSQL send every one of them.
+        SELECT w.woke, m.target_id, m.waiter_id::text AS waiter_id
+        FROM (SELECT count(*) AS woke FROM woke) w
+        LEFT JOIN leaving m ON NOT EXISTS (SELECT 1 FROM gone g WHERE g.waiter_id = m.waiter_id)
+          AND NOT EXISTS (SELECT 1 FROM mine k WHERE k.lease_token = m.waiter_id)`;
 }
