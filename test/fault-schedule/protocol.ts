@@ -32,7 +32,7 @@ export interface ScheduleWorkerConfig {
   bulkKeys: string[];
   /** Negative control: fenced writes in a plain transaction (no row lock, no token check). */
   unfenced: boolean;
-  /** Negative control: `faultSwitches.tokenBeforeLock` (with `maxBatchSize: 1` in `lease`). */
+  /** Negative control: `useStatementFaults(…, { tokenBeforeLock })` (with `maxBatchSize: 1` in `lease`). */
   tokenBeforeLock: boolean;
   maxLifetimeMs: number;
 }

@@ -31,7 +31,7 @@ import {
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type EntityManager } from 'typeorm';
-import { faultSwitches } from '../../libs/lease/src/internal.js';
+import { useStatementFaults } from '../../libs/lease/src/internal.js';
 import {
   CurrentLease,
   Exclusive,
@@ -59,8 +59,6 @@ import type {
 import { deriveSeed, Random } from './schedule.js';
 
 const config = JSON.parse(process.argv[2]) as ScheduleWorkerConfig;
-// Before the LeaseService is built: its store builds the acquire statements once.
-faultSwitches.tokenBeforeLock = config.tokenBeforeLock;
 
 // The runner is gone, or this process ran too long: leave without cleanup (leases and waiter rows expire).
 const parentPid = process.ppid;
@@ -493,6 +491,8 @@ async function main(): Promise<void> {
   const app = await start();
   baseUrl = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}`;
   leases = app.get(LeaseService);
+  // The negative control's statements, before the first call (the store rebuilds them with the fault).
+  if (config.tokenBeforeLock) useStatementFaults(leases, { tokenBeforeLock: true });
   dataSource = app.get(DataSource);
   leases.events$.subscribe((event) => {
     switch (event.type) {

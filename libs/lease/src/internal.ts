@@ -6,6 +6,12 @@ export { LeaseStore } from './store/lease-store.js';
 export type { AcquireRequest, AcquiredRow, Refusal } from './store/store.types.js';
 export { resolveLeaseOptions } from './options/resolve-lease-options.js';
 export { columnCheckName, schemaStatements } from './schema/lease-schema.js';
-export { heartbeatRunning, interceptHeadWakeups, joinersWaiting, purgeFreeRows } from './service-probes.js';
-export { faultSwitches } from './store/sql/fault-switches.js';
+export {
+  heartbeatRunning,
+  interceptHeadWakeups,
+  joinersWaiting,
+  purgeFreeRows,
+  useStatementFaults,
+} from './service-probes.js';
+export type { StatementFaults } from './store/sql/statement-faults.js';
 export { DedicatedConnection } from './database/dedicated-connection.js';

@@ -38,6 +38,7 @@ import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-qu
 import { acquireRow, busyError, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
+import type { StatementFaults } from '../store/sql/statement-faults.js';
 
 /** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
 const ACQUIRE = 'acquire a lease on';
@@ -171,6 +172,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** One purge of free rows now (see `PurgeSchedule`; tests, through `internal.ts`). */
   purgeNow(): Promise<number | null> {
     return this.purges.now();
+  }
+
+  /** Test-only defects of the statements (the fault schedule's negative controls; through `internal.ts`). */
+  useStatementFaults(faults: StatementFaults): void {
+    this.store.useStatementFaults(faults);
   }
 
   async onModuleInit(): Promise<void> {

@@ -43,7 +43,8 @@ import {
   renewOutcome,
   type RenewRow,
 } from './rows.js';
-import { buildStatements, type StatementTexts } from './statement-texts.js';
+import { buildStatements, type StatementSettings, type StatementTexts } from './statement-texts.js';
+import type { StatementFaults } from './sql/statement-faults.js';
 import type {
   AcquireBatchRow,
   AcquiredRow,
@@ -84,6 +85,8 @@ export class LeaseStore {
   readonly slots: SemaphoreStore;
   /** The statements of preemption (see `PreemptStore`). */
   readonly preempt: PreemptStore;
+  /** What the statements are built for besides the names (see `buildStatements`). */
+  private settings: StatementSettings;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -115,7 +118,8 @@ export class LeaseStore {
     this.db = sessionsOf(db);
     this.heartbeatDb = sessionsOf(heartbeatDb);
     this.waiterHeartbeatDb = sessionsOf(waiterHeartbeatDb);
-    const statements = buildStatements(options, undefined, purgeAfterMs);
+    this.settings = { purgeAfterMs };
+    const statements = buildStatements(options, this.settings);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     this.slots = new SemaphoreStore(
@@ -344,9 +348,21 @@ export class LeaseStore {
    */
   async probeTimeline(): Promise<TokenStanding> {
     const standing = await settleTokens((statement) => this.run(statement), this.sql, this.options);
-    const timeline = standing.fixed ?? undefined;
-    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
+    this.rebuild({ ...this.settings, timeline: standing.fixed ?? undefined });
     return standing;
+  }
+
+  /**
+   * Test-only: the statements from now on carry `faults` (the fault schedule's negative controls, see
+   * statement-faults.ts). Called before the first statement, through `useStatementFaults` of internal.ts.
+   */
+  useStatementFaults(faults: StatementFaults): void {
+    this.rebuild({ ...this.settings, faults });
+  }
+
+  private rebuild(settings: StatementSettings): void {
+    this.settings = settings;
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, settings));
   }
 
   /** Bootstrap: where the server stands in its history (`readServerHistory`). */

@@ -11,8 +11,8 @@ import {
   taken,
   type LeaseObjectNames,
 } from './fragments.js';
-import { faultSwitches } from './fault-switches.js';
-import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import type { StatementFaults } from './statement-faults.js';
+import { historyOrdered, historyToken, sequenceLiteral } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
 
 /**
@@ -35,15 +35,21 @@ import { highWaterToken } from './token-floor.sql.js';
  * `capMs`: past it the statement fails, undone, after its writes (`runCap`), so a purge never races it (see
  * `LeaseStore.purge`); the batch statement carries the same cap.
  */
-export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: number): string {
+export function singleAcquireSql(
+  n: LeaseObjectNames,
+  timeline: string,
+  queue: boolean,
+  capMs: number,
+  faults: StatementFaults,
+): string {
   const { lease, waiter, fencingSequence, waiterSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
-  // Off except in the fault schedule's negative control (see fault-switches.ts): every grant then goes through the
+  // Off except in the fault schedule's negative control (see statement-faults.ts): every grant then goes through the
   // INSERT, and a conflict keeps the token its source row drew before the row lock.
-  const early = faultSwitches.tokenBeforeLock;
+  const early = faults.tokenBeforeLock;
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
+          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence, timeline)}, clock_timestamp()
           WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $12
           RETURNING seq, queued_at`
     : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
@@ -75,7 +81,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${timeline} AS timeline) h
           WHERE l.target_id = x.target_id
           RETURNING l.fencing_token, x.was_held AS took_over, CASE WHEN x.was_held THEN x.previous_owner END
             AS previous_owner
@@ -83,11 +89,11 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${timeline} AS timeline) h
           -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
           -- token drawn after the row lock (the value drawn above is then left unused).
           ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
+            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, timeline, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -144,13 +150,13 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
  *   that caller alone goes the single statement, which waits for the row lock as it always did.
  * - A granted waiter's own row, and the dead waiters of the won keys, are deleted in the same statement.
  */
-export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { lease, waiter, fencingSequence } = n;
   const nextvalArg = sequenceLiteral(fencingSequence);
   // The batch never waits for a lock one caller's key is under (set first: every write of the statement reads
   // history): past BATCH_LOCK_WAIT_MS the statement fails whole, and its callers go alone (see tryAcquire).
   return `WITH history AS MATERIALIZED (
-      SELECT ${TIMELINE} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
+      SELECT ${timeline} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
     ), req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb)
         AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
@@ -247,12 +253,12 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
  *   changed meanwhile) comes back as `full`: the caller sends the single statement, whose rules decide (priority
  *   over the line, dead waiters, the takeover report). The answer is then exactly the single statement's.
  */
-export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function loneAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number, faults: StatementFaults): string {
   const { lease, waiter, fencingSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
-  // The fault schedule's negative control (see fault-switches.ts): every grant through the INSERT, its token drawn
+  // The fault schedule's negative control (see statement-faults.ts): every grant through the INSERT, its token drawn
   // before the row lock.
-  const early = faultSwitches.tokenBeforeLock;
+  const early = faults.tokenBeforeLock;
   return `WITH open AS MATERIALIZED (
           SELECT coalesce(NOT ${taken('l')}, true) AS free, l.target_id IS NOT NULL AS has_row,
             coalesce(l.lease_token IS NULL AND NOT ${holding('l')}, true)
@@ -267,7 +273,7 @@ export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $6
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${timeline} AS timeline) h
           WHERE l.target_id = x.target_id
           RETURNING l.fencing_token
         ), won_new AS (
@@ -275,10 +281,10 @@ export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $6
           FROM (SELECT ${nextval} AS v FROM open o WHERE o.lone AND ${early ? 'true' : 'NOT o.has_row'}) f,
-            (SELECT ${TIMELINE} AS timeline) h
+            (SELECT ${timeline} AS timeline) h
           ON CONFLICT (target_id) DO UPDATE SET
             lease_token = EXCLUDED.lease_token,
-            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
+            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, timeline, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE l.lease_token IS NULL AND NOT ${holding('l')}

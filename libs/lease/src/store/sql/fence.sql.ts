@@ -1,6 +1,5 @@
 /** The first statement of a fenced transaction. */
 import type { LeaseObjectNames } from './fragments.js';
-import { TIMELINE } from './fencing-token.js';
 import { forcedFree } from './operator.sql.js';
 
 /**
@@ -8,9 +7,9 @@ import { forcedFree } from './operator.sql.js';
  * transaction, $3 how long the row lock may be waited for. The wait is bounded for this statement only: the
  * transaction's own `lock_timeout` is put back once the row is locked, so the work's statements keep the
  * application's settings. A role default of `synchronous_commit = off` is raised to `on` for the transaction: a
- * fenced write is the guarantee, and must be durable.
+ * fenced write is the guarantee, and must be durable. `timeline` as `timelineSql`: the one new tokens carry.
  */
-export function lockForFenceSql(n: LeaseObjectNames): string {
+export function lockForFenceSql(n: LeaseObjectNames, timeline: string): string {
   return `WITH prior AS MATERIALIZED (
           SELECT current_setting('lock_timeout') AS lock_timeout, set_config('lock_timeout', $3, true) AS bounded
         ), locked AS MATERIALIZED (
@@ -25,6 +24,6 @@ export function lockForFenceSql(n: LeaseObjectNames): string {
           set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
           CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', true) END AS durable,
-          ${TIMELINE}::text AS timeline
+          ${timeline}::text AS timeline
         FROM prior p LEFT JOIN locked k ON true`;
 }

@@ -5,9 +5,11 @@
  */
 import { notifyGrantSql, notifyHeadSql } from '../../database/head-payload.js';
 import { aged, headOf, holding, live, liveWaiter, type LeaseObjectNames } from './fragments.js';
-import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { historyToken, sequenceLiteral } from './fencing-token.js';
 
 export interface HandoffParameters {
+  /** The timeline expression the grant's token carries (`timelineSql`). */
+  readonly timeline: string;
   /** The aging interval parameter (NULL: off). */
   readonly aging: string;
   /** The head-only NOTIFY channel parameter (NULL: no NOTIFY). */
@@ -49,7 +51,7 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
         priority = x.priority, lease_timeout_ms = x.timeout_ms,
         acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = 0
       FROM (SELECT hd.*, nextval(${sequenceLiteral(fencingSequence)}) AS v FROM head hd) x,
-        (SELECT ${TIMELINE} AS timeline) h
+        (SELECT ${p.timeline} AS timeline) h
       WHERE l.target_id = x.target_id
       RETURNING l.target_id, x.waiter_id, l.fencing_token
     ), freed AS (

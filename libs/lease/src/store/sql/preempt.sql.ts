@@ -10,7 +10,7 @@
  * ended grant's token) — and end its lease as `preempted`. A lease token is never reused, so a stale value names
  * nobody.
  */
-import { sequenceLiteral, historyToken, TIMELINE } from './fencing-token.js';
+import { sequenceLiteral, historyToken } from './fencing-token.js';
 import { aged, live, liveWaiter, runCap, type LeaseObjectNames } from './fragments.js';
 
 /**
@@ -59,7 +59,7 @@ export function preemptAskSql(n: LeaseObjectNames): string {
  * commit finds another token. The fencing token is drawn after the lock (`locked` is materialized first): larger
  * than every earlier grant of the key. The caller's waiter row, and dead waiters, go with the grant.
  */
-export function preemptTakeSql(n: LeaseObjectNames, capMs: number): string {
+export function preemptTakeSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { ctes, ahead } = lineRule(n, '$6', '$7', '$4', '$8');
   return `WITH ${ctes}, locked AS MATERIALIZED (
       SELECT l.target_id, l.owner AS previous_owner, l.fencing_token AS previous_token, l.priority AS previous_priority
@@ -72,7 +72,7 @@ export function preemptTakeSql(n: LeaseObjectNames, capMs: number): string {
         priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
         hold_ms = $9
       FROM (SELECT k.*, nextval(${sequenceLiteral(n.fencingSequence)}) AS v FROM locked k) x,
-        (SELECT ${TIMELINE} AS timeline) h
+        (SELECT ${timeline} AS timeline) h
       WHERE l.target_id = x.target_id
       RETURNING l.fencing_token, x.previous_owner, x.previous_token, x.previous_priority
     ), granted AS (

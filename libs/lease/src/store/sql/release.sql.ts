@@ -11,14 +11,14 @@ import { givenUp, handoffCtes } from './handoff.sql.js';
  * fenced write of the holder's still finishing): past it the statement fails on the server, and the engine retries.
  * The row is locked first, so a grant's token is drawn after every earlier write of the key committed.
  */
-export function singleReleaseSql(n: LeaseObjectNames): string {
+export function singleReleaseSql(n: LeaseObjectNames, timeline: string): string {
   return `WITH bound AS MATERIALIZED (
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
         ), mine AS MATERIALIZED (
           SELECT ${givenUp('l')} FROM ${n.lease} l
           WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           FOR NO KEY UPDATE OF l
-        ), ${handoffCtes(n, 'mine', { aging: '$5', channel: '$3' })}
+        ), ${handoffCtes(n, 'mine', { timeline, aging: '$5', channel: '$3' })}
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
         SELECT EXISTS (SELECT 1 FROM gave_up) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
@@ -30,7 +30,7 @@ export function singleReleaseSql(n: LeaseObjectNames): string {
  * interval ms (NULL: off). Rows are locked in key order and never waited for: a row locked by another transaction (a
  * fenced write of the holder's, say) is `retry`, and that caller alone goes the single statement, which waits for it.
  */
-export function batchReleaseSql(n: LeaseObjectNames): string {
+export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
   const { lease } = n;
   return `WITH req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, lease_token uuid) ${ONE_ROW_ESTIMATE}
@@ -40,7 +40,7 @@ export function batchReleaseSql(n: LeaseObjectNames): string {
         ON l.target_id = p.target_id AND l.lease_token = p.lease_token
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), ${handoffCtes(n, 'locked', { aging: '$4', channel: '$2' })}
+    ), ${handoffCtes(n, 'locked', { timeline, aging: '$4', channel: '$2' })}
     SELECT r.i::int AS i,
       CASE WHEN EXISTS (SELECT 1 FROM gave_up g JOIN locked k ON k.target_id = g.target_id
             WHERE g.target_id = r.target_id AND k.lease_token = r.lease_token)

@@ -6,15 +6,15 @@ import { forcedFree } from './operator.sql.js';
 /**
  * The renewal statement (see `renew`); `$3` the leases' timelines (null: no history check), `$4` the system
  * identifier they were acquired under, `$5` the holder's lease timeout. Two texts per store, with and without reading
- * the system identifier.
+ * the system identifier; `timeline` as `timelineSql`.
  *
  * A renewal writes the holder's lease timeout as well as the time: a row left with another — a handed-over grant
  * still carries its waiter's timeout until its confirmation commits (see `confirmGrantSql`) — lives the holder's
  * timeout again from the first renewal, whatever happened to that commit.
  */
-export function renewSql(n: LeaseObjectNames, readSystemId: boolean): string {
+export function renewSql(n: LeaseObjectNames, readSystemId: boolean, timeline: string): string {
   const { lease } = n;
-  return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId)}),
+  return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId, timeline)}),
     mine AS (
       -- Without history ($3 null) the timelines are null: unnest pads a missing array.
       SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS m(target_id, lease_token, timeline)

@@ -7,7 +7,7 @@
  */
 import { notifyHeadSql } from '../../database/head-payload.js';
 import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
-import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { historyToken, sequenceLiteral } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
 
 /** The name of slot `slot` (an SQL expression) of key `key` (an SQL expression). */
@@ -33,7 +33,7 @@ const limitRow = (key: string) => `${key} || chr(31)`;
  * - A granted waiter's row and the key's dead waiters are deleted in the same statement; the key's limit is written
  *   (only when it changes).
  */
-export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function semaphoreAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { lease, waiter, fencingSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
   const columns =
@@ -74,7 +74,7 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9, slot_limit = $10
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${timeline} AS timeline) h
           WHERE l.target_id = x.target_id
           RETURNING l.target_id, l.fencing_token, x.was_held AS took_over,
             CASE WHEN x.was_held THEN x.previous_owner END AS previous_owner
@@ -84,7 +84,7 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
           FROM (SELECT c.row_key, ${nextval} AS v FROM (
               SELECT s.row_key FROM slots s, open o
               WHERE NOT s.has_row AND s.slot < $10::int AND NOT EXISTS (SELECT 1 FROM locked)
-              ORDER BY s.slot LIMIT 1) c) f, (SELECT ${TIMELINE} AS timeline) h
+              ORDER BY s.slot LIMIT 1) c) f, (SELECT ${timeline} AS timeline) h
           ON CONFLICT (target_id) DO NOTHING
           RETURNING l.target_id, l.fencing_token
         ), won AS (

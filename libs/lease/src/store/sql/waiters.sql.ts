@@ -10,11 +10,11 @@ import { historyOrdered } from './fencing-token.js';
  * place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a failover
  * never passes one queued before it that re-queues at its old place.
  */
-export function enqueueSql(n: LeaseObjectNames): string {
+export function enqueueSql(n: LeaseObjectNames, timeline: string): string {
   const { waiter, waiterSequence } = n;
   return `INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
         SELECT $1, $2::uuid, $3, $4, $5, coalesce($6::timestamptz, clock_timestamp()),
-          coalesce($7::bigint, ${historyOrdered(waiterSequence)}), ${bornWithin('$5', '$9')}
+          coalesce($7::bigint, ${historyOrdered(waiterSequence, timeline)}), ${bornWithin('$5', '$9')}
         WHERE (SELECT count(*) FROM ${waiter} c WHERE c.target_id = $1 AND ${liveWaiter('c')}) < $8
         ON CONFLICT (target_id, waiter_id) DO UPDATE SET heartbeat_at = greatest(w.heartbeat_at, excluded.heartbeat_at)
         RETURNING w.seq::text AS seq, w.queued_at`;
@@ -51,7 +51,7 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
  * grant a handoff gave it meanwhile, never confirmed, goes on to the next in line in the same statement (the lease row
  * is locked before the waiter row, as everywhere).
  */
-export function dequeueSql(n: LeaseObjectNames): string {
+export function dequeueSql(n: LeaseObjectNames, timeline: string): string {
   const { lease, waiter } = n;
   return `WITH mine AS MATERIALIZED (
           SELECT ${givenUp('l')} FROM ${lease} l WHERE l.target_id = $1 AND l.lease_token = $2::uuid
@@ -59,7 +59,7 @@ export function dequeueSql(n: LeaseObjectNames): string {
         ), gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid AND (SELECT count(*) FROM mine) >= 0
           RETURNING target_id
-        ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = $2::uuid' })}
+        ), ${handoffCtes(n, 'mine', { timeline, aging: '$4', channel: '$3', except: 'w.waiter_id = $2::uuid' })}
         -- Head-only: the new head of the line (not the leaving waiter, whose row this statement still sees) of a
         -- target left free.
         SELECT (SELECT count(*) FROM (SELECT ${notifyHeadSql('$3', 'h.waiter_id', 'h.target_id')}
@@ -76,7 +76,7 @@ export function dequeueSql(n: LeaseObjectNames): string {
  * were given and never confirmed go on to the next in line, as in `dequeueSql`. Rows: the waiters whose row a grant
  * took meanwhile (`target_id`, `waiter_id`; see `dequeueAllTaken`).
  */
-export function dequeueAllSql(n: LeaseObjectNames): string {
+export function dequeueAllSql(n: LeaseObjectNames, timeline: string): string {
   const { lease, waiter } = n;
   return `WITH leaving AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
@@ -89,7 +89,12 @@ export function dequeueAllSql(n: LeaseObjectNames): string {
           DELETE FROM ${waiter} w USING leaving m
           WHERE w.target_id = m.target_id AND w.waiter_id = m.waiter_id AND (SELECT count(*) FROM mine) >= 0
           RETURNING w.waiter_id
-        ), ${handoffCtes(n, 'mine', { aging: '$4', channel: '$3', except: 'w.waiter_id = ANY($2::uuid[])' })}
+        ), ${handoffCtes(n, 'mine', {
+          timeline,
+          aging: '$4',
+          channel: '$3',
+          except: 'w.waiter_id = ANY($2::uuid[])',
+        })}
         -- One row per waiter whose row a release took with a grant this snapshot cannot see (the caller passes those
         -- on), or one row of nulls; counting the wake-ups makes PostgreSQL send every one of them.
         SELECT w.woke, m.target_id, m.waiter_id::text AS waiter_id
