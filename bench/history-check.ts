@@ -15,7 +15,7 @@ import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { type Lease, LeaseService, leaseEntities } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { resolveLeaseOptions, LeaseStore } from '../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../libs/lease/src/internal.js';
 
 const rounds = Number(process.argv.find((arg) => arg.startsWith('--rounds='))?.split('=')[1] ?? 3_000);
 
@@ -60,7 +60,7 @@ async function main(): Promise<void> {
       store.readSystemId(variant === 'full');
       const started = performance.now();
       const result = await store.renew(
-        batch.map((lease) => lease.targetKey),
+        batch.map((lease) => ownRow(lease.targetKey)),
         batch.map((lease) => lease.token),
         5_000,
         variant === 'without' ? undefined : { fencingTokens: batch.map((lease) => lease.fencingToken), systemId },

@@ -70,8 +70,7 @@ describe('@Exclusive with limit', () => {
   const heldSlots = async (key: string) =>
     (
       await db.admin.query(
-        `SELECT count(*)::int AS n FROM job_lease WHERE left(target_id, length($1) + 1) = $1 || chr(31)
-          AND lease_token IS NOT NULL`,
+        `SELECT count(*)::int AS n FROM job_lease WHERE target_id = $1 AND slot > 0 AND lease_token IS NOT NULL`,
         [key],
       )
     ).rows[0].n as number;

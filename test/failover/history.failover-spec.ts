@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { Logger, type LoggerService } from '@nestjs/common';
 import { type Lease, LeaseLostError, LeaseUnavailableError, leaseErrorToHttp } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { startPgBouncer } from '../pooler/pgbouncer.js';
 import { eventually, startService } from '../support/db.js';
 import { promote, startReplicatedPair, waitForCatchUp, type ReplicatedPair } from './support/cluster.js';
@@ -228,7 +228,7 @@ test('behind a PgBouncer whose client connection survives the failover, the rene
     expect(seen.ended!.at - switchAt).toBeLessThan(TOLD_WITHIN_MS);
 
     const renewal = await once('a renewal through the surviving client connection', () =>
-      store.renew(['pooled:2'], [other.token], 5_000, { fencingTokens: [other.fencingToken], systemId: null }),
+      store.renew([ownRow('pooled:2')], [other.token], 5_000, { fencingTokens: [other.fencingToken], systemId: null }),
     );
     expect(reopened).toBe(false);
     expect(renewal.failover).toEqual(new Set([other.token]));

@@ -41,7 +41,7 @@ async function grant(c: pg.Client, key: string, token: bigint, owner: string, pr
     `INSERT INTO job_lease AS l (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
        updated_at, hold_ms)
      VALUES ($1, gen_random_uuid(), $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
-     ON CONFLICT (target_id) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
+     ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
        owner = EXCLUDED.owner, priority = EXCLUDED.priority, acquired_at = EXCLUDED.acquired_at,
        updated_at = EXCLUDED.updated_at`,
     [key, token.toString(), owner, priority],

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { LeaseService } from 'nest-pg-lease';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { createTestDatabase, makeDataSource } from '../support/db.js';
 import { check } from './support/checker.js';
 import {
@@ -123,7 +123,7 @@ test('stale release ABA: a release whose reply was lost, a new acquisition, then
 
     // The retry of the old release, with the library's own statement, then the user's own retry.
     const store = new LeaseStore(pool, pool, resolveLeaseOptions(LEASE));
-    expect(await store.release(KEY, first.token, 5_000)).toBe(false);
+    expect(await store.release(ownRow(KEY), first.token, 5_000)).toBe(false);
     await first.release();
 
     await sleep(3 * LEASE.heartbeatIntervalMs!);

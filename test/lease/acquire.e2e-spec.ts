@@ -7,7 +7,7 @@ import {
   LeaseService,
 } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { FAST, ISOLATIONS, makeDataSource, type OpenedService, useTestDatabase } from '../support/db.js';
 
 /**
@@ -76,8 +76,8 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     try {
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
       const none = { kept: new Set(), skipped: new Set(), expired: new Set(), forced: new Set(), preempted: new Set() };
-      expect(await store.renew(['soft:1'], [lease.token], 5_000)).toEqual(none);
-      expect(await store.release('soft:1', lease.token, 5_000)).toBe(false);
+      expect(await store.renew([ownRow('soft:1')], [lease.token], 5_000)).toEqual(none);
+      expect(await store.release(ownRow('soft:1'), lease.token, 5_000)).toBe(false);
     } finally {
       await pool.end();
     }

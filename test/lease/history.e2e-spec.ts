@@ -1,6 +1,6 @@
 import { LeaseConfigError } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { FAST, type OpenedService, startService, useTestDatabase } from '../support/db.js';
 
 /**
@@ -131,7 +131,7 @@ describe('fencing tokens and the server history', () => {
         const before = await updatedAt('history:renew:timeline');
         const now = await timeline();
         const result = await store.renew(
-          ['history:renew:timeline', 'history:renew:same'],
+          [ownRow('history:renew:timeline'), ownRow('history:renew:same')],
           [lease.token, other.token],
           5_000,
           { fencingTokens: [((now + 1n) << 47n) | low(lease.fencingToken), other.fencingToken], systemId: null },
@@ -151,14 +151,14 @@ describe('fencing tokens and the server history', () => {
       try {
         const before = await updatedAt('history:renew:system');
         const { systemId } = (
-          await store.renew(['history:renew:system'], [lease.token], 5_000, {
+          await store.renew([ownRow('history:renew:system')], [lease.token], 5_000, {
             fencingTokens: [lease.fencingToken],
             systemId: null,
           })
         ).history!;
         const moved = await updatedAt('history:renew:system');
         expect(moved).not.toBe(before); // same history: renewed
-        const result = await store.renew(['history:renew:system'], [lease.token], 5_000, {
+        const result = await store.renew([ownRow('history:renew:system')], [lease.token], 5_000, {
           fencingTokens: [lease.fencingToken],
           systemId: `${systemId}1`,
         });

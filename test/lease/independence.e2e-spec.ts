@@ -1,6 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 
 /**
@@ -99,7 +99,7 @@ describe('independence', () => {
       );
       const before = await updatedAt('indep:expired');
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      await store.renew(['indep:expired'], [lease.token], 5_000);
+      await store.renew([ownRow('indep:expired')], [lease.token], 5_000);
       expect(await updatedAt('indep:expired')).toBe(before);
       // The holder's own heartbeat finds it expired too: lost, and the row is free at once.
       await eventually(

@@ -103,13 +103,14 @@ describe('the 47-bit token layout', () => {
       expect((refused as Error).message).toMatch(/40-bit fencing token layout/);
       expect((refused as Error).message).toMatch(/LeaseTokenLayout/);
 
-      // 0.2 had one migration: the later ones run, the token layout, then the slot_limit and preemption columns.
+      // 0.2 had one migration: the later ones run, the token layout, then the slot_limit, preemption and slot columns.
       expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
         'LeaseTokenLayout1796169600000',
         'AddLeaseSlotLimit1796256000000',
         'AddLeasePreemption1796342400000',
+        'AddLeaseSlotColumn1796428800000',
       ]);
       // A 0.2 process still running draws a value past its 40 bits: NULL, which the NOT NULL column refuses.
       expect((await admin.query(OLD_TOKEN)).rows[0].token).toBeNull();

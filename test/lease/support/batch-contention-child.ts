@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../../libs/lease/src/internal.js';
 
 interface ChildConfig {
   url: string;
@@ -39,7 +39,7 @@ await Promise.all(
           continue;
         }
         counts.acquired++;
-        if (await store.release(targetKey, leaseToken, 10_000)) counts.released++;
+        if (await store.release(ownRow(targetKey), leaseToken, 10_000)) counts.released++;
       } catch (error) {
         counts.errors.push(String(error));
       }

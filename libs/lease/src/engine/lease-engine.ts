@@ -35,7 +35,7 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
-import { acquireRow, busyError, markSlot, rowKeyOf, snapshotWithSlots, WaiterLimits } from './semaphore.js';
+import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './semaphore.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
 import type { StatementFaults } from '../store/sql/statement-faults.js';
@@ -379,7 +379,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
   async list(targetKey?: string): Promise<LeaseSnapshot[]> {
-    const rows = await snapshotWithSlots(this.store, targetKey).catch((error: unknown) => {
+    const rows = await this.store.snapshot(targetKey).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, targetKey === undefined ? 'list leases' : 'list the leases of');
     });
     return snapshotsOf(rows, this.options.owner);
@@ -419,9 +419,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         released = true;
         this.emit(releasedEvent(lease, heldMs));
       };
-      await (committed
-        ? onReleased()
-        : this.retries.releaseRow(lease.rowKey, lease.token, until, onReleased, lease.lone));
+      await (committed ? onReleased() : this.retries.releaseRow(lease.row, lease.token, until, onReleased, lease.lone));
       return released;
     });
   }
@@ -490,13 +488,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
-      await this.retries.releaseRow(rowKeyOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseShutdownError(targetKey);
     }
     const localLimitMs = this.options.leaseTimeoutMs - this.options.safetyMarginMs;
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
-      await this.retries.releaseRow(rowKeyOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
       throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), { kind: 'failing' });
     }
     const lease = new HeldLease(targetKey, leaseToken, row.fencingToken, row.sentAt, localLimitMs, this, (expired) =>

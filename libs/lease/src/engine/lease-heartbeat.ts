@@ -53,7 +53,7 @@ export class LeaseHeartbeat {
       (batch) =>
         this.store
           .renew(
-            batch.map((lease) => lease.rowKey),
+            batch.map((lease) => lease.row),
             batch.map((lease) => lease.token),
             this.options.heartbeatIntervalMs,
             { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },

@@ -191,13 +191,8 @@ export const messages = {
   keyNotString: (v1: string | number) => `A target key must be a string, got ${v1}`,
   keyEmpty: () => 'A target key must not be empty: name the work, e.g. "report:user:42"',
   keyNul: () => 'A target key must not contain NUL characters',
-  keyUnitSeparator: () =>
-    'A target key must not contain U+001F (the unit separator): it names the slots of a semaphore (limit)',
   limitArgument: (got: unknown, max: number) =>
     `limit must be an integer between 1 and ${max} (how many may hold the key at once), got ${String(got)}`,
-  limitedKeyTooLong: (max: number, bytes: number) =>
-    `A target key with a limit above 1 must be at most ${max} bytes of UTF-8 (its slot rows add a suffix), ` +
-    `got ${bytes}: hash long identifiers into the key`,
   limitWithSingleHolderOption: (option: string) =>
     `limit above 1 cannot be combined with ${option}: both need a single holder of the key`,
   slotLimitUnmigrated: (tableName: string) =>
@@ -255,6 +250,10 @@ export const messages = {
     `The lease table ${table} has no preempt_of column (an installation older than preempt: true): run ` +
     `leaseMigrations (its migration ${migration}), set createSchema: true, or, as the owner of the lease tables, run: ` +
     statement,
+  slotColumnMissing: (table: string, migration: string, statement: string) =>
+    `The lease table ${table} has no slot column (an installation older than the slot column, whose semaphore ` +
+    `slots are rows named <key>\\u001f<slot>): run leaseMigrations (its migration ${migration}, which converts the ` +
+    `rows), set createSchema: true, or, as the owner of the lease tables, run: ${statement}`,
   sequencesMissing: (sequences: string, statements: string) =>
     `The lease tables exist but the sequences ${sequences} are missing: the tables were built by TypeORM's ` +
     'synchronize: true from leaseEntities before leaseMigrations ran (entities cannot declare sequences). Set ' +

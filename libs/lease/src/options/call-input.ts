@@ -9,7 +9,7 @@ import type { ExclusiveKey, ExclusiveMetadata, ExclusiveOptions } from '../inter
 import { INT32_MAX, INT32_MIN } from './limits.js';
 
 import { MAX_TARGET_KEY_BYTES } from '../lease.constants.js';
-import { MAX_SLOT_LIMIT, MAX_LIMITED_KEY_BYTES, SLOT_SEPARATOR } from './slot-limits.js';
+import { MAX_SLOT_LIMIT } from './slot-limits.js';
 
 /** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -24,10 +24,6 @@ export function assertTargetKey(targetKey: unknown): asserts targetKey is string
   }
   if (targetKey.includes('\0')) {
     throw new LeaseKeyError(messages.keyNul(), targetKey.replace(/\0/g, '\\0'));
-  }
-  // Reserved: a semaphore's slot rows are named `<key>\u001f<slot>` (see engine/semaphore.ts), which no key may spell.
-  if (targetKey.includes(SLOT_SEPARATOR)) {
-    throw new LeaseKeyError(messages.keyUnitSeparator(), targetKey.replaceAll(SLOT_SEPARATOR, '\\u001f'));
   }
   // Encoded to UTF-8, a lone surrogate becomes U+FFFD: two different keys would share one row, and the NOTIFY of a
   // release would name a key no waiter is waiting for.
@@ -198,11 +194,6 @@ export function callRequest(
   const keyTemplate = keyTemplateOf(options.keyTemplate);
   const limit = options.limit ?? 1;
   if (options.limit !== undefined) checkCall('limit', limit);
-  // A slot row's name is the key plus `\u001f<slot>` (at most 4 bytes), within the 255 bytes of a row's key.
-  const bytes = limit > 1 ? Buffer.byteLength(targetKey, 'utf8') : 0;
-  if (bytes > MAX_LIMITED_KEY_BYTES) {
-    throw new LeaseKeyError(messages.limitedKeyTooLong(MAX_LIMITED_KEY_BYTES, bytes), `${targetKey.slice(0, 40)}…`);
-  }
   return { targetKey, priority: options.priority ?? 0, holdMs: options.holdAtLeastMs ?? 0, keyTemplate, limit };
 }
 

@@ -29,7 +29,6 @@ import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
 import { SemaphoreStore } from './semaphore-store.js';
-import { slotOfRow } from '../options/slot-limits.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import {
   acquireBatchItems,
@@ -53,6 +52,7 @@ import type {
   Refusal,
   ReleaseItem,
   RenewResult,
+  RowRef,
   ServerHistory,
   SnapshotRow,
   WaiterPlace,
@@ -291,18 +291,18 @@ export class LeaseStore {
    * One round trip on the heartbeat's own connection (see `runStatement`), planned for its parameters.
    */
   async renew(
-    targetKeys: string[],
+    rows: readonly RowRef[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
   ): Promise<RenewResult> {
     try {
-      return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+      return await this.renewOnce(rows, leaseTokens, timeoutMs, history);
     } catch (error) {
       // The heartbeat's role (sessionUrl may name another) may not read the system identifier: go on without it.
       if (history && systemIdRefused(error) && this.systemIdReadable) {
         this.systemIdReadable = false;
-        return this.renew(targetKeys, leaseTokens, timeoutMs, history);
+        return this.renew(rows, leaseTokens, timeoutMs, history);
       }
       if (history && readOnly(error, '')) {
         const here = await readHistoryOn(this.heartbeatDb, this.sql, this.systemIdReadable, timeoutMs);
@@ -321,7 +321,7 @@ export class LeaseStore {
   }
 
   private async renewOnce(
-    targetKeys: string[],
+    leases: readonly RowRef[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
@@ -332,11 +332,12 @@ export class LeaseStore {
       customPlans: true,
       text: this.systemIdReadable ? this.sql.renew : this.sql.renewWithoutSystemId,
       values: [
-        targetKeys,
+        leases.map((row) => row.targetKey),
         leaseTokens,
         history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
         history?.systemId ?? null,
         this.options.leaseTimeoutMs,
+        leases.map((row) => row.slot),
       ],
     });
     return renewOutcome(rows, history);
@@ -380,9 +381,10 @@ export class LeaseStore {
    * never a token): only that waiter's process attempts, the others sleep on. Returns whether our lease was released.
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
-  async release(targetKey: string, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
+  async release(row: RowRef, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
     // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
-    if (slotOfRow(targetKey)) return this.slots.release(targetKey, leaseToken, timeoutMs);
+    if (row.slot > 0) return this.slots.release(row, leaseToken, timeoutMs);
+    const { targetKey } = row;
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs, lone);
     const outcome = await this.releases.submit({ targetKey, leaseToken, timeoutMs, lone });
     // The row was locked by another transaction (a fenced write still finishing): alone, waiting for it.

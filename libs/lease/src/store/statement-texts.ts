@@ -25,7 +25,7 @@ import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
-import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
+import { semaphoreAcquireSql, semaphoreReleaseSql } from './sql/semaphore.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { NO_FAULTS, type StatementFaults } from './sql/statement-faults.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
@@ -64,7 +64,6 @@ export interface StatementTexts {
   readonly mayCreateSchema: string;
   readonly semaphoreAcquire: string;
   readonly semaphoreRelease: string;
-  readonly semaphoreSnapshot: string;
 }
 
 /** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
@@ -138,7 +137,6 @@ export function buildStatements(options: ResolvedLeaseOptions, settings: Stateme
     largestToken: largestTokenSql(n),
     semaphoreAcquire: semaphoreAcquireSql(n, timeline, capMs),
     semaphoreRelease: semaphoreReleaseSql(n),
-    semaphoreSnapshot: semaphoreSnapshotSql(n),
   };
   // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.
   // So is another purge bound (tests): its acquisitions' cap is in their text; and so are the faults (tests).

@@ -40,7 +40,23 @@ import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { callRequest, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
-import { slotOfRow, slotRowKey } from '../options/slot-limits.js';
+import { rowSlotOf } from '../options/slot-limits.js';
+
+/**
+ * This engine's name of a row: a key's own row is the key itself, slot `i` of a semaphore `<key>\0<i>` — NUL is in no
+ * key (`assertTargetKey`), so no key names another's slot. Private to this file (the tables have a slot column).
+ */
+const rowName = (targetKey: string, slot: number) => `${targetKey}\0${slot}`;
+
+/** A row name's key and, for a semaphore's slot, its slot. */
+function rowOfName(name: string): { targetKey: string; slot?: number } {
+  const at = name.indexOf('\0');
+  return at < 0 ? { targetKey: name } : { targetKey: name.slice(0, at), slot: Number(name.slice(at + 1)) };
+}
+
+/** The row a lease holds (see `rowName`). */
+const rowOfLease = (lease: HeldLease) =>
+  lease.slot === undefined ? lease.targetKey : rowName(lease.targetKey, lease.slot);
 
 /** Runs a fenced write's work in the test's transaction (see `LeaseTestingOptions.fencedTransaction`). */
 export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
@@ -97,7 +113,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private readonly events = new Subject<LeaseEvent>();
   private readonly context = new LeaseContext();
   private readonly fencedTransaction: FencedTransaction;
-  /** This service's leases, by row: a key's own, or a semaphore's slot (`slotRowKey`). */
+  /** This service's leases, by row: a key's own, or a semaphore's slot (`rowName`). */
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   /** The limit each slot holder asked (`limit` above 1). */
@@ -211,9 +227,10 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const now = performance.now();
     const keys = new Set([...this.held.keys(), ...this.foreign.keys(), ...this.lines.keys()]);
     const rows = [...keys]
-      .filter((key) => targetKey === undefined || (slotOfRow(key)?.targetKey ?? key) === targetKey)
+      .filter((key) => targetKey === undefined || rowOfName(key).targetKey === targetKey)
       .sort()
       .flatMap((key) => {
+        const row = rowOfName(key);
         const mine = this.held.get(key);
         const other = this.foreign.get(key);
         const holder = mine
@@ -223,7 +240,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
           ? [
               {
                 state: 'held' as const,
-                target_id: key,
+                target_id: row.targetKey,
+                slot: row.slot === undefined ? 0 : rowSlotOf(row.slot),
                 owner: holder.owner,
                 priority: (mine && this.priorities.get(mine)) ?? 0,
                 effective_priority: String((mine && this.priorities.get(mine)) ?? 0),
@@ -238,6 +256,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
         const waiting = (this.lines.get(key) ?? []).map((waiter) => ({
           state: 'waiting' as const,
           target_id: key,
+          slot: null,
           owner: this.options.owner,
           priority: waiter.request.priority,
           effective_priority: String(waiter.request.priority),
@@ -282,8 +301,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const yielding = this.yielding.get(lease.targetKey);
     // A preempted holder releasing in its grace: the row was still its own (the real engine's release lands).
     if (yielding?.lease === lease) this.endYield(lease.targetKey);
-    else if (this.held.get(lease.rowKey) !== lease) return Promise.resolve();
-    this.held.delete(lease.rowKey);
+    else if (this.held.get(rowOfLease(lease)) !== lease) return Promise.resolve();
+    this.held.delete(rowOfLease(lease));
     this.drain.forgotten();
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     this.emit(releasedEvent(lease, heldMs));
@@ -350,7 +369,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   /** The rows a request may take: the key's own, or its slots (`limit` above 1). */
   private rowsOf(request: LeaseRequest): string[] {
     const { targetKey, limit } = request;
-    return limit > 1 ? Array.from({ length: limit }, (_, slot) => slotRowKey(targetKey, slot)) : [targetKey];
+    return limit > 1 ? Array.from({ length: limit }, (_, slot) => rowName(targetKey, slot)) : [targetKey];
   }
 
   /**
@@ -373,7 +392,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private heldLimit(targetKey: string): number | undefined {
     if (this.held.has(targetKey) || this.foreign.has(targetKey)) return 1;
     for (const lease of this.held.values()) {
-      if (lease.targetKey === targetKey && lease.slotOf) return this.slotLimits.get(lease);
+      if (lease.targetKey === targetKey && lease.slot !== undefined) return this.slotLimits.get(lease);
     }
     return undefined;
   }
@@ -510,7 +529,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   /** Serves the heads of the key's line while they find a free row (a semaphore's release frees one slot). */
   private grantNext(row: string): void {
-    const key = slotOfRow(row)?.targetKey ?? row;
+    const key = rowOfName(row).targetKey;
     for (;;) {
       const line = this.lines.get(key);
       const head = line?.[0];
@@ -533,9 +552,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const row = this.rowsOf(request).find((candidate) => !this.taken(candidate))!;
     const lease = new HeldLease(targetKey, randomUUID(), this.nextToken(), now, MAX_TIMER_MS, this, () => undefined);
     lease.keyTemplate = keyTemplate;
-    const slot = slotOfRow(row);
-    if (slot) {
-      lease.slotOf = { slot: slot.slot, rowKey: row };
+    const { slot } = rowOfName(row);
+    if (slot !== undefined) {
+      lease.rowSlot = rowSlotOf(slot);
       this.slotLimits.set(lease, request.limit);
     }
     lease.tookOver = this.expired.delete(row);
@@ -559,7 +578,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
     if (!lease.markLost(reason)) return;
-    this.held.delete(lease.rowKey);
+    this.held.delete(rowOfLease(lease));
     this.drain.forgotten();
     this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }

@@ -92,7 +92,8 @@ export function sequenceLiteral(sequence: string): string {
 /**
  * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
  * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
- * of a batch the same number), combined with the timeline of the statement's `history h`.
+ * of a batch the same number), combined with the timeline of the statement's `history h`. A source an UPDATE joins
+ * is a MATERIALIZED CTE (`drawn`): a nested loop scans its inner side again per outer row, and would draw again.
  *
  * `floor`: a token the new one must be above (NULL: none) — the grant's own row's (`l.fencing_token`, the key's last
  * grant) or the high-water mark of purged rows (`highWaterToken`, for a key's first row). A server whose sequence

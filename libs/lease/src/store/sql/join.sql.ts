@@ -39,5 +39,5 @@ export function readResultSql(n: LeaseObjectNames): string {
     FROM ${n.lease} l
     LEFT JOIN ${n.result} r ON r.target_id = l.target_id
       AND r.fencing_token = coalesce($2::bigint, l.fencing_token) AND r.expires_at > now()
-    WHERE l.target_id = $1`;
+    WHERE l.target_id = $1 AND l.slot = 0`;
 }

@@ -1,6 +1,7 @@
 /**
- * The release statements: the single one and the set-based one of a batch (soft: the row keeps its fencing token),
- * each handing the target to the head of its line in the same commit (see handoff.sql.ts).
+ * The release statements of a key's own row (slot 0; a semaphore's slot has its own, see semaphore.sql.ts): the single
+ * one and the set-based one of a batch (soft: the row keeps its fencing token), each handing the target to the head
+ * of its line in the same commit (see handoff.sql.ts).
  */
 import { ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
 import { givenUp, handoffCtes } from './handoff.sql.js';
@@ -16,7 +17,7 @@ export function singleReleaseSql(n: LeaseObjectNames, timeline: string): string 
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
         ), mine AS MATERIALIZED (
           SELECT ${givenUp('l')} FROM ${n.lease} l
-          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
+          WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           FOR NO KEY UPDATE OF l
         ), ${handoffCtes(n, 'mine', { timeline, aging: '$5', channel: '$3' })}
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
@@ -37,7 +38,7 @@ export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
     ), locked AS MATERIALIZED (
       SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
       JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
-        ON l.target_id = p.target_id AND l.lease_token = p.lease_token
+        ON l.target_id = p.target_id AND l.slot = 0 AND l.lease_token = p.lease_token
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), ${handoffCtes(n, 'locked', { timeline, aging: '$4', channel: '$2' })}
@@ -45,7 +46,8 @@ export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
       CASE WHEN EXISTS (SELECT 1 FROM gave_up g JOIN locked k ON k.target_id = g.target_id
             WHERE g.target_id = r.target_id AND k.lease_token = r.lease_token)
           THEN 'released'
-        WHEN EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = r.target_id AND l.lease_token = r.lease_token)
+        WHEN EXISTS (SELECT 1 FROM ${lease} l
+            WHERE l.target_id = r.target_id AND l.slot = 0 AND l.lease_token = r.lease_token)
           THEN 'retry'
         ELSE 'gone' END AS outcome,
       (SELECT count(*) FROM woke) AS woke,
@@ -66,7 +68,8 @@ export function loneReleaseSql(n: LeaseObjectNames): string {
           SELECT EXISTS (SELECT 1 FROM ${n.waiter} w WHERE w.target_id = $1) AS waiting
         ), freed AS (
           UPDATE ${n.lease} AS l SET lease_token = NULL FROM line
-          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND NOT line.waiting AND EXISTS (SELECT 1 FROM bound)
+          WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND NOT line.waiting
+            AND EXISTS (SELECT 1 FROM bound)
           RETURNING 1
         )
         SELECT EXISTS (SELECT 1 FROM freed) AS released, line.waiting AS line,

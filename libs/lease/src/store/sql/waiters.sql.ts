@@ -54,7 +54,7 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
 export function dequeueSql(n: LeaseObjectNames, timeline: string): string {
   const { lease, waiter } = n;
   return `WITH mine AS MATERIALIZED (
-          SELECT ${givenUp('l')} FROM ${lease} l WHERE l.target_id = $1 AND l.lease_token = $2::uuid
+          SELECT ${givenUp('l')} FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid
           FOR NO KEY UPDATE OF l
         ), gone AS (
           DELETE FROM ${waiter} WHERE target_id = $1 AND waiter_id = $2::uuid AND (SELECT count(*) FROM mine) >= 0
@@ -64,7 +64,8 @@ export function dequeueSql(n: LeaseObjectNames, timeline: string): string {
         -- target left free.
         SELECT (SELECT count(*) FROM (SELECT ${notifyHeadSql('$3', 'h.waiter_id', 'h.target_id')}
           FROM (SELECT gone.target_id, ${headOf(n, 'gone.target_id', '$4', '$2::uuid')} AS waiter_id FROM gone
-            WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = gone.target_id AND ${taken('l')})) h
+            WHERE NOT EXISTS (SELECT 1 FROM ${lease} l
+              WHERE l.target_id = gone.target_id AND l.slot = 0 AND ${taken('l')})) h
           WHERE $3::text IS NOT NULL AND h.waiter_id IS NOT NULL) x) + (SELECT count(*) FROM woke) AS woke,
           -- Neither its row nor a grant was here: a release took the row with a grant this statement's snapshot
           -- could not see (it committed while this one waited for the row), and the caller passes it on.
@@ -82,7 +83,7 @@ export function dequeueAllSql(n: LeaseObjectNames, timeline: string): string {
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), mine AS MATERIALIZED (
           SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
-          JOIN leaving m ON l.target_id = m.target_id AND l.lease_token = m.waiter_id
+          JOIN leaving m ON l.target_id = m.target_id AND l.slot = 0 AND l.lease_token = m.waiter_id
           ORDER BY l.target_id
           FOR NO KEY UPDATE OF l
         ), gone AS (
