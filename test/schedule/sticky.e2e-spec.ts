@@ -284,34 +284,29 @@ describe('sticky @Exclusive', () => {
     expect((await rowsOf('sticky:wait')).filter((row) => row.call.startsWith('timeout'))).toHaveLength(1);
   });
 
-  // A known defect (found with the fault schedule's sticky control, not fixed here; a `test.failing` until it is): the
-  // call chain's frame of a sticky call keeps lending the term's lease after the call ended, since the term is still
-  // held — so a call started by a timer the ended call had set (a job that schedules itself) borrows the lease and
-  // runs beside the call holding the turn. With a plain @Exclusive the ended call's lease is released and the late
-  // call is refused as it should be. Failed with: expect(ranBeside).toBe(false) — Received: true.
-  test.failing(
-    'a call started by a timer that an ended call set is not nested in it: it never runs beside a running call',
-    async () => {
-      const { jobs } = one;
-      // timer-1 ends at once, leaving a timer that calls timer-late 300 ms later; meanwhile timer-2 takes the turn.
-      jobs.calls.open('timer-1', 'timer-late');
-      const fired: { late?: Promise<unknown> } = {};
-      const started = (p: Promise<unknown>) => void (fired.late = p);
-      await jobs.scheduling('timer-1', { call: 'timer-late', afterMs: 300, started });
-      const second = track(jobs.scheduling('timer-2'));
-      await eventually(() => jobs.calls.entered('timer-2'), Boolean, 'timer-2 running');
-      const late = await eventually(() => fired.late, Boolean, 'the timer fired', 5_000);
-      const lateCall = track(late as Promise<unknown>);
-      await sleep(300);
-      // timer-late's gate is open: run beside timer-2, it has saved its end by now.
-      const ranBeside = jobs.calls.entered('timer-late');
-      jobs.calls.open('timer-2');
-      await second.promise;
-      await lateCall.promise.catch(() => undefined);
-      expect(ranBeside).toBe(false);
-      expect(await overlapping('sticky:timer')).toEqual([]);
-    },
-  );
+  // Found with the fault schedule's sticky control: the call chain of an ended sticky call kept lending the term's
+  // lease (the term is still held), so a call started by a timer it had set ran beside the call holding the turn.
+  test('a call started by a timer that an ended call set is not nested in it: it never runs beside a running call', async () => {
+    const { jobs } = one;
+    // timer-1 ends at once, leaving a timer that calls timer-late 300 ms later; meanwhile timer-2 takes the turn.
+    jobs.calls.open('timer-1', 'timer-late');
+    const fired: { late?: Promise<unknown> } = {};
+    const started = (p: Promise<unknown>) => void (fired.late = p);
+    await jobs.scheduling('timer-1', { call: 'timer-late', afterMs: 300, started });
+    const second = track(jobs.scheduling('timer-2'));
+    await eventually(() => jobs.calls.entered('timer-2'), Boolean, 'timer-2 running');
+    // (The promise is looked for, not awaited: `eventually` resolves with what its probe returns.)
+    await eventually(() => fired.late !== undefined, Boolean, 'the timer fired', 5_000);
+    const lateCall = track(fired.late!);
+    await sleep(300);
+    // timer-late's gate is open: run beside timer-2, it has saved its end by now.
+    const ranBeside = jobs.calls.entered('timer-late');
+    jobs.calls.open('timer-2');
+    await second.promise;
+    await lateCall.promise.catch(() => undefined);
+    expect(ranBeside).toBe(false);
+    expect(await overlapping('sticky:timer')).toEqual([]);
+  });
 
   test('a nested call of the same chain reuses the term lease (reentrant)', async () => {
     const { jobs } = one;
