@@ -111,6 +111,13 @@ class StickyJobs {
     return this.work(call);
   }
 
+  /** A call that starts the next one from a timer set inside it (a job that schedules itself), `afterMs` later. */
+  @Exclusive('sticky:timer', { onBusy: 'skip', sticky: true })
+  scheduling(call: string, next?: { call: string; afterMs: number; started: (p: Promise<unknown>) => void }) {
+    if (next) setTimeout(() => next.started(this.scheduling(next.call)), next.afterMs);
+    return this.work(call);
+  }
+
   @Exclusive('sticky:drain', { onBusy: 'skip', sticky: true })
   drained(call: string): Promise<bigint | undefined> {
     return this.work(call);
@@ -275,6 +282,30 @@ describe('sticky @Exclusive', () => {
     jobs.calls.open('timeout-1');
     await first.promise;
     expect((await rowsOf('sticky:wait')).filter((row) => row.call.startsWith('timeout'))).toHaveLength(1);
+  });
+
+  // Found with the fault schedule's sticky control: the call chain of an ended sticky call kept lending the term's
+  // lease (the term is still held), so a call started by a timer it had set ran beside the call holding the turn.
+  test('a call started by a timer that an ended call set is not nested in it: it never runs beside a running call', async () => {
+    const { jobs } = one;
+    // timer-1 ends at once, leaving a timer that calls timer-late 300 ms later; meanwhile timer-2 takes the turn.
+    jobs.calls.open('timer-1', 'timer-late');
+    const fired: { late?: Promise<unknown> } = {};
+    const started = (p: Promise<unknown>) => void (fired.late = p);
+    await jobs.scheduling('timer-1', { call: 'timer-late', afterMs: 300, started });
+    const second = track(jobs.scheduling('timer-2'));
+    await eventually(() => jobs.calls.entered('timer-2'), Boolean, 'timer-2 running');
+    // (The promise is looked for, not awaited: `eventually` resolves with what its probe returns.)
+    await eventually(() => fired.late !== undefined, Boolean, 'the timer fired', 5_000);
+    const lateCall = track(fired.late!);
+    await sleep(300);
+    // timer-late's gate is open: run beside timer-2, it has saved its end by now.
+    const ranBeside = jobs.calls.entered('timer-late');
+    jobs.calls.open('timer-2');
+    await second.promise;
+    await lateCall.promise.catch(() => undefined);
+    expect(ranBeside).toBe(false);
+    expect(await overlapping('sticky:timer')).toEqual([]);
   });
 
   test('a nested call of the same chain reuses the term lease (reentrant)', async () => {

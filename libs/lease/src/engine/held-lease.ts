@@ -199,3 +199,40 @@ export class BorrowedLease implements Lease {
     return this.release();
   }
 }
+
+/**
+ * A sticky call's handle on its owner's term lease, for the length of its turn: the same lease (token, fencing token,
+ * fenced writes) while the call runs; once the call ends, `isHeld()` is false, its signal aborts and `fenced()` is
+ * refused, although the term goes on. So a call chain the ended call left behind (a timer it set, a promise it did
+ * not await) is not nested in it: a sticky call started from there takes a turn of its own instead of borrowing this
+ * one. `release()` does nothing: the turn ends with the call, and the term is the owner's.
+ */
+export class TurnLease extends BorrowedLease {
+  private readonly ended = new AbortController();
+  private turnSignal?: AbortSignal;
+
+  constructor(private readonly term: Lease) {
+    super(term);
+  }
+
+  override get signal(): AbortSignal {
+    this.turnSignal ??= AbortSignal.any([this.term.signal, this.ended.signal]);
+    return this.turnSignal;
+  }
+
+  /** The call's turn ended. */
+  end(): void {
+    if (!this.ended.signal.aborted) {
+      this.ended.abort(new DOMException(`The turn of this call on "${this.targetKey}" ended`, 'AbortError'));
+    }
+  }
+
+  override isHeld(): boolean {
+    return !this.ended.signal.aborted && super.isHeld();
+  }
+
+  override fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T> {
+    if (this.ended.signal.aborted) return Promise.reject(new LeaseLostError(this.targetKey, 'released'));
+    return super.fenced(work, options);
+  }
+}

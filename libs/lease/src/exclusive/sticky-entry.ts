@@ -1,3 +1,4 @@
+import { TurnLease } from '../engine/held-lease.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 import { LeaseBusyError, LeaseShutdownError } from '../errors/lease.errors.js';
 import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
@@ -40,11 +41,14 @@ export async function stickyEntry(
     owner.turns.give();
     throw busy();
   }
+  // The call's own handle on the term: it ends with the call (see `TurnLease`), the term goes on.
+  const turn = new TurnLease(lease);
   let left = false;
   const exit = () => {
+    turn.end();
     if (!left) owner.turns.give();
     left = true;
     return Promise.resolve();
   };
-  return { lease, exit };
+  return { lease: turn, exit };
 }
