@@ -109,6 +109,12 @@ describe('what each door refuses at run time (JavaScript callers, casts)', () =>
       /run\(\): unknown option "prority": did you mean "priority"\?/,
     ],
     ['an option far from all', () => runCall('k', loose({ colour: 1 })), /the options are priority, holdAtLeastMs/],
+    ['an inherited name as a policy', () => runCall('k', loose({ onBusy: { toString: {} } })), /onBusy must be one of/],
+    [
+      'an inherited name as an option',
+      () => runCall('k', loose({ toString: 1 })),
+      /unknown option "toString": the options are priority/,
+    ],
   ])('%s: a LeaseArgumentError with advice', (_, check, message) => {
     const error = thrown(check);
     expect(error).toBeInstanceOf(LeaseArgumentError);

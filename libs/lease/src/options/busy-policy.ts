@@ -93,13 +93,13 @@ const declared =
 /** The advice for an option a door does not take: a removed option's new spelling, else the nearest name. */
 function hintFor(door: Door, key: string): string {
   const { keys, policies } = DOORS[door];
-  if (door === 'tryAcquire()' && (key === 'onBusy' || key in RENAMED)) {
+  if (door === 'tryAcquire()' && (key === 'onBusy' || Object.hasOwn(RENAMED, key))) {
     return 'tryAcquire() attempts once and never waits: use acquire() or run() with an onBusy policy';
   }
   if (door === '@Sticky' && (key === 'holdAtLeastMs' || key === 'limit' || key === 'sticky')) {
     return 'a sticky owner keeps its one lease across calls: the options are priority, onBusy';
   }
-  if (key in RENAMED && policies.length > 0 && key !== 'sticky') return `did you mean ${RENAMED[key]}?`;
+  if (Object.hasOwn(RENAMED, key) && policies.length > 0 && key !== 'sticky') return `did you mean ${RENAMED[key]}?`;
   if (key === 'sticky' && door === '@Exclusive') return `did you mean ${RENAMED.sticky}?`;
   const nearest = nearestName(key, keys);
   return nearest === undefined ? `the options are ${keys.join(', ')}` : `did you mean "${nearest}"?`;
@@ -125,7 +125,9 @@ const WAIT: BusyPlan = Object.freeze({ kind: 'wait' });
 
 /** The forms a door takes, for its messages: `'throw', 'wait', { wait: … }`. */
 function formsOf(policies: readonly PolicyName[]): string {
-  return policies.map((name) => (name in POLICY_FIELDS ? `'${name}', { ${name}: … }` : `'${name}'`)).join(', ');
+  return policies
+    .map((name) => (Object.hasOwn(POLICY_FIELDS, name) ? `'${name}', { ${name}: … }` : `'${name}'`))
+    .join(', ');
 }
 
 /** A door's busy policy checked (its form, its fields, the limit) and turned into the engine's plan. */
@@ -139,7 +141,7 @@ function busyPlanOf(door: Door, onBusy: unknown, limit: number, refuse: Refuse):
   } else if (typeof onBusy === 'object' && onBusy !== null && !Array.isArray(onBusy)) {
     const names = Object.keys(onBusy);
     const [name] = names;
-    if (names.length === 1 && name in POLICY_FIELDS && (policies as readonly string[]).includes(name)) {
+    if (names.length === 1 && Object.hasOwn(POLICY_FIELDS, name) && (policies as readonly string[]).includes(name)) {
       plan = policyObject(name as keyof typeof POLICY_FIELDS, (onBusy as Record<string, unknown>)[name], refuse);
     }
   }
