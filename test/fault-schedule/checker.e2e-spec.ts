@@ -37,15 +37,22 @@ afterEach(async () => {
 });
 
 /** What an acquire statement does to the row: a new lease token, `token`, `owner`; a first grant inserts it. */
-async function grant(c: pg.Client, key: string, token: bigint, owner: string, priority = 0): Promise<void> {
+async function grant(
+  c: pg.Client,
+  key: string,
+  token: bigint,
+  owner: string,
+  priority = 0,
+  leaseToken: string = randomUUID(),
+): Promise<void> {
   await c.query(
     `INSERT INTO job_lease AS l (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
        updated_at, hold_ms)
-     VALUES ($1, gen_random_uuid(), $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
+     VALUES ($1, $5::uuid, $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
      ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
        owner = EXCLUDED.owner, priority = EXCLUDED.priority, acquired_at = EXCLUDED.acquired_at,
        updated_at = EXCLUDED.updated_at`,
-    [key, token.toString(), owner, priority],
+    [key, token.toString(), owner, priority, leaseToken],
   );
 }
 
@@ -180,6 +187,17 @@ test('no stale hands: a renewal and a release of a lease by another process, a r
     expect.stringMatching(/^no stale hands: k: w0.1's lease \(token 10\) released by w1.1/),
     expect.stringMatching(/^no stale hands: q: w0.1 renewed its lease \(token 11\) \d+ ms after it had expired/),
   ]);
+});
+
+test('no stale hands: an expired row granted again to the same lease token is a grant, not a renewal', async () => {
+  // A waiter's lease token is its id, the same in each of its attempts: an attempt granted whose answer was lost
+  // leaves the row with that token; a later attempt past its expiry takes it with a new fencing token.
+  const a = await as('w0.1');
+  const waiterId = randomUUID();
+  await grant(a, 'k', 10n, 'w0.1', 0, waiterId);
+  await a.query(`UPDATE job_lease SET updated_at = clock_timestamp() - interval '5 seconds' WHERE target_id = 'k'`);
+  await grant(a, 'k', 12n, 'w0.1', 0, waiterId);
+  expect(await violations([granted('w0.1', 'k', 12n)])).toEqual([]);
 });
 
 test('waits settle within their bound: a wait past it is flagged, unless its process could not run meanwhile', async () => {

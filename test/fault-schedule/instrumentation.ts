@@ -65,7 +65,10 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       IF NEW.lease_token IS NULL THEN
         IF TG_OP = 'INSERT' OR OLD.lease_token IS NULL THEN RETURN NULL; END IF;
         kind := 'release';
-      ELSIF TG_OP = 'INSERT' OR OLD.lease_token IS DISTINCT FROM NEW.lease_token THEN
+      -- A grant draws a new fencing token; the lease token may stay: a waiter's is its id in each of its attempts,
+      -- so one that retries after a lost answer takes its own expired grant again (a new token, not a renewal).
+      ELSIF TG_OP = 'INSERT' OR OLD.lease_token IS DISTINCT FROM NEW.lease_token
+        OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token THEN
         kind := 'grant';
         IF app <> NEW.owner THEN
           INSERT INTO sched_handoff VALUES (NEW.target_id, NEW.fencing_token, NEW.owner, app, clock_timestamp());
