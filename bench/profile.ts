@@ -29,7 +29,7 @@ import { seed } from './support/contenders.js';
 import { BenchDatabase } from './support/db.js';
 import { median } from './support/measure.js';
 
-const LEASE_OPTIONS = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
+const LEASE_OPTIONS = { timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 } };
 
 interface Captured {
   text: string;
@@ -127,7 +127,7 @@ function floorSql(url: string, tag: string): Cycle {
         name: 'floor_acquire',
         text: `INSERT INTO job_lease AS l (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at, updated_at)
           VALUES ($1, $2, nextval('job_lease_fencing_seq'), 'floor', 60000, clock_timestamp(), clock_timestamp())
-          ON CONFLICT (target_id) DO UPDATE SET lease_token = EXCLUDED.lease_token,
+          ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = EXCLUDED.lease_token,
             fencing_token = nextval('job_lease_fencing_seq'), acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at
           WHERE l.lease_token IS NULL OR l.updated_at + l.lease_timeout_ms * interval '1 millisecond' <= clock_timestamp()
           RETURNING fencing_token`,

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { prepareTables, type Received } from '../faults/support/harness.js';
 import { createTestDatabase } from '../support/db.js';
+import type { ModesContext } from './checker-modes.js';
 import { checkRun, LOAD_ALLOWANCE_MS, type Invariant } from './checker.js';
 import { installInstrumentation } from './instrumentation.js';
 import type { ScheduleMessage } from './protocol.js';
@@ -36,15 +37,22 @@ afterEach(async () => {
 });
 
 /** What an acquire statement does to the row: a new lease token, `token`, `owner`; a first grant inserts it. */
-async function grant(c: pg.Client, key: string, token: bigint, owner: string, priority = 0): Promise<void> {
+async function grant(
+  c: pg.Client,
+  key: string,
+  token: bigint,
+  owner: string,
+  priority = 0,
+  leaseToken: string = randomUUID(),
+): Promise<void> {
   await c.query(
     `INSERT INTO job_lease AS l (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
        updated_at, hold_ms)
-     VALUES ($1, gen_random_uuid(), $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
-     ON CONFLICT (target_id) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
+     VALUES ($1, $5::uuid, $2, $3, $4, 1500, clock_timestamp(), clock_timestamp(), 0)
+     ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = EXCLUDED.lease_token, fencing_token = EXCLUDED.fencing_token,
        owner = EXCLUDED.owner, priority = EXCLUDED.priority, acquired_at = EXCLUDED.acquired_at,
        updated_at = EXCLUDED.updated_at`,
-    [key, token.toString(), owner, priority],
+    [key, token.toString(), owner, priority, leaseToken],
   );
 }
 
@@ -81,9 +89,13 @@ const report = (worker: string, msg: ScheduleMessage): Received<ScheduleMessage>
 const granted = (worker: string, key: string, token: bigint) =>
   report(worker, { t: 'grant', key, fencingToken: token.toString(), owner: worker, at: 0 });
 
-async function violations(log: Received<ScheduleMessage>[] = [], pauses = new Map<string, Array<[number, number]>>()) {
+async function violations(
+  log: Received<ScheduleMessage>[] = [],
+  pauses = new Map<string, Array<[number, number]>>(),
+  context?: ModesContext,
+) {
   const admin = await as('fault-harness');
-  const { violations: found } = await checkRun(admin, log, pauses);
+  const { violations: found } = await checkRun(admin, log, pauses, context);
   return found.map((v) => `${v.invariant}: ${v.detail}`);
 }
 
@@ -177,6 +189,17 @@ test('no stale hands: a renewal and a release of a lease by another process, a r
   ]);
 });
 
+test('no stale hands: an expired row granted again to the same lease token is a grant, not a renewal', async () => {
+  // A waiter's lease token is its id, the same in each of its attempts: an attempt granted whose answer was lost
+  // leaves the row with that token; a later attempt past its expiry takes it with a new fencing token.
+  const a = await as('w0.1');
+  const waiterId = randomUUID();
+  await grant(a, 'k', 10n, 'w0.1', 0, waiterId);
+  await a.query(`UPDATE job_lease SET updated_at = clock_timestamp() - interval '5 seconds' WHERE target_id = 'k'`);
+  await grant(a, 'k', 12n, 'w0.1', 0, waiterId);
+  expect(await violations([granted('w0.1', 'k', 12n)])).toEqual([]);
+});
+
 test('waits settle within their bound: a wait past it is flagged, unless its process could not run meanwhile', async () => {
   const wait = (startedAt: number, endedAt: number, stalledMs = 0) =>
     report('w0.1', {
@@ -254,6 +277,143 @@ test('priority order: a waiter whose row just went keeps its place; one whose ro
   expect(await violations()).toEqual([
     expect.stringMatching(
       /^priority order: q: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1 .* gone in the 5 s before: none$/,
+    ),
+  ]);
+});
+
+// --- the modes where two features meet (issue 38) ----------------------------------------------------------------
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const stickyCall = (worker: string, startedAt: number, endedAt: number, token = '7') =>
+  report(worker, { t: 'sticky', key: 's0', fencingToken: token, startedAt, endedAt });
+const joined = (worker: string, key: string, startedAt: number, endedAt: number, outcome: string, token?: bigint) =>
+  report(worker, {
+    t: 'join',
+    via: 'run',
+    key,
+    outcome,
+    fencingToken: token?.toString(),
+    startedAt,
+    endedAt,
+  });
+
+test('sticky: one call at a time: two calls of one process that overlap are flagged, calls one after another pass', async () => {
+  const log = [
+    stickyCall('w0.1', 1_000, 1_300),
+    stickyCall('w0.1', 1_300, 1_500), // begins as the one before ends: one at a time
+    stickyCall('w0.1', 1_450, 1_600), // begins while the one before runs
+    stickyCall('w1.1', 1_000, 1_600), // another process (its term is judged by the fenced writes)
+  ];
+  expect(await violations(log)).toEqual([
+    expect.stringMatching(
+      /^sticky: one call at a time: w0.1: a sticky call of s0 \(token 7\) began 50 ms before the one before it/,
+    ),
+  ]);
+});
+
+test('join: the run it waited for: a run that ended before the join, one granted after it, one never granted', async () => {
+  const a = await as('w0.1');
+  const b = await as('w1.1');
+  const early = Date.now();
+  await sleep(300);
+  await grant(a, 'k', 10n, 'w0.1');
+  const during = Date.now();
+  await sleep(300);
+  await release(a, 'k');
+  await sleep(300);
+  const after = Date.now();
+  // q: a run ended by the next grant (a handoff carries no release): joined while it ran, it passes.
+  await grant(a, 'q', 20n, 'w0.1');
+  const held = Date.now();
+  await sleep(300);
+  await grant(a, 'q', 21n, 'w1.1');
+  await release(b, 'q');
+  const log = [
+    granted('w0.1', 'k', 10n),
+    granted('w0.1', 'q', 20n),
+    granted('w1.1', 'q', 21n),
+    joined('w2.1', 'k', during - 50, during + 50, 'joined', 10n),
+    joined('w2.1', 'q', held, held + 100, 'joined-error', 20n),
+    joined('w2.1', 'k', after, after + 50, 'joined', 10n),
+    joined('w2.1', 'k', early - 500, early, 'joined', 10n),
+    joined('w2.1', 'k', during, during + 10, 'joined', 99n),
+  ];
+  expect(await violations(log)).toEqual([
+    expect.stringMatching(
+      /^join: the run it waited for: w2.1: a join of k \(run\) .* settled 'joined' with the outcome of token 10 \(w0.1\), ended \d+ ms before the join began/,
+    ),
+    expect.stringMatching(
+      /^join: the run it waited for: w2.1: a join of k .* with the outcome of token 10 \(w0.1\), granted \d+ ms after the join ended/,
+    ),
+    expect.stringMatching(
+      /^join: the run it waited for: w2.1: a join of k .* token 99, which the server never granted on k/,
+    ),
+  ]);
+});
+
+test('join: refused on a drained key: a join settled otherwise once the drain reached its process is flagged', async () => {
+  const a = await as('w0.1');
+  await grant(a, 'k', 10n, 'w0.1'); // a holder keeps its lease through a drain: its run is there to join
+  await sleep(300);
+  // The drain reached every process by now (its commit, a refresh, a statement in flight, the load allowance).
+  const from = Date.now() - 2_000 - LOAD_ALLOWANCE_MS;
+  const readyAt = new Map([
+    ['w2.1', 0],
+    ['w3.1', from + 1_000],
+    ['w4.1', 0],
+  ]);
+  const context: ModesContext = { drains: [{ key: 'k', from, to: from + 9_000 }], readyAt };
+  const reached = from + 2_000 + LOAD_ALLOWANCE_MS;
+  const log = [
+    granted('w0.1', 'k', 10n),
+    joined('w2.1', 'k', reached + 100, reached + 200, 'joined', 10n), // flagged: a value on a drained key
+    joined('w2.1', 'k', reached + 300, reached + 2_300, 'timeout'), // flagged: a wait
+    joined('w2.1', 'k', reached + 400, reached + 400, 'drained'),
+    joined('w2.1', 'k', reached - 200, reached - 100, 'joined', 10n), // the drain may not have reached it yet
+    joined('w2.1', 'k', from + 8_900, from + 9_100, 'joined', 10n), // ended after the undrain was asked
+    joined('w3.1', 'k', reached + 100, reached + 200, 'joined', 10n), // its process started late
+    joined('w4.1', 'k', reached + 100, reached + 200, 'joined', 10n), // its process was stopped meanwhile
+    joined('w2.1', 'q', reached + 100, reached + 200, 'own', undefined), // another key
+  ];
+  const pauses = new Map<string, Array<[number, number]>>([['w4.1', [[from + 1_000, from + 2_000]]]]);
+  expect(await violations(log, pauses, context)).toEqual([
+    expect.stringMatching(
+      /^join: refused on a drained key: w2.1: a join of k .* settled 'joined' \(token 10\), \d+ ms after k was drained/,
+    ),
+    expect.stringMatching(
+      /^join: refused on a drained key: w2.1: a join of k .* settled 'timeout', \d+ ms after k was drained/,
+    ),
+  ]);
+});
+
+test('local safety: a takeover while the replaced holder still saw its lease held is flagged; after it, or a handoff, passes', async () => {
+  const a = await as('w0.1');
+  const b = await as('w1.1');
+  const held = (key: string, token: bigint, lastHeldAt: number) =>
+    report('w0.1', { t: 'held', key, fencingToken: token.toString(), lastHeldAt });
+  await grant(a, 'k', 10n, 'w0.1');
+  await grant(a, 'q', 20n, 'w0.1');
+  await grant(a, 'r', 30n, 'w0.1');
+  const before = Date.now();
+  await sleep(50);
+  await grant(b, 'k', 11n, 'w1.1'); // a takeover by another process
+  await grant(b, 'q', 21n, 'w1.1');
+  await grant(a, 'r', 31n, 'w1.1'); // a handoff: the holder's own release granted the waiter
+  const after = Date.now() + 1;
+  const log = [
+    granted('w0.1', 'k', 10n),
+    granted('w0.1', 'q', 20n),
+    granted('w0.1', 'r', 30n),
+    granted('w1.1', 'k', 11n),
+    granted('w1.1', 'q', 21n),
+    granted('w1.1', 'r', 31n),
+    held('k', 10n, after),
+    held('q', 20n, before),
+    held('r', 30n, after),
+  ];
+  expect(await violations(log)).toEqual([
+    expect.stringMatching(
+      /^local safety: k: granted to w1.1 \(token 11, #\d+\) while w0.1 still saw its lease \(token 10\) held, \d+ ms later/,
     ),
   ]);
 });

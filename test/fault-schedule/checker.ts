@@ -20,6 +20,9 @@
  *   and landed long enough before it to be in its snapshot, still live well after it) of a higher priority, or of
  *   the same priority and an earlier place (a newcomer comes after every queued waiter).
  *
+ * The modes where two features meet are judged in `checker-modes.ts` (called from here): **sticky: one call at a
+ * time**, **join: the run it waited for**, **join: refused on a drained key** and **local safety**.
+ *
  * The runner adds two more, which it checks itself: **close leaves nothing** (after `close()` while calls run) and
  * **settled: nothing left** (after everything is closed and killed rows have expired: no live lease row, no live
  * waiter row, no server connection).
@@ -28,6 +31,7 @@ import type pg from 'pg';
 import { check } from '../faults/support/checker.js';
 import type { Received } from '../faults/support/harness.js';
 import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/protocol.js';
+import { checkModes, type ModesContext, type ModesFigures, type ModesInvariant } from './checker-modes.js';
 import type { ScheduleMessage } from './protocol.js';
 
 export type Invariant =
@@ -38,7 +42,8 @@ export type Invariant =
   | 'waits settle within their bound'
   | 'priority order'
   | 'close leaves nothing'
-  | 'settled: nothing left';
+  | 'settled: nothing left'
+  | ModesInvariant;
 
 export const INVARIANTS: readonly Invariant[] = [
   'fenced exclusion',
@@ -49,6 +54,10 @@ export const INVARIANTS: readonly Invariant[] = [
   'priority order',
   'close leaves nothing',
   'settled: nothing left',
+  'sticky: one call at a time',
+  'join: the run it waited for',
+  'join: refused on a drained key',
+  'local safety',
 ];
 
 export interface Violation {
@@ -79,6 +88,8 @@ export interface Figures {
   unreportedGrants: number;
   /** Event-loop stalls of 250 ms or more in the workers (SIGSTOPs included), and the longest. */
   stalls: { count: number; maxMs: number };
+  /** Sticky calls that ran, joins by outcome, and grants handed over by a release (and confirmed by their owner). */
+  modes: ModesFigures & { handoffs: number; confirmed: number };
 }
 
 /** Above the README's bound (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
@@ -104,6 +115,7 @@ interface LeaseEventRow {
   old_owner: string | null;
   old_fencing_token: string | null;
   old_expired_ms: number | null;
+  old_held: boolean | null;
   waiters: Array<{
     id: string;
     owner: string;
@@ -123,6 +135,7 @@ export async function checkRun(
   admin: pg.Client,
   log: ReadonlyArray<Received<ScheduleMessage>>,
   pauses: ReadonlyMap<string, ReadonlyArray<readonly [number, number]>>,
+  context: ModesContext = { drains: [], readyAt: new Map() },
 ): Promise<{ violations: Violation[]; figures: Figures }> {
   const violations: Violation[] = [];
   const flag = (invariant: Invariant, detail: string) => violations.push({ invariant, detail });
@@ -136,7 +149,7 @@ export async function checkRun(
     await admin.query<LeaseEventRow>(`
       SELECT seq::text, kind, target_id, fencing_token::text, owner, priority, app, txid::text,
         (extract(epoch FROM at) * 1000000)::bigint::text AS at_us, old_owner, old_fencing_token::text, old_expired_ms,
-        waiters
+        waiters, old_held
       FROM sched_lease_event e ORDER BY e.seq`)
   ).rows;
   const grants = events.filter((e) => e.kind === 'grant');
@@ -333,6 +346,29 @@ export async function checkRun(
     }
   }
 
+  // The modes where two features meet: sticky calls, joins (and drains), local safety.
+  const modes = checkModes(
+    log,
+    events.map((e) => ({
+      seq: BigInt(e.seq),
+      kind: e.kind,
+      key: e.target_id,
+      token: BigInt(e.fencing_token),
+      owner: e.owner,
+      oldToken: e.old_fencing_token === null ? null : BigInt(e.old_fencing_token),
+      oldOwner: e.old_owner,
+      oldHeld: e.old_held,
+      app: e.app,
+      at: Number(BigInt(e.at_us)) / 1000,
+    })),
+    context,
+    pauses,
+  );
+  for (const v of modes.violations) flag(v.invariant, v.detail);
+  const { rows: handed } = await admin.query<{ handoffs: number; confirmed: number }>(
+    `SELECT count(*)::int AS handoffs, count(confirmed_at)::int AS confirmed FROM sched_handoff`,
+  );
+
   const figures: Figures = {
     operations,
     calls,
@@ -351,6 +387,7 @@ export async function checkRun(
       (acc, { msg }) => (msg.t === 'stall' ? { count: acc.count + 1, maxMs: Math.max(acc.maxMs, msg.ms) } : acc),
       { count: 0, maxMs: 0 },
     ),
+    modes: { ...modes.figures, ...handed[0] },
   };
   return { violations, figures };
 }

@@ -11,6 +11,8 @@
  * - `sched_waiter_landed` / `sched_waiter_gone`: when each waiter row was inserted, and each deleted row with its
  *   transaction and the process that deleted it (the grantee of a grant is the row its own transaction deleted; a row
  *   deleted by another process was evicted as dead, and its waiter keeps its place).
+ * - `sched_handoff`: every grant a release (or a waiter leaving) handed to a waiter, and when its owner confirmed it
+ *   (its first update of the row: the `confirm-grant` racepoint stalls there).
  * - Racepoints: BEFORE triggers at named points that sleep in the server, for one owner, while a row of
  *   `sched_racepoint` arms them. They are installed once and armed by a row instead of being created and dropped per
  *   step: CREATE TRIGGER waits for the table's writers and DROP TRIGGER takes an ACCESS EXCLUSIVE lock that queues
@@ -41,7 +43,14 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       owner text, priority int, app text NOT NULL, txid bigint NOT NULL, at timestamptz NOT NULL,
       stmt_at timestamptz NOT NULL, old_owner text, old_fencing_token bigint,
       -- how long before the statement began the old row had expired (positive: it had)
-      old_expired_ms float8, waiters jsonb);
+      old_expired_ms float8, waiters jsonb,
+      -- a grant: whether the row it replaced still named a holder (a takeover or a handoff, not a free row)
+      old_held boolean);
+    -- Grants made by another process than their owner's: a release (or a waiter leaving) handed the key over. The
+    -- owner's first update of the grant is its confirmation.
+    CREATE TABLE sched_handoff (target_id text NOT NULL, fencing_token bigint NOT NULL, owner text NOT NULL,
+      app text NOT NULL, granted_at timestamptz NOT NULL, confirmed_at timestamptz,
+      PRIMARY KEY (target_id, fencing_token));
     CREATE INDEX ON sched_lease_event (target_id, seq);
 
     CREATE FUNCTION sched_lease_event() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -56,9 +65,19 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       IF NEW.lease_token IS NULL THEN
         IF TG_OP = 'INSERT' OR OLD.lease_token IS NULL THEN RETURN NULL; END IF;
         kind := 'release';
-      ELSIF TG_OP = 'INSERT' OR OLD.lease_token IS DISTINCT FROM NEW.lease_token THEN
+      -- A grant draws a new fencing token; the lease token may stay: a waiter's is its id in each of its attempts,
+      -- so one that retries after a lost answer takes its own expired grant again (a new token, not a renewal).
+      ELSIF TG_OP = 'INSERT' OR OLD.lease_token IS DISTINCT FROM NEW.lease_token
+        OR OLD.fencing_token IS DISTINCT FROM NEW.fencing_token THEN
         kind := 'grant';
+        IF app <> NEW.owner THEN
+          INSERT INTO sched_handoff VALUES (NEW.target_id, NEW.fencing_token, NEW.owner, app, clock_timestamp());
+        END IF;
       ELSIF OLD.updated_at IS DISTINCT FROM NEW.updated_at THEN
+        IF app = NEW.owner THEN
+          UPDATE sched_handoff h SET confirmed_at = clock_timestamp()
+          WHERE h.target_id = NEW.target_id AND h.fencing_token = NEW.fencing_token AND h.confirmed_at IS NULL;
+        END IF;
         -- A renewal: logged only when it is suspect (someone else's session, or a row expired before it began).
         IF app = OLD.owner AND expired_ms < 0 THEN RETURN NULL; END IF;
         kind := 'renew';
@@ -77,7 +96,8 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
             'renewedMs', extract(epoch FROM statement_timestamp() - w.heartbeat_at) * 1000,
             'landedMs', extract(epoch FROM statement_timestamp() - l.landed_at) * 1000)), '[]'::jsonb)
           FROM job_lease_waiter w LEFT JOIN sched_waiter_landed l ON l.waiter_id = w.waiter_id
-          WHERE w.target_id = NEW.target_id) END);
+          WHERE w.target_id = NEW.target_id) END,
+        CASE WHEN kind = 'grant' THEN TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL END);
       RETURN NULL;
     END $$;
 
@@ -108,7 +128,28 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       WHERE r.point = TG_ARGV[0] AND r.owner = who AND r.until > clock_timestamp() LIMIT 1;
       IF s IS NOT NULL THEN PERFORM pg_sleep(s); END IF;
       RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
-    END $$;`);
+    END $$;
+
+    -- The confirm-grant racepoint: the owner's confirmation of a grant handed to it (its first update of the grant,
+    -- by the confirmation statement or by an acquire statement that recognises the grant), before the row is written.
+    CREATE FUNCTION sched_confirm_point() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+      s float8;
+    BEGIN
+      IF NEW.lease_token IS NULL OR OLD.lease_token IS DISTINCT FROM NEW.lease_token
+        OR split_part(current_setting('application_name'), ':', 1) <> NEW.owner THEN
+        RETURN NEW;
+      END IF;
+      SELECT r.sleep_s INTO s FROM sched_racepoint r
+      WHERE r.point = 'confirm-grant' AND r.owner = NEW.owner AND r.until > clock_timestamp() LIMIT 1;
+      IF s IS NOT NULL AND EXISTS (SELECT 1 FROM sched_handoff h WHERE h.target_id = NEW.target_id
+          AND h.fencing_token = NEW.fencing_token AND h.confirmed_at IS NULL) THEN
+        PERFORM pg_sleep(s);
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER sched_rp_confirm_grant BEFORE UPDATE ON job_lease FOR EACH ROW
+      EXECUTE FUNCTION sched_confirm_point();`);
   // A BEFORE trigger sleeps before the row is written (on INSERT: before conflict detection); an AFTER trigger once
   // the statement wrote it, its transaction not yet committed (a concurrent insert of the key waits for it).
   for (const [point, { table, event, owner }] of Object.entries(RACEPOINT_TRIGGERS)) {
@@ -126,7 +167,7 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
 /** Arms `point` for `owner` for `durationMs`: each of its statements reaching the point meanwhile sleeps `sleepMs`. */
 export async function armRacepoint(
   admin: pg.Client,
-  point: Racepoint,
+  point: Racepoint | 'confirm-grant',
   owner: string,
   sleepMs: number,
   durationMs: number,

@@ -15,9 +15,10 @@ import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/prot
  * - `waiting`: a call of this process queued in line (the `waiting` event); not held;
  * - `batch`: just before many acquisitions are made in one turn of the event loop;
  * - `long-holding`: a long holder has its many leases, before it sits on them;
+ * - `sticky`: a sticky job's call running on its owner (the term's lease), before its work;
  * - `any`: no aim, the fault lands wherever the workload is.
  */
-export type Phase = 'any' | 'holding' | 'inside-fence' | 'releasing' | 'waiting' | 'batch' | 'long-holding';
+export type Phase = 'any' | 'holding' | 'inside-fence' | 'releasing' | 'waiting' | 'batch' | 'long-holding' | 'sticky';
 
 export interface ScheduleWorkerConfig {
   /** Also the LeaseService `owner` and the pool's `application_name` (`<name>:heartbeat`, … for the library's own). */
@@ -30,16 +31,54 @@ export interface ScheduleWorkerConfig {
   loops: number;
   hotKeys: string[];
   bulkKeys: string[];
+  /** The hot keys joins are made on (and plain runs with a hold's tail, and the drains). */
+  joinKeys: string[];
   /** Negative control: fenced writes in a plain transaction (no row lock, no token check). */
   unfenced: boolean;
-  /** Negative control: `faultSwitches.tokenBeforeLock` (with `maxBatchSize: 1` in `lease`). */
+  /** Negative control: `useStatementFaults(…, { tokenBeforeLock })` (with `maxBatchSize: 1` in `lease`). */
   tokenBeforeLock: boolean;
+  /**
+   * Negative control: each sticky call also starts the next one from inside its own call chain (a timer set in the
+   * call), which the library treats as a nested call of the key — it borrows the term's lease and runs beside.
+   */
+  stickyOverlap: boolean;
   maxLifetimeMs: number;
 }
 
 /** The API calls of the workload, counted by outcome. */
 export type OpKind =
-  'tryAcquire' | 'acquire' | 'acquire-abort' | 'run' | 'run-wait' | 'http' | 'http-wait' | 'batch' | 'long' | 'release';
+  | 'tryAcquire'
+  | 'acquire'
+  | 'acquire-abort'
+  | 'run'
+  | 'run-wait'
+  | 'http'
+  | 'http-wait'
+  | 'batch'
+  | 'long'
+  | 'join'
+  | 'http-join'
+  | 'run-hold'
+  | 'sticky'
+  | 'release';
+
+/**
+ * A join (`run(key, work, { onBusy: 'join' })`, or `POST /j/:key`): from the call to its settling, on the system clock
+ * (`Date.now()`, compared with the database's), and the fencing token of the run whose outcome it settled with.
+ */
+export interface JoinRecord {
+  via: 'run' | 'http';
+  key: string;
+  /**
+   * `own` (it ran the work itself: its own grant), `joined` (another run's value), `joined-error` (another run's
+   * failure, `LeaseJoinedRunError`), `own-failed` (its own run failed), `drained` (`LeaseDrainedError`, over HTTP a
+   * 503 with `drained`), or what `outcomeOf` says of any other error (over HTTP, the status).
+   */
+  outcome: string;
+  fencingToken?: string;
+  startedAt: number;
+  endedAt: number;
+}
 
 /** A call that waited in line: how long it took to settle, against the bound it was given. */
 export interface WaitRecord {
@@ -62,6 +101,14 @@ export type ScheduleMessage =
   | { t: 'released'; key: string; fencingToken: string }
   | { t: 'op'; op: OpKind; outcome: string; calls?: number; wait?: WaitRecord; error?: string }
   | { t: 'hit'; step: number; phase: Phase; key?: string; fencingToken?: string }
+  /** A sticky call that ran (its body), on its owner: from its start to its end (`wall()` of the process). */
+  | { t: 'sticky'; key: string; fencingToken: string; startedAt: number; endedAt: number }
+  | ({ t: 'join' } & JoinRecord)
+  /**
+   * A lease ended here (lost or released): the last time (`Date.now()`) a 50 ms sampler saw its `isHeld()` true,
+   * the sample's time taken before the call. Local safety: nobody else may be granted the key before it.
+   */
+  | { t: 'held'; key: string; fencingToken: string; lastHeldAt: number }
   /** The event loop could not run for `ms` (a tick that late), ending at `at`. Reported from 250 ms on. */
   | { t: 'stall'; ms: number; at: number }
   | {

@@ -3,7 +3,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { INVARIANTS } from './checker.js';
 import type { RunResult } from './runner.js';
-import { describeStep, FAULT_MIX, RACEPOINTS } from './schedule.js';
+import { describeStep, FAULT_MIX, MODE_MIX, MODES_SHARE, RACEPOINTS, SCHEDULE_VERSION } from './schedule.js';
 
 /** How a run is judged: an ordinary run (and a passing regression) must find nothing; a control must find its kind. */
 export type Expectation = 'clean' | 'caught' | 'known-failure';
@@ -17,8 +17,9 @@ export interface JudgedRun {
 }
 
 export function replayCommand(result: RunResult): string {
-  const { seed, control } = result.spec;
-  return `npm run test:schedule -- --seed ${seed} --steps ${result.records.length}${control ? ` --control ${control}` : ''}`;
+  const { seed, control, schedule } = result.spec;
+  const version = schedule === undefined || schedule === SCHEDULE_VERSION ? '' : ` --schedule ${schedule}`;
+  return `npm run test:schedule -- --seed ${seed} --steps ${result.records.length}${control ? ` --control ${control}` : ''}${version}`;
 }
 
 const s = (ms: number) => (ms / 1000).toFixed(1);
@@ -31,6 +32,7 @@ function known(result: RunResult): string {
 function faultCell(result: RunResult): string {
   const f = result.faults;
   const stalled = result.records.filter((r) => r.step.kind === 'racepoint' && !/^no statement/.test(r.effect)).length;
+  const handoffHits = result.records.filter((r) => r.step.kind === 'handoff-crash' && r.aim === 'hit').length;
   return [
     `kill ${f.sigkill}`,
     `stop ${f.sigstop}`,
@@ -41,7 +43,22 @@ function faultCell(result: RunResult): string {
     `pg restart ${f['pg-restart']}`,
     `racepoint ${f.racepoint} (${stalled} stalled)`,
     `close ${f['close-restart']}`,
+    `at sticky ${result.records.filter((r) => r.step.phase === 'sticky').length}`,
+    `drain ${f.drain}`,
+    `handoff crash ${f['handoff-crash']} (${handoffHits} stalled)`,
   ].join(' · ');
+}
+
+/** Sticky calls that ran, joins by outcome (and how many each join check judged), grants handed over, takeovers. */
+function modesCell(result: RunResult): string {
+  const m = result.figures.modes;
+  const joins = Object.entries(m.joins)
+    .sort(([, a], [, b]) => b - a)
+    .map(([outcome, n]) => `${outcome} ${n}`)
+    .join(', ');
+  const total = Object.values(m.joins).reduce((sum, n) => sum + n, 0);
+  const { joinRuns, joinsDrained, takeovers } = m.judged;
+  return `sticky ${m.stickyCalls} · joins ${total}${joins ? ` (${joins})` : ''}, judged: ${joinRuns} by their run, ${joinsDrained} in a drain · handoffs ${m.handoffs} (${m.confirmed} confirmed) · takeovers judged for local safety ${takeovers}`;
 }
 
 export function tableOf(runs: readonly JudgedRun[], totalMs: number): string {
@@ -52,16 +69,22 @@ export function tableOf(runs: readonly JudgedRun[], totalMs: number): string {
     const caught = result.firstViolation
       ? ` (probe: step #${result.firstViolation.step}, ${s(result.firstViolation.atMs)} s)`
       : '';
-    return `| ${label} | ${s(result.stepsMs / 60)} | ${result.records.length} | ${fg.operations} | ${fg.grants} (${fg.unreportedGrants}) | ${fg.writes.committed} / ${fg.writes.refused} / ${fg.writes.unknown} | ${fg.waits.total} (${Math.round(fg.waits.maxOvershootMs)} ms) | ${fg.priorityGrantsJudged} | ${fg.stalls.count} (${s(fg.stalls.maxMs)} s) | ${faultCell(result)} | ${hit}/${aimed.length} | ${result.violations.length}${known(result)}${caught} | ${verdict} |`;
+    return `| ${label} | ${s(result.stepsMs / 60)} | ${result.records.length} | ${fg.operations} | ${fg.grants} (${fg.unreportedGrants}) | ${fg.writes.committed} / ${fg.writes.refused} / ${fg.writes.unknown} | ${fg.waits.total} (${Math.round(fg.waits.maxOvershootMs)} ms) | ${fg.priorityGrantsJudged} | ${fg.stalls.count} (${s(fg.stalls.maxMs)} s) | ${faultCell(result)} | ${modesCell(result)} | ${hit}/${aimed.length} | ${result.violations.length}${known(result)}${caught} | ${verdict} |`;
   });
   return [
-    '| run | minutes of steps | steps | operations | grants (unreported) | fenced writes (committed / refused / unknown) | waits (most over bound) | grants judged for priority | event-loop stalls ≥ 250 ms (longest) | faults | aimed (hit / all) | violations | result |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| run | minutes of steps | steps | operations | grants (unreported) | fenced writes (committed / refused / unknown) | waits (most over bound) | grants judged for priority | event-loop stalls ≥ 250 ms (longest) | faults | modes | aimed (hit / all) | violations | result |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
     ...rows,
     '',
     `Fault mix (weights): ${Object.entries(FAULT_MIX)
       .map(([kind, weight]) => `${kind} ${weight}`)
-      .join(', ')}; racepoints: ${RACEPOINTS.join(', ')}.`,
+      .join(
+        ', ',
+      )}; racepoints: ${RACEPOINTS.join(', ')}; schedule ${SCHEDULE_VERSION}: ${MODES_SHARE * 100} % of the steps aim at the modes (${Object.entries(
+      MODE_MIX,
+    )
+      .map(([mode, weight]) => `${mode} ${weight}`)
+      .join(', ')}).`,
     `Wall time: ${s(totalMs)} s.`,
   ].join('\n');
 }

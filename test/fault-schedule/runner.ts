@@ -16,19 +16,30 @@ import {
   type WorkerScript,
 } from '../faults/support/harness.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { stickyOverlaps } from './checker-modes.js';
+import { closeAndCheck } from './close-check.js';
 import { checkRun, type Figures, type Violation } from './checker.js';
 import { armRacepoint, disarmRacepoints, installInstrumentation, probe, sleepingBackends } from './instrumentation.js';
 import type { ScheduleMessage, ScheduleParentMessage, ScheduleWorkerConfig } from './protocol.js';
-import { deriveSeed, describeStep, FAULT_KINDS, stepOf, type FaultKind, type Step } from './schedule.js';
+import { Drains, ownerOf, postmasterOf } from './runner-modes.js';
+import {
+  deriveSeed,
+  describeStep,
+  FAULT_KINDS,
+  JOIN_KEYS,
+  STICKY_KEY,
+  stepOf,
+  type FaultKind,
+  type Step,
+} from './schedule.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const WORKER_SCRIPT = join(process.cwd(), 'test', 'fault-schedule', 'worker.ts');
 
-export const CONTROLS = ['fence-off', 'token-before-lock'] as const;
+export const CONTROLS = ['fence-off', 'token-before-lock', 'sticky-overlap'] as const;
 export type Control = (typeof CONTROLS)[number];
 
 export const WORKERS = 4;
-const LIVE_LEASE = `(l.updated_at + l.lease_timeout_ms * interval '1 millisecond' > clock_timestamp())`;
-const LIVE_WAITER = `(w.heartbeat_at + w.timeout_ms * interval '1 millisecond' > clock_timestamp())`;
 const LOOPS = 3;
 const HOT_KEYS = Array.from({ length: 6 }, (_, i) => `h${i}`);
 const BULK_KEYS = Array.from({ length: 48 }, (_, i) => `b${i}`);
@@ -41,6 +52,8 @@ export interface RunSpec {
   minutes?: number;
   /** Run exactly this many steps (a replay), whatever the time. */
   steps?: number;
+  /** The SCHEDULE_VERSION whose steps to draw (a kept seed's); default the current one. */
+  schedule?: number;
   control?: Control;
   /** Go on after the probe finds a violation (default: settle and check at once). */
   keepGoing?: boolean;
@@ -101,6 +114,9 @@ export class ScheduleRun {
   private readonly faults = Object.fromEntries(FAULT_KINDS.map((kind) => [kind, 0])) as Record<FaultKind, number>;
   /** When a row may last have been left to expire by itself (a kill, a close that logged a failed release). */
   private lastOrphanAt = 0;
+  /** When each incarnation was ready (system clock): a drain reaches a process no sooner than it runs. */
+  private readonly readyAt = new Map<string, number>();
+  private drains?: Drains;
 
   private readonly script: WorkerScript;
 
@@ -117,9 +133,11 @@ export class ScheduleRun {
   async run(): Promise<RunResult> {
     const startedAt = wall();
     this.url = await createDatabase(this.server.url, 'schedule');
-    await prepareTables(this.url, [...HOT_KEYS, ...BULK_KEYS]);
+    await prepareTables(this.url, [...HOT_KEYS, ...BULK_KEYS, STICKY_KEY]);
     this.admin = await connect(this.url);
     await installInstrumentation(this.admin);
+    // The operator's tables before any worker starts: every worker's drains are on.
+    this.drains = await Drains.open(this.url);
     for (let index = 0; index < WORKERS; index++) {
       const { proxy, url } = await TcpProxy.inFrontOf(this.url);
       this.slots.push(new Slot(index, proxy, url));
@@ -134,7 +152,8 @@ export class ScheduleRun {
       phases.push(`setup ${s(stepsFrom - startedAt)} s`);
       const deadline = this.spec.steps === undefined ? stepsFrom + (this.spec.minutes ?? 1) * 60_000 : Infinity;
       for (let index = 0; this.spec.steps === undefined ? wall() < deadline : index < this.spec.steps; index++) {
-        const step = stepOf(this.spec.seed, index, { workers: WORKERS, leaseTimeoutMs: LEASE.leaseTimeoutMs! });
+        const shape = { workers: WORKERS, leaseTimeoutMs: LEASE.timing!.leaseTimeoutMs! };
+        const step = stepOf(this.spec.seed, index, shape, this.spec.schedule);
         await sleep(step.gapMs);
         await Promise.all(this.slots.map((slot) => slot.ready));
         const record = await this.execute(step);
@@ -142,7 +161,7 @@ export class ScheduleRun {
         records.push(record);
         this.faults[step.kind]++;
         this.say(`  ${describeStep(step)} → ${record.aim === 'none' ? '' : `${record.aim}; `}${record.effect}`);
-        const found = await probe(this.admin);
+        const found = [...(await probe(this.admin)), ...stickyOverlaps(this.log).map((o) => `sticky: ${o}`)];
         if (found.length && !firstViolation) {
           firstViolation = { step: index, atMs: wall() - stepsFrom, what: found };
           this.say(`  ! probe after step #${index} (${((wall() - stepsFrom) / 1000).toFixed(1)} s): ${found[0]}`);
@@ -162,11 +181,13 @@ export class ScheduleRun {
         await slot.worker?.end(5_000);
         await slot.proxy.stop();
       }
+      await this.drains?.close();
     }
     let figures: Figures;
     const checking = wall();
     try {
-      const checked = await checkRun(this.admin, this.log, this.pauses);
+      const context = { drains: this.drains?.windows ?? [], readyAt: this.readyAt };
+      const checked = await checkRun(this.admin, this.log, this.pauses, context);
       figures = checked.figures;
       this.violations.push(...checked.violations);
       phases.push(`check ${s(wall() - checking)} s`);
@@ -198,13 +219,18 @@ export class ScheduleRun {
         name: slot.name,
         url: slot.url,
         seed: deriveSeed(this.spec.seed, slot.index, slot.incarnation),
-        lease: { ...LEASE, ...(this.spec.control === 'token-before-lock' ? { maxBatchSize: 1 } : {}) },
+        lease: mergeLeaseOptions(
+          LEASE,
+          this.spec.control === 'token-before-lock' ? { connections: { maxBatchSize: 1 } } : {},
+        ),
         poolSize: 12,
         loops: LOOPS,
         hotKeys: HOT_KEYS,
         bulkKeys: BULK_KEYS,
+        joinKeys: [...JOIN_KEYS],
         unfenced: this.spec.control === 'fence-off',
         tokenBeforeLock: this.spec.control === 'token-before-lock',
+        stickyOverlap: this.spec.control === 'sticky-overlap',
         maxLifetimeMs: 60 * 60_000,
       };
       // A start can fail while the server restarts: try again (the same incarnation name, a fresh process).
@@ -216,6 +242,7 @@ export class ScheduleRun {
             this.log,
             60_000,
           );
+          this.readyAt.set(slot.name, Date.now());
           return;
         } catch (error) {
           if (attempt === 3) throw error;
@@ -248,7 +275,9 @@ export class ScheduleRun {
   // --- steps ------------------------------------------------------------------------------------------------------
 
   private async execute(step: Step): Promise<StepRecord> {
-    const slot = this.slots[step.worker];
+    // A sticky step aims at the sticky job's owner (only it runs sticky calls), else at its own slot.
+    const owner = step.phase === 'sticky' ? await ownerOf(this.admin, STICKY_KEY) : undefined;
+    const slot = this.slots.find((s) => owner !== undefined && s.worker?.name === owner) ?? this.slots[step.worker];
     const worker = slot.worker!;
     const record: StepRecord = { step, aim: 'none', effect: '', endedAtMs: 0 };
     switch (step.kind) {
@@ -335,8 +364,56 @@ export class ScheduleRun {
         void this.startIncarnation(slot, step.restartAfterMs);
         break;
       }
+      case 'drain': {
+        await this.drains!.drain(step.key!, step.durationMs, step.index);
+        record.effect = `${step.key} drained ${step.durationMs} ms, undrained`;
+        break;
+      }
+      case 'handoff-crash':
+        record.effect = await this.handoffCrash(slot, step, record);
+        break;
     }
     return record;
+  }
+
+  /**
+   * A crash between a grant and its confirmation: the confirm-grant racepoint stalls the worker's confirmation of a
+   * grant a release handed to it (at most AIM_TIMEOUT_MS for one to come; else the crash lands unaimed), then the
+   * server stops at once (SIGQUIT to the postmaster: no checkpoint) and starts again, or the waiter is SIGKILLed
+   * (its stalled confirmation commits after its sleep, for a dead holder).
+   */
+  private async handoffCrash(slot: Slot, step: Step, record: StepRecord): Promise<string> {
+    const worker = slot.worker!;
+    if (step.crash === 'server' && !this.server.embedded)
+      return 'skipped (DATABASE_URL: an external server is not crashed)';
+    const postmaster = step.crash === 'server' ? await postmasterOf(this.admin) : 0;
+    await armRacepoint(this.admin, 'confirm-grant', worker.name, step.sleepMs!, AIM_TIMEOUT_MS + step.sleepMs!);
+    let hit = false;
+    for (const until = wall() + AIM_TIMEOUT_MS; wall() < until && !hit; await sleep(20)) {
+      hit = (await sleepingBackends(this.admin, worker.name)) > 0;
+    }
+    record.aim = hit ? 'hit' : 'missed';
+    await disarmRacepoints(this.admin);
+    if (step.crash === 'server') {
+      const from = wall();
+      process.kill(postmaster, 'SIGQUIT');
+      await this.admin.end().catch(() => undefined);
+      await this.server.stop();
+      await sleep(step.durationMs);
+      await this.server.start();
+      this.admin = await connect(this.url);
+      return `server stopped at once (SIGQUIT), down ${Math.round(wall() - from)} ms`;
+    }
+    worker.signal('SIGKILL');
+    await worker.exited;
+    void this.startIncarnation(slot, step.restartAfterMs);
+    // The stalled confirmation lands after its sleep, for a dead waiter (its row then lives a lease timeout): let it,
+    // before the next step.
+    for (const until = wall() + step.sleepMs! + 3_000; wall() < until; await sleep(50)) {
+      if ((await sleepingBackends(this.admin, worker.name)) === 0) break;
+    }
+    this.lastOrphanAt = wall();
+    return `${worker.name} killed${hit ? ' with its confirmation stalled' : ''}`;
   }
 
   private pauseOf(name: string): Array<[number, number]> {
@@ -356,84 +433,16 @@ export class ScheduleRun {
     return rows[0].n;
   }
 
-  /**
-   * `close()` while the worker's calls run, then the promise of "nothing outlives its caller": no lease held and no
-   * call waiting in the process; no lease row and no waiter row of it left (unless the library logged that a release
-   * or a dequeue failed — that row expires by itself); no connection of its own left; and once it has exited, no
-   * connection of its pool.
-   */
+  /** `close()` while the worker's calls run, then the promise of "nothing outlives its caller" (`close-check.ts`). */
   private async closeAndCheck(slot: Slot, step?: Step): Promise<string[]> {
-    // A client of its own: the settling closes every worker at once.
-    const admin = await connect(this.url);
-    try {
-      return await this.closeAndCheckWith(admin, slot, step);
-    } finally {
-      await admin.end();
-    }
-  }
-
-  private async closeAndCheckWith(admin: pg.Client, slot: Slot, step?: Step): Promise<string[]> {
-    const worker = slot.worker!;
-    const name = worker.name;
-    const since = performance.now();
-    const problems: string[] = [];
-    const flag = (detail: string) => {
-      problems.push(detail);
+    const name = slot.worker!.name;
+    const go = step && (() => this.go(slot, step));
+    const { problems, rowsLeft } = await closeAndCheck(this.url, slot.worker!, go);
+    if (rowsLeft) this.lastOrphanAt = wall();
+    for (const detail of problems) {
       this.violations.push({ invariant: 'close leaves nothing', detail: `${name}: ${detail}`, step: step?.index });
-    };
-    worker.post({ t: 'close' });
-    if (step) this.go(slot, step);
-    const { msg } = await worker.waitFor((m) => m.t === 'closed', 'closed', 30_000, since);
-    if (msg.t !== 'closed') throw new Error('unreachable');
-    if (msg.held || msg.waiting)
-      flag(`close() resolved with ${msg.held} lease(s) held and ${msg.waiting} call(s) waiting`);
-    // Rows of the owner still taken: a lease the process was granted and did not lose, or a live waiter row. A row
-    // whose grant the process never heard of (its statement committed after the caller gave up on it) and a waiter
-    // row born dead (it landed after its statement's bound) are the README's "expires by itself": not judged here.
-    const { rows } = await admin.query<{ what: string; token: string | null; live: boolean }>(
-      `SELECT 'lease row ' || target_id AS what, fencing_token::text AS token, ${LIVE_LEASE} AS live
-       FROM job_lease l WHERE owner = $1 AND lease_token IS NOT NULL
-       UNION ALL SELECT 'waiter row ' || target_id, NULL, ${LIVE_WAITER} FROM job_lease_waiter w WHERE owner = $1`,
-      [name],
-    );
-    const granted = new Set<string>();
-    const lost = new Set<string>();
-    for (const { msg: m } of worker.messages()) {
-      if (m.t === 'grant') granted.add(m.fencingToken);
-      if (m.t === 'lost') lost.add(m.fencingToken);
     }
-    const left = rows.filter((r) => (r.token === null ? r.live : granted.has(r.token) && !lost.has(r.token)));
-    const what = left.map((r) => `${r.what}${r.token ? ` (token ${r.token}, ${r.live ? 'live' : 'expired'})` : ''}`);
-    if (left.length && msg.warnings.length === 0)
-      flag(`close() resolved, no failure logged, but left ${what.join(', ')}`);
-    if (rows.length) this.lastOrphanAt = wall();
-    const own = await this.sessionsLeft(admin, [`${name}:heartbeat`, `${name}:waiters`, `${name}:listen`]);
-    if (own.length) flag(`close() resolved but its own connections are still open: ${own.join(', ')}`);
-    worker.post({ t: 'exit' });
-    const exited = await Promise.race([worker.exited.then(() => true), sleep(20_000).then(() => false)]);
-    if (!exited) {
-      flag('did not exit within 20 s of close()');
-      worker.signal('SIGKILL');
-      await worker.exited;
-    }
-    const pool = await this.sessionsLeft(admin, [name]);
-    if (pool.length) flag(`exited, but ${pool.length} server connection(s) of its pool are left`);
     return problems;
-  }
-
-  /** Backends of this database with one of these application names, after letting them go for up to 3 s. */
-  private async sessionsLeft(admin: pg.Client, names: string[]): Promise<string[]> {
-    let left: string[] = [];
-    for (const until = wall() + 3_000; wall() < until; await sleep(100)) {
-      const { rows } = await admin.query<{ app: string }>(
-        `SELECT application_name AS app FROM pg_stat_activity
-         WHERE datname = current_database() AND application_name = ANY ($1::text[])`,
-        [names],
-      );
-      left = rows.map((r) => r.app);
-      if (!left.length) break;
-    }
-    return left;
   }
 
   /**
@@ -442,10 +451,11 @@ export class ScheduleRun {
    */
   private async settle(): Promise<void> {
     await disarmRacepoints(this.admin);
+    await this.drains?.undrainAll();
     for (const slot of this.slots) slot.proxy.thaw();
     await Promise.all(this.slots.map((slot) => slot.ready));
     await Promise.all(this.slots.map((slot) => this.closeAndCheck(slot)));
-    const timeout = Math.max(LEASE.leaseTimeoutMs!, LEASE.waiterTimeoutMs!);
+    const timeout = Math.max(LEASE.timing!.leaseTimeoutMs!, LEASE.timing!.waiterTimeoutMs!);
     await sleep(Math.max(0, this.lastOrphanAt + timeout + 500 - wall()));
     const { rows } = await this.admin.query<{ what: string }>(`
       SELECT format('live lease row %s of %s', target_id, owner) AS what FROM job_lease

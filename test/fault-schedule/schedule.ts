@@ -69,11 +69,13 @@ export const FAULT_KINDS = [
   'pg-restart',
   'racepoint',
   'close-restart',
+  'drain',
+  'handoff-crash',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
-/** The fault mix: relative weights of the kinds (printed with every run). */
-export const FAULT_MIX: Readonly<Record<FaultKind, number>> = {
+/** The fault mix of version 1: relative weights of its kinds (printed with every run). */
+export const FAULT_MIX: Readonly<Record<Exclude<FaultKind, ModeKind>, number>> = {
   sigkill: 9,
   sigstop: 16,
   'backend-kill': 13,
@@ -118,6 +120,25 @@ const RACEPOINT_MIX: Readonly<Record<Racepoint, number>> = {
   'fenced-write': 12,
 };
 
+/**
+ * Version 2 (issue 38): the modes where two features meet. A share of the steps is drawn from a stream of its own
+ * (so every other step of a seed is the one version 1 drew) and aims at one of them:
+ * - `sticky`: a fault of an existing kind aimed at the sticky job's owner while a sticky call runs (phase `sticky`);
+ * - `drain`: the runner drains a join key through `LeaseOperator` for a while, then undrains it;
+ * - `handoff-crash`: a release handed the key to a waiter of the worker, whose confirmation is stalled at the
+ *   `confirm-grant` racepoint; then the server stops at once (`pg_ctl stop -m immediate`: SIGQUIT, no checkpoint, an
+ *   asynchronous commit not yet flushed is lost) or the waiter is SIGKILLed.
+ */
+export const MODES_SHARE = 0.25;
+export const MODE_MIX = { sticky: 40, drain: 30, 'handoff-crash': 30 } as const;
+export type ModeKind = 'drain' | 'handoff-crash';
+/** The sticky job's key (a fixed key: `@Sticky` takes no template). */
+export const STICKY_KEY = 's0';
+/** The keys joins are made on (the first hot keys), and so the keys a `drain` step drains. */
+export const JOIN_KEYS = ['h0', 'h1', 'h2'] as const;
+/** The kinds a sticky step draws (aimed at phase `sticky`), with the backend kill's roles. */
+const STICKY_KINDS = ['sigkill', 'sigstop', 'sigstop', 'close-restart', 'proxy-blackhole', 'backend-kill'] as const;
+
 /** Which of a worker's connections a backend kill ends. */
 export type BackendRole = 'pool' | 'heartbeat' | 'waiters' | 'listen';
 
@@ -137,11 +158,15 @@ export interface Step {
   sleepMs?: number;
   /** proxy-delay: added to every chunk each way. */
   delayMs?: number;
-  /** sigkill, close-restart: how long the slot stays empty before its next incarnation starts. */
+  /** sigkill, close-restart, handoff-crash by SIGKILL: how long the slot stays empty before its next incarnation. */
   restartAfterMs?: number;
+  /** drain: the key drained (for `durationMs`). */
+  key?: string;
+  /** handoff-crash: the server stopped at once (down `durationMs`), or the waiter SIGKILLed. */
+  crash?: 'server' | 'sigkill';
 }
 
-const PHASES_OF: Readonly<Record<Exclude<FaultKind, 'racepoint' | 'backend-kill'>, readonly Phase[]>> = {
+const PHASES_OF: Readonly<Record<Exclude<FaultKind, 'racepoint' | 'backend-kill' | ModeKind>, readonly Phase[]>> = {
   sigkill: ['any', 'holding', 'inside-fence', 'releasing', 'waiting', 'batch', 'long-holding'],
   sigstop: ['any', 'holding', 'holding', 'inside-fence', 'releasing', 'waiting', 'batch', 'long-holding'],
   'proxy-delay': ['any', 'holding', 'inside-fence', 'waiting', 'long-holding'],
@@ -167,10 +192,64 @@ export interface ScheduleShape {
  * The version of `stepOf`: any change to what it draws (the mix, the ranges, the order of the draws) changes every
  * seed's schedule, so it bumps this, and the seeds kept in regressions.json record the version they were found with.
  */
-export const SCHEDULE_VERSION = 1;
+export const SCHEDULE_VERSION = 2;
 
-/** Step `index` of the schedule of `seed`: a pure function of both (steps are drawn independently). */
-export function stepOf(seed: number, index: number, shape: ScheduleShape): Step {
+/**
+ * Step `index` of the schedule of `seed` under `version` (default the current one): a pure function of the three
+ * (steps are drawn independently). A seed kept with version 1 replays exactly its steps.
+ */
+export function stepOf(seed: number, index: number, shape: ScheduleShape, version = SCHEDULE_VERSION): Step {
+  const step = versionOneStep(seed, index, shape);
+  if (version < 2) return step;
+  const random = new Random(deriveSeed(seed, index, 0x30de5));
+  if (!random.chance(MODES_SHARE)) return step;
+  const base = { index, worker: step.worker, gapMs: step.gapMs };
+  const lease = shape.leaseTimeoutMs;
+  switch (random.weighted(MODE_MIX)) {
+    case 'sticky': {
+      // The worker is resolved when the step runs: the sticky owner's slot (else this one).
+      const kind = random.pick(STICKY_KINDS);
+      const phase: Phase = 'sticky';
+      if (kind === 'sigkill' || kind === 'close-restart') {
+        return { ...base, kind, phase, durationMs: 0, restartAfterMs: random.int(0, 1_000) };
+      }
+      if (kind === 'backend-kill') {
+        return { ...base, kind, phase, role: random.pick<BackendRole>(['pool', 'heartbeat']), durationMs: 0 };
+      }
+      const long = random.chance(0.5);
+      return {
+        ...base,
+        kind,
+        phase,
+        durationMs: long ? random.int(lease + 300, 2 * lease + 1_000) : random.int(150, lease - 300),
+      };
+    }
+    case 'drain':
+      return {
+        ...base,
+        kind: 'drain',
+        phase: 'any',
+        key: random.pick(JOIN_KEYS),
+        durationMs: random.int(4_000, 8_000),
+      };
+    case 'handoff-crash': {
+      const crash = random.chance(0.5) ? 'server' : 'sigkill';
+      return {
+        ...base,
+        kind: 'handoff-crash',
+        phase: 'any',
+        crash,
+        // Server: how long it stays down; the waiter: the confirmation's stall (it commits after the kill).
+        durationMs: crash === 'server' ? random.pick([0, 300, 1_000, lease + 500]) : 0,
+        sleepMs: crash === 'server' ? 2_500 : random.int(200, 1_500),
+        restartAfterMs: random.int(0, 1_000),
+      };
+    }
+  }
+}
+
+/** Version 1's step: every kind but the modes'. */
+function versionOneStep(seed: number, index: number, shape: ScheduleShape): Step {
   const random = new Random(deriveSeed(seed, index, 0x5c4ed));
   const kind = random.weighted(FAULT_MIX);
   const worker = random.int(0, shape.workers - 1);
@@ -212,7 +291,12 @@ export function stepOf(seed: number, index: number, shape: ScheduleShape): Step 
 
 /** One line per step, as printed with a failure and by `--dry-run`. */
 export function describeStep(step: Step): string {
-  const at = step.phase === 'any' ? '' : ` at ${step.phase}`;
+  const at =
+    step.phase === 'any'
+      ? ''
+      : step.phase === 'sticky'
+        ? ' at sticky (its owner, else that slot)'
+        : ` at ${step.phase}`;
   const what = (() => {
     switch (step.kind) {
       case 'racepoint':
@@ -233,6 +317,12 @@ export function describeStep(step: Step): string {
         return `proxy of w${step.worker}: blackhole for ${step.durationMs} ms${at}`;
       case 'pg-restart':
         return `PostgreSQL restart (down ${step.durationMs} ms)${at ? `${at} of w${step.worker}` : ''}`;
+      case 'drain':
+        return `drain of ${step.key} for ${step.durationMs} ms (LeaseOperator), then undrain`;
+      case 'handoff-crash':
+        return step.crash === 'server'
+          ? `handoff to w${step.worker}: its confirmation stalled, then an immediate server stop (down ${step.durationMs} ms)`
+          : `handoff to w${step.worker}: its confirmation stalled ${step.sleepMs} ms, the waiter SIGKILLed, restarted ${step.restartAfterMs} ms later`;
     }
   })();
   return `#${step.index} after ${step.gapMs} ms: ${what}`;

@@ -9,7 +9,9 @@
  * - `POST /x/:key` (`@Exclusive`, refusing) and `POST /w1/:key`, `/w3/:key` (`@Exclusive` waiting at priority 1 and
  *   3) over HTTP to this process's own server;
  * - a batch: many `tryAcquire` of distinct bulk keys (and one duplicate) in one turn, then their releases in one turn;
- * - a long holder: many bulk leases held for seconds (several heartbeats), then a fenced write on each.
+ * - a long holder: many bulk leases held for seconds (several heartbeats), then a fenced write on each;
+ * - the modes where two features meet (`worker-modes.ts`): joins (`run` and `POST /j/:key` with `onBusy: 'join'`)
+ *   beside plain runs with a hold's tail on the join keys, and a sticky job ticking faster than its work.
  *
  * Every lease's work ends in fenced writes (`fault_history`, as the fault suite's workers write it), also when its
  * signal aborted: the fence, not the caller's diligence, must refuse them. Reports every grant, loss, release, write
@@ -18,192 +20,47 @@
  */
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
-import {
-  Controller,
-  HttpCode,
-  type INestApplication,
-  type LoggerService,
-  Module,
-  Param,
-  Post,
-  Query,
-} from '@nestjs/common';
+import { Controller, HttpCode, type INestApplication, Module, Param, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { DataSource, type EntityManager } from 'typeorm';
-import { faultSwitches } from '../../libs/lease/src/internal.js';
+import { DataSource } from 'typeorm';
 import {
   CurrentLease,
   Exclusive,
-  LeaseBusyError,
-  LeaseLostError,
   LeaseModule,
   LeaseService,
-  LeaseShutdownError,
-  LeaseUnavailableError,
-  LeaseWaitTimeoutError,
   leaseEntities,
   type Lease,
 } from '../../libs/lease/src/index.js';
-import { recordWrite } from '../faults/support/history.js';
-import type { WriteOutcome } from '../faults/support/protocol.js';
 import { sleep } from '../support/sleep.js';
-import type {
-  OpKind,
-  Phase,
-  ScheduleMessage,
-  ScheduleParentMessage,
-  ScheduleWorkerConfig,
-  WaitRecord,
-} from './protocol.js';
+import type { OpKind, ScheduleMessage, ScheduleParentMessage } from './protocol.js';
 import { deriveSeed, Random } from './schedule.js';
-
-const config = JSON.parse(process.argv[2]) as ScheduleWorkerConfig;
-// Before the LeaseService is built: its store builds the acquire statements once.
-faultSwitches.tokenBeforeLock = config.tokenBeforeLock;
-
-// The runner is gone, or this process ran too long: leave without cleanup (leases and waiter rows expire).
-const parentPid = process.ppid;
-process.on('disconnect', () => process.exit(0));
-setInterval(() => process.ppid !== parentPid && process.exit(0), 250).unref();
-setTimeout(() => process.exit(3), config.maxLifetimeMs).unref();
-
-const wall = () => performance.timeOrigin + performance.now();
-
-/**
- * The event-loop monitor: the lateness of a 50 ms tick is time this process could not run (stopped, starved of CPU
- * on a shared machine, or blocked). Summed, so a wait knows how much of its duration was not the library's.
- */
-const TICK_MS = 50;
-let stalledMs = 0;
-let lastTick = performance.now();
-setInterval(() => {
-  const now = performance.now();
-  const late = now - lastTick - TICK_MS;
-  lastTick = now;
-  if (late <= 10) return;
-  stalledMs += late;
-  if (late >= 250) send({ t: 'stall', ms: Math.round(late), at: wall() });
-}, TICK_MS).unref();
-
-function send(message: ScheduleMessage): void {
-  if (process.connected) process.send!(message);
-}
-
-/** Warnings and errors go to the worker's log file; during close() the warnings are also kept for the runner. */
-const closeWarnings: string[] = [];
-let closing = false;
-const logger: LoggerService = {
-  log: () => undefined,
-  debug: () => undefined,
-  verbose: () => undefined,
-  warn: (message: unknown, ...rest: unknown[]) => {
-    const text = [message, ...rest].map(String).join(' ');
-    if (closing) closeWarnings.push(text);
-    console.warn(`${new Date().toISOString()} WARN ${text}`);
-  },
-  error: (message: unknown, ...rest: unknown[]) =>
-    console.error(`${new Date().toISOString()} ERROR ${[message, ...rest].map(String).join(' ')}`),
-  fatal: (message: unknown, ...rest: unknown[]) =>
-    console.error(`${new Date().toISOString()} FATAL ${[message, ...rest].map(String).join(' ')}`),
-};
-
-// --- aimed phases -------------------------------------------------------------------------------------------------
-
-const armed = new Map<Phase, number>();
-const goes = new Map<number, () => void>();
-/** A call held at a phase goes on by itself after this long, whatever the runner does. */
-const HELD_AT_PHASE_MS = 15_000;
-
-/** Reports reaching `phase` when a step is armed for it, and holds the call there until the runner's `go`. */
-async function phase(name: Phase, lease?: Lease, hold = true): Promise<void> {
-  const step = armed.get(name);
-  if (step === undefined) return;
-  armed.delete(name);
-  const go = new Promise<void>((resolve) => {
-    goes.set(step, resolve);
-    setTimeout(resolve, HELD_AT_PHASE_MS).unref();
-  });
-  send({ t: 'hit', step, phase: name, key: lease?.targetKey, fencingToken: lease?.fencingToken.toString() });
-  if (hold) await go;
-  goes.delete(step);
-}
-
-// --- the workload ---------------------------------------------------------------------------------------------------
-
-let leases!: LeaseService;
-let dataSource!: DataSource;
-let baseUrl = '';
-
-function op(kind: OpKind, outcome: string, extra: { calls?: number; wait?: WaitRecord; error?: unknown } = {}): void {
-  const error = extra.error === undefined ? undefined : errorText(extra.error);
-  send({ t: 'op', op: kind, outcome, calls: extra.calls, wait: extra.wait, error });
-}
-
-function errorText(error: unknown): string {
-  return (error instanceof Error ? `${error.name}: ${error.message}` : JSON.stringify(error)).slice(0, 300);
-}
-
-/** How a call that waited (or could have) ended. */
-function outcomeOf(error: unknown): string {
-  if (error instanceof LeaseWaitTimeoutError) return 'timeout';
-  if (error instanceof LeaseBusyError) return 'busy';
-  if (error instanceof LeaseShutdownError) return 'shutdown';
-  if (error instanceof LeaseUnavailableError) return 'unavailable';
-  if (error instanceof LeaseLostError) return 'lost';
-  if (error instanceof DOMException && error.name === 'AbortError') return 'aborted';
-  return 'error';
-}
-
-/**
- * A fenced write (or, as the fence-off control, the same rows in a plain transaction). `afterLoss`: the lease's
- * signal had aborted because it was lost — a release or a shutdown also aborts it, but those are no loss.
- */
-async function fencedWrite(lease: Lease): Promise<WriteOutcome> {
-  const opId = randomUUID();
-  const afterLoss = lease.signal.aborted && lease.signal.reason instanceof LeaseLostError;
-  const work = async (manager: EntityManager) => {
-    await phase('inside-fence', lease);
-    await recordWrite(manager, {
-      opId,
-      target: lease.targetKey,
-      fencingToken: lease.fencingToken,
-      worker: config.name,
-    });
-  };
-  let outcome: WriteOutcome;
-  let error: string | undefined;
-  try {
-    if (config.unfenced) await dataSource.transaction(work);
-    else await lease.fenced(work);
-    outcome = 'ack';
-  } catch (caught) {
-    // A refusal wrote nothing; any other failure (a connection ended around COMMIT) may have committed or not: the
-    // checker resolves it from the history table.
-    outcome = caught instanceof LeaseLostError ? 'refused' : 'unknown';
-    error = String(caught).slice(0, 300);
-  }
-  const fencingToken = lease.fencingToken.toString();
-  send({ t: 'write', opId, key: lease.targetKey, fencingToken, outcome, afterLoss, error });
-  return outcome;
-}
-
-/** The work of a lease: a moment of "external work" (cut short by the signal), then one or two fenced writes. */
-async function work(lease: Lease, random: Random): Promise<void> {
-  await phase('holding', lease);
-  await sleep(random.int(0, 60), lease.signal);
-  const writes = random.int(1, 2);
-  for (let i = 0; i < writes; i++) await fencedWrite(lease);
-}
-
-async function release(lease: Lease): Promise<void> {
-  await phase('releasing', lease);
-  await lease.release();
-  op('release', 'ok');
-}
+import {
+  armed,
+  attach,
+  closeWarnings,
+  closing,
+  config,
+  dataSource,
+  fencedWrite,
+  goes,
+  heldUntil,
+  leases,
+  logger,
+  op,
+  outcomeOf,
+  phase,
+  release,
+  send,
+  stalledMs,
+  startClosing,
+  wall,
+  work,
+} from './worker-kit.js';
+import { holdRun, join, JoinController, startSticky, StickyJob } from './worker-modes.js';
 
 /** How often each call is drawn. */
-const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release'>, number>> = {
+const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> = {
   tryAcquire: 22,
   acquire: 22,
   'acquire-abort': 7,
@@ -213,6 +70,9 @@ const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release'>, number>> = {
   'http-wait': 10,
   batch: 8,
   long: 3,
+  join: 8,
+  'http-join': 3,
+  'run-hold': 5,
 };
 
 /**
@@ -259,7 +119,7 @@ class Loop {
   }
 
   async loop(): Promise<void> {
-    const calls: Record<Exclude<OpKind, 'release'>, () => Promise<void>> = {
+    const calls: Record<Exclude<OpKind, 'release' | 'sticky'>, () => Promise<void>> = {
       tryAcquire: () => this.tryAcquire(),
       acquire: () => this.waitInLine('acquire'),
       'acquire-abort': () => this.waitInLine('acquire-abort', this.random.int(30, 1_500)),
@@ -269,6 +129,9 @@ class Loop {
       'http-wait': () => this.http(this.random.chance(0.5) ? 'w1' : 'w3'),
       batch: () => this.batch(),
       long: () => this.long(),
+      join: () => join(this.random, 'run', baseUrl),
+      'http-join': () => join(this.random, 'http', baseUrl),
+      'run-hold': () => holdRun(this.random),
     };
     while (!closing) {
       const kind = this.random.weighted(CALL_MIX);
@@ -306,7 +169,11 @@ class Loop {
     const boundMs = Math.min(waitTimeoutMs, abortAfterMs ?? Infinity);
     let lease: Lease;
     try {
-      lease = await leases.acquire(key, { priority, waitTimeoutMs, signal: controller.signal });
+      lease = await leases.acquire(key, {
+        priority,
+        onBusy: { wait: { timeoutMs: waitTimeoutMs } },
+        signal: controller.signal,
+      });
     } catch (error) {
       op(kind, outcomeOf(error), {
         wait: { key, priority, boundMs, startedAt, endedAt: wall(), stalledMs: stalledMs - stalledFrom },
@@ -343,7 +210,7 @@ class Loop {
           stalledAtGrant = stalledMs;
           await work(lease, this.random);
         },
-        waiting ? { priority, waitTimeoutMs } : {},
+        waiting ? { priority, onBusy: { wait: { timeoutMs: waitTimeoutMs } } } : {},
       );
       op(
         kind,
@@ -434,6 +301,7 @@ class Loop {
 // --- the HTTP doors -------------------------------------------------------------------------------------------------
 
 const HTTP_WAIT_MS = 1_500;
+let baseUrl = '';
 /** Request id → when its handler got the lease (so a waiting request's wait ends there, not after its work). */
 const httpGrants = new Map<string, { at: number; stalledMs: number }>();
 const httpRandom = new Random(deriveSeed(config.seed, 0x417));
@@ -455,14 +323,14 @@ class ScheduleController {
 
   @Post('w1/:key')
   @HttpCode(200)
-  @Exclusive('{key}', { priority: 1, waitTimeoutMs: HTTP_WAIT_MS })
+  @Exclusive('{key}', { priority: 1, onBusy: { wait: { timeoutMs: HTTP_WAIT_MS } } })
   low(@Param('key') key: string, @Query('op') id: string, @CurrentLease() lease: Lease) {
     return handle(lease, id);
   }
 
   @Post('w3/:key')
   @HttpCode(200)
-  @Exclusive('{key}', { priority: 3, waitTimeoutMs: HTTP_WAIT_MS })
+  @Exclusive('{key}', { priority: 3, onBusy: { wait: { timeoutMs: HTTP_WAIT_MS } } })
   high(@Param('key') key: string, @Query('op') id: string, @CurrentLease() lease: Lease) {
     return handle(lease, id);
   }
@@ -481,7 +349,8 @@ async function start(): Promise<INestApplication> {
       }),
       LeaseModule.forRoot({ ...config.lease, owner: config.name }),
     ],
-    controllers: [ScheduleController],
+    controllers: [ScheduleController, JoinController],
+    providers: [StickyJob],
   })
   class ScheduleWorkerModule {}
   const app = await NestFactory.create(ScheduleWorkerModule, { logger, abortOnError: false });
@@ -492,8 +361,7 @@ async function start(): Promise<INestApplication> {
 async function main(): Promise<void> {
   const app = await start();
   baseUrl = `http://127.0.0.1:${(app.getHttpServer().address() as { port: number }).port}`;
-  leases = app.get(LeaseService);
-  dataSource = app.get(DataSource);
+  attach(app.get(LeaseService), app.get(DataSource));
   leases.events$.subscribe((event) => {
     switch (event.type) {
       case 'acquired':
@@ -508,9 +376,11 @@ async function main(): Promise<void> {
         return;
       case 'lost':
         send({ t: 'lost', key: event.targetKey, fencingToken: event.fencingToken.toString(), reason: event.reason });
+        heldUntil(event.targetKey, event.fencingToken.toString());
         return;
       case 'released':
         send({ t: 'released', key: event.targetKey, fencingToken: event.fencingToken.toString() });
+        heldUntil(event.targetKey, event.fencingToken.toString());
         return;
       case 'waiting':
         void phase('waiting', undefined, false);
@@ -520,12 +390,13 @@ async function main(): Promise<void> {
 
   const longHolder = { busy: false };
   const loops = Array.from({ length: config.loops }, (_, index) => new Loop(index, longHolder).loop());
+  const ticking = startSticky(app.get(StickyJob));
   let exit!: () => void;
   const exiting = new Promise<void>((resolve) => (exit = resolve));
 
   const close = async () => {
     if (closing) return;
-    closing = true;
+    startClosing();
     const startedAt = wall();
     // While the loops are mid-call: acquisitions, waits, fenced writes and releases in flight race the shutdown.
     await leases.close();
@@ -564,7 +435,7 @@ async function main(): Promise<void> {
 
   await exiting;
   for (const resolve of goes.values()) resolve();
-  await Promise.allSettled(loops);
+  await Promise.allSettled([...loops, ticking]);
   await app.close();
   process.send!({ t: 'done' } satisfies ScheduleMessage, () => process.disconnect());
 }

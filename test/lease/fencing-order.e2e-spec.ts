@@ -132,3 +132,68 @@ describe.each(ISOLATIONS)(
     });
   },
 );
+
+/**
+ * One sequence value per grant whatever plan the server picks: with hash and merge joins and index scans off, an
+ * `UPDATE … FROM (SELECT …, nextval(…) FROM locked)` is a nested loop over the lease table whose inner side — the
+ * draw — is scanned again for every row of the table. The draw is materialized once per granted row instead.
+ */
+describe('one sequence value per grant, whatever the plan', () => {
+  const db = useTestDatabase('one_value_plans', 'read committed', async (admin, url) => {
+    const name = `"${decodeURIComponent(new URL(url).pathname.slice(1)).replace(/"/g, '""')}"`;
+    for (const setting of ['enable_hashjoin', 'enable_mergejoin', 'enable_indexscan', 'enable_bitmapscan']) {
+      await admin.query(`ALTER DATABASE ${name} SET ${setting} = off`);
+    }
+  });
+  const lastValue = async () =>
+    BigInt((await db.admin.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v);
+  /** The sequence values `grant` draws. */
+  const drawn = async (grant: () => Promise<unknown>) => {
+    const before = await lastValue();
+    await grant();
+    return (await lastValue()) - before;
+  };
+
+  test('re-acquisitions alone, as a waiter, batched, of a slot; a handoff', async () => {
+    const a = await db.open({ owner: 'a' });
+    const b = await db.open({ owner: 'b' });
+    // Rows enough that a scan of the lease table returns several.
+    const keys = ['plan:1', 'plan:2', 'plan:3', 'plan:4', 'plan:5'];
+    for (const key of keys) await (await a.service.tryAcquire(key))!.release();
+    const slots = [
+      (await a.service.tryAcquire('plan:sem', { limit: 2 }))!,
+      (await a.service.tryAcquire('plan:sem', { limit: 2 }))!,
+    ];
+    for (const slot of slots) await slot.release();
+
+    let lease = (await a.service.tryAcquire('plan:1'))!;
+    expect(await drawn(() => lease.release().then(async () => (lease = (await a.service.tryAcquire('plan:1'))!)))).toBe(
+      1n,
+    );
+    await lease.release();
+    expect(
+      await drawn(
+        async () =>
+          (lease = await a.service.acquire('plan:2', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } })),
+      ),
+    ).toBe(1n);
+    await lease.release();
+    let batch: Array<unknown> = [];
+    expect(
+      await drawn(async () => (batch = await Promise.all(keys.slice(2).map((key) => a.service.tryAcquire(key))))),
+    ).toBe(3n);
+    await Promise.all(batch.map((held) => (held as typeof lease).release()));
+    expect(await drawn(async () => (lease = (await a.service.tryAcquire('plan:sem', { limit: 2 }))!))).toBe(1n);
+    await lease.release();
+
+    const holder = (await a.service.tryAcquire('plan:1'))!;
+    const waiting = b.service.acquire('plan:1', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } });
+    await eventually(
+      () => a.service.list('plan:1'),
+      (rows) => rows.some((row) => row.state === 'waiting'),
+      'the waiter queued',
+    );
+    expect(await drawn(async () => (lease = await holder.release().then(() => waiting)))).toBe(1n);
+    await lease.release();
+  });
+});

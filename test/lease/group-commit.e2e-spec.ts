@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import {
+  ownRow,
   resolveLeaseOptions,
   LeaseStore,
   type AcquireRequest,
@@ -143,7 +144,7 @@ describe('group commit', () => {
   });
 
   test('batch size is bounded by maxBatchSize', async () => {
-    const s = store({ maxBatchSize: 4 });
+    const s = store({ connections: { maxBatchSize: 4 } });
     const keys = Array.from({ length: 21 }, (_, i) => `bounded:${i}`);
     const outcomes = await behindStall(s, () => Promise.all(keys.map((key) => s.tryAcquire(request(key)))));
     expect(outcomes.every(won)).toBe(true);
@@ -170,7 +171,7 @@ describe('group commit', () => {
   });
 
   test('maxBatchSize 1 sends every call alone', async () => {
-    const s = store({ maxBatchSize: 1 });
+    const s = store({ connections: { maxBatchSize: 1 } });
     const keys = Array.from({ length: 5 }, (_, i) => `unbatched:${i}`);
     const outcomes = await Promise.all(keys.map((key) => s.tryAcquire(request(key))));
     expect(outcomes.every(won)).toBe(true);
@@ -241,11 +242,11 @@ describe('group commit', () => {
         )
       ).rows.map((row) => [row.target_id, row.lease_token]),
     );
-    const stalled = slowKeys.map((key) => s.release(key, tokens.get(key)!, 5_000));
+    const stalled = slowKeys.map((key) => s.release(ownRow(key), tokens.get(key)!, 5_000));
     await sent();
     const released = await Promise.all([
-      ...keys.map((key) => s.release(key, tokens.get(key)!, 5_000)),
-      s.release('rel:0', randomUUID(), 5_000),
+      ...keys.map((key) => s.release(ownRow(key), tokens.get(key)!, 5_000)),
+      s.release(ownRow('rel:0'), randomUUID(), 5_000),
     ]);
     expect(await Promise.all(stalled)).toEqual([true]);
     expect(s.batchStats.release.largest).toBe(keys.length + 1);
@@ -271,7 +272,7 @@ describe('group commit', () => {
       await s.enqueue('head:a', high, 7, undefined, 5_000);
       await s.enqueue('head:a', later, 7, undefined, 5_000);
       const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
-      expect(await s.release('head:a', rows[0].lease_token, 5_000)).toBe(true);
+      expect(await s.release(ownRow('head:a'), rows[0].lease_token, 5_000)).toBe(true);
       await eventually(
         () => heard.length,
         (n) => n >= 1,

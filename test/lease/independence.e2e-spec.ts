@@ -1,6 +1,6 @@
 import { LeaseLostError, type LeaseEvent } from 'nest-pg-lease';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 
 /**
@@ -76,7 +76,9 @@ describe('independence', () => {
       );
       const lease = (await a.service.tryAcquire('indep:held'))!;
       const busy = (await holder.service.tryAcquire('indep:busy'))!;
-      const waiting = a.service.acquire('indep:busy', { waitTimeoutMs: 4_000 }).catch((error: unknown) => error);
+      const waiting = a.service
+        .acquire('indep:busy', { onBusy: { wait: { timeoutMs: 4_000 } } })
+        .catch((error: unknown) => error);
       await waiting;
       expect(failures).toEqual([]);
       expect(lease.isHeld()).toBe(true);
@@ -90,7 +92,7 @@ describe('independence', () => {
   });
 
   test('a renewal never revives an expired row (the library statement with the old token)', async () => {
-    const a = await startService(db.url, { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 });
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 } });
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const lease = (await a.service.tryAcquire('indep:expired'))!;
@@ -99,7 +101,7 @@ describe('independence', () => {
       );
       const before = await updatedAt('indep:expired');
       const store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      await store.renew(['indep:expired'], [lease.token], 5_000);
+      await store.renew([ownRow('indep:expired')], [lease.token], 5_000);
       expect(await updatedAt('indep:expired')).toBe(before);
       // The holder's own heartbeat finds it expired too: lost, and the row is free at once.
       await eventually(

@@ -7,7 +7,7 @@ import {
   leaseMigrations,
 } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
-import { columnCheckName } from '../../libs/lease/src/internal.js';
+import { columnCheckName, slotColumnStatements, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 /** A database of its own, its admin client, and a DataSource with the lease entities and migrations, initialized. */
@@ -29,8 +29,8 @@ describe('schema migrations', () => {
     const { db, admin, dataSource } = await migratable('migrations');
     try {
       // The lease tables, the join results (issue 24), the operator's tables (issue 26), the token layout (issue 25),
-      // the semaphores' slot_limit column (issue 30).
-      // the preemption column (issue 24 part 2).
+      // the semaphores' slot_limit column (issue 30), the preemption column (issue 24 part 2), the slot column
+      // (issue 39: test/lease/slot-migration.e2e-spec.ts converts the rows of 0.2 and 0.3).
       expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
         'CreateLeaseTables1764374400000',
         'AddLeaseJoinResults1764633600000',
@@ -38,6 +38,7 @@ describe('schema migrations', () => {
         'LeaseTokenLayout1796169600000',
         'AddLeaseSlotLimit1796256000000',
         'AddLeasePreemption1796342400000',
+        'AddLeaseSlotColumn1796428800000',
       ]);
       const operatorTables = await admin.query(
         `SELECT relname FROM pg_class WHERE relname IN ('job_lease_audit', 'job_lease_drain', 'job_lease_journal')
@@ -66,9 +67,7 @@ describe('schema migrations', () => {
       ]);
 
       const service = new LeaseService(dataSource, {
-        heartbeatIntervalMs: 100,
-        leaseTimeoutMs: 1_000,
-        shutdownGraceMs: 0,
+        timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 },
       });
       await service.init(); // finds everything it needs
       const lease = await service.tryAcquire('migrated');
@@ -77,6 +76,11 @@ describe('schema migrations', () => {
       expect(slot?.slot).toBe(0);
       await service.close();
 
+      await dataSource.undoLastMigration(); // the slot column
+      const key = await admin.query(
+        `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = 'job_lease'::regclass AND contype = 'p'`,
+      );
+      expect(key.rows).toEqual([{ def: 'PRIMARY KEY (target_id)' }]);
       await dataSource.undoLastMigration(); // the preemption column
       const column = await admin.query(
         `SELECT 1 FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
@@ -88,12 +92,18 @@ describe('schema migrations', () => {
       );
       expect(slotLimit.rowCount).toBe(0);
       // Without the column single holders work, and a limited call says which migration to run. (Bootstrap itself
-      // refuses tables without the later preemption column: it is put back by hand for this check, then dropped.)
+      // refuses tables without the later preemption and slot columns: they are put back by hand for this check, then
+      // dropped.)
       await admin.query('ALTER TABLE job_lease ADD COLUMN preempt_of uuid');
+      for (const statement of slotColumnStatements({
+        schema: 'public',
+        tableName: 'job_lease',
+        waiterTableName: 'job_lease_waiter',
+      })) {
+        await admin.query(statement);
+      }
       const unmigrated = new LeaseService(dataSource, {
-        heartbeatIntervalMs: 100,
-        leaseTimeoutMs: 1_000,
-        shutdownGraceMs: 0,
+        timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 },
       });
       await unmigrated.init();
       await (await unmigrated.tryAcquire('unmigrated'))!.release();
@@ -102,6 +112,7 @@ describe('schema migrations', () => {
       expect((refused as Error).message).toMatch(/AddLeaseSlotLimit/);
       await unmigrated.close();
       await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
+      await admin.query('ALTER TABLE job_lease DROP COLUMN slot, ADD PRIMARY KEY (target_id)');
       await dataSource.undoLastMigration(); // the token layout: one-way, nothing to undo
       await dataSource.undoLastMigration(); // the operator's tables
       const consoleLeft = await admin.query(
@@ -197,12 +208,12 @@ test('an installation older than preempt: true: bootstrap names AddLeasePreempti
   try {
     await dataSource.runMigrations();
     await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
-    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const options = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
     const refused = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
     expect(refused).toBeInstanceOf(LeaseConfigError);
     expect(refused.message).toMatch(/AddLeasePreemption1796342400000/);
     expect(refused.message).toMatch(/ADD COLUMN IF NOT EXISTS preempt_of uuid/);
-    const service = new LeaseService(dataSource, { ...options, createSchema: true });
+    const service = new LeaseService(dataSource, mergeLeaseOptions(options, { tables: { createSchema: true } }));
     await service.init();
     const column = await admin.query(
       `SELECT data_type FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
@@ -222,7 +233,7 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
   const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], synchronize: true });
   await dataSource.initialize();
   try {
-    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const options = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
     const refused = await new LeaseService(dataSource, options).init().catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(LeaseConfigError);
     const { message } = refused as Error;

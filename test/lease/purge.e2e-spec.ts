@@ -6,7 +6,13 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { LeaseStore, purgeFreeRows, resolveLeaseOptions } from '../../libs/lease/src/internal.js';
+import {
+  LeaseStore,
+  ownRow,
+  purgeFreeRows,
+  resolveLeaseOptions,
+  mergeLeaseOptions,
+} from '../../libs/lease/src/internal.js';
 
 const STALL_MS = 4_000;
 /** The purge bound of the test stores: the acquisitions' run cap is half of it (1.5 s), below the stall. */
@@ -20,9 +26,15 @@ describe('purging free rows', () => {
   let pool: pg.Pool;
   db.beforeDrop(() => pool?.end());
   // Long enough that statement_timeout (the acquisition bound, 18 s) is not what ends the stalled statement.
-  const timings = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 };
+  const timings = { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 } };
   const store = (owner: string, purgeAfterMs = PURGE_AFTER_MS) =>
-    new LeaseStore(pool, pool, resolveLeaseOptions({ ...timings, owner, maxBatchSize: 1 }), pool, purgeAfterMs);
+    new LeaseStore(
+      pool,
+      pool,
+      resolveLeaseOptions(mergeLeaseOptions(timings, { owner, connections: { maxBatchSize: 1 } })),
+      pool,
+      purgeAfterMs,
+    );
   const request = (targetKey: string) => ({ targetKey, leaseToken: randomUUID(), priority: 0, holdMs: 0 });
 
   beforeAll(async () => {
@@ -62,11 +74,11 @@ describe('purging free rows', () => {
     const bLease = request(key);
     const granted = await b.tryAcquire(bLease);
     if (!('fencingToken' in granted)) throw new Error('b was refused');
-    expect(await b.release(key, bLease.leaseToken, 1_000)).toBe(true);
+    expect(await b.release(ownRow(key), bLease.leaseToken, 1_000)).toBe(true);
     // A later grant of another key: the table's largest token (whose row a purge keeps) is not B's.
     const later = request(`${key}:later`);
     await b.tryAcquire(later);
-    await b.release(later.targetKey, later.leaseToken, 1_000);
+    await b.release(ownRow(later.targetKey), later.leaseToken, 1_000);
     await new Promise((resolve) => setTimeout(resolve, PURGE_AFTER_MS + 100));
     expect(await sleeping()).toBe(1); // A still stalls: the purge runs across it
     expect(await b.purge()).toBeGreaterThanOrEqual(1); // the key's row, and older rows of earlier tests
@@ -99,13 +111,13 @@ describe('purging free rows', () => {
       return { ...r, token: granted.fencingToken };
     };
     const released = await acquire('old:released');
-    await s.release(released.targetKey, released.leaseToken, 1_000);
+    await s.release(ownRow(released.targetKey), released.leaseToken, 1_000);
     await acquire('old:live'); // held and renewed: never purged, however old its grant
     await acquire('old:expired'); // a crashed holder: expired, not released
     const held = await acquire('old:hold', 3_600_000);
-    await s.release(held.targetKey, held.leaseToken, 1_000); // released, but its hold still runs
+    await s.release(ownRow(held.targetKey), held.leaseToken, 1_000); // released, but its hold still runs
     const recent = await acquire('new:released');
-    await s.release(recent.targetKey, recent.leaseToken, 1_000);
+    await s.release(ownRow(recent.targetKey), recent.leaseToken, 1_000);
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '1 hour',
          updated_at = CASE WHEN target_id = 'old:live' THEN clock_timestamp() ELSE updated_at - interval '1 hour' END
@@ -130,25 +142,22 @@ describe('purging free rows', () => {
       const r = request(key);
       const outcome = await s.tryAcquire(r);
       if ('fencingToken' in outcome) granted.push(outcome.fencingToken);
-      await s.release(key, r.leaseToken, 1_000);
+      await s.release(ownRow(key), r.leaseToken, 1_000);
     }
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id IN ('mark:a', 'mark:b')`,
     );
     expect(await s.purge()).toBeGreaterThanOrEqual(2);
     const mark = async () =>
-      (await db.admin.query<{ t: string }>(`SELECT fencing_token::text AS t FROM job_lease WHERE target_id = chr(31)`))
-        .rows;
+      (await db.admin.query<{ t: string }>(`SELECT fencing_token::text AS t FROM job_lease WHERE slot = -1`)).rows;
     const [first] = await mark();
     expect(BigInt(first.t)).toBeGreaterThanOrEqual(granted[1]);
     // Older than any bound and free: still never purged; not a lease anyone holds, so never listed.
-    await db.admin.query(
-      `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id = chr(31)`,
-    );
+    await db.admin.query(`UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE slot = -1`);
     await s.purge();
     expect(await mark()).toHaveLength(1);
-    const service = await db.open({ createSchema: false, owner: 'mark' });
-    expect((await service.service.list()).filter((row) => row.targetKey.includes('\u001f'))).toEqual([]);
+    const service = await db.open({ tables: { createSchema: false }, owner: 'mark' });
+    expect((await service.service.list()).filter((row) => row.targetKey === '\u001f')).toEqual([]);
   });
 
   test('the row of the largest token is never purged: a fixed timeline (no WAL functions) is read from it', async () => {
@@ -156,7 +165,7 @@ describe('purging free rows', () => {
     for (const key of ['max:a', 'max:b']) {
       const r = request(key);
       await s.tryAcquire(r);
-      await s.release(key, r.leaseToken, 1_000);
+      await s.release(ownRow(key), r.leaseToken, 1_000);
     }
     // The largest token of the table, of a later timeline (a restore from a promoted server, say), and old.
     await db.admin.query(`UPDATE job_lease SET fencing_token = (9::bigint << 47) | 1 WHERE target_id = 'max:b'`);
@@ -171,7 +180,7 @@ describe('purging free rows', () => {
   test('a service runs the purge (by itself every 10 min; here at once)', async () => {
     // Its bootstrap first: the table holds a token of timeline 9 (the test before), so its tokens carry timeline 9,
     // and a key's first row is above the high-water mark the purges left. The later key holds the largest token.
-    const service = await db.open({ createSchema: false });
+    const service = await db.open({ tables: { createSchema: false } });
     for (const key of ['boot:old', 'boot:later']) await (await service.service.tryAcquire(key))!.release();
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id = 'boot:old'`,

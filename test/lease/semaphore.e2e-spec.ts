@@ -24,14 +24,14 @@ describe('semaphores (limit)', () => {
   beforeAll(async () => {
     a = await db.open({ owner: 'a' });
     // Waiters of b hear releases by NOTIFY; its poll is slow, so a grant that comes at once came from the NOTIFY.
-    b = await db.open({ owner: 'b', waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 });
+    b = await db.open({ owner: 'b', timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } });
   });
 
   const slotRows = async (key: string) =>
     (
-      await db.admin.query<{ target_id: string; owner: string; slot_limit: number }>(
-        `SELECT target_id, owner, slot_limit FROM job_lease
-         WHERE left(target_id, length($1) + 1) = $1 || chr(31) AND lease_token IS NOT NULL ORDER BY target_id`,
+      await db.admin.query<{ slot: number; owner: string; slot_limit: number }>(
+        `SELECT slot, owner, slot_limit FROM job_lease
+         WHERE target_id = $1 AND slot > 0 AND lease_token IS NOT NULL ORDER BY slot`,
         [key],
       )
     ).rows;
@@ -65,12 +65,12 @@ describe('semaphores (limit)', () => {
   test('each slot renews and writes fenced on its own row; list() shows the slots', async () => {
     const key = 'sem:fenced';
     const [x, y] = [(await a.service.tryAcquire(key, { limit: 2 }))!, (await b.service.tryAcquire(key, { limit: 2 }))!];
-    const before = await db.admin.query(`SELECT target_id, updated_at FROM job_lease WHERE lease_token IS NOT NULL
-      AND left(target_id, 8) = 'sem:fenc' ORDER BY target_id`);
+    const before = await db.admin.query(`SELECT slot, updated_at FROM job_lease WHERE lease_token IS NOT NULL
+      AND target_id = 'sem:fenced' ORDER BY slot`);
     await eventually(
       () =>
         db.admin.query(
-          `SELECT count(*)::int AS n FROM job_lease WHERE left(target_id, 8) = 'sem:fenc'
+          `SELECT count(*)::int AS n FROM job_lease WHERE target_id = 'sem:fenced'
           AND lease_token IS NOT NULL AND updated_at > $1`,
           [before.rows[1].updated_at],
         ),
@@ -129,7 +129,7 @@ describe('semaphores (limit)', () => {
     ];
     const order: string[] = [];
     const wait = (name: string, priority: number) =>
-      b.service.acquire(key, { limit: 2, priority, waitTimeoutMs: 15_000 }).then((lease) => {
+      b.service.acquire(key, { limit: 2, priority, onBusy: { wait: { timeoutMs: 15_000 } } }).then((lease) => {
         order.push(name);
         return lease;
       });
@@ -171,7 +171,7 @@ describe('semaphores (limit)', () => {
       (await a.service.tryAcquire(key, { limit: 2 }))!,
       (await a.service.tryAcquire(key, { limit: 2 }))!,
     ];
-    const waiting = b.service.acquire(key, { limit: 2, priority: 1, waitTimeoutMs: 15_000 });
+    const waiting = b.service.acquire(key, { limit: 2, priority: 1, onBusy: { wait: { timeoutMs: 15_000 } } });
     await eventually(
       () => a.service.list(key),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -193,11 +193,16 @@ describe('semaphores (limit)', () => {
       (await a.service.tryAcquire(key, { limit: 2 }))!,
     ];
     // A process whose waiter hears nothing (wake-ups dropped, poll slow): it stays queued while a slot is free.
-    const c = await db.open({ owner: 'c', waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 });
+    const c = await db.open({ owner: 'c', timing: { waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 } });
     const woken: string[] = [];
     interceptHeadWakeups(c.service, (wakeup) => woken.push(wakeup.waiterId));
     const stop = new AbortController();
-    const waiting = c.service.acquire(key, { limit: 2, priority: 1, waitTimeoutMs: 30_000, signal: stop.signal });
+    const waiting = c.service.acquire(key, {
+      limit: 2,
+      priority: 1,
+      onBusy: { wait: { timeoutMs: 30_000 } },
+      signal: stop.signal,
+    });
     await eventually(
       () => a.service.list(key),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -231,7 +236,7 @@ describe('semaphores (limit)', () => {
     await four[0]!.release();
     await four[1]!.release();
     await expect(b.service.tryAcquire(key, { limit: 2 })).rejects.toBeInstanceOf(LeaseLimitConflictError);
-    await expect(b.service.acquire(key, { limit: 8, waitTimeoutMs: 1_000 })).rejects.toMatchObject({
+    await expect(b.service.acquire(key, { limit: 8, onBusy: { wait: { timeoutMs: 1_000 } } })).rejects.toMatchObject({
       name: 'LeaseLimitConflictError',
       heldLimit: 4,
     });
@@ -253,11 +258,12 @@ describe('semaphores (limit)', () => {
     const key = 'sem:stale';
     const stale = (await a.service.tryAcquire(key, { limit: 2 }))!;
     const other = (await b.service.tryAcquire(key, { limit: 2 }))!;
-    const staleRow = `${key}\u001f${stale.slot}`;
+    const staleRow = { targetKey: key, slot: stale.slot! + 1 };
     // The stale holder's row expires (a holder paused past its timeout), and another caller takes its slot over.
-    await db.admin.query(`UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1`, [
-      staleRow,
-    ]);
+    await db.admin.query(
+      `UPDATE job_lease SET updated_at = updated_at - interval '1 hour' WHERE target_id = $1 AND slot = $2`,
+      [staleRow.targetKey, staleRow.slot],
+    );
     const events: LeaseEvent[] = [];
     const sub = b.service.events$.subscribe((event) => events.push(event));
     const taker = (await b.service.tryAcquire(key, { limit: 2 }))!;
@@ -287,21 +293,48 @@ describe('semaphores (limit)', () => {
     await Promise.all([taker.release(), other.release()]);
   });
 
-  test('input: limit is an integer 1 … 1000; a limited key leaves room for its slot suffix; U+001F is reserved', async () => {
+  test('input: limit is an integer 1 … 1000; a limited key is any key (255 bytes, U+001F included)', async () => {
     for (const limit of [0, 1.5, 1001, '2']) {
       await expect(a.service.tryAcquire('sem:input', { limit: limit as number })).rejects.toBeInstanceOf(
         LeaseArgumentError,
       );
     }
-    await expect(a.service.tryAcquire('x'.repeat(252), { limit: 2 })).rejects.toBeInstanceOf(LeaseKeyError);
-    await expect(a.service.tryAcquire('sem\u001f0')).rejects.toBeInstanceOf(LeaseKeyError);
-    await expect(a.service.run('sem:join', async () => 1, { limit: 2, onBusy: 'join' })).rejects.toBeInstanceOf(
-      LeaseArgumentError,
-    );
+    await expect(a.service.tryAcquire('x'.repeat(256), { limit: 2 })).rejects.toBeInstanceOf(LeaseKeyError);
+    const long = (await a.service.tryAcquire('x'.repeat(255), { limit: 2 }))!;
+    expect(long.slot).toBe(0);
+    await long.release();
+    // A slot is a column of the row, not a suffix of the key: `sem:us\u001f1` is a key of its own, and a single
+    // holder of it is no holder of slot 1 of `sem:us` (0.3 named that slot's row so).
+    const slots = [
+      (await a.service.tryAcquire('sem:us', { limit: 2 }))!,
+      (await b.service.tryAcquire('sem:us', { limit: 2 }))!,
+    ];
+    const lookalikes = [(await a.service.tryAcquire('sem:us\u001f0'))!, (await b.service.tryAcquire('sem:us\u001f1'))!];
+    expect(lookalikes.map((lease) => [lease.targetKey, lease.slot])).toEqual([
+      ['sem:us\u001f0', undefined],
+      ['sem:us\u001f1', undefined],
+    ]);
+    expect(await a.service.tryAcquire('sem:us', { limit: 2 })).toBeNull();
+    expect((await a.service.list('sem:us')).map((row) => [row.targetKey, row.slot])).toEqual([
+      ['sem:us', 0],
+      ['sem:us', 1],
+    ]);
+    expect((await a.service.list('sem:us\u001f1')).map((row) => [row.targetKey, row.slot, row.owner])).toEqual([
+      ['sem:us\u001f1', undefined, 'b'],
+    ]);
+    await Promise.all([...slots, ...lookalikes].map((lease) => lease.release()));
+    const limited = (await a.service.tryAcquire('sem\u001f0', { limit: 3 }))!;
+    expect(limited.slot).toBe(0);
+    await limited.release();
+    await expect(
+      a.service.run('sem:join', async () => 1, { limit: 2, onBusy: 'join' } as never),
+    ).rejects.toBeInstanceOf(LeaseArgumentError);
     // limit 1 is the single holder: the key's own row.
     const single = (await a.service.tryAcquire('sem:one', { limit: 1 }))!;
     expect(single.slot).toBeUndefined();
-    expect((await db.admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'sem:one'`)).rowCount).toBe(1);
+    expect((await db.admin.query(`SELECT slot FROM job_lease WHERE target_id = 'sem:one'`)).rows).toEqual([
+      { slot: 0 },
+    ]);
     await single.release();
   });
 
@@ -317,7 +350,9 @@ describe('semaphores (limit)', () => {
       return lease.slot;
     };
     const slots = await Promise.all(
-      Array.from({ length: 6 }, (_, i) => (i % 2 ? a : b).service.run(key, work, { limit: 3, waitTimeoutMs: 10_000 })),
+      Array.from({ length: 6 }, (_, i) =>
+        (i % 2 ? a : b).service.run(key, work, { limit: 3, onBusy: { wait: { timeoutMs: 10_000 } } }),
+      ),
     );
     expect(most).toBe(3);
     expect(slots.every((slot) => slot !== undefined && slot >= 0 && slot < 3)).toBe(true);

@@ -96,8 +96,7 @@ async function checkInvariants(model: Readonly<Model>, real: Real, step: string)
   expect(heldLocally.map((held) => held.name).sort()).toEqual([...model.holders].sort());
   expect(new Set(heldLocally.map((held) => held.slot)).size).toBe(heldLocally.length);
   const { rows } = await db.admin.query<{ owner: string; slot_limit: number }>(
-    `SELECT owner, slot_limit FROM job_lease WHERE left(target_id, length($1) + 1) = $1 || chr(31)
-       AND lease_token IS NOT NULL`,
+    `SELECT owner, slot_limit FROM job_lease WHERE target_id = $1 AND slot > 0 AND lease_token IS NOT NULL`,
     [real.key],
   );
   expect(rows.map((row) => row.owner).sort()).toEqual(
@@ -117,7 +116,11 @@ class WaitCommand implements fc.AsyncCommand<Model, Real> {
   async run(model: Model, real: Real): Promise<void> {
     const entry = await participant(real, 'w', true);
     entry.call = track(
-      entry.proc.service.acquire(real.key, { limit: model.limit, priority: this.priority, waitTimeoutMs: 120_000 }),
+      entry.proc.service.acquire(real.key, {
+        limit: model.limit,
+        priority: this.priority,
+        onBusy: { wait: { timeoutMs: 120_000 } },
+      }),
     );
     // A free slot with no one in line is granted at once; otherwise the call queues.
     if (model.holders.length < model.limit) {
@@ -196,7 +199,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
     const call = entry.proc.service.acquire(real.key, {
       limit: model.limit,
       priority: this.priority,
-      waitTimeoutMs: 300,
+      onBusy: { wait: { timeoutMs: 300 } },
     });
     if (model.holders.length < model.limit) {
       granted(real, entry, await call, model.limit);

@@ -3,9 +3,18 @@
  * of the library's internals, in one place, so that moving a file inside `src` changes this file and no test.
  */
 export { LeaseStore } from './store/lease-store.js';
-export type { AcquireRequest, AcquiredRow, Refusal } from './store/store.types.js';
+export type { AcquireRequest, AcquiredRow, Refusal, RowRef } from './store/store.types.js';
+export { ownRow } from './options/slot-limits.js';
 export { resolveLeaseOptions } from './options/resolve-lease-options.js';
-export { columnCheckName, schemaStatements } from './schema/lease-schema.js';
-export { heartbeatRunning, interceptHeadWakeups, joinersWaiting, purgeFreeRows } from './service-probes.js';
-export { faultSwitches } from './store/sql/fault-switches.js';
+export { mergeLeaseOptions } from './options/option-groups.js';
+export { columnCheckName, schemaStatements, slotColumnStatements } from './schema/lease-schema.js';
+export {
+  heartbeatRunning,
+  interceptHeadWakeups,
+  joinersWaiting,
+  purgeFreeRows,
+  useStatementFaults,
+} from './service-probes.js';
+export type { StatementFaults } from './store/sql/statement-faults.js';
 export { DedicatedConnection } from './database/dedicated-connection.js';
+export { formatHeadPayload, parseHeadPayload } from './database/head-payload.js';

@@ -6,6 +6,7 @@ import { engineOf } from './engine-of.js';
 import type { LeaseEngine } from './engine/lease-engine.js';
 import type { HeadWakeup } from './engine/wait-queue.js';
 import type { LeaseService } from './lease.service.js';
+import type { StatementFaults } from './store/sql/statement-faults.js';
 
 /** The PostgreSQL engine of a service (these probes are about its heartbeat, its queue and its purge). */
 const pgEngineOf = (service: LeaseService) => engineOf(service) as LeaseEngine;
@@ -32,4 +33,13 @@ export function interceptHeadWakeups(service: LeaseService, onHead: (wakeup: Hea
 /** Runs the engine's purge of free rows now (it runs by itself every `PURGE_INTERVAL_MS`); the count deleted. */
 export function purgeFreeRows(service: LeaseService): Promise<number | null> {
   return pgEngineOf(service).purgeNow();
+}
+
+/**
+ * Builds the service's statements with `faults` (the fault schedule's negative controls re-introduce a defect the
+ * schedule must catch, see store/sql/statement-faults.ts): the store's own setting, given to the SQL builders as an
+ * argument. Call it before the service's first acquisition.
+ */
+export function useStatementFaults(service: LeaseService, faults: StatementFaults): void {
+  pgEngineOf(service).useStatementFaults(faults);
 }

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { resolveLeaseOptions, LeaseStore } from '../../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore } from '../../../libs/lease/src/internal.js';
 
 interface ChildConfig {
   url: string;
@@ -20,7 +20,11 @@ process.on('disconnect', () => process.exit(0));
 setTimeout(() => process.exit(1), 120_000).unref();
 
 const pool = new pg.Pool({ connectionString: config.url, max: 4, application_name: config.owner });
-const store = new LeaseStore(pool, pool, resolveLeaseOptions({ owner: config.owner, leaseTimeoutMs: 120_000 }));
+const store = new LeaseStore(
+  pool,
+  pool,
+  resolveLeaseOptions({ owner: config.owner, timing: { leaseTimeoutMs: 120_000 } }),
+);
 const counts = { acquired: 0, refused: 0, released: 0, errors: [] as string[] };
 
 // Start together: the parent says go once every process is ready.
@@ -39,7 +43,7 @@ await Promise.all(
           continue;
         }
         counts.acquired++;
-        if (await store.release(targetKey, leaseToken, 10_000)) counts.released++;
+        if (await store.release(ownRow(targetKey), leaseToken, 10_000)) counts.released++;
       } catch (error) {
         counts.errors.push(String(error));
       }

@@ -1,6 +1,5 @@
 import type pg from 'pg';
 import { framing, poolSessions, runStatement, sessionSetup, type Queryable, type SessionSource } from './sessions.js';
-import { parseHeadPayload, headChannelOf } from './head-payload.js';
 
 type Call = { text: string; timeout?: number; at: number };
 
@@ -81,30 +80,5 @@ describe('sessions: the one bounded executor', () => {
     const failure = new Error('boom');
     await expect(sessions.withSession(async () => Promise.reject(failure))).rejects.toBe(failure);
     expect(released).toEqual([undefined, failure]);
-  });
-});
-
-describe('head-only NOTIFY payloads', () => {
-  const id = 'abcdef00-0000-4000-8000-00000000000f';
-  it('parses `<waiter id> <key>`, keys with spaces and newlines included', () => {
-    expect(parseHeadPayload(`${id} report:1`)).toEqual({ waiterId: id, targetKey: 'report:1' });
-    expect(parseHeadPayload(`${id} a b\nc`)).toEqual({ waiterId: id, targetKey: 'a b\nc' });
-  });
-  it('parses a grant `<waiter id>/<fencing token> <key>`; a key that looks like one stays a key', () => {
-    expect(parseHeadPayload(`${id}/141836999983106 report:1`)).toEqual({
-      waiterId: id,
-      targetKey: 'report:1',
-      grant: 141836999983106n,
-    });
-    expect(parseHeadPayload(`${id} /12 k`)).toEqual({ waiterId: id, targetKey: '/12 k' });
-  });
-  it.each(['report:1', `${id}`, `${id}/ k`, `${id}/12k`, `${id.toUpperCase()} k`, ` ${id} k`, ''])(
-    'ignores %p',
-    (payload) => {
-      expect(parseHeadPayload(payload)).toBeUndefined();
-    },
-  );
-  it('the head channel is named after the lease table', () => {
-    expect(headChannelOf('job_lease')).toBe('job_lease_next');
   });
 });

@@ -6,16 +6,21 @@
 import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import {
   grantStatements,
   joinResultStatements,
   leaseObjectNames,
   preemptionStatements,
   schemaStatements,
+  slotColumnStatements,
   tokenLayoutStatement,
 } from '../schema/lease-schema.js';
-import { preemptionMigrationName, tokenLayoutMigrationName } from '../schema/migration-names.js';
+import {
+  preemptionMigrationName,
+  slotColumnMigrationName,
+  tokenLayoutMigrationName,
+} from '../schema/migration-names.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { SequenceRaise, TokenStanding } from '../store/server-history.js';
 import { ownerRaiseSql } from '../store/sql/token-floor.sql.js';
@@ -28,7 +33,7 @@ export class BootstrapChecks {
   constructor(
     private readonly database: LeaseDatabase,
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
   ) {}
 
@@ -57,7 +62,8 @@ export class BootstrapChecks {
       );
     }
     await this.checkJoinResults();
-    await this.checkPreemption();
+    await this.checkColumn('preempt_of');
+    await this.checkColumn('slot');
     await this.checkPrivileges();
     await this.probeTimeline();
     return (await this.store.serverHistory()).systemId;
@@ -109,17 +115,31 @@ export class BootstrapChecks {
     await this.store.schema.createJoinResults();
   }
 
-  /** The preemption column came with a later migration: the same rule as the join result table's. */
-  private async checkPreemption(): Promise<void> {
-    if (!(await this.store.schema.preemptionMissing())) return;
+  /**
+   * The preemption column and the slot column came with later migrations: the same rule as the join result table's.
+   * (Without the slot column the library's statements cannot run; a table of 0.3 must be converted first.)
+   */
+  private async checkColumn(column: 'preempt_of' | 'slot'): Promise<void> {
+    if (!(await this.store.schema.columnMissing(column))) return;
     if (!this.options.createSchema) {
-      const [statement] = preemptionStatements(this.options);
       const table = leaseObjectNames(this.options).lease;
-      throw new LeaseConfigError(messages.preemptionMissing(table, preemptionMigrationName(this.options), statement));
+      throw new LeaseConfigError(
+        column === 'slot'
+          ? messages.slotColumnMissing(
+              table,
+              slotColumnMigrationName(this.options),
+              slotColumnStatements(this.options)[0],
+            )
+          : messages.preemptionMissing(
+              table,
+              preemptionMigrationName(this.options),
+              preemptionStatements(this.options)[0],
+            ),
+      );
     }
     const { role, allowed } = await this.store.schema.mayCreateSchema();
     if (!allowed) throw new LeaseConfigError(messages.createSchemaNotAllowed(role, this.options.schema));
-    await this.store.schema.createPreemption();
+    await this.store.schema.createColumn(column);
   }
 
   /**

@@ -96,7 +96,7 @@ export class FencedTransactions {
         let locked: Awaited<ReturnType<LeaseStore['fence']['lockForFence']>>;
         try {
           // The row lock is waited for no longer than the lease may still be used.
-          locked = await this.store.fence.lockForFence(manager, lease.rowKey, lease.deadline - performance.now());
+          locked = await this.store.fence.lockForFence(manager, lease.row, lease.deadline - performance.now());
         } catch (error) {
           onLockFailed();
           throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
@@ -127,7 +127,7 @@ export class FencedTransactions {
         if (!lease.isHeld()) throw this.refuse(lease);
         // The release rides on this transaction: the row lock is ours, so it cannot find another holder's token.
         if (release) {
-          await this.store.fence.releaseWithin(manager, lease.rowKey, lease.token);
+          await this.store.fence.releaseWithin(manager, lease.row, lease.token);
           lease.releasingWithSave = true;
         }
         return result;

@@ -5,6 +5,8 @@ import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import type { HolderSpan } from '../observability/tracing.js';
 import { NO_KEY_TEMPLATE } from '../options/call-input.js';
+import { OWN_ROW_SLOT, slotOfRow } from '../options/slot-limits.js';
+import type { RowRef } from '../store/store.types.js';
 
 /** What a lease handle needs from the engine that made it. */
 export interface LeaseHandleOwner {
@@ -36,8 +38,8 @@ export class HeldLease implements Lease {
    * row gone meanwhile is that release, not a takeover.
    */
   releasingWithSave = false;
-  /** The slot of a semaphore's lease (see `Lease.slot`) and its row; undefined for a single-holder lease. */
-  slotOf?: { readonly slot: number; readonly rowKey: string };
+  /** The slot of the lease's row: 0, the key's own (a single holder), or a semaphore's (see options/slot-limits.ts). */
+  rowSlot = OWN_ROW_SLOT;
   /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */
   holder?: HolderSpan;
 
@@ -56,12 +58,12 @@ export class HeldLease implements Lease {
   }
 
   get slot(): number | undefined {
-    return this.slotOf?.slot;
+    return slotOfRow(this.rowSlot);
   }
 
   /** The lease row: the key's own, or its slot's (renewals, fences and releases name it). */
-  get rowKey(): string {
-    return this.slotOf?.rowKey ?? this.targetKey;
+  get row(): RowRef {
+    return { targetKey: this.targetKey, slot: this.rowSlot };
   }
 
   get signal(): AbortSignal {
@@ -195,5 +197,42 @@ export class BorrowedLease implements Lease {
   }
   [Symbol.asyncDispose](): Promise<void> {
     return this.release();
+  }
+}
+
+/**
+ * A sticky call's handle on its owner's term lease, for the length of its turn: the same lease (token, fencing token,
+ * fenced writes) while the call runs; once the call ends, `isHeld()` is false, its signal aborts and `fenced()` is
+ * refused, although the term goes on. So a call chain the ended call left behind (a timer it set, a promise it did
+ * not await) is not nested in it: a sticky call started from there takes a turn of its own instead of borrowing this
+ * one. `release()` does nothing: the turn ends with the call, and the term is the owner's.
+ */
+export class TurnLease extends BorrowedLease {
+  private readonly ended = new AbortController();
+  private turnSignal?: AbortSignal;
+
+  constructor(private readonly term: Lease) {
+    super(term);
+  }
+
+  override get signal(): AbortSignal {
+    this.turnSignal ??= AbortSignal.any([this.term.signal, this.ended.signal]);
+    return this.turnSignal;
+  }
+
+  /** The call's turn ended. */
+  end(): void {
+    if (!this.ended.signal.aborted) {
+      this.ended.abort(new DOMException(`The turn of this call on "${this.targetKey}" ended`, 'AbortError'));
+    }
+  }
+
+  override isHeld(): boolean {
+    return !this.ended.signal.aborted && super.isHeld();
+  }
+
+  override fenced<T>(work: (manager: EntityManager) => Promise<T>, options?: FencedOptions): Promise<T> {
+    if (this.ended.signal.aborted) return Promise.reject(new LeaseLostError(this.targetKey, 'released'));
+    return super.fenced(work, options);
   }
 }

@@ -4,6 +4,7 @@ describe('snapshotsOf', () => {
   const row = {
     state: 'held' as const,
     target_id: 'report:1',
+    slot: 0,
     owner: 'me',
     priority: 0,
     effective_priority: '0',
@@ -32,5 +33,17 @@ describe('snapshotsOf', () => {
         fencingToken: '1099511627777',
       },
     ]);
+  });
+
+  it('a row of a semaphore is its key with its slot (row slot 1 … limit: slot 0 … limit − 1); waiters have none', () => {
+    const waiting = { ...row, state: 'waiting' as const, slot: null, fencing_token: null, seq: '7' };
+    const [own, first, third, waiter] = snapshotsOf(
+      [row, { ...row, slot: 1 }, { ...row, slot: 3, target_id: 'a\u001f2' }, waiting],
+      'me',
+    );
+    expect([own.targetKey, own.slot]).toEqual(['report:1', undefined]);
+    expect([first.targetKey, first.slot]).toEqual(['report:1', 0]);
+    expect([third.targetKey, third.slot]).toEqual(['a\u001f2', 2]);
+    expect([waiter.slot, waiter.position]).toEqual([undefined, 1]);
   });
 });

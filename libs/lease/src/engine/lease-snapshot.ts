@@ -8,10 +8,10 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
   const positions = new Map<string, number>();
   return rows.map((row) => {
     const live = row.since_heartbeat_ms < row.timeout_ms;
-    // A semaphore's slot row names its key and slot (see options/slot-limits.ts).
-    const slot = slotOfRow(row.target_id);
+    // A semaphore's slot is a row of its key (see options/slot-limits.ts).
+    const slot = row.slot === null ? undefined : slotOfRow(row.slot);
     const snapshot: LeaseSnapshot = {
-      targetKey: slot?.targetKey ?? row.target_id,
+      targetKey: row.target_id,
       state: row.state,
       owner: row.owner,
       mine: row.owner === owner,
@@ -23,7 +23,7 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
       live,
     };
     if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
-    if (slot) snapshot.slot = slot.slot;
+    if (slot !== undefined) snapshot.slot = slot;
     // JSON-safe as returned (a controller may answer `list()` as is): the fencing token serializes as a string.
     Object.defineProperty(snapshot, 'toJSON', { value: snapshotJson, enumerable: false });
     if (row.state === 'waiting' && live) {

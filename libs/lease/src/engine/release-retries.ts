@@ -8,13 +8,14 @@
  */
 import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { shortBoundMs } from '../options/bounds.js';
 import type { LeaseStore } from '../store/lease-store.js';
+import type { RowRef } from '../store/store.types.js';
 
 /** A release that failed, retried until it lands (see the module note). */
 interface Unreleased {
-  readonly targetKey: string;
+  readonly row: RowRef;
   readonly token: string;
   /** Monotonic time after which the row has expired by itself (from then on, one try per heartbeat interval). */
   readonly until: number;
@@ -28,7 +29,7 @@ export class ReleaseRetries {
 
   constructor(
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
     private readonly closing: () => boolean,
@@ -38,13 +39,13 @@ export class ReleaseRetries {
    * One release statement; on failure, the retries of `release` (with the single statement). Never rejects. `lone`:
    * the lease's acquisition found no line (see `LeaseStore.release`).
    */
-  releaseRow(targetKey: string, token: string, until: number, onReleased?: () => void, lone = false): Promise<void> {
+  releaseRow(row: RowRef, token: string, until: number, onReleased?: () => void, lone = false): Promise<void> {
     return this.track(
-      this.store.release(targetKey, token, shortBoundMs(this.options), lone).then(
+      this.store.release(row, token, shortBoundMs(this.options), lone).then(
         (released) => {
           if (released) onReleased?.();
         },
-        (error: unknown) => this.retryRelease({ targetKey, token, until, delayMs: 50 }, error, onReleased),
+        (error: unknown) => this.retryRelease({ row, token, until, delayMs: 50 }, error, onReleased),
       ),
     );
   }
@@ -53,12 +54,12 @@ export class ReleaseRetries {
     const leftMs = entry.until - performance.now();
     if (this.closing()) {
       this.unreleased.delete(entry.token);
-      this.logger.warn(`Release of "${entry.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
+      this.logger.warn(`Release of "${entry.row.targetKey}" failed (${errorText(error)}); the lease expires by itself`);
       return;
     }
     if (!this.unreleased.has(entry.token)) {
       this.logger.warn(
-        `Release of "${entry.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
+        `Release of "${entry.row.targetKey}" failed (${errorText(error)}); retrying until it lands (the lease would ` +
           `expire by itself in ${Math.max(0, Math.round(leftMs))} ms)`,
       );
     }
@@ -74,10 +75,10 @@ export class ReleaseRetries {
   retryNow(entry: Unreleased, onReleased?: () => void): Promise<void> {
     clearTimeout(entry.timer);
     return this.track(
-      this.store.release(entry.targetKey, entry.token, shortBoundMs(this.options)).then(
+      this.store.release(entry.row, entry.token, shortBoundMs(this.options)).then(
         (released) => {
           if (this.unreleased.delete(entry.token)) {
-            this.logger.log(`Release of "${entry.targetKey}" landed once the database answered again`);
+            this.logger.log(`Release of "${entry.row.targetKey}" landed once the database answered again`);
           }
           if (released) onReleased?.();
         },

@@ -1,15 +1,15 @@
 /**
  * Semaphores in the engine (`limit` above 1; README "Semaphores: N holders per key"): a limited call's attempts ask
  * for a slot (`SemaphoreStore.tryAcquire`) instead of the key's own row, and a granted slot is an ordinary lease
- * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.rowKey`). The waits of
+ * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.row`). The waits of
  * limited calls are the key's ordinary line: only which statement an attempt sends differs.
  */
 import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import { slotOfRow } from '../options/slot-limits.js';
+import { OWN_ROW_SLOT } from '../options/slot-limits.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
-import type { AcquiredRow, AcquireRequest, Refusal, SnapshotRow } from '../store/store.types.js';
+import type { AcquiredRow, AcquireRequest, Refusal, RowRef } from '../store/store.types.js';
 import type { HeldLease } from './held-lease.js';
 import type { Waiter } from './wait-queue.js';
 
@@ -53,22 +53,11 @@ export function busyError(targetKey: string, limit: number, retryAfterMs: number
 }
 
 /** The row a grant took: the key's own, or a slot's. */
-export function rowKeyOf(row: AcquiredRow | AcquiredSlot, targetKey: string): string {
-  return 'rowKey' in row ? row.rowKey : targetKey;
+export function rowOf(row: AcquiredRow | AcquiredSlot, targetKey: string): RowRef {
+  return { targetKey, slot: 'rowSlot' in row ? row.rowSlot : OWN_ROW_SLOT };
 }
 
 /** Marks `lease` as the slot its grant took, if it took one. */
 export function markSlot(lease: HeldLease, row: AcquiredRow | AcquiredSlot): void {
-  const slot = 'rowKey' in row ? slotOfRow(row.rowKey) : undefined;
-  if (slot) lease.slotOf = { slot: slot.slot, rowKey: (row as AcquiredSlot).rowKey };
-}
-
-/**
- * The snapshot rows of `list()`: with one key, its slot holders too (a semaphore's slot rows are not the key's own
- * row), listed after its own holder and before its waiters.
- */
-export async function snapshotWithSlots(store: LeaseStore, targetKey?: string): Promise<SnapshotRow[]> {
-  if (targetKey === undefined) return store.snapshot();
-  const [rows, slots] = await Promise.all([store.snapshot(targetKey), store.slots.snapshot(targetKey)]);
-  return [...rows.filter((row) => row.state === 'held'), ...slots, ...rows.filter((row) => row.state !== 'held')];
+  if ('rowSlot' in row) lease.rowSlot = row.rowSlot;
 }

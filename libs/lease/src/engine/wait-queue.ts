@@ -13,12 +13,13 @@ import {
 } from '../errors/lease.errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { AcquiredRow, Refusal, WaiterPlace } from '../store/store.types.js';
 import { Notifier } from '../database/notifier.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
+import { ownRow } from '../options/slot-limits.js';
 
 /** One waiting call of this process. */
 export interface Waiter {
@@ -80,7 +81,7 @@ export class WaitQueue {
 
   constructor(
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
@@ -165,7 +166,7 @@ export class WaitQueue {
         const gone = sent
           .catch(() => undefined)
           .then(() => this.store.dequeue(targetKey, waiter.id))
-          .then(() => this.store.release(targetKey, waiter.id, this.graceMs));
+          .then(() => this.store.release(ownRow(targetKey), waiter.id, this.graceMs));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(
@@ -329,7 +330,9 @@ export class WaitQueue {
     // Then a release by each waiter id passes on any grant handed to them before their rows went (no-ops otherwise).
     const leaving = this.store
       .dequeueAll(queued)
-      .then(() => Promise.all(queued.map((waiter) => this.store.release(waiter.targetKey, waiter.id, this.graceMs))));
+      .then(() =>
+        Promise.all(queued.map((waiter) => this.store.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
+      );
     const removed = settleBy(leaving, performance.now() + this.graceMs, undefined, giveUp);
     await removed.catch((error: unknown) => {
       this.logger.warn(`Could not remove ${queued.length} waiter rows at shutdown (${String(error)}); they expire`);

@@ -37,7 +37,7 @@ export class LeaseHealthIndicator {
   ) {}
 
   isHealthy<const Key extends string>(key: Key, options: LeaseHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
-    const maxAgeMs = options.maxHeartbeatAgeMs ?? this.leases.options.leaseTimeoutMs / 2;
+    const maxAgeMs = options.maxHeartbeatAgeMs ?? this.leases.options.timing.leaseTimeoutMs / 2;
     return Promise.resolve(
       this.indicators
         .check(key)
@@ -45,9 +45,16 @@ export class LeaseHealthIndicator {
           const rows = await this.leases.list();
           // What the process holds now, by key and fencing token: a row of an older acquisition of the same key
           // (left by a release that failed) has a smaller token.
-          const held = new Set(this.leases.heldLeases().map((lease) => `${lease.fencingToken} ${lease.targetKey}`));
+          const held = new Map<string, Set<bigint>>();
+          for (const lease of this.leases.heldLeases()) {
+            held.set(lease.targetKey, (held.get(lease.targetKey) ?? new Set()).add(lease.fencingToken));
+          }
           const mine = rows.filter(
-            (row) => row.mine && row.state === 'held' && held.has(`${row.fencingToken} ${row.targetKey}`),
+            (row) =>
+              row.mine &&
+              row.state === 'held' &&
+              row.fencingToken !== undefined &&
+              held.get(row.targetKey)?.has(row.fencingToken) === true,
           );
           const late = mine.filter((row) => row.sinceHeartbeatMs > maxAgeMs);
           if (late.length > 0) {

@@ -1,6 +1,6 @@
 import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
 import { fillKeyTemplate } from '../exclusive/argument-plan.js';
-import { assertTargetKey, keyTemplateOf } from './call-input.js';
+import { assertTargetKey, callRequest, keyTemplateOf } from './call-input.js';
 
 describe('target keys', () => {
   test('fills placeholders from the lookup', () => {
@@ -27,6 +27,14 @@ describe('target keys', () => {
     expect(() => assertTargetKey('€'.repeat(86))).toThrow(LeaseKeyError); // 258 bytes
     expect(() => assertTargetKey('')).toThrow(LeaseKeyError);
     expect(() => assertTargetKey(Symbol('k'))).toThrow(LeaseKeyError);
+  });
+
+  test('any character but NUL: U+001F too (a semaphore slot is a column of its own, not a suffix of the key)', () => {
+    expect(() => assertTargetKey('sem\u001f0')).not.toThrow();
+    expect(() => assertTargetKey('\u001f')).not.toThrow();
+    // A limited key has the 255 bytes of any key.
+    expect(callRequest('k'.repeat(255), { limit: 1000 })).toMatchObject({ limit: 1000 });
+    expect(() => callRequest('k'.repeat(256), { limit: 2 })).toThrow(/at most 255 bytes/);
   });
 
   test('keys must be well-formed UTF-16: a lone surrogate would become U+FFFD and collide with other keys', () => {

@@ -1,5 +1,11 @@
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import { leaseObjectNames, schemaStatements, columnCheckName, grantStatements } from '../schema/lease-schema.js';
+import {
+  baseSchemaStatements,
+  columnCheckName,
+  grantStatements,
+  leaseObjectNames,
+  schemaStatements,
+} from '../schema/lease-schema.js';
 import { checkIdentifier, resolveLeaseNames } from './lease-names.js';
 
 /** Schema names: validation, the derived objects, the DDL they make. */
@@ -43,15 +49,15 @@ describe('lease names and the schema they make', () => {
 
   it('the DDL creates the schema only when it is not public, everything IF NOT EXISTS, then the token layout', () => {
     const names = { tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
-    // 9: the lease and waiter tables, their sequences and index, the slot_limit column, the token layout, the join
-    // result table, and the preemption column (ADD COLUMN IF NOT EXISTS: tables made before them).
-    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(9);
+    // 10: the lease and waiter tables, their sequences and index, the slot_limit column, the token layout, the join
+    // result table, the preemption column (ADD COLUMN IF NOT EXISTS: tables made before them), and the slot column.
+    expect(schemaStatements({ schema: 'public', ...names })).toHaveLength(10);
     const custom = schemaStatements({ schema: 'jobs', ...names });
     expect(custom[0]).toBe('CREATE SCHEMA IF NOT EXISTS "jobs"');
-    // The token layout is a guarded DO block: a no-op on the sequences the CREATEs just made.
-    const layout = custom.filter((statement) => statement.startsWith('DO $layout$'));
-    expect(layout).toHaveLength(1);
-    expect(custom.filter((statement) => !layout.includes(statement)).every((s) => s.includes('IF NOT EXISTS'))).toBe(
+    // The token layout and the slot column are guarded DO blocks: no-ops on the objects the CREATEs just made.
+    const guarded = custom.filter((statement) => /^DO \$(layout|slots)\$/.test(statement));
+    expect(guarded).toHaveLength(2);
+    expect(custom.filter((statement) => !guarded.includes(statement)).every((s) => s.includes('IF NOT EXISTS'))).toBe(
       true,
     );
     expect(custom.filter((statement) => statement.startsWith('CREATE SEQUENCE'))).toEqual([
@@ -59,6 +65,20 @@ describe('lease names and the schema they make', () => {
       'CREATE SEQUENCE IF NOT EXISTS "jobs"."job_lease_waiter_seq" AS bigint MINVALUE 1099511627776',
     ]);
     expect(custom.join('\n')).toContain('WITH (fillfactor = 50)');
+  });
+
+  it('createSchema makes the lease table keyed by (target_id, slot); the first migration keeps the table of 0.3', () => {
+    const names = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
+    const lease = (statements: string[]) =>
+      statements.find((statement) => statement.startsWith('CREATE TABLE IF NOT EXISTS "public"."job_lease" ('))!;
+    const latest = lease(schemaStatements(names));
+    expect(latest).toContain('target_id text NOT NULL CONSTRAINT "job_lease_target_id_check"');
+    expect(latest).toMatch(
+      /preempt_of uuid,\s+slot integer NOT NULL DEFAULT 0,\s+PRIMARY KEY \(target_id, slot\)\s+\)/,
+    );
+    const first = lease(baseSchemaStatements(names));
+    expect(first).toContain('target_id text PRIMARY KEY CONSTRAINT "job_lease_target_id_check"');
+    expect(first).not.toContain('slot integer');
   });
 
   it('CHECK constraint names follow PostgreSQL’s truncation, the longer part first', () => {

@@ -1,27 +1,33 @@
 /**
- * How a semaphore's slots are named (`limit` above 1, README "Semaphores: N holders per key"): slot `i` of key `k` is
- * the lease row `k\u001fi`, and `k\u001f` records the key's limit. No key may contain U+001F (`assertTargetKey`), so
- * these names never meet a key's own row. Pure.
+ * How a semaphore's slots are numbered (`limit` above 1, README "Semaphores: N holders per key"). A lease row is
+ * `(target_id, slot)`: slot 0 is a key's own row (its single holder), and slot `i` of a limited call (`Lease.slot`,
+ * 0 … limit − 1) is the row `(key, i + 1)` — a column of its own, so any key (U+001F included) has every slot. The
+ * purge's high-water row has the one negative slot (see store/sql/token-floor.sql.ts). Pure.
  */
-import { MAX_TARGET_KEY_BYTES } from '../lease.constants.js';
-
-/** The separator of a slot row's name: U+001F (unit separator), refused in keys. */
-export const SLOT_SEPARATOR = '\u001f';
 
 /** The largest `limit` a call may ask. */
 export const MAX_SLOT_LIMIT = 1000;
 
-/** A limited key leaves room in the row's 255 bytes for its largest slot suffix (`\u001f999`). */
-export const MAX_LIMITED_KEY_BYTES = MAX_TARGET_KEY_BYTES - 1 - String(MAX_SLOT_LIMIT - 1).length;
+/** The row slot of a key's own row: a single holder's. */
+export const OWN_ROW_SLOT = 0;
 
-/** The lease row of slot `slot` of `targetKey`. */
-export function slotRowKey(targetKey: string, slot: number): string {
-  return `${targetKey}${SLOT_SEPARATOR}${slot}`;
+/** A lease row: `(target_id, slot)`, the slot 0 (a key's own row) or `i + 1` (slot `i` of a semaphore). */
+export interface RowRef {
+  readonly targetKey: string;
+  readonly slot: number;
 }
 
-/** A row name split back into its key and slot (undefined: a key's own row, or the row recording the limit). */
-export function slotOfRow(rowKey: string): { targetKey: string; slot: number } | undefined {
-  const at = rowKey.lastIndexOf(SLOT_SEPARATOR);
-  if (at < 0 || at === rowKey.length - 1) return undefined;
-  return { targetKey: rowKey.slice(0, at), slot: Number(rowKey.slice(at + 1)) };
+/** A key's own row (its single holder's). */
+export function ownRow(targetKey: string): RowRef {
+  return { targetKey, slot: OWN_ROW_SLOT };
+}
+
+/** The row slot of semaphore slot `slot` (0 … limit − 1). */
+export function rowSlotOf(slot: number): number {
+  return slot + 1;
+}
+
+/** The semaphore slot (`Lease.slot`) of row slot `rowSlot`; undefined for a key's own row. */
+export function slotOfRow(rowSlot: number): number | undefined {
+  return rowSlot > OWN_ROW_SLOT ? rowSlot - 1 : undefined;
 }

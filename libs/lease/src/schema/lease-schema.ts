@@ -35,9 +35,10 @@ interface Table {
 const KEY_CHECK = 'octet_length(target_id) BETWEEN 1 AND 255';
 
 /**
- * The lease table. A row stays while its key is in use: a release only clears lease_token (see LeaseStore.release),
- * so every later acquisition of the key draws its fencing token under the row lock; free rows granted longer ago than
- * the purge bound are deleted (LeaseStore.purge).
+ * The lease table. A row is `(target_id, slot)`: slot 0 is a key's own row (its single holder), slots 1 … limit a
+ * semaphore's (see options/slot-limits.ts), slot -1 the purge's high-water row. A row stays while its key is in use: a
+ * release only clears lease_token (see LeaseStore.release), so every later acquisition of the key draws its fencing
+ * token under the row lock; free rows granted longer ago than the purge bound are deleted (LeaseStore.purge).
  */
 const LEASE_TABLE: Table = {
   fillfactor: 50,
@@ -56,7 +57,19 @@ const LEASE_TABLE: Table = {
     // The lease token of the grant a caller of higher priority asked to stop (README: "Preemption"): the holder's
     // renewals and fenced transactions find it (before the takeover as after it) and end the lease as `preempted`.
     { property: 'preemptOf', name: 'preempt_of', type: 'uuid', nullable: true },
+    // Last, where the migration that added it puts it (`slotColumnStatements`): new and migrated tables agree.
+    { property: 'slot', name: 'slot', type: 'integer', primary: true, default: 0 },
   ],
+};
+
+/**
+ * The lease table as the first migration creates it, and as 0.2 and 0.3 had it: one row per name, `target_id` its
+ * primary key (a semaphore's slots were rows named `<key>\u001f<slot>`). The slot column's migration
+ * (`slotColumnStatements`) moves it to `LEASE_TABLE`; `createSchema` creates `LEASE_TABLE` directly.
+ */
+const FIRST_LEASE_TABLE: Table = {
+  ...LEASE_TABLE,
+  columns: LEASE_TABLE.columns.filter((column) => column.name !== 'slot'),
 };
 
 /** The waiter table: one row per waiting call, ordered by the order index (priority, then arrival). */
@@ -205,9 +218,17 @@ function createTable(qualified: string, tableName: string, table: Table): string
   return `CREATE TABLE IF NOT EXISTS ${qualified} (\n      ${lines.join(',\n      ')}\n    ) WITH (fillfactor = ${table.fillfactor})`;
 }
 
-/** The DDL of every lease table (the migrations' together); idempotent, so `createSchema` and the migrations share it. */
+/**
+ * The DDL of every lease table in its latest shape (`createSchema`): the migrations' statements, the lease table
+ * created with its slot column; idempotent, so it also brings the tables of an earlier version up to date.
+ */
 export function schemaStatements(names: LeaseNames): string[] {
-  return [...baseSchemaStatements(names), ...joinResultStatements(names), ...preemptionStatements(names)];
+  return [
+    ...baseSchemaStatements(names, LEASE_TABLE),
+    ...joinResultStatements(names),
+    ...preemptionStatements(names),
+    ...slotColumnStatements(names),
+  ];
 }
 
 /**
@@ -223,15 +244,18 @@ export function joinResultStatements(names: LeaseNames): string[] {
   return [createTable(leaseObjectNames(names).result, `${names.tableName}_result`, RESULT_TABLE)];
 }
 
-/** The DDL of the first migration: the lease and waiter tables and their sequences. */
-export function baseSchemaStatements(names: LeaseNames): string[] {
+/**
+ * The DDL of the first migration: the lease and waiter tables and their sequences. `leaseTable`: the lease table's
+ * shape (the first migration's own, or the latest for `createSchema`).
+ */
+export function baseSchemaStatements(names: LeaseNames, leaseTable: Table = FIRST_LEASE_TABLE): string[] {
   const n = leaseObjectNames(names);
   return [
     ...(names.schema === 'public' ? [] : [`CREATE SCHEMA IF NOT EXISTS ${n.schema}`]),
     `CREATE SEQUENCE IF NOT EXISTS ${n.fencingSequence} AS bigint MINVALUE ${SEQUENCE_FLOOR}`,
     // Only the primary key is indexed, and half of each page is left free, so a heartbeat of every lease in one tick
     // still finds room for the new row versions on their own pages: HOT updates (measured: 99.8 % at 10,000 leases).
-    createTable(n.lease, names.tableName, LEASE_TABLE),
+    createTable(n.lease, names.tableName, leaseTable),
     `CREATE SEQUENCE IF NOT EXISTS ${n.waiterSequence} AS bigint MINVALUE ${SEQUENCE_FLOOR}`,
     createTable(n.waiter, names.waiterTableName, WAITER_TABLE),
     `CREATE INDEX IF NOT EXISTS ${n.waiterOrderIndex} ON ${n.waiter} (${WAITER_ORDER.sql})`,
@@ -249,6 +273,84 @@ export function slotLimitStatement(names: LeaseNames): string {
 }
 
 /**
+ * The slot column (the seventh migration, `AddLeaseSlotColumn`): a lease row becomes `(target_id, slot)`. Converts a
+ * table of 0.2 or 0.3, in one transaction, once (a no-op on a table that has the column):
+ * - a semaphore's slot row `<key>\u001f<n>` becomes `(key, n + 1)` (slot 0 is the key's own row), its lease token,
+ *   fencing token and limit kept: a slot held across the migration is renewed, fenced and released by its holder;
+ * - the rows recording a key's limit (`<key>\u001f`) go: every slot row records the limit it was granted under, and
+ *   the acquisition now reads all of a key's slot rows;
+ * - the purge's high-water row (a lone U+001F) takes slot -1, so it no longer reserves a key: keys may contain U+001F;
+ * - the primary key becomes `(target_id, slot)`.
+ * Processes of 0.3 cannot acquire on the result (their `ON CONFLICT (target_id)` has no unique index to use: every
+ * acquisition fails) and lose the slots they held at their next renewal: stop them, or let them fail closed.
+ */
+export function slotColumnStatements(names: LeaseNames): string[] {
+  const { lease } = leaseObjectNames(names);
+  const table = literal(lease);
+  return [
+    `DO $slots$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = ${table}::regclass AND attname = 'slot'
+      AND NOT attisdropped) THEN
+    RETURN;
+  END IF;
+  ALTER TABLE ${lease} ADD COLUMN slot integer NOT NULL DEFAULT 0;
+  EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', ${table},
+    (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = ${table}::regclass AND contype = 'p'));
+  DELETE FROM ${lease} WHERE octet_length(target_id) > 1 AND right(target_id, 1) = chr(31);
+  UPDATE ${lease} SET slot = -1 WHERE target_id = chr(31);
+  UPDATE ${lease} SET target_id = left(target_id, strpos(target_id, chr(31)) - 1),
+    slot = substr(target_id, strpos(target_id, chr(31)) + 1)::int + 1
+  WHERE strpos(target_id, chr(31)) > 1;
+  ALTER TABLE ${lease} ADD PRIMARY KEY (target_id, slot);
+END
+$slots$`,
+  ];
+}
+
+/**
+ * The slot column's `down()`: 0.3's names back — slot rows `<key>\u001f<n>`, a row recording each such key's limit
+ * (its latest grant's), the high-water row under its lone U+001F — and the primary key `(target_id)`. Refused,
+ * changing nothing, while a key holds U+001F (0.3 could not tell it from a slot row) or is too long for its slot
+ * rows' names.
+ */
+export function dropSlotColumnStatements(names: LeaseNames): string[] {
+  const { lease } = leaseObjectNames(names);
+  const table = literal(lease);
+  return [
+    `DO $slots$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = ${table}::regclass AND attname = 'slot'
+      AND NOT attisdropped) THEN
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM ${lease} WHERE slot >= 0 AND strpos(target_id, chr(31)) > 0) THEN
+    RAISE EXCEPTION 'nest-pg-lease: % holds keys with U+001F, which the table before the slot column cannot tell from a semaphore''s slot rows: delete them first', ${table};
+  END IF;
+  IF EXISTS (SELECT 1 FROM ${lease} WHERE slot > 0 AND octet_length(target_id) + 1 + length((slot - 1)::text) > 255) THEN
+    RAISE EXCEPTION 'nest-pg-lease: % holds semaphore keys too long for the slot rows'' names of the table before the slot column: delete them first', ${table};
+  END IF;
+  EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', ${table},
+    (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = ${table}::regclass AND contype = 'p'));
+  INSERT INTO ${lease} (target_id, slot, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
+      updated_at, hold_ms, slot_limit)
+    SELECT DISTINCT ON (target_id) target_id || chr(31), -2, NULL, 0, owner, 0, lease_timeout_ms, acquired_at,
+      updated_at, 0, slot_limit
+    FROM ${lease} WHERE slot > 0 ORDER BY target_id, acquired_at DESC;
+  UPDATE ${lease} SET target_id = target_id || chr(31) || (slot - 1) WHERE slot > 0;
+  ALTER TABLE ${lease} DROP COLUMN slot;
+  ALTER TABLE ${lease} ADD PRIMARY KEY (target_id);
+END
+$slots$`,
+  ];
+}
+
+/** `name` as an SQL string literal (quotes doubled). */
+function literal(name: string): string {
+  return `'${name.replace(/'/g, "''")}'`;
+}
+
+/**
  * Moves sequences of the 40-bit token layout (0.2: `(timeline << 40) | n`, n < 2^40) to this one: both start at
  * 2^40 (`SEQUENCE_FLOOR`, set as their MINVALUE), so every new token `(timeline << 47) | n` is above every old one
  * (an old timeline t < 128 gives tokens below `t << 47`, and the timeline never goes back), and a process of the
@@ -259,7 +361,6 @@ export function slotLimitStatement(names: LeaseNames): string {
 export function tokenLayoutStatement(names: LeaseNames): string {
   const n = leaseObjectNames(names);
   const limit = 1n << 47n;
-  const literal = (name: string) => `'${name.replace(/'/g, "''")}'`;
   const move = (sequence: string) => `
   IF (SELECT seqmin FROM pg_catalog.pg_sequence WHERE seqrelid = ${literal(sequence)}::regclass) < ${SEQUENCE_FLOOR} THEN
     PERFORM setval(${literal(sequence)}, ${SEQUENCE_FLOOR}, false) WHERE (SELECT last_value FROM ${sequence}) < ${SEQUENCE_FLOOR};

@@ -15,8 +15,13 @@ export interface LeaseRow {
   updatedAt: Date;
   /** holdAtLeastMs of the acquisition: the target stays taken until acquiredAt + holdMs, released or not. */
   holdMs: number;
-  /** A semaphore's slot row (`<key>\u001f<slot>`) or limit row (`<key>\u001f`): the key's limit; else null. */
+  /** A semaphore's slot row: the limit it was granted under; null on a key's own row. */
   slotLimit: number | null;
+  /**
+   * With `targetId`, the row's primary key: 0 for a key's own row (its single holder), `i + 1` for slot `i` of a
+   * semaphore (`Lease.slot`), -1 for the purge's high-water row.
+   */
+  slot: number;
 }
 
 /** A row of the waiter table. */

@@ -4,10 +4,12 @@ import {
   consoleSchemaStatements,
   dropConsoleSchemaStatements,
   dropSchemaStatements,
+  dropSlotColumnStatements,
   joinResultStatements,
   leaseObjectNames,
   slotLimitStatement,
   preemptionStatements,
+  slotColumnStatements,
   tokenLayoutStatement,
 } from './lease-schema.js';
 import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
@@ -17,6 +19,7 @@ import {
   joinResultsMigrationName,
   slotLimitMigrationName,
   preemptionMigrationName,
+  slotColumnMigrationName,
   tokenLayoutMigrationName,
 } from './migration-names.js';
 
@@ -26,7 +29,8 @@ import {
  * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: README "Operator's console"); then the 47-bit
  * fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the
  * README's "Fencing token layout"); then the semaphores' `slot_limit` column (a no-op on tables the first one created),
- * then the preemption column (`preempt: true`, README "Preemption").
+ * then the preemption column (`preempt: true`, README "Preemption"); then the slot column, which makes a lease row
+ * `(target_id, slot)` and converts the rows of 0.2 and 0.3 (see `slotColumnStatements`).
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -57,6 +61,12 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
     migration('AddLeasePreemption', preemptionMigrationName(fixed), preemptionStatements(fixed), [
       `ALTER TABLE ${leaseObjectNames(fixed).lease} DROP COLUMN IF EXISTS preempt_of`,
     ]),
+    migration(
+      'AddLeaseSlotColumn',
+      slotColumnMigrationName(fixed),
+      slotColumnStatements(fixed),
+      dropSlotColumnStatements(fixed),
+    ),
   ];
 }
 

@@ -21,6 +21,8 @@ const TOKEN_LAYOUT_AT = 1796169600000;
 const SLOT_LIMIT_AT = 1796256000000;
 /** When the preemption column came (`preempt: true`). */
 const PREEMPTION_AT = 1796342400000;
+/** When a lease row became `(target_id, slot)` (issue 39). */
+const SLOT_COLUMN_AT = 1796428800000;
 
 /** The name of the first migration (the tables and sequences) for these names. */
 export function createTablesMigrationName(names: Partial<LeaseNames> = {}): string {
@@ -57,4 +59,9 @@ function migrationSuffix(fixed: LeaseNames): string {
 /** The name of the preemption column's migration for these names (bootstrap names it when it has not run). */
 export function preemptionMigrationName(names: Partial<LeaseNames> = {}): string {
   return `AddLeasePreemption${migrationSuffix(resolveLeaseNames(names))}${PREEMPTION_AT}`;
+}
+
+/** The name of the slot column's migration for these names (bootstrap names it when it has not run). */
+export function slotColumnMigrationName(names: Partial<LeaseNames> = {}): string {
+  return `AddLeaseSlotColumn${migrationSuffix(resolveLeaseNames(names))}${SLOT_COLUMN_AT}`;
 }

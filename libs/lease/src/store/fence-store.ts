@@ -4,15 +4,15 @@
  */
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { readOnly } from '../errors/database-errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { StatementTexts } from './statement-texts.js';
 import type { SemaphoreStore } from './semaphore-store.js';
-import { slotOfRow } from '../options/slot-limits.js';
+import type { RowRef } from './store.types.js';
 
 export class FenceStore {
   constructor(
     private readonly sql: () => StatementTexts,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly notifyChannel: () => string | null,
     private readonly slots?: SemaphoreStore,
   ) {}
@@ -28,25 +28,26 @@ export class FenceStore {
    */
   async lockForFence(
     manager: EntityManager | QueryRunner,
-    targetKey: string,
+    row: RowRef,
     lockWaitMs: number,
   ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean; preemptOf: string | null }> {
     let rows: Array<{ lease_token: string | null; timeline: string; forced: boolean; preempt_of: string | null }>;
     try {
       rows = await manager.query(this.sql().lockForFence, [
-        targetKey,
+        row.targetKey,
         String(this.options.fencedIdleTimeoutMs),
         String(Math.max(1, Math.ceil(lockWaitMs))),
+        row.slot,
       ]);
     } catch (error) {
-      throw readOnly(error, targetKey) ?? error;
+      throw readOnly(error, row.targetKey) ?? error;
     }
-    const [row] = rows;
+    const [locked] = rows;
     return {
-      leaseToken: row?.lease_token ?? null,
-      timeline: BigInt(row.timeline),
-      forced: row.forced,
-      preemptOf: row.preempt_of ?? null,
+      leaseToken: locked?.lease_token ?? null,
+      timeline: BigInt(locked.timeline),
+      forced: locked.forced,
+      preemptOf: locked.preempt_of ?? null,
     };
   }
 
@@ -56,15 +57,15 @@ export class FenceStore {
    * `asyncReleaseCommits`: that would make the work's commit non-durable too. Whether the row was released (false
    * only when its token is not this lease's, which the lock step already ruled out).
    */
-  async releaseWithin(manager: EntityManager, targetKey: string, leaseToken: string): Promise<boolean> {
-    if (this.slots && slotOfRow(targetKey)) {
+  async releaseWithin(manager: EntityManager, row: RowRef, leaseToken: string): Promise<boolean> {
+    if (this.slots && row.slot > 0) {
       // A semaphore's slot: its release wakes the key's line (the row lock is ours: the bound is never waited on).
-      const values = this.slots.releaseValues(targetKey, leaseToken, false, this.options.leaseTimeoutMs);
+      const values = this.slots.releaseValues(row, leaseToken, false, this.options.leaseTimeoutMs);
       const released: Array<{ released: boolean }> = await manager.query(this.sql().semaphoreRelease, values);
       return released[0]?.released === true;
     }
     const rows: Array<{ released: boolean }> = await manager.query(this.sql().release, [
-      targetKey,
+      row.targetKey,
       leaseToken,
       this.notifyChannel(),
       false,

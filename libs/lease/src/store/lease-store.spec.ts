@@ -9,7 +9,9 @@ import type { EntityManager } from 'typeorm';
 import { LeaseStore } from './lease-store.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
+import { ownRow } from '../options/slot-limits.js';
 import type { Queryable, SessionSource } from '../database/sessions.js';
+import { mergeLeaseOptions } from '../internal.js';
 
 /** One statement as the store sent it (`query_timeout` is left out: it is measured from the clock). */
 interface Sent {
@@ -61,9 +63,12 @@ const TOKEN_ON_TIMELINE_1 = '1099511627777';
 /** The configurations pinned: the names (default, custom), and sessions bounded by their own set-up or framed. */
 const CONFIGURATIONS: Record<string, { options: LeaseModuleOptions; bounded: boolean }> = {
   'default names, own sessions': { options: {}, bounded: true },
-  'default names, behind a transaction pooler (framed)': { options: { pooler: 'transaction' }, bounded: false },
+  'default names, behind a transaction pooler (framed)': {
+    options: { connections: { pooler: 'transaction' } },
+    bounded: false,
+  },
   'custom names, own sessions': {
-    options: { schema: 'Lease "Ops"', tableName: `job's "lease"`, waiterTableName: 'Wait-Line' },
+    options: { tables: { schema: 'Lease "Ops"', tableName: `job's "lease"`, waiterTableName: 'Wait-Line' } },
     bounded: true,
   },
 };
@@ -75,14 +80,13 @@ function sqlError(code: string, message: string, extra: Record<string, unknown> 
 /** A store over three recording sources (statements, lease heartbeat, waiter heartbeat) sharing one log. */
 function recorder(configuration: string, moreOptions: LeaseModuleOptions = {}) {
   const { options, bounded } = CONFIGURATIONS[configuration];
-  const resolved = resolveLeaseOptions({
-    heartbeatIntervalMs: 1_000,
-    leaseTimeoutMs: 4_000,
-    waiterTimeoutMs: 3_000,
-    owner: OWNER,
-    ...options,
-    ...moreOptions,
-  });
+  const resolved = resolveLeaseOptions(
+    mergeLeaseOptions(
+      { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 4_000, waiterTimeoutMs: 3_000 }, owner: OWNER },
+      options,
+      moreOptions,
+    ),
+  );
   const log: Sent[] = [];
   const answers: Answer[] = [];
   const statementBound = bounded ? resolved.leaseTimeoutMs - resolved.safetyMarginMs : undefined;
@@ -139,24 +143,20 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.tryAcquire(request('report:1', TOKEN_A, { priority: 3, queueAs: { waiterId: WAITER_A } }));
   },
   'semaphore: a slot granted (limit 4)': async (r) => {
-    r.answer([{ ...grant, row_key: 'report:1\u001f2', held_limit: null, raced: null }]);
+    r.answer([{ ...grant, slot: 3, held_limit: null, raced: null }]);
     return r.store.slots.tryAcquire(request('report:1', TOKEN_A, { priority: 2 }), 4);
   },
   'semaphore: refused, the key held under another limit': async (r) => {
-    r.answer([{ row_key: null, fencing_token: null, hold_left_ms: null, held_limit: 3, raced: false }]);
+    r.answer([{ slot: null, fencing_token: null, hold_left_ms: null, held_limit: 3, raced: false }]);
     return r.store.slots.tryAcquire(request('report:1', TOKEN_A), 4);
   },
   'semaphore: raced for the last slot, sent again': async (r) => {
-    r.answer([{ row_key: null, fencing_token: null, hold_left_ms: null, held_limit: null, raced: true }], []);
+    r.answer([{ slot: null, fencing_token: null, hold_left_ms: null, held_limit: null, raced: true }], []);
     return r.store.slots.tryAcquire(request('report:1', TOKEN_A), 4);
   },
   'semaphore: a slot released (release sends slot rows to their statement)': async (r) => {
     r.answer([{ released: true, woke: 1 }]);
-    return r.store.release('report:1\u001f2', TOKEN_A, 1_000);
-  },
-  'semaphore: the slot holders of one key (list)': async (r) => {
-    r.answer([]);
-    return r.store.slots.snapshot('report:1');
+    return r.store.release({ targetKey: 'report:1', slot: 3 }, TOKEN_A, 1_000);
   },
   'tryAcquire, after a serialization failure (retried)': async (r) => {
     r.answer(sqlError('40001', 'could not serialize access'), [grant]);
@@ -188,15 +188,15 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   'release, single (maxBatchSize 1)': async (r) => {
     r.answer([{ released: true }]);
-    return r.store.release('report:1', TOKEN_A, 1_000);
+    return r.store.release(ownRow('report:1'), TOKEN_A, 1_000);
   },
   'release, lone (acquired without a line): the lean statement': async (r) => {
     r.answer([{ released: true, line: false }]);
-    return r.store.release('report:1', TOKEN_A, 1_000, true);
+    return r.store.release(ownRow('report:1'), TOKEN_A, 1_000, true);
   },
   'release, lone: a line formed meanwhile, the single statement hands over': async (r) => {
     r.answer([{ released: false, line: true }], [{ released: true }]);
-    return r.store.release('report:1', TOKEN_A, 1_000, true);
+    return r.store.release(ownRow('report:1'), TOKEN_A, 1_000, true);
   },
   'release, batched: released, gone, and a retry that goes alone': async (r) => {
     r.answer(
@@ -208,9 +208,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
       [{ released: true }],
     );
     return Promise.all([
-      r.store.release('a', TOKEN_A, 1_000),
-      r.store.release('b', TOKEN_B, 700),
-      r.store.release('c', TOKEN_C, 900),
+      r.store.release(ownRow('a'), TOKEN_A, 1_000),
+      r.store.release(ownRow('b'), TOKEN_B, 700),
+      r.store.release(ownRow('c'), TOKEN_C, 900),
     ]);
   },
   'preempt: the ask, then the takeover at the end of the grace': async (r) => {
@@ -232,14 +232,14 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   'renew, without history': async (r) => {
     r.answer([{ lease_token: TOKEN_A, outcome: 'kept', ...history }]);
-    return r.store.renew(['a'], [TOKEN_A], 1_000);
+    return r.store.renew([ownRow('a')], [TOKEN_A], 1_000);
   },
   'renew, with history': async (r) => {
     r.answer([
       { lease_token: TOKEN_A, outcome: 'kept', ...history },
       { lease_token: TOKEN_B, outcome: 'failover', ...history },
     ]);
-    return r.store.renew(['a', 'b'], [TOKEN_A, TOKEN_B], 1_000, {
+    return r.store.renew([ownRow('a'), { targetKey: 'b', slot: 2 }], [TOKEN_A, TOKEN_B], 1_000, {
       fencingTokens: [1099511627777n, 2199023255553n],
       systemId: '7000000000000000001',
     });
@@ -248,13 +248,13 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     r.answer(sqlError('42501', 'permission denied for function pg_control_system'), [
       { lease_token: TOKEN_A, outcome: 'kept', ...history, system_id: null },
     ]);
-    return r.store.renew(['a'], [TOKEN_A], 1_000, { fencingTokens: [1099511627777n], systemId: null });
+    return r.store.renew([ownRow('a')], [TOKEN_A], 1_000, { fencingTokens: [1099511627777n], systemId: null });
   },
   'renew, with history, on a server in recovery': async (r) => {
     r.answer(sqlError('25006', 'cannot execute UPDATE in a read-only transaction'), [
       { recovery: true, timeline: null, system_id: '7000000000000000001' },
     ]);
-    return r.store.renew(['a'], [TOKEN_A], 1_000, { fencingTokens: [1099511627777n], systemId: null });
+    return r.store.renew([ownRow('a')], [TOKEN_A], 1_000, { fencingTokens: [1099511627777n], systemId: null });
   },
   renewWaiters: async (r) => {
     r.answer([{ waiter_id: WAITER_A }, { waiter_id: null }]);
@@ -278,7 +278,7 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.dequeue('report:1', WAITER_A);
   },
   dequeueAll: async (r) => {
-    r.answer([{ woke: '0', taken: [`report:2 ${WAITER_B}`] }], [{ released: true }]);
+    r.answer([{ woke: '0', target_id: 'report:2', waiter_id: WAITER_B }], [{ released: true }]);
     await r.store.dequeueAll([]);
     return r.store.dequeueAll([
       { targetKey: 'report:1', id: WAITER_A },
@@ -322,9 +322,9 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     return r.store.schema.mayCreateSchema();
   },
   createSchema: async (r) => {
-    // Nine statements (the token layout, the slot_limit column, the join result table's and the preemption column's),
-    // a CREATE SCHEMA first for a schema other than public, then the operator's five.
-    r.answer(...Array.from({ length: r.options.schema === 'public' ? 14 : 15 }, () => []));
+    // Ten statements (the token layout, the slot_limit column, the join result table's, the preemption column's and
+    // the slot column's), a CREATE SCHEMA first for a schema other than public, then the operator's five.
+    r.answer(...Array.from({ length: r.options.schema === 'public' ? 15 : 16 }, () => []));
     return r.store.schema.createSchema();
   },
 };
@@ -340,9 +340,9 @@ function pinned(result: unknown): unknown {
 
 /** The store with batching off for the `single` scenarios, on (the default) for the others. */
 function optionsFor(scenario: string): LeaseModuleOptions {
-  if (scenario.includes('(maxBatchSize 1)')) return { maxBatchSize: 1 };
+  if (scenario.includes('(maxBatchSize 1)')) return { connections: { maxBatchSize: 1 } };
   // An enqueue may take up to waiterTimeoutMs: past the statement pool's session bound, it frames its own.
-  if (scenario.includes('longer than the session bound')) return { waiterTimeoutMs: 5_000 };
+  if (scenario.includes('longer than the session bound')) return { timing: { waiterTimeoutMs: 5_000 } };
   return {};
 }
 
@@ -363,7 +363,7 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
         return [{ lease_token: TOKEN_A, timeline: '1' }];
       },
     } as unknown as EntityManager;
-    const result = await r.store.fence.lockForFence(manager, 'report:1', 1_234.5);
+    const result = await r.store.fence.lockForFence(manager, { targetKey: 'report:1', slot: 2 }, 1_234.5);
     expect(r.log).toEqual([]);
     expect({ sent, result }).toMatchSnapshot();
   });

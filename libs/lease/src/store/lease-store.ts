@@ -19,7 +19,7 @@ import {
 } from '../database/sessions.js';
 import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
 import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { readHistoryOn, readServerHistory, settleTokens, type TokenStanding } from './server-history.js';
 import { FenceStore } from './fence-store.js';
@@ -29,7 +29,6 @@ import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
 import { SemaphoreStore } from './semaphore-store.js';
-import { slotOfRow } from '../options/slot-limits.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import {
   acquireBatchItems,
@@ -37,11 +36,14 @@ import {
   acquireOutcome,
   acquireParameters,
   type AcquireRow,
+  type DequeueAllRow,
+  dequeueAllTaken,
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
 } from './rows.js';
-import { buildStatements, type StatementTexts } from './statement-texts.js';
+import { buildStatements, type StatementSettings, type StatementTexts } from './statement-texts.js';
+import type { StatementFaults } from './sql/statement-faults.js';
 import type {
   AcquireBatchRow,
   AcquiredRow,
@@ -50,6 +52,7 @@ import type {
   Refusal,
   ReleaseItem,
   RenewResult,
+  RowRef,
   ServerHistory,
   SnapshotRow,
   WaiterPlace,
@@ -82,6 +85,8 @@ export class LeaseStore {
   readonly slots: SemaphoreStore;
   /** The statements of preemption (see `PreemptStore`). */
   readonly preempt: PreemptStore;
+  /** What the statements are built for besides the names (see `buildStatements`). */
+  private settings: StatementSettings;
   /** The prepared name of a hot statement (see `buildStatements`). */
   private statement: (name: string) => { name?: string };
   /** The library's statement pool (acquisitions, releases, waiter changes, reads). */
@@ -106,14 +111,15 @@ export class LeaseStore {
   constructor(
     db: SessionSource | PoolLike,
     heartbeatDb: SessionSource | PoolLike,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
     private readonly purgeAfterMs = PURGE_AFTER_MS,
   ) {
     this.db = sessionsOf(db);
     this.heartbeatDb = sessionsOf(heartbeatDb);
     this.waiterHeartbeatDb = sessionsOf(waiterHeartbeatDb);
-    const statements = buildStatements(options, undefined, purgeAfterMs);
+    this.settings = { purgeAfterMs };
+    const statements = buildStatements(options, this.settings);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     this.slots = new SemaphoreStore(
@@ -285,18 +291,18 @@ export class LeaseStore {
    * One round trip on the heartbeat's own connection (see `runStatement`), planned for its parameters.
    */
   async renew(
-    targetKeys: string[],
+    rows: readonly RowRef[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
   ): Promise<RenewResult> {
     try {
-      return await this.renewOnce(targetKeys, leaseTokens, timeoutMs, history);
+      return await this.renewOnce(rows, leaseTokens, timeoutMs, history);
     } catch (error) {
       // The heartbeat's role (sessionUrl may name another) may not read the system identifier: go on without it.
       if (history && systemIdRefused(error) && this.systemIdReadable) {
         this.systemIdReadable = false;
-        return this.renew(targetKeys, leaseTokens, timeoutMs, history);
+        return this.renew(rows, leaseTokens, timeoutMs, history);
       }
       if (history && readOnly(error, '')) {
         const here = await readHistoryOn(this.heartbeatDb, this.sql, this.systemIdReadable, timeoutMs);
@@ -315,7 +321,7 @@ export class LeaseStore {
   }
 
   private async renewOnce(
-    targetKeys: string[],
+    leases: readonly RowRef[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
@@ -326,11 +332,12 @@ export class LeaseStore {
       customPlans: true,
       text: this.systemIdReadable ? this.sql.renew : this.sql.renewWithoutSystemId,
       values: [
-        targetKeys,
+        leases.map((row) => row.targetKey),
         leaseTokens,
         history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
         history?.systemId ?? null,
         this.options.leaseTimeoutMs,
+        leases.map((row) => row.slot),
       ],
     });
     return renewOutcome(rows, history);
@@ -342,9 +349,21 @@ export class LeaseStore {
    */
   async probeTimeline(): Promise<TokenStanding> {
     const standing = await settleTokens((statement) => this.run(statement), this.sql, this.options);
-    const timeline = standing.fixed ?? undefined;
-    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, timeline, this.purgeAfterMs));
+    this.rebuild({ ...this.settings, timeline: standing.fixed ?? undefined });
     return standing;
+  }
+
+  /**
+   * Test-only: the statements from now on carry `faults` (the fault schedule's negative controls, see
+   * statement-faults.ts). Called before the first statement, through `useStatementFaults` of internal.ts.
+   */
+  useStatementFaults(faults: StatementFaults): void {
+    this.rebuild({ ...this.settings, faults });
+  }
+
+  private rebuild(settings: StatementSettings): void {
+    this.settings = settings;
+    ({ sql: this.sql, named: this.statement } = buildStatements(this.options, settings));
   }
 
   /** Bootstrap: where the server stands in its history (`readServerHistory`). */
@@ -362,9 +381,10 @@ export class LeaseStore {
    * never a token): only that waiter's process attempts, the others sleep on. Returns whether our lease was released.
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
-  async release(targetKey: string, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
+  async release(row: RowRef, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
     // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
-    if (slotOfRow(targetKey)) return this.slots.release(targetKey, leaseToken, timeoutMs);
+    if (row.slot > 0) return this.slots.release(row, leaseToken, timeoutMs);
+    const { targetKey } = row;
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs, lone);
     const outcome = await this.releases.submit({ targetKey, leaseToken, timeoutMs, lone });
     // The row was locked by another transaction (a fenced write still finishing): alone, waiting for it.
@@ -509,14 +529,13 @@ export class LeaseStore {
   async dequeueAll(waiters: ReadonlyArray<{ targetKey: string; id: string }>): Promise<void> {
     if (waiters.length === 0) return;
     const values = [waiters.map((w) => w.targetKey), waiters.map((w) => w.id), this.notifyChannel];
-    const { rows } = await this.run<{ taken: string[] }>({
+    const { rows } = await this.run<DequeueAllRow>({
       text: this.sql.dequeueAll,
       values: [...values, this.options.agingIntervalMs],
     });
     // Rows a release took with a grant committed meanwhile (see `dequeue`): passed on by a release each.
-    const taken = new Set(rows[0]?.taken ?? []);
-    const granted = waiters.filter((w) => taken.has(`${w.targetKey} ${w.id}`));
-    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.id, shortBoundMs(this.options))));
+    const granted = dequeueAllTaken(rows);
+    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.waiterId, shortBoundMs(this.options))));
   }
 
   /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */

@@ -3,6 +3,7 @@ import {
   acquireBatchItems,
   acquireBatchOutcomes,
   acquireOutcome,
+  dequeueAllTaken,
   missingObjectNames,
   oldLayoutSequences,
   missingRights,
@@ -123,6 +124,20 @@ describe('store rows', () => {
     ]);
     expect(outcomes.map((outcome) => (outcome.ok ? outcome.value : 'error'))).toEqual([true, false, 'retry']);
     expect(releaseBatchOutcomes(1, [])[0].ok).toBe(false);
+  });
+
+  it("the shutdown's dequeue: one typed row per waiter a grant took (keys with spaces intact), nulls for none", () => {
+    const id = '00000000-0000-4000-8000-0000000000a1';
+    expect(dequeueAllTaken([{ target_id: null, waiter_id: null }])).toEqual([]);
+    expect(
+      dequeueAllTaken([
+        { target_id: 'a b', waiter_id: id },
+        { target_id: `x ${id}`, waiter_id: id },
+      ]),
+    ).toEqual([
+      { targetKey: 'a b', waiterId: id },
+      { targetKey: `x ${id}`, waiterId: id },
+    ]);
   });
 
   it('the bootstrap checks name what is missing', () => {

@@ -3,7 +3,7 @@
  * can be read, and tested, apart from running the statement.
  */
 import { messages } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { ItemOutcome } from './group-commit.js';
 import type { PrivilegeCheck } from './sql/bootstrap.sql.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
@@ -40,7 +40,7 @@ function outOfOrder(index: number): Error {
  */
 export function acquireParameters(
   request: AcquireRequest,
-  options: Pick<ResolvedLeaseOptions, 'owner' | 'leaseTimeoutMs' | 'agingIntervalMs'>,
+  options: Pick<EngineSettings, 'owner' | 'leaseTimeoutMs' | 'agingIntervalMs'>,
 ): unknown[] {
   return [
     request.targetKey,
@@ -169,6 +169,19 @@ export function releaseBatchOutcomes(
     if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
     return { ok: true, value: row.outcome === 'retry' ? 'retry' : row.outcome === 'released' };
   });
+}
+
+/** A row of the shutdown's dequeue (`dequeueAllSql`): a waiter whose row a grant took, or nulls (none). */
+export interface DequeueAllRow {
+  target_id: string | null;
+  waiter_id: string | null;
+}
+
+/** The waiters whose row a release took with a grant the shutdown's dequeue could not see (see `dequeueAllSql`). */
+export function dequeueAllTaken(rows: readonly DequeueAllRow[]): Array<{ targetKey: string; waiterId: string }> {
+  return rows.flatMap((row) =>
+    row.target_id === null || row.waiter_id === null ? [] : [{ targetKey: row.target_id, waiterId: row.waiter_id }],
+  );
 }
 
 /** Which lease objects exist (the bootstrap check). */

@@ -5,13 +5,14 @@
 import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
 import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import {
   consoleSchemaStatements,
   joinResultStatements,
   leaseObjectNames,
   preemptionStatements,
   schemaStatements,
+  slotColumnStatements,
 } from '../schema/lease-schema.js';
 import { missingObjectNames, missingRights, type ObjectsRow, oldLayoutSequences, type SchemaState } from './rows.js';
 import type { Statements } from './statement-texts.js';
@@ -25,7 +26,7 @@ export class SchemaStore {
   constructor(
     private readonly run: RunStatement,
     private readonly statements: Statements,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
   ) {}
 
   /** Which lease objects are missing, and which sequences are of the 40-bit token layout (bootstrap check). */
@@ -83,20 +84,24 @@ export class SchemaStore {
     return rows[0].missing;
   }
 
-  /** Whether the lease table lacks the preemption column: an installation older than `preempt: true`. */
-  async preemptionMissing(): Promise<boolean> {
+  /**
+   * Whether the lease table lacks a column a later migration added: `preempt_of` (an installation older than
+   * `preempt: true`), `slot` (older than the slot column).
+   */
+  async columnMissing(column: 'preempt_of' | 'slot'): Promise<boolean> {
     const { rows } = await this.run<{ missing: boolean }>({
       text: `SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass($1)
-          AND attname = 'preempt_of' AND NOT attisdropped) AS missing`,
+          AND attname = $2 AND NOT attisdropped) AS missing`,
       boundMs: bootstrapBoundMs(this.options),
-      values: [leaseObjectNames(this.options).lease],
+      values: [leaseObjectNames(this.options).lease, column],
     });
     return rows[0].missing;
   }
 
-  /** Adds the preemption column (idempotent). */
-  async createPreemption(): Promise<void> {
-    for (const statement of preemptionStatements(this.options)) {
+  /** Adds the column `columnMissing` found missing (idempotent). */
+  async createColumn(column: 'preempt_of' | 'slot'): Promise<void> {
+    const statements = column === 'slot' ? slotColumnStatements(this.options) : preemptionStatements(this.options);
+    for (const statement of statements) {
       await this.run({ text: statement, boundMs: statementPoolBoundMs(this.options) });
     }
   }

@@ -1,23 +1,21 @@
 /**
- * The statements of semaphores (`limit` above 1): a slot's acquisition and release, and the slot holders of one key
- * (see sql/semaphore.sql.ts). Run like every statement of `LeaseStore`: on the statement pool, bounded, hot ones
- * prepared once per connection.
+ * The statements of semaphores (`limit` above 1): a slot's acquisition and release (see sql/semaphore.sql.ts). Run
+ * like every statement of `LeaseStore`: on the statement pool, bounded, hot ones prepared once per connection.
  */
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { exhausted, readOnly } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { slotOfRow } from '../options/slot-limits.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
 import { acquireParameters } from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import type { StatementTexts } from './statement-texts.js';
-import type { AcquiredRow, AcquireRequest, Refusal, SnapshotRow } from './store.types.js';
+import type { AcquiredRow, AcquireRequest, Refusal, RowRef } from './store.types.js';
 
-/** A granted slot: the acquisition, and the slot's row. */
+/** A granted slot: the acquisition, and the slot of its row (1 … limit, see options/slot-limits.ts). */
 export interface AcquiredSlot extends AcquiredRow {
-  readonly rowKey: string;
+  readonly rowSlot: number;
 }
 
 /** A refused slot acquisition; `heldLimit`: another limit holds the key (a single holder counts as 1). */
@@ -26,7 +24,7 @@ export interface SlotRefusal extends Refusal {
 }
 
 interface SemaphoreRow {
-  row_key: string | null;
+  slot: number | null;
   fencing_token: string | null;
   took_over: boolean | null;
   previous_owner: string | null;
@@ -46,7 +44,7 @@ export class SemaphoreStore {
     private readonly run: RunStatement,
     private readonly sql: () => StatementTexts,
     private readonly names: LeaseObjectNames,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly named: (statement: string) => { name?: string },
     private readonly bounds: () => { boundMs: number; slackMs: number },
     private readonly notifyChannel: () => string | null,
@@ -82,12 +80,12 @@ export class SemaphoreStore {
       );
     });
     const row = rows[0];
-    if (!row || row.fencing_token === null || row.row_key === null) {
+    if (!row || row.fencing_token === null || row.slot === null) {
       if (row?.raced) return 'raced';
       return { refused: true, holdLeftMs: row?.hold_left_ms ?? null, heldLimit: row?.held_limit ?? null };
     }
     return {
-      rowKey: row.row_key,
+      rowSlot: row.slot,
       fencingToken: BigInt(row.fencing_token),
       sentAt,
       tookOver: row.took_over === true,
@@ -99,35 +97,29 @@ export class SemaphoreStore {
    * Token-guarded soft release of a slot row, as `LeaseStore.release` (which sends slot rows here), waking as many of
    * the key's waiters as slots are free. Whether our lease was released.
    */
-  async release(rowKey: string, leaseToken: string, timeoutMs: number): Promise<boolean> {
+  async release(row: RowRef, leaseToken: string, timeoutMs: number): Promise<boolean> {
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean }>({
         ...this.named('semaphore_release'),
         boundMs: timeoutMs,
         text: this.sql().semaphoreRelease,
-        values: this.releaseValues(rowKey, leaseToken, this.options.asyncReleaseCommits, timeoutMs),
+        values: this.releaseValues(row, leaseToken, this.options.asyncReleaseCommits, timeoutMs),
       }),
     );
     return rows[0]?.released === true;
   }
 
   /** The parameters of the release statement (also sent by a fenced transaction's release, see `FenceStore`). */
-  releaseValues(rowKey: string, leaseToken: string, asyncCommit: boolean, lockWaitMs: number): unknown[] {
+  releaseValues(row: RowRef, leaseToken: string, asyncCommit: boolean, lockWaitMs: number): unknown[] {
     return [
-      rowKey,
+      row.targetKey,
       leaseToken,
       this.notifyChannel(),
       asyncCommit,
       this.options.agingIntervalMs,
       String(Math.max(1, Math.floor(lockWaitMs))),
-      slotOfRow(rowKey)?.targetKey ?? rowKey,
+      row.slot,
     ];
-  }
-
-  /** The slot holders of `targetKey` (rows of the snapshot statement's shape). */
-  async snapshot(targetKey: string): Promise<SnapshotRow[]> {
-    const { rows } = await this.run<SnapshotRow>({ text: this.sql().semaphoreSnapshot, values: [targetKey] });
-    return rows;
   }
 }
 

@@ -1,9 +1,10 @@
 /**
- * Every statement text of one set of table names, built once (they depend only on the names: every value is a
- * bound parameter), and the names of the prepared ones. Pure: no I/O.
+ * Every statement text of one set of table names, built once (they depend only on the names and the settings — the
+ * timeline, the purge bound, the test-only faults — given to the builders as arguments: every value is a bound
+ * parameter), and the names of the prepared ones. Pure: no I/O.
  */
 import { createHash } from 'node:crypto';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { acquireRunCapMs, PURGE_AFTER_MS } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { batchAcquireSql, loneAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
@@ -16,14 +17,7 @@ import {
   SYSTEM_ID_READABLE_SQL,
 } from './sql/bootstrap.sql.js';
 import { lockForFenceSql } from './sql/fence.sql.js';
-import {
-  fixedTimeline,
-  serverHistorySql,
-  tableTopsSql,
-  TIMELINE,
-  WAL_PROBE_SQL,
-  WAL_READABLE_SQL,
-} from './sql/fencing-token.js';
+import { serverHistorySql, tableTopsSql, timelineSql, WAL_PROBE_SQL, WAL_READABLE_SQL } from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { raiseSequencesSql } from './sql/token-floor.sql.js';
@@ -31,8 +25,9 @@ import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
-import { semaphoreAcquireSql, semaphoreReleaseSql, semaphoreSnapshotSql } from './sql/semaphore.sql.js';
+import { semaphoreAcquireSql, semaphoreReleaseSql } from './sql/semaphore.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
+import { NO_FAULTS, type StatementFaults } from './sql/statement-faults.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
 
 /** The texts of one configuration's statements, by statement. */
@@ -69,7 +64,6 @@ export interface StatementTexts {
   readonly mayCreateSchema: string;
   readonly semaphoreAcquire: string;
   readonly semaphoreRelease: string;
-  readonly semaphoreSnapshot: string;
 }
 
 /** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
@@ -86,44 +80,51 @@ export interface Statements {
  * The prefix of the prepared statements' names: a hash of the table names, so two configurations never share a
  * prepared plan.
  */
-export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 'tableName' | 'waiterTableName'>) {
+export function preparedPrefix(options: Pick<EngineSettings, 'schema' | 'tableName' | 'waiterTableName'>) {
   const names = `${options.schema}.${options.tableName}.${options.waiterTableName}`;
   return `lease_${createHash('sha1').update(names).digest('hex').slice(0, 10)}`;
 }
 
-/**
- * @param timeline where the server's timeline cannot be used (see `settleTokens`): the fixed timeline every statement
- *   uses instead of the server's (`fixedTimeline`); the probes keep the server's.
- */
-export function buildStatements(
-  options: ResolvedLeaseOptions,
-  timeline?: bigint,
-  purgeAfterMs = PURGE_AFTER_MS,
-): Statements {
+/** What a store's statements are built for, beside the names (every field optional: the library's defaults). */
+export interface StatementSettings {
+  /**
+   * Where the server's timeline cannot be used (see `settleTokens`): the fixed timeline every statement uses instead
+   * of the server's (`timelineSql`); the WAL probe keeps the server's.
+   */
+  readonly timeline?: bigint;
+  /** The purge bound (`PURGE_AFTER_MS`; tests give a shorter one): its acquisitions' run cap is half. */
+  readonly purgeAfterMs?: number;
+  /** Test-only defects (the fault schedule's negative controls, see statement-faults.ts). */
+  readonly faults?: StatementFaults;
+}
+
+export function buildStatements(options: EngineSettings, settings: StatementSettings = {}): Statements {
+  const { purgeAfterMs = PURGE_AFTER_MS, faults = NO_FAULTS } = settings;
   const capMs = acquireRunCapMs(purgeAfterMs);
+  const timeline = timelineSql(settings.timeline);
   const n = leaseObjectNames(options);
   const privileges = privilegeChecks(n, options.schema);
   const sql: StatementTexts = {
-    acquire: singleAcquireSql(n, false, capMs),
-    acquireLone: loneAcquireSql(n, capMs),
-    acquireOrQueue: singleAcquireSql(n, true, capMs),
-    batchAcquire: batchAcquireSql(n, capMs),
-    batchRelease: batchReleaseSql(n),
-    release: singleReleaseSql(n),
+    acquire: singleAcquireSql(n, timeline, false, capMs, faults),
+    acquireLone: loneAcquireSql(n, timeline, capMs, faults),
+    acquireOrQueue: singleAcquireSql(n, timeline, true, capMs, faults),
+    batchAcquire: batchAcquireSql(n, timeline, capMs),
+    batchRelease: batchReleaseSql(n, timeline),
+    release: singleReleaseSql(n, timeline),
     releaseLone: loneReleaseSql(n),
-    enqueue: enqueueSql(n),
-    renew: renewSql(n, true),
-    renewWithoutSystemId: renewSql(n, false),
+    enqueue: enqueueSql(n, timeline),
+    renew: renewSql(n, true, timeline),
+    renewWithoutSystemId: renewSql(n, false, timeline),
     renewWaiters: renewWaitersSql(n),
-    dequeue: dequeueSql(n),
-    dequeueAll: dequeueAllSql(n),
+    dequeue: dequeueSql(n, timeline),
+    dequeueAll: dequeueAllSql(n, timeline),
     confirmGrant: confirmGrantSql(n),
     snapshot: snapshotSql(n),
-    lockForFence: lockForFenceSql(n),
+    lockForFence: lockForFenceSql(n, timeline),
     preemptAsk: preemptAskSql(n),
-    preemptTake: preemptTakeSql(n, capMs),
-    serverHistory: serverHistorySql(true),
-    serverHistoryWithoutSystemId: serverHistorySql(false),
+    preemptTake: preemptTakeSql(n, timeline, capMs),
+    serverHistory: serverHistorySql(true, timeline),
+    serverHistoryWithoutSystemId: serverHistorySql(false, timeline),
     systemIdReadable: SYSTEM_ID_READABLE_SQL,
     missingObjects: MISSING_OBJECTS_SQL,
     missingPrivileges: missingPrivilegesSql(privileges),
@@ -134,22 +135,16 @@ export function buildStatements(
     raiseSequences: raiseSequencesSql(n),
     purge: purgeSql(n),
     largestToken: largestTokenSql(n),
-    semaphoreAcquire: semaphoreAcquireSql(n, capMs),
+    semaphoreAcquire: semaphoreAcquireSql(n, timeline, capMs),
     semaphoreRelease: semaphoreReleaseSql(n),
-    semaphoreSnapshot: semaphoreSnapshotSql(n),
   };
-  if (timeline !== undefined) {
-    const fixed = fixedTimeline(timeline);
-    for (const key of Object.keys(sql) as Array<keyof StatementTexts>) {
-      if (key !== 'walProbe') (sql as Record<keyof StatementTexts, string>)[key] = sql[key].replaceAll(TIMELINE, fixed);
-    }
-  }
   // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.
-  // So is another purge bound (tests): its acquisitions' cap is in their text.
+  // So is another purge bound (tests): its acquisitions' cap is in their text; and so are the faults (tests).
   const prefix =
     preparedPrefix(options) +
-    (timeline === undefined ? '' : `_t${timeline}`) +
-    (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`);
+    (settings.timeline === undefined ? '' : `_t${settings.timeline}`) +
+    (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`) +
+    (faults.tokenBeforeLock ? '_f' : '');
   // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
   // client: there every statement is unnamed.
   const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });

@@ -1,5 +1,8 @@
 /** What the store's methods take and return, and the rows of its batch statements. */
 
+/** A lease row (see options/slot-limits.ts). */
+export type { RowRef } from '../options/slot-limits.js';
+
 /** What one batched renewal found, by lease token (tokens in none of the sets are lost: another token, or no row). */
 export interface RenewResult {
   /** Renewed. */
@@ -99,6 +102,8 @@ export interface WaiterPlace {
 export interface SnapshotRow {
   state: 'held' | 'waiting';
   target_id: string;
+  /** A holder's row slot (0: the key's own; 1 … limit: a semaphore's); null for a waiter. */
+  slot: number | null;
   owner: string;
   priority: number;
   effective_priority: string;

@@ -32,20 +32,37 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
-import { callRequest, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
+import { callRequest, type LeaseRequest } from '../options/call-input.js';
+import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
-import { slotOfRow, slotRowKey } from '../options/slot-limits.js';
+import { rowSlotOf } from '../options/slot-limits.js';
+
+/**
+ * This engine's name of a row: a key's own row is the key itself, slot `i` of a semaphore `<key>\0<i>` — NUL is in no
+ * key (`assertTargetKey`), so no key names another's slot. Private to this file (the tables have a slot column).
+ */
+const rowName = (targetKey: string, slot: number) => `${targetKey}\0${slot}`;
+
+/** A row name's key and, for a semaphore's slot, its slot. */
+function rowOfName(name: string): { targetKey: string; slot?: number } {
+  const at = name.indexOf('\0');
+  return at < 0 ? { targetKey: name } : { targetKey: name.slice(0, at), slot: Number(name.slice(at + 1)) };
+}
+
+/** The row a lease holds (see `rowName`). */
+const rowOfLease = (lease: HeldLease) =>
+  lease.slot === undefined ? lease.targetKey : rowName(lease.targetKey, lease.slot);
 
 /** Runs a fenced write's work in the test's transaction (see `LeaseTestingOptions.fencedTransaction`). */
 export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
 
-/** Options of the in-memory lease service: the module's options, plus how `fenced()` runs its work. */
+/** Options of the in-memory lease service: the module's (grouped) options, plus how `fenced()` runs its work. */
 export interface LeaseTestingOptions extends LeaseModuleOptions {
   /**
    * Runs the work of every `lease.fenced(work)` that is allowed to write, e.g. `(work) => work(fakeManager)` or
@@ -93,11 +110,11 @@ const NO_MANAGER = new Proxy({} as EntityManager, {
 
 export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   readonly events$: Observable<LeaseEvent>;
-  readonly options: ResolvedLeaseOptions;
+  readonly options: EngineSettings;
   private readonly events = new Subject<LeaseEvent>();
   private readonly context = new LeaseContext();
   private readonly fencedTransaction: FencedTransaction;
-  /** This service's leases, by row: a key's own, or a semaphore's slot (`slotRowKey`). */
+  /** This service's leases, by row: a key's own, or a semaphore's slot (`rowName`). */
   private readonly held = new Map<string, HeldLease>();
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   /** The limit each slot holder asked (`limit` above 1). */
@@ -175,33 +192,27 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return held && new BorrowedLease(held);
   }
 
-  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    const request = callRequest(targetKey, options);
+  async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
     return this.tryOnce(request);
   }
 
-  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const request = callRequest(targetKey, options);
-    const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    options.signal?.throwIfAborted();
+  async acquire(call: LeaseCall<WaitingPlan>): Promise<Lease> {
+    const { request, busy, signal } = call;
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
+    return this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options));
   }
 
-  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    const request = callRequest(targetKey, options);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined || graceMs !== undefined;
-    const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
-    options.signal?.throwIfAborted();
+  async enter(call: LeaseCall): Promise<LeaseEntry> {
+    const { request, busy, signal } = call;
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = waits
-      ? await this.waitFor(request, waitTimeoutMs, options.signal, graceMs)
+    const lease = waits(busy)
+      ? await this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options))
       : await this.tryOnce(request);
     if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
@@ -211,9 +222,10 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const now = performance.now();
     const keys = new Set([...this.held.keys(), ...this.foreign.keys(), ...this.lines.keys()]);
     const rows = [...keys]
-      .filter((key) => targetKey === undefined || (slotOfRow(key)?.targetKey ?? key) === targetKey)
+      .filter((key) => targetKey === undefined || rowOfName(key).targetKey === targetKey)
       .sort()
       .flatMap((key) => {
+        const row = rowOfName(key);
         const mine = this.held.get(key);
         const other = this.foreign.get(key);
         const holder = mine
@@ -223,7 +235,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
           ? [
               {
                 state: 'held' as const,
-                target_id: key,
+                target_id: row.targetKey,
+                slot: row.slot === undefined ? 0 : rowSlotOf(row.slot),
                 owner: holder.owner,
                 priority: (mine && this.priorities.get(mine)) ?? 0,
                 effective_priority: String((mine && this.priorities.get(mine)) ?? 0),
@@ -238,6 +251,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
         const waiting = (this.lines.get(key) ?? []).map((waiter) => ({
           state: 'waiting' as const,
           target_id: key,
+          slot: null,
           owner: this.options.owner,
           priority: waiter.request.priority,
           effective_priority: String(waiter.request.priority),
@@ -272,9 +286,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   /** `onBusy: 'join'`: within this service only (no other process to hear from). */
-  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
-    preemptGraceOf(options, this.options.preemptGraceMs); // a join never preempts (LeaseArgumentError)
-    return this.joins.run(targetKey, work, options);
+  joinRun<T>(call: LeaseCall, work: (lease: Lease) => Promise<T> | T): Promise<T> {
+    return this.joins.run(call, work);
   }
 
   release(lease: HeldLease, reason?: () => unknown): Promise<void> {
@@ -282,8 +295,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const yielding = this.yielding.get(lease.targetKey);
     // A preempted holder releasing in its grace: the row was still its own (the real engine's release lands).
     if (yielding?.lease === lease) this.endYield(lease.targetKey);
-    else if (this.held.get(lease.rowKey) !== lease) return Promise.resolve();
-    this.held.delete(lease.rowKey);
+    else if (this.held.get(rowOfLease(lease)) !== lease) return Promise.resolve();
+    this.held.delete(rowOfLease(lease));
     this.drain.forgotten();
     const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
     this.emit(releasedEvent(lease, heldMs));
@@ -350,7 +363,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   /** The rows a request may take: the key's own, or its slots (`limit` above 1). */
   private rowsOf(request: LeaseRequest): string[] {
     const { targetKey, limit } = request;
-    return limit > 1 ? Array.from({ length: limit }, (_, slot) => slotRowKey(targetKey, slot)) : [targetKey];
+    return limit > 1 ? Array.from({ length: limit }, (_, slot) => rowName(targetKey, slot)) : [targetKey];
   }
 
   /**
@@ -373,7 +386,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   private heldLimit(targetKey: string): number | undefined {
     if (this.held.has(targetKey) || this.foreign.has(targetKey)) return 1;
     for (const lease of this.held.values()) {
-      if (lease.targetKey === targetKey && lease.slotOf) return this.slotLimits.get(lease);
+      if (lease.targetKey === targetKey && lease.slot !== undefined) return this.slotLimits.get(lease);
     }
     return undefined;
   }
@@ -510,7 +523,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   /** Serves the heads of the key's line while they find a free row (a semaphore's release frees one slot). */
   private grantNext(row: string): void {
-    const key = slotOfRow(row)?.targetKey ?? row;
+    const key = rowOfName(row).targetKey;
     for (;;) {
       const line = this.lines.get(key);
       const head = line?.[0];
@@ -533,9 +546,9 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const row = this.rowsOf(request).find((candidate) => !this.taken(candidate))!;
     const lease = new HeldLease(targetKey, randomUUID(), this.nextToken(), now, MAX_TIMER_MS, this, () => undefined);
     lease.keyTemplate = keyTemplate;
-    const slot = slotOfRow(row);
-    if (slot) {
-      lease.slotOf = { slot: slot.slot, rowKey: row };
+    const { slot } = rowOfName(row);
+    if (slot !== undefined) {
+      lease.rowSlot = rowSlotOf(slot);
       this.slotLimits.set(lease, request.limit);
     }
     lease.tookOver = this.expired.delete(row);
@@ -559,7 +572,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
 
   private lose(lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>): void {
     if (!lease.markLost(reason)) return;
-    this.held.delete(lease.rowKey);
+    this.held.delete(rowOfLease(lease));
     this.drain.forgotten();
     this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
   }

@@ -11,8 +11,8 @@ import {
   taken,
   type LeaseObjectNames,
 } from './fragments.js';
-import { faultSwitches } from './fault-switches.js';
-import { historyOrdered, historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import type { StatementFaults } from './statement-faults.js';
+import { historyOrdered, historyToken, sequenceLiteral } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
 
 /**
@@ -35,20 +35,26 @@ import { highWaterToken } from './token-floor.sql.js';
  * `capMs`: past it the statement fails, undone, after its writes (`runCap`), so a purge never races it (see
  * `LeaseStore.purge`); the batch statement carries the same cap.
  */
-export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: number): string {
+export function singleAcquireSql(
+  n: LeaseObjectNames,
+  timeline: string,
+  queue: boolean,
+  capMs: number,
+  faults: StatementFaults,
+): string {
   const { lease, waiter, fencingSequence, waiterSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
-  // Off except in the fault schedule's negative control (see fault-switches.ts): every grant then goes through the
+  // Off except in the fault schedule's negative control (see statement-faults.ts): every grant then goes through the
   // INSERT, and a conflict keeps the token its source row drew before the row lock.
-  const early = faultSwitches.tokenBeforeLock;
+  const early = faults.tokenBeforeLock;
   const queued = queue
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
-          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence)}, clock_timestamp()
+          SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence, timeline)}, clock_timestamp()
           WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $12
           RETURNING seq, queued_at`
     : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
   return `WITH held AS (
-          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
+          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND ${taken('l')}
         ), line AS MATERIALIZED (
           -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
           SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
@@ -60,34 +66,36 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
         ), open AS MATERIALIZED (
           -- The read-only pre-check: the target is free and no live waiter is ahead of the caller. A refusal takes no
           -- row lock and writes nothing.
-          SELECT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = $1) AS has_row
+          SELECT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0) AS has_row
           WHERE NOT EXISTS (SELECT 1 FROM held)
             AND NOT EXISTS (SELECT 1 FROM line a, me WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
               AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807))))
         ), locked AS MATERIALIZED (
           SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
           FROM ${lease} l, open o
-          WHERE o.has_row AND l.target_id = $1 AND NOT ${taken('l')}${early ? ' AND false' : ''}
+          WHERE o.has_row AND l.target_id = $1 AND l.slot = 0 AND NOT ${taken('l')}${early ? ' AND false' : ''}
           FOR NO KEY UPDATE OF l
-        ), won_old AS (
+        ), drawn AS MATERIALIZED (
           -- The token is drawn here, after the row lock (locked is materialized first): larger than every earlier
-          -- grant of the key.
+          -- grant of the key. Materialized: once per row, whichever plan joins it below (and scans it again).
+          SELECT k.*, ${nextval} AS v FROM locked k
+        ), won_old AS (
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
-          WHERE l.target_id = x.target_id
+          FROM drawn x, (SELECT ${timeline} AS timeline) h
+          WHERE l.target_id = x.target_id AND l.slot = 0
           RETURNING l.fencing_token, x.was_held AS took_over, CASE WHEN x.was_held THEN x.previous_owner END
             AS previous_owner
         ), won_new AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9
-          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${TIMELINE} AS timeline) h
+          FROM (SELECT ${nextval} AS v FROM open o WHERE ${early ? 'true' : 'NOT o.has_row'}) f, (SELECT ${timeline} AS timeline) h
           -- A concurrent first insert of the key committed meanwhile: its row is taken if it is free by then, with a
           -- token drawn after the row lock (the value drawn above is then left unused).
-          ON CONFLICT (target_id) DO UPDATE SET
-            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
+          ON CONFLICT (target_id, slot) DO UPDATE SET
+            lease_token = EXCLUDED.lease_token, fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, timeline, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE NOT ${taken('l')}
@@ -97,7 +105,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
           -- handoff.sql.ts), found here when its NOTIFY was missed or its confirmation failed: confirmed as in
           -- confirmGrantSql, and as durably (this statement commits with the session's synchronous_commit = on).
           UPDATE ${lease} AS l SET lease_timeout_ms = $5, hold_ms = $9, updated_at = clock_timestamp()
-          WHERE l.target_id = $1 AND $6::uuid IS NOT NULL AND l.lease_token = $6::uuid AND ${live('l')}
+          WHERE l.target_id = $1 AND l.slot = 0 AND $6::uuid IS NOT NULL AND l.lease_token = $6::uuid AND ${live('l')}
           RETURNING l.fencing_token
         ), won AS (
           SELECT fencing_token, took_over, previous_owner FROM won_old
@@ -122,7 +130,7 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
         -- way, when that tail ends (no NOTIFY will say so).
         SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at, NULL
         FROM (SELECT (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-            FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
+            FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
         LEFT JOIN queued q ON true
         WHERE NOT EXISTS (SELECT 1 FROM won) AND (r.hold_left_ms IS NOT NULL OR q.seq IS NOT NULL)`;
 }
@@ -144,13 +152,13 @@ export function singleAcquireSql(n: LeaseObjectNames, queue: boolean, capMs: num
  *   that caller alone goes the single statement, which waits for the row lock as it always did.
  * - A granted waiter's own row, and the dead waiters of the won keys, are deleted in the same statement.
  */
-export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { lease, waiter, fencingSequence } = n;
   const nextvalArg = sequenceLiteral(fencingSequence);
   // The batch never waits for a lock one caller's key is under (set first: every write of the statement reads
   // history): past BATCH_LOCK_WAIT_MS the statement fails whole, and its callers go alone (see tryAcquire).
   return `WITH history AS MATERIALIZED (
-      SELECT ${TIMELINE} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
+      SELECT ${timeline} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
     ), req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb)
         AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
@@ -164,9 +172,9 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
       SELECT DISTINCT ON (m.target_id) m.* FROM mine m
       ORDER BY m.target_id, m.eff DESC, m.waiter_seq NULLS LAST, m.i
     ), open AS MATERIALIZED (
-      SELECT c.*, EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id) AS has_row
+      SELECT c.*, EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND l.slot = 0) AS has_row
       FROM cand c
-      WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND ${taken('l')})
+      WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND l.slot = 0 AND ${taken('l')})
         AND NOT EXISTS (
           SELECT 1 FROM ${waiter} w
           WHERE w.target_id = c.target_id AND w.waiter_id IS DISTINCT FROM c.waiter_id AND ${liveWaiter('w')}
@@ -174,19 +182,20 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
               OR (${aged('w.queued_at', '$4')} = c.eff AND w.seq < coalesce(c.waiter_seq, 9223372036854775807))))
     ), locked AS MATERIALIZED (
       SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
-      FROM ${lease} l JOIN open o ON o.target_id = l.target_id
+      FROM ${lease} l JOIN open o ON o.target_id = l.target_id AND l.slot = 0
       WHERE o.has_row AND NOT ${taken('l')}
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), won_old AS (
+    ), drawn AS MATERIALIZED (
       -- The token is drawn here, per row, after the row lock (locked is materialized first): larger than every
-      -- earlier grant of the key.
+      -- earlier grant of the key. Materialized: once per row, whichever plan joins it below.
+      SELECT k.target_id, k.was_held, k.previous_owner, nextval(${nextvalArg}) AS v FROM locked k
+    ), won_old AS (
       UPDATE ${lease} AS l SET lease_token = o.lease_token, fencing_token = ${historyToken('x.v', 'l.fencing_token')},
         owner = $2, priority = o.priority, lease_timeout_ms = $3, acquired_at = clock_timestamp(),
         updated_at = clock_timestamp(), hold_ms = o.hold_ms
-      FROM (SELECT k.target_id, k.was_held, k.previous_owner, nextval(${nextvalArg}) AS v FROM locked k) x
-        JOIN open o ON o.target_id = x.target_id, history h
-      WHERE l.target_id = x.target_id
+      FROM drawn x JOIN open o ON o.target_id = x.target_id, history h
+      WHERE l.target_id = x.target_id AND l.slot = 0
       RETURNING l.target_id, l.fencing_token, x.was_held, x.previous_owner
     ), won_new AS (
       INSERT INTO ${lease} AS l
@@ -195,7 +204,7 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
         clock_timestamp(), clock_timestamp(), f.hold_ms
       FROM (SELECT o.*, nextval(${nextvalArg}) AS v FROM open o WHERE NOT o.has_row) f, history h
       ORDER BY f.target_id
-      ON CONFLICT (target_id) DO NOTHING
+      ON CONFLICT (target_id, slot) DO NOTHING
       RETURNING l.target_id, l.fencing_token
     ), won AS (
       SELECT target_id, fencing_token, was_held AS took_over,
@@ -223,7 +232,8 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
       w.fencing_token::text AS fencing_token, w.took_over, w.previous_owner,
       CASE WHEN w.target_id IS NULL THEN (
         SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-        FROM ${lease} l WHERE l.target_id = m.target_id AND NOT ${live('l')} AND ${holding('l')}) END AS hold_left_ms,
+        FROM ${lease} l WHERE l.target_id = m.target_id AND l.slot = 0 AND NOT ${live('l')} AND ${holding('l')})
+        END AS hold_left_ms,
       ${runCap(capMs)} AS overran
     FROM mine m
     LEFT JOIN open o ON o.target_id = m.target_id
@@ -247,38 +257,40 @@ export function batchAcquireSql(n: LeaseObjectNames, capMs: number): string {
  *   changed meanwhile) comes back as `full`: the caller sends the single statement, whose rules decide (priority
  *   over the line, dead waiters, the takeover report). The answer is then exactly the single statement's.
  */
-export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function loneAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number, faults: StatementFaults): string {
   const { lease, waiter, fencingSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
-  // The fault schedule's negative control (see fault-switches.ts): every grant through the INSERT, its token drawn
+  // The fault schedule's negative control (see statement-faults.ts): every grant through the INSERT, its token drawn
   // before the row lock.
-  const early = faultSwitches.tokenBeforeLock;
+  const early = faults.tokenBeforeLock;
   return `WITH open AS MATERIALIZED (
           SELECT coalesce(NOT ${taken('l')}, true) AS free, l.target_id IS NOT NULL AS has_row,
             coalesce(l.lease_token IS NULL AND NOT ${holding('l')}, true)
               AND NOT EXISTS (SELECT 1 FROM ${waiter} w WHERE w.target_id = $1) AS lone
-          FROM (SELECT 1) one LEFT JOIN ${lease} l ON l.target_id = $1
+          FROM (SELECT 1) one LEFT JOIN ${lease} l ON l.target_id = $1 AND l.slot = 0
         ), locked AS MATERIALIZED (
           SELECT l.target_id FROM ${lease} l, open o
-          WHERE o.lone AND o.has_row AND l.target_id = $1 AND l.lease_token IS NULL AND NOT ${holding('l')}${early ? ' AND false' : ''}
+          WHERE o.lone AND o.has_row AND l.target_id = $1 AND l.slot = 0 AND l.lease_token IS NULL AND NOT ${holding('l')}${early ? ' AND false' : ''}
           FOR NO KEY UPDATE OF l
+        ), drawn AS MATERIALIZED (
+          -- The token is drawn here, after the row lock (locked is materialized first), once (see singleAcquireSql).
+          SELECT k.*, ${nextval} AS v FROM locked k
         ), won_old AS (
-          -- The token is drawn here, after the row lock (locked is materialized first).
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $6
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
-          WHERE l.target_id = x.target_id
+          FROM drawn x, (SELECT ${timeline} AS timeline) h
+          WHERE l.target_id = x.target_id AND l.slot = 0
           RETURNING l.fencing_token
         ), won_new AS (
           INSERT INTO ${lease} AS l
             (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
           SELECT $1, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $6
           FROM (SELECT ${nextval} AS v FROM open o WHERE o.lone AND ${early ? 'true' : 'NOT o.has_row'}) f,
-            (SELECT ${TIMELINE} AS timeline) h
-          ON CONFLICT (target_id) DO UPDATE SET
+            (SELECT ${timeline} AS timeline) h
+          ON CONFLICT (target_id, slot) DO UPDATE SET
             lease_token = EXCLUDED.lease_token,
-            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, 'l.fencing_token')},
+            fencing_token = ${early ? 'EXCLUDED.fencing_token' : historyOrdered(fencingSequence, timeline, 'l.fencing_token')},
             owner = EXCLUDED.owner, priority = EXCLUDED.priority, lease_timeout_ms = EXCLUDED.lease_timeout_ms,
             acquired_at = EXCLUDED.acquired_at, updated_at = EXCLUDED.updated_at, hold_ms = EXCLUDED.hold_ms
           WHERE l.lease_token IS NULL AND NOT ${holding('l')}
@@ -292,6 +304,6 @@ export function loneAcquireSql(n: LeaseObjectNames, capMs: number): string {
         UNION ALL
         -- Refused by the pre-check (a holder, or a hold's tail: when it ends), or let through by it and not won.
         SELECT NULL, (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-            FROM ${lease} l WHERE l.target_id = $1 AND NOT ${live('l')} AND ${holding('l')}), o.free, NULL
+            FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND NOT ${live('l')} AND ${holding('l')}), o.free, NULL
         FROM open o WHERE NOT EXISTS (SELECT 1 FROM won)`;
 }

@@ -4,11 +4,15 @@ import { buildStatements, preparedPrefix } from '../statement-texts.js';
 import { batchAcquireSql, singleAcquireSql } from './acquire.sql.js';
 import { missingPrivilegesSql, privilegeChecks } from './bootstrap.sql.js';
 import { historyToken, sequenceLiteral, serverHistorySql, TIMELINE, timelineOf } from './fencing-token.js';
+import { NO_FAULTS } from './statement-faults.js';
 import { aged, bornWithin, headOf, live, liveWaiter, taken } from './fragments.js';
 import { renewSql } from './renew.sql.js';
 
 /** The SQL builders beyond the snapshot: quoting, parameters, and where texts must differ. */
-const custom = resolveLeaseOptions({ schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line', owner: 'o' });
+const custom = resolveLeaseOptions({
+  tables: { schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line' },
+  owner: 'o',
+});
 const defaults = resolveLeaseOptions({ owner: 'o' });
 const texts = (options: typeof defaults) => Object.entries(buildStatements(options).sql);
 
@@ -45,21 +49,21 @@ describe('SQL builders', () => {
 
   it('the texts differ where they must: queueing, the system identifier, single vs batch', () => {
     const n = leaseObjectNames(defaults);
-    const single = singleAcquireSql(n, false, 1800000);
-    const queueing = singleAcquireSql(n, true, 1800000);
+    const single = singleAcquireSql(n, TIMELINE, false, 1800000, NO_FAULTS);
+    const queueing = singleAcquireSql(n, TIMELINE, true, 1800000, NO_FAULTS);
     expect(single).not.toBe(queueing);
     expect(parameters(single).max).toBe(9);
     expect(parameters(queueing).max).toBe(12);
-    expect(renewSql(n, true)).toContain('pg_control_system()');
-    expect(renewSql(n, false)).not.toContain('pg_control_system()');
-    expect(parameters(batchAcquireSql(n, 1800000)).max).toBe(4);
+    expect(renewSql(n, true, TIMELINE)).toContain('pg_control_system()');
+    expect(renewSql(n, false, TIMELINE)).not.toContain('pg_control_system()');
+    expect(parameters(batchAcquireSql(n, TIMELINE, 1800000)).max).toBe(4);
     expect(new Set(texts(defaults).map(([, text]) => text)).size).toBe(texts(defaults).length);
   });
 
   it('a batch never waits for a lock longer than BATCH_LOCK_WAIT_MS; the single statement has no such bound', () => {
     const n = leaseObjectNames(defaults);
-    expect(batchAcquireSql(n, 1800000)).toContain("set_config('lock_timeout', '10', true)");
-    expect(singleAcquireSql(n, false, 1800000)).not.toContain('lock_timeout');
+    expect(batchAcquireSql(n, TIMELINE, 1800000)).toContain("set_config('lock_timeout', '10', true)");
+    expect(singleAcquireSql(n, TIMELINE, false, 1800000, NO_FAULTS)).not.toContain('lock_timeout');
   });
 
   it('fragments read the row alias they are given', () => {
@@ -84,8 +88,8 @@ describe('SQL builders', () => {
   });
 
   it('the server history reads the system identifier only when asked', () => {
-    expect(serverHistorySql(true)).toContain('pg_control_system()');
-    expect(serverHistorySql(false)).toContain('NULL::text AS system_id');
+    expect(serverHistorySql(true, TIMELINE)).toContain('pg_control_system()');
+    expect(serverHistorySql(false, TIMELINE)).toContain('NULL::text AS system_id');
   });
 
   it('the privilege check binds an object and a right per check, in the order of the checks', () => {
@@ -101,11 +105,13 @@ describe('SQL builders', () => {
     expect(preparedPrefix(defaults)).toMatch(/^lease_[0-9a-f]{10}$/);
     expect(preparedPrefix(custom)).not.toBe(preparedPrefix(defaults));
     expect(buildStatements(defaults).named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_acquire` });
-    expect(buildStatements(resolveLeaseOptions({ pooler: 'transaction' })).named('acquire')).toEqual({});
+    expect(buildStatements(resolveLeaseOptions({ connections: { pooler: 'transaction' } })).named('acquire')).toEqual(
+      {},
+    );
   });
 
   it('a fixed timeline (WAL functions not executable) replaces every call of them but the probe, under other names', () => {
-    const fixed = buildStatements(defaults, 3n);
+    const fixed = buildStatements(defaults, { timeline: 3n });
     for (const [key, text] of Object.entries(fixed.sql)) {
       const calls = /pg_walfile_name\(pg_current_wal_lsn\(\)\)/;
       if (key === 'walProbe') expect(text).toMatch(calls);
@@ -113,18 +119,37 @@ describe('SQL builders', () => {
     }
     expect(fixed.sql.acquire).toMatch(/\(3::bigint\)/);
     expect(fixed.named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_t3_acquire` });
-    // Only the timeline differs.
+    // Only the timeline differs, wherever the server's was: the builders were given the fixed one.
     const normal = buildStatements(defaults).sql;
-    expect(fixed.sql.release).toBe(normal.release.replaceAll(TIMELINE, '(3::bigint)'));
+    for (const [key, text] of Object.entries(fixed.sql)) {
+      const server = normal[key as keyof typeof normal];
+      if (key === 'walProbe') expect(text).toBe(server);
+      else expect(text.split('(3::bigint)')).toEqual(server.split(TIMELINE));
+    }
+    expect(fixed.sql.release.split('(3::bigint)').length).toBe(2);
     expect(fixed.sql.renewWaiters).toBe(normal.renewWaiters);
   });
 
+  it('the test-only faults are an argument: only the statements of that build carry them, under other names', () => {
+    const faulty = buildStatements(defaults, { faults: { tokenBeforeLock: true } });
+    const normal = buildStatements(defaults);
+    const changed = Object.keys(normal.sql).filter(
+      (key) => faulty.sql[key as keyof typeof normal.sql] !== normal.sql[key as keyof typeof normal.sql],
+    );
+    expect(changed.sort()).toEqual(['acquire', 'acquireLone', 'acquireOrQueue']);
+    for (const key of changed) expect(faulty.sql[key as 'acquire']).toContain('fencing_token = EXCLUDED.fencing_token');
+    for (const text of Object.values(normal.sql)) expect(text).not.toContain('fencing_token = EXCLUDED.fencing_token');
+    expect(faulty.named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_f_acquire` });
+    // Nothing is left behind for the next build.
+    expect(buildStatements(defaults, { faults: NO_FAULTS }).sql).toEqual(normal.sql);
+  });
+
   it('every acquisition fails on the server past half the purge bound, after its writes', () => {
-    const sql = buildStatements(defaults, undefined, 4_000).sql;
+    const sql = buildStatements(defaults, { purgeAfterMs: 4_000 }).sql;
     for (const text of [sql.acquire, sql.acquireLone, sql.acquireOrQueue, sql.batchAcquire]) {
       expect(text).toContain('clock_timestamp() - statement_timestamp() > 2000');
     }
     expect(buildStatements(defaults).sql.acquire).toContain('statement_timestamp() > 1800000');
-    expect(buildStatements(defaults, undefined, 4_000).named('acquire').name).toMatch(/_p4000_acquire$/);
+    expect(buildStatements(defaults, { purgeAfterMs: 4_000 }).named('acquire').name).toMatch(/_p4000_acquire$/);
   });
 });

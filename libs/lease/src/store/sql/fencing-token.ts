@@ -30,12 +30,14 @@ export function timelineOf(fencingToken: bigint): bigint {
 export const TIMELINE = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint`;
 
 /**
- * The timeline expression of a server whose WAL functions the role may not call (see `WAL_READABLE_SQL`): a constant,
- * fixed at bootstrap to the largest timeline already in the tables (at least 1), so every new token stays above every
- * token the tables hold, and no timeline change is ever seen (the timeline guard is off).
+ * The timeline expression the statements use, an argument of every builder that draws a number or reads the history:
+ * the server's (`TIMELINE`), or, for a server whose WAL functions the role may not call (see `WAL_READABLE_SQL`) or
+ * whose tables come from a longer history (see `settleTokens`), a constant fixed at bootstrap to the largest timeline
+ * already in the tables (at least 1), so every new token stays above every token the tables hold, and no timeline
+ * change is ever seen (the timeline guard is off). The WAL probe always calls the server's.
  */
-export function fixedTimeline(timeline: bigint): string {
-  return `(${timeline}::bigint)`;
+export function timelineSql(fixed?: bigint): string {
+  return fixed === undefined ? TIMELINE : `(${fixed}::bigint)`;
 }
 
 /** Whether the role may call both WAL functions of `TIMELINE` (a right is checked when a statement starts). */
@@ -60,10 +62,10 @@ export function tableTopsSql(lease: string, waiter: string): string {
  * statement reads the system identifier only where the role may (see `LeaseStore.systemIdReadable`); elsewhere it is
  * null, and the timeline and the recovery state decide alone.
  */
-export function serverHistorySql(readSystemId: boolean): string {
+export function serverHistorySql(readSystemId: boolean, timeline: string): string {
   const systemId = readSystemId ? '(SELECT system_identifier FROM pg_catalog.pg_control_system())::text' : 'NULL::text';
   return `SELECT pg_is_in_recovery() AS recovery,
-    CASE WHEN NOT pg_is_in_recovery() THEN ${TIMELINE}::text END AS timeline, ${systemId} AS system_id`;
+    CASE WHEN NOT pg_is_in_recovery() THEN ${timeline}::text END AS timeline, ${systemId} AS system_id`;
 }
 
 /**
@@ -75,11 +77,11 @@ export function serverHistorySql(readSystemId: boolean): string {
  * would not fit its 47 bits (or a timeline past 2¹⁶, which would overflow a bigint) gives NULL, which the
  * column's NOT NULL refuses: nothing is written and the caller reports it (`exhausted`), rather than a number that
  * spills into the timeline bits. One expression for the fencing token and the waiter order, so both carry it.
- * `sequence` is a quoted name, spliced as a string literal; `floor` as in `historyToken`.
+ * `sequence` is a quoted name, spliced as a string literal; `timeline` as `timelineSql`; `floor` as in `historyToken`.
  */
-export function historyOrdered(sequence: string, floor?: string): string {
+export function historyOrdered(sequence: string, timeline: string, floor?: string): string {
   return `(SELECT ${historyToken('s.v', floor)}
-    FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${TIMELINE} AS timeline) h)`;
+    FROM (SELECT nextval(${sequenceLiteral(sequence)}) AS v) s, (SELECT ${timeline} AS timeline) h)`;
 }
 
 /** A quoted sequence name as the string literal `nextval` takes. */
@@ -90,7 +92,8 @@ export function sequenceLiteral(sequence: string): string {
 /**
  * `historyOrdered` for the rows of a set-based statement: `v`, a sequence value drawn for the row at the top level of
  * a row source (never in a sub-select: an uncorrelated one is evaluated once per statement and would give every row
- * of a batch the same number), combined with the timeline of the statement's `history h`.
+ * of a batch the same number), combined with the timeline of the statement's `history h`. A source an UPDATE joins
+ * is a MATERIALIZED CTE (`drawn`): a nested loop scans its inner side again per outer row, and would draw again.
  *
  * `floor`: a token the new one must be above (NULL: none) — the grant's own row's (`l.fencing_token`, the key's last
  * grant) or the high-water mark of purged rows (`highWaterToken`, for a key's first row). A server whose sequence

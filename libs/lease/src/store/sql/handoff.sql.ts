@@ -3,10 +3,13 @@
  * grants the target to the head of its line in the same statement and commit, and the head-only NOTIFY carries the
  * grant. Pure: SQL text only.
  */
+import { notifyGrantSql, notifyHeadSql } from '../../database/head-payload.js';
 import { aged, headOf, holding, live, liveWaiter, type LeaseObjectNames } from './fragments.js';
-import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { historyToken, sequenceLiteral } from './fencing-token.js';
 
 export interface HandoffParameters {
+  /** The timeline expression the grant's token carries (`timelineSql`). */
+  readonly timeline: string;
   /** The aging interval parameter (NULL: off). */
   readonly aging: string;
   /** The head-only NOTIFY channel parameter (NULL: no NOTIFY). */
@@ -16,9 +19,9 @@ export interface HandoffParameters {
 }
 
 /**
- * The handoff of the lease rows of `locked` (a CTE of the caller with `target_id` and `holding`, rows locked by it:
- * the leases given up). Defines the CTEs `head`, `freed`, `handed`, `taken`, `woke` and `gave_up` (the rows freed
- * or handed, with the fencing token of a grant):
+ * The handoff of the lease rows of `locked` (a CTE of the caller with `target_id` and `holding`, keys' own rows — slot
+ * 0 — locked by it: the leases given up). Defines the CTEs `head`, `drawn`, `freed`, `handed`, `taken`, `woke` and
+ * `gave_up` (the rows freed or handed, with the fencing token of a grant):
  *
  * - `head`: the next waiter of each row whose last acquisition asked for no hold still running — live, highest
  *   effective priority, then first queued (the rule of the acquire statement, so no barging) — its row locked: a
@@ -43,25 +46,27 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
         ORDER BY ${aged('w.queued_at', p.aging)} DESC, w.seq LIMIT 1
         FOR UPDATE OF w) w
       WHERE NOT k.holding AND ${p.channel}::text IS NOT NULL
+    ), drawn AS MATERIALIZED (
+      -- The grant's token, drawn after the row lock, once per row whichever plan joins it below.
+      SELECT hd.*, nextval(${sequenceLiteral(fencingSequence)}) AS v FROM head hd
     ), handed AS (
       UPDATE ${lease} AS l SET lease_token = x.waiter_id, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = x.owner,
         priority = x.priority, lease_timeout_ms = x.timeout_ms,
         acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = 0
-      FROM (SELECT hd.*, nextval(${sequenceLiteral(fencingSequence)}) AS v FROM head hd) x,
-        (SELECT ${TIMELINE} AS timeline) h
-      WHERE l.target_id = x.target_id
+      FROM drawn x, (SELECT ${p.timeline} AS timeline) h
+      WHERE l.target_id = x.target_id AND l.slot = 0
       RETURNING l.target_id, x.waiter_id, l.fencing_token
     ), freed AS (
       UPDATE ${lease} AS l SET lease_token = NULL FROM ${locked} k
-      WHERE l.target_id = k.target_id AND NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)
+      WHERE l.target_id = k.target_id AND l.slot = 0 AND NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)
       RETURNING l.target_id
     ), taken AS (
       DELETE FROM ${waiter} w USING handed x WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
     ), woke AS (
-      SELECT pg_notify(${p.channel}, x.waiter_id::text || '/' || x.fencing_token::text || ' ' || x.target_id)
+      SELECT ${notifyGrantSql(p.channel, 'x.waiter_id', 'x.fencing_token', 'x.target_id')}
       FROM handed x WHERE ${p.channel}::text IS NOT NULL
       UNION ALL
-      SELECT pg_notify(${p.channel}, hw.waiter_id::text || ' ' || hw.target_id)
+      SELECT ${notifyHeadSql(p.channel, 'hw.waiter_id', 'hw.target_id')}
       FROM (SELECT f.target_id, ${headOf(n, 'f.target_id', p.aging)} AS waiter_id FROM freed f) hw
       WHERE ${p.channel}::text IS NOT NULL AND hw.waiter_id IS NOT NULL
     ), gave_up AS (
@@ -90,7 +95,7 @@ export function givenUp(alias: string): string {
 export function confirmGrantSql(n: LeaseObjectNames): string {
   return `WITH given AS (
       UPDATE ${n.lease} AS l SET lease_timeout_ms = $3, hold_ms = $4, updated_at = clock_timestamp()
-      WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND ${live('l')}
+      WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND ${live('l')}
       RETURNING l.fencing_token
     ), stray AS (
       DELETE FROM ${n.waiter} w WHERE w.target_id = $1 AND w.waiter_id = $2::uuid AND EXISTS (SELECT 1 FROM given)

@@ -2,6 +2,7 @@
  * The statements of joins across processes (`onBusy: 'join'`): a run's outcome saved in its fenced transaction, and
  * a joiner's look at the target (the run it may join, or when a hold's tail ends). Pure: SQL text only.
  */
+import { notifyKeySql } from '../../database/head-payload.js';
 import { holding, type LeaseObjectNames, live, MS } from './fragments.js';
 
 /** Expired results one save deletes at most (a bounded statement, whatever piled up). */
@@ -22,7 +23,7 @@ export function saveResultSql(n: LeaseObjectNames): string {
       VALUES ($1, $2::bigint, $3, now() + $4::int ${MS})
       ON CONFLICT (target_id, fencing_token) DO NOTHING
     )
-    SELECT pg_notify($5, $1)`;
+    SELECT ${notifyKeySql('$5', '$1')}`;
 }
 
 /**
@@ -38,5 +39,5 @@ export function readResultSql(n: LeaseObjectNames): string {
     FROM ${n.lease} l
     LEFT JOIN ${n.result} r ON r.target_id = l.target_id
       AND r.fencing_token = coalesce($2::bigint, l.fencing_token) AND r.expires_at > now()
-    WHERE l.target_id = $1`;
+    WHERE l.target_id = $1 AND l.slot = 0`;
 }

@@ -17,18 +17,19 @@ export function forcedFree(alias: string): string {
 }
 
 /**
- * $1 target, $2 actor, $3 reason. Ends the current grant (live or expired) and writes the audit row, in one
- * statement (one transaction): either both or neither. The fencing sequence is not touched: the next acquisition
- * draws a larger token anyway, and the freed row keeps the ended grant's token for the record.
+ * $1 target, $2 actor, $3 reason. Ends the current grant (live or expired) of the key's own row (slot 0: a
+ * semaphore's slots end with their holders) and writes the audit row, in one statement (one transaction): either
+ * both or neither. The fencing sequence is not touched: the next acquisition draws a larger token anyway, and the
+ * freed row keeps the ended grant's token for the record.
  */
 export function forceReleaseSql(n: LeaseObjectNames): string {
   return `WITH old AS MATERIALIZED (
       SELECT target_id, owner, fencing_token, ${live('l')} AS live FROM ${n.lease} l
-      WHERE l.target_id = $1 AND l.lease_token IS NOT NULL
+      WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token IS NOT NULL
       FOR UPDATE OF l
     ), forced AS (
       UPDATE ${n.lease} l SET lease_token = NULL, owner = '${FORCED_OWNER}', hold_ms = 0
-      FROM old WHERE l.target_id = old.target_id
+      FROM old WHERE l.target_id = old.target_id AND l.slot = 0
       RETURNING old.owner, old.fencing_token, old.live
     ), audit AS (
       INSERT INTO ${n.audit} (action, kind, subject, actor, reason, fencing_token, holder)

@@ -10,7 +10,7 @@
  * ended grant's token) — and end its lease as `preempted`. A lease token is never reused, so a stale value names
  * nobody.
  */
-import { sequenceLiteral, historyToken, TIMELINE } from './fencing-token.js';
+import { sequenceLiteral, historyToken } from './fencing-token.js';
 import { aged, live, liveWaiter, runCap, type LeaseObjectNames } from './fragments.js';
 
 /**
@@ -38,10 +38,10 @@ export function preemptAskSql(n: LeaseObjectNames): string {
   const { ctes, ahead } = lineRule(n, '$3', '$4', '$2', '$5');
   return `WITH ${ctes}, asked AS MATERIALIZED (
       SELECT l.target_id, l.lease_token, l.fencing_token, l.owner, l.priority FROM ${n.lease} l
-      WHERE l.target_id = $1 AND ${live('l')} AND l.priority < $2 AND NOT ${ahead}
+      WHERE l.target_id = $1 AND l.slot = 0 AND ${live('l')} AND l.priority < $2 AND NOT ${ahead}
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), marked AS (
-      UPDATE ${n.lease} l SET preempt_of = a.lease_token FROM asked a WHERE l.target_id = a.target_id
+      UPDATE ${n.lease} l SET preempt_of = a.lease_token FROM asked a WHERE l.target_id = a.target_id AND l.slot = 0
       RETURNING 1
     )
     SELECT a.lease_token::text AS lease_token, a.fencing_token::text AS fencing_token, a.owner, a.priority
@@ -59,21 +59,24 @@ export function preemptAskSql(n: LeaseObjectNames): string {
  * commit finds another token. The fencing token is drawn after the lock (`locked` is materialized first): larger
  * than every earlier grant of the key. The caller's waiter row, and dead waiters, go with the grant.
  */
-export function preemptTakeSql(n: LeaseObjectNames, capMs: number): string {
+export function preemptTakeSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { ctes, ahead } = lineRule(n, '$6', '$7', '$4', '$8');
   return `WITH ${ctes}, locked AS MATERIALIZED (
       SELECT l.target_id, l.owner AS previous_owner, l.fencing_token AS previous_token, l.priority AS previous_priority
       FROM ${n.lease} l
-      WHERE l.target_id = $1 AND l.lease_token = $10::uuid AND l.preempt_of = $10::uuid AND l.priority < $4
+      WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $10::uuid AND l.preempt_of = $10::uuid
+        AND l.priority < $4
         AND NOT ${ahead}
       FOR NO KEY UPDATE OF l
+    ), drawn AS MATERIALIZED (
+      -- After the row lock, once per row whichever plan joins it below.
+      SELECT k.*, nextval(${sequenceLiteral(n.fencingSequence)}) AS v FROM locked k
     ), won AS (
       UPDATE ${n.lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
         priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
         hold_ms = $9
-      FROM (SELECT k.*, nextval(${sequenceLiteral(n.fencingSequence)}) AS v FROM locked k) x,
-        (SELECT ${TIMELINE} AS timeline) h
-      WHERE l.target_id = x.target_id
+      FROM drawn x, (SELECT ${timeline} AS timeline) h
+      WHERE l.target_id = x.target_id AND l.slot = 0
       RETURNING l.fencing_token, x.previous_owner, x.previous_token, x.previous_priority
     ), granted AS (
       DELETE FROM ${n.waiter} w

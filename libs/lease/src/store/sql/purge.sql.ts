@@ -1,16 +1,16 @@
 /** The purge of free rows (see `LeaseStore.purge`). */
 import { MS, taken, type LeaseObjectNames } from './fragments.js';
-import { HIGH_WATER_KEY, raiseHighWaterSql } from './token-floor.sql.js';
+import { raiseHighWaterSql } from './token-floor.sql.js';
 
 /**
  * Lease row `alias` is free (released or expired, past its hold), its token was granted more than $1 ms ago, and it
  * is not the row of the table's largest token ($3, read before; NULL: an empty table): that row stays, so the
  * largest timeline in the tables never goes (see `tableTopsSql`: where the WAL functions are not executable, new
- * tokens carry it). The high-water row never goes either.
+ * tokens carry it). The high-water row (the one negative slot) never goes either.
  */
 function purgeable(alias: string): string {
   return `(NOT ${taken(alias)} AND ${alias}.acquired_at < clock_timestamp() - $1::int ${MS}
-    AND ${alias}.fencing_token < $3::bigint AND ${alias}.target_id <> ${HIGH_WATER_KEY})`;
+    AND ${alias}.fencing_token < $3::bigint AND ${alias}.slot >= 0)`;
 }
 
 /** The largest token of the lease table (one scan, once per purge run). */
@@ -27,11 +27,11 @@ export function largestTokenSql(n: LeaseObjectNames): string {
  */
 export function purgeSql(n: LeaseObjectNames): string {
   return `WITH doomed AS MATERIALIZED (
-      SELECT l.target_id FROM ${n.lease} l WHERE ${purgeable('l')}
+      SELECT l.target_id, l.slot FROM ${n.lease} l WHERE ${purgeable('l')}
       LIMIT $2
       FOR UPDATE OF l SKIP LOCKED
     ), gone AS (
-      DELETE FROM ${n.lease} l USING doomed d WHERE l.target_id = d.target_id AND ${purgeable('l')}
+      DELETE FROM ${n.lease} l USING doomed d WHERE l.target_id = d.target_id AND l.slot = d.slot AND ${purgeable('l')}
       RETURNING 1
     ), high AS (
       ${raiseHighWaterSql(n.lease, '$3::bigint', 'EXISTS (SELECT 1 FROM gone)')}

@@ -1,6 +1,7 @@
 /**
- * The release statements: the single one and the set-based one of a batch (soft: the row keeps its fencing token),
- * each handing the target to the head of its line in the same commit (see handoff.sql.ts).
+ * The release statements of a key's own row (slot 0; a semaphore's slot has its own, see semaphore.sql.ts): the single
+ * one and the set-based one of a batch (soft: the row keeps its fencing token), each handing the target to the head
+ * of its line in the same commit (see handoff.sql.ts).
  */
 import { ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
 import { givenUp, handoffCtes } from './handoff.sql.js';
@@ -11,14 +12,14 @@ import { givenUp, handoffCtes } from './handoff.sql.js';
  * fenced write of the holder's still finishing): past it the statement fails on the server, and the engine retries.
  * The row is locked first, so a grant's token is drawn after every earlier write of the key committed.
  */
-export function singleReleaseSql(n: LeaseObjectNames): string {
+export function singleReleaseSql(n: LeaseObjectNames, timeline: string): string {
   return `WITH bound AS MATERIALIZED (
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
         ), mine AS MATERIALIZED (
           SELECT ${givenUp('l')} FROM ${n.lease} l
-          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
+          WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           FOR NO KEY UPDATE OF l
-        ), ${handoffCtes(n, 'mine', { aging: '$5', channel: '$3' })}
+        ), ${handoffCtes(n, 'mine', { timeline, aging: '$5', channel: '$3' })}
         -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
         SELECT EXISTS (SELECT 1 FROM gave_up) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
@@ -30,22 +31,23 @@ export function singleReleaseSql(n: LeaseObjectNames): string {
  * interval ms (NULL: off). Rows are locked in key order and never waited for: a row locked by another transaction (a
  * fenced write of the holder's, say) is `retry`, and that caller alone goes the single statement, which waits for it.
  */
-export function batchReleaseSql(n: LeaseObjectNames): string {
+export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
   const { lease } = n;
   return `WITH req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, lease_token uuid) ${ONE_ROW_ESTIMATE}
     ), locked AS MATERIALIZED (
       SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
       JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
-        ON l.target_id = p.target_id AND l.lease_token = p.lease_token
+        ON l.target_id = p.target_id AND l.slot = 0 AND l.lease_token = p.lease_token
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
-    ), ${handoffCtes(n, 'locked', { aging: '$4', channel: '$2' })}
+    ), ${handoffCtes(n, 'locked', { timeline, aging: '$4', channel: '$2' })}
     SELECT r.i::int AS i,
       CASE WHEN EXISTS (SELECT 1 FROM gave_up g JOIN locked k ON k.target_id = g.target_id
             WHERE g.target_id = r.target_id AND k.lease_token = r.lease_token)
           THEN 'released'
-        WHEN EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = r.target_id AND l.lease_token = r.lease_token)
+        WHEN EXISTS (SELECT 1 FROM ${lease} l
+            WHERE l.target_id = r.target_id AND l.slot = 0 AND l.lease_token = r.lease_token)
           THEN 'retry'
         ELSE 'gone' END AS outcome,
       (SELECT count(*) FROM woke) AS woke,
@@ -66,7 +68,8 @@ export function loneReleaseSql(n: LeaseObjectNames): string {
           SELECT EXISTS (SELECT 1 FROM ${n.waiter} w WHERE w.target_id = $1) AS waiting
         ), freed AS (
           UPDATE ${n.lease} AS l SET lease_token = NULL FROM line
-          WHERE l.target_id = $1 AND l.lease_token = $2::uuid AND NOT line.waiting AND EXISTS (SELECT 1 FROM bound)
+          WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND NOT line.waiting
+            AND EXISTS (SELECT 1 FROM bound)
           RETURNING 1
         )
         SELECT EXISTS (SELECT 1 FROM freed) AS released, line.waiting AS line,

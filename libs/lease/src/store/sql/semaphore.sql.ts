@@ -1,57 +1,49 @@
 /**
  * The statements of semaphores (`limit` above 1; README "Semaphores: N holders per key"): the acquisition of a slot,
- * the release of one (waking as many of the key's waiters as slots are free), and the slot holders of one key for
- * `list(key)`. A slot is an ordinary lease row named `<key>\u001f<slot>` (see options/slot-limits.ts), so renewals and
- * fenced transactions need no statement of their own; `<key>\u001f` records the limit the key was last granted
- * under. Waiters queue in the key's own line (the waiter table under the key), with the single holder's rules.
+ * and the release of one (waking as many of the key's waiters as slots are free). Slot `i` of a key is its lease row
+ * `(key, i + 1)` (see options/slot-limits.ts), an ordinary lease row, so renewals, fenced transactions and `list()`
+ * need no statement of their own; each records the limit it was granted under (`slot_limit`). Waiters queue in the
+ * key's own line (the waiter table under the key), with the single holder's rules.
  */
+import { notifyHeadSql } from '../../database/head-payload.js';
 import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
-import { historyToken, sequenceLiteral, TIMELINE } from './fencing-token.js';
+import { historyToken, sequenceLiteral } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
-
-/** The name of slot `slot` (an SQL expression) of key `key` (an SQL expression). */
-const slotRow = (key: string, slot: string) => `${key} || chr(31) || ${slot}`;
-
-/** The row recording a key's limit. */
-const limitRow = (key: string) => `${key} || chr(31)`;
 
 /**
  * The acquisition of a slot (its contract: `SemaphoreStore.tryAcquire`). Parameters as the single statement's
  * (`singleAcquireSql`): $1 key, $2 lease token, $3 owner, $4 priority, $5 lease timeout, $6 the caller's waiter id, $7
- * its waiter seq, $8 aging interval, $9 hold; and $10 the limit.
+ * its waiter seq, $8 aging interval, $9 hold; and $10 the limit. Its row's slot comes back (1 … $10).
  *
- * - The read-only pre-check refuses, with no row lock and no write, when another limit holds the key (a slot row
- *   granted under another limit, among this call's slots and those of the limit the key was last granted under; or
- *   a live single holder of the key: `held_limit`), when no slot is free, or when as many live waiters are ahead of
- *   the caller as slots are free (no barging: the first f of the line may take the f free slots).
+ * - The read-only pre-check refuses, with no row lock and no write, when another limit holds the key (a live slot row
+ *   of the key granted under another limit — any slot row, a range of the primary key — or a live single holder of
+ *   the key: `held_limit`), when no slot is free, or when as many live waiters are ahead of the caller as slots are
+ *   free (no barging: the first f of the line may take the f free slots).
  * - The lowest free slot row that can be locked at once is taken (SKIP LOCKED: a concurrent acquisition locking one
  *   slot sends this one to the next); the lock re-checks the row's latest version, and the fencing token is drawn
  *   after it, so it is larger than every earlier grant of that slot. A slot that never had a row is inserted (no
  *   earlier grant of it exists). An attempt that passed the pre-check but found every slot it aimed at taken by
  *   concurrent acquisitions meanwhile is refused as \`raced\` (its caller sends it again).
- * - A granted waiter's row and the key's dead waiters are deleted in the same statement; the key's limit is written
- *   (only when it changes).
+ * - A granted waiter's row and the key's dead waiters are deleted in the same statement.
  */
-export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string {
+export function semaphoreAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
   const { lease, waiter, fencingSequence } = n;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
   const columns =
-    'target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms, slot_limit';
-  return `WITH recorded AS MATERIALIZED (
-          SELECT r.slot_limit FROM ${lease} r WHERE r.target_id = ${limitRow('$1')}
+    'target_id, slot, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms, slot_limit';
+  return `WITH key_slots AS MATERIALIZED (
+          -- Every slot row of the key (whatever limit granted it): another limit shows in any of them.
+          SELECT l.slot, ${taken('l')} AS taken, l.slot_limit FROM ${lease} l WHERE l.target_id = $1 AND l.slot > 0
         ), slots AS MATERIALIZED (
-          -- This call's slots, and those of the limit the key was last granted under: another limit shows in either.
-          SELECT l.target_id IS NOT NULL AS has_row, s.slot, s.row_key,
-            coalesce(${taken('l')}, false) AS taken, l.slot_limit
-          FROM (SELECT g AS slot, ${slotRow('$1', 'g')} AS row_key
-            FROM generate_series(0, greatest($10::int, coalesce((SELECT slot_limit FROM recorded), 0)) - 1) g) s
-          LEFT JOIN ${lease} l ON l.target_id = s.row_key
+          -- This call's slots, 1 … $10, and whether each has a row and is taken.
+          SELECT g AS slot, r.slot IS NOT NULL AS has_row, coalesce(r.taken, false) AS taken
+          FROM generate_series(1, $10::int) g LEFT JOIN key_slots r ON r.slot = g
         ), other AS MATERIALIZED (
           SELECT coalesce(
-            (SELECT s.slot_limit FROM slots s WHERE s.taken AND s.slot_limit IS DISTINCT FROM $10::int LIMIT 1),
-            (SELECT 1 FROM ${lease} p WHERE p.target_id = $1 AND ${live('p')})) AS held_limit
+            (SELECT r.slot_limit FROM key_slots r WHERE r.taken AND r.slot_limit IS DISTINCT FROM $10::int LIMIT 1),
+            (SELECT 1 FROM ${lease} p WHERE p.target_id = $1 AND p.slot = 0 AND ${live('p')})) AS held_limit
         ), free AS MATERIALIZED (
-          SELECT count(*) AS slots FROM slots s WHERE s.slot < $10::int AND NOT s.taken
+          SELECT count(*) AS slots FROM slots s WHERE NOT s.taken
         ), line AS MATERIALIZED (
           SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
           FROM ${waiter} w WHERE w.target_id = $1
@@ -64,45 +56,41 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
             AND (SELECT count(*) FROM line a WHERE a.live AND a.waiter_id IS DISTINCT FROM $6::uuid
               AND (a.eff > me.eff OR (a.eff = me.eff AND a.seq < coalesce($7::bigint, 9223372036854775807)))) < f.slots
         ), locked AS MATERIALIZED (
-          SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
-          FROM ${lease} l JOIN slots s ON l.target_id = s.row_key, open o
-          WHERE s.has_row AND s.slot < $10::int AND NOT ${taken('l')}
-          ORDER BY s.slot LIMIT 1
+          SELECT l.slot, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
+          FROM ${lease} l JOIN slots s ON l.target_id = $1 AND l.slot = s.slot, open o
+          WHERE s.has_row AND NOT ${taken('l')}
+          ORDER BY l.slot LIMIT 1
           FOR NO KEY UPDATE OF l SKIP LOCKED
+        ), drawn AS MATERIALIZED (
+          -- After the row lock, once (see singleAcquireSql).
+          SELECT k.*, ${nextval} AS v FROM locked k
         ), won_old AS (
           UPDATE ${lease} AS l SET lease_token = $2::uuid, fencing_token = ${historyToken('x.v', 'l.fencing_token')}, owner = $3,
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9, slot_limit = $10
-          FROM (SELECT k.*, ${nextval} AS v FROM locked k) x, (SELECT ${TIMELINE} AS timeline) h
-          WHERE l.target_id = x.target_id
-          RETURNING l.target_id, l.fencing_token, x.was_held AS took_over,
+          FROM drawn x, (SELECT ${timeline} AS timeline) h
+          WHERE l.target_id = $1 AND l.slot = x.slot
+          RETURNING l.slot, l.fencing_token, x.was_held AS took_over,
             CASE WHEN x.was_held THEN x.previous_owner END AS previous_owner
         ), won_new AS (
           INSERT INTO ${lease} AS l (${columns})
-          SELECT f.row_key, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9, $10
-          FROM (SELECT c.row_key, ${nextval} AS v FROM (
-              SELECT s.row_key FROM slots s, open o
-              WHERE NOT s.has_row AND s.slot < $10::int AND NOT EXISTS (SELECT 1 FROM locked)
-              ORDER BY s.slot LIMIT 1) c) f, (SELECT ${TIMELINE} AS timeline) h
-          ON CONFLICT (target_id) DO NOTHING
-          RETURNING l.target_id, l.fencing_token
+          SELECT $1, f.slot, $2::uuid, ${historyToken('f.v', highWaterToken(lease))}, $3, $4, $5, clock_timestamp(), clock_timestamp(), $9, $10
+          FROM (SELECT c.slot, ${nextval} AS v FROM (
+              SELECT s.slot FROM slots s, open o
+              WHERE NOT s.has_row AND NOT EXISTS (SELECT 1 FROM locked)
+              ORDER BY s.slot LIMIT 1) c) f, (SELECT ${timeline} AS timeline) h
+          ON CONFLICT (target_id, slot) DO NOTHING
+          RETURNING l.slot, l.fencing_token
         ), won AS (
-          SELECT target_id, fencing_token, took_over, previous_owner FROM won_old
+          SELECT slot, fencing_token, took_over, previous_owner FROM won_old
           UNION ALL
-          SELECT target_id, fencing_token, false, NULL FROM won_new
-        ), recorded_now AS (
-          -- The key's limit, for the callers that ask another one and for list(): written only when it changes.
-          INSERT INTO ${lease} AS l (${columns})
-          SELECT ${limitRow('$1')}, NULL, 0, $3, 0, $5, clock_timestamp(), clock_timestamp(), 0, $10
-          FROM won WHERE NOT EXISTS (SELECT 1 FROM recorded WHERE recorded.slot_limit = $10::int)
-          ON CONFLICT (target_id) DO UPDATE SET slot_limit = EXCLUDED.slot_limit, acquired_at = EXCLUDED.acquired_at,
-            updated_at = EXCLUDED.updated_at
+          SELECT slot, fencing_token, false, NULL FROM won_new
         ), granted AS (
           DELETE FROM ${waiter} w
           WHERE w.target_id = $1 AND EXISTS (SELECT 1 FROM line) AND EXISTS (SELECT 1 FROM won)
             AND (w.waiter_id = $6::uuid OR NOT ${liveWaiter('w')})
         )
-        SELECT won.target_id AS row_key, won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
+        SELECT won.slot, won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
           NULL::float8 AS hold_left_ms, NULL::int AS held_limit, NULL::boolean AS raced, ${runCap(capMs)} AS overran
         FROM won
         UNION ALL
@@ -110,16 +98,16 @@ export function semaphoreAcquireSql(n: LeaseObjectNames, capMs: number): string 
         -- whether it passed the pre-check but lost the slots it aimed at to concurrent acquisitions (\`raced\`).
         SELECT NULL, NULL, NULL, NULL, r.hold_left_ms, o.held_limit::int, EXISTS (SELECT 1 FROM open), NULL
         FROM other o, (SELECT (SELECT min(extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
-            FROM ${lease} l JOIN slots s ON l.target_id = s.row_key
-            WHERE s.slot < $10::int AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
+            FROM ${lease} l WHERE l.target_id = $1 AND l.slot BETWEEN 1 AND $10::int
+              AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
         WHERE NOT EXISTS (SELECT 1 FROM won)`;
 }
 
 /**
  * The release of a slot (its contract: `SemaphoreStore.release`): the single release statement's rules
- * (`singleReleaseSql`: soft, token-guarded, $1 slot row, $2 lease token, $3 head-only NOTIFY channel, $4
- * asyncReleaseCommits, $5 aging interval, $6 lock bound), and $7 the key. It wakes as many of the key's live waiters,
- * in grant order, as slots are free once this one is (each names its waiter: `<waiter id> <key>`).
+ * (`singleReleaseSql`: soft, token-guarded, $1 key, $2 lease token, $3 head-only NOTIFY channel, $4
+ * asyncReleaseCommits, $5 aging interval, $6 lock bound), and $7 the slot's row (1 … limit). It wakes as many of the
+ * key's live waiters, in grant order, as slots are free once this one is (each names its waiter: `<waiter id> <key>`).
  */
 export function semaphoreReleaseSql(n: LeaseObjectNames): string {
   const { lease, waiter } = n;
@@ -127,35 +115,21 @@ export function semaphoreReleaseSql(n: LeaseObjectNames): string {
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
         ), gone AS (
           UPDATE ${lease} SET lease_token = NULL
-          WHERE target_id = $1 AND lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
+          WHERE target_id = $1 AND slot = $7::int AND lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           RETURNING slot_limit
         ), free AS (
           -- This statement still sees the slot it frees as taken: one more.
           SELECT 1 + coalesce(g.slot_limit, 1) - (SELECT count(*) FROM ${lease} l
-            WHERE l.target_id IN (SELECT ${slotRow('$7', 's')} FROM generate_series(0, coalesce(g.slot_limit, 1) - 1) s)
-              AND ${taken('l')}) AS slots
+            WHERE l.target_id = $1 AND l.slot BETWEEN 1 AND coalesce(g.slot_limit, 1) AND ${taken('l')}) AS slots
           FROM gone g
         ), heads AS (
           SELECT w.waiter_id FROM ${waiter} w
-          WHERE w.target_id = $7 AND ${liveWaiter('w')} AND EXISTS (SELECT 1 FROM gone)
+          WHERE w.target_id = $1 AND ${liveWaiter('w')} AND EXISTS (SELECT 1 FROM gone)
           ORDER BY ${aged('w.queued_at', '$5')} DESC, w.seq
           LIMIT (SELECT greatest(slots, 1) FROM free)
         ), woke AS (
-          SELECT pg_notify($3, h.waiter_id::text || ' ' || $7) FROM heads h WHERE $3::text IS NOT NULL
+          SELECT ${notifyHeadSql('$3', 'h.waiter_id', '$1')} FROM heads h WHERE $3::text IS NOT NULL
         )
         SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
-}
-
-/** The slot holders of one key ($1), as rows of the snapshot statement (`snapshotSql`), for `list(key)`. */
-export function semaphoreSnapshotSql(n: LeaseObjectNames): string {
-  const { lease } = n;
-  const ms = (expression: string) => `(extract(epoch FROM clock_timestamp() - ${expression}) * 1000)::float8`;
-  return `SELECT 'held' AS state, l.target_id, l.owner, l.priority, l.priority::bigint AS effective_priority,
-          l.fencing_token::text AS fencing_token, NULL::text AS seq, ${ms('l.acquired_at')} AS age_ms,
-          ${ms('l.updated_at')} AS since_heartbeat_ms, l.lease_timeout_ms AS timeout_ms
-        FROM ${lease} l
-        WHERE l.lease_token IS NOT NULL AND l.target_id IN (SELECT ${slotRow('$1', 'g')} FROM generate_series(0,
-          coalesce((SELECT r.slot_limit FROM ${lease} r WHERE r.target_id = ${limitRow('$1')}), 0) - 1) g)
-        ORDER BY l.target_id`;
 }

@@ -5,6 +5,7 @@ import { historyToken } from './fencing-token.js';
 import { purgeSql } from './purge.sql.js';
 import {
   HIGH_WATER_KEY,
+  HIGH_WATER_SLOT,
   highWaterToken,
   ownerRaiseSql,
   RAISE_MARGIN,
@@ -14,7 +15,10 @@ import {
 
 /** The builders that keep tokens rising where the sequences stand below the tables (issue 42 item 2). */
 const defaults = resolveLeaseOptions({ owner: 'o' });
-const custom = resolveLeaseOptions({ schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line', owner: 'o' });
+const custom = resolveLeaseOptions({
+  tables: { schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line' },
+  owner: 'o',
+});
 const count = (text: string, part: string) => text.split(part).length - 1;
 
 describe('token floors', () => {
@@ -54,22 +58,23 @@ describe('token floors', () => {
     expect(sql.enqueue).not.toContain('greatest((h.timeline << 47)');
   });
 
-  it('the high-water mark is one primary-key probe of the row no key can spell', () => {
+  it('the high-water mark is one primary-key probe of the row of the one slot no key has (-1)', () => {
     const n = leaseObjectNames(custom);
-    expect(HIGH_WATER_KEY).toBe('chr(31)');
+    expect([HIGH_WATER_KEY, HIGH_WATER_SLOT]).toEqual(['chr(31)', -1]);
     expect(highWaterToken(n.lease)).toBe(
-      `(SELECT hw.fencing_token FROM "Ops ""x"""."it's" hw WHERE hw.target_id = chr(31))`,
+      `(SELECT hw.fencing_token FROM "Ops ""x"""."it's" hw WHERE hw.target_id = chr(31) AND hw.slot = -1)`,
     );
   });
 
   it('the purge raises the mark in the statement that deletes, never deletes it, and only when it deleted', () => {
     const n = leaseObjectNames(defaults);
     const purge = purgeSql(n);
-    expect(count(purge, 'target_id <> chr(31)')).toBe(2); // the lock step and the delete's re-check
+    expect(count(purge, 'l.slot >= 0')).toBe(2); // the lock step and the delete's re-check
     expect(purge).toContain(raiseHighWaterSql(n.lease, '$3::bigint', 'EXISTS (SELECT 1 FROM gone)'));
     expect(raiseHighWaterSql(n.lease, '$3::bigint', 'true')).toContain(
-      'ON CONFLICT (target_id) DO UPDATE SET fencing_token = greatest(l.fencing_token, EXCLUDED.fencing_token)',
+      'ON CONFLICT (target_id, slot) DO UPDATE SET fencing_token = greatest(l.fencing_token, EXCLUDED.fencing_token)',
     );
+    expect(raiseHighWaterSql(n.lease, '$3::bigint', 'true')).toContain('SELECT chr(31), -1, NULL, $3::bigint');
   });
 
   it('the raise: $1 timeline, $2 top token, $3 top place; read under an advisory lock; setval only where allowed', () => {

@@ -12,11 +12,15 @@ import { FENCING_SEQUENCE_BITS, sequenceLiteral } from './fencing-token.js';
 import type { LeaseObjectNames } from './fragments.js';
 
 /**
- * The lease row that carries the high-water mark of purged rows: named by a lone U+001F, which no key may contain and
- * which is no semaphore row (`<key>\u001f…` needs a key: keys are never empty). It never holds a lease (its lease token
- * is null), the purge never deletes it, `list()` never shows it.
+ * The lease row that carries the high-water mark of purged rows: `(U+001F, -1)`. The slot makes it: -1 is no slot of
+ * any key (a key's own row is 0, a semaphore's 1 … limit), so the key is free for callers; U+001F is the key 0.3 gave
+ * it (the slot column's migration only sets its slot). It never holds a lease (its lease token is null), the purge
+ * never deletes it, `list()` never shows it.
  */
 export const HIGH_WATER_KEY = 'chr(31)';
+
+/** The high-water row's slot (see `HIGH_WATER_KEY`). */
+export const HIGH_WATER_SLOT = -1;
 
 /**
  * The high-water mark (NULL: nothing purged yet): at least every token the purge deleted. A key's first row is
@@ -24,7 +28,7 @@ export const HIGH_WATER_KEY = 'chr(31)';
  * stands below them. One primary-key probe, evaluated once per statement and only by a statement that inserts a row.
  */
 export function highWaterToken(lease: string): string {
-  return `(SELECT hw.fencing_token FROM ${lease} hw WHERE hw.target_id = ${HIGH_WATER_KEY})`;
+  return `(SELECT hw.fencing_token FROM ${lease} hw WHERE hw.target_id = ${HIGH_WATER_KEY} AND hw.slot = ${HIGH_WATER_SLOT})`;
 }
 
 /**
@@ -34,11 +38,11 @@ export function highWaterToken(lease: string): string {
  */
 export function raiseHighWaterSql(lease: string, token: string, when: string): string {
   return `INSERT INTO ${lease} AS l
-        (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-      SELECT ${HIGH_WATER_KEY}, NULL, ${token}, 'nest-pg-lease: purged up to this token', 0, 1, clock_timestamp(),
-        clock_timestamp(), 0
+        (target_id, slot, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
+      SELECT ${HIGH_WATER_KEY}, ${HIGH_WATER_SLOT}, NULL, ${token}, 'nest-pg-lease: purged up to this token', 0, 1,
+        clock_timestamp(), clock_timestamp(), 0
       WHERE ${when}
-      ON CONFLICT (target_id) DO UPDATE SET fencing_token = greatest(l.fencing_token, EXCLUDED.fencing_token),
+      ON CONFLICT (target_id, slot) DO UPDATE SET fencing_token = greatest(l.fencing_token, EXCLUDED.fencing_token),
         updated_at = EXCLUDED.updated_at`;
 }
 

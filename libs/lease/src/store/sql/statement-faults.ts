@@ -1,9 +1,9 @@
 /**
- * Test-only switches for the fault schedule's negative controls (`test/fault-schedule`): each re-introduces a defect
- * the schedule must catch. Never exported from `index.ts`, never set by the library; a worker process of the schedule
- * sets them before it builds its `LeaseService` (the statements are built once per store).
+ * Test-only defects for the fault schedule's negative controls (`test/fault-schedule`): each re-introduces a defect
+ * the schedule must catch. Given to the statement builders as an argument (`buildStatements`), by a store whose test
+ * harness asked for them (`useStatementFaults` of internal.ts): never by the library itself, never module state.
  */
-export const faultSwitches = {
+export interface StatementFaults {
   /**
    * The historical bug fixed by the engine hardening, in the shape it had then: every grant of the single acquire
    * statement goes through its `INSERT … ON CONFLICT DO UPDATE`, which keeps the fencing token drawn in the INSERT's
@@ -11,5 +11,8 @@ export const faultSwitches = {
    * between the two (the schedule's acquire-insert racepoint) then grants a token older than a grant that committed
    * meanwhile. The batch statement is not affected: the control runs with `maxBatchSize: 1`.
    */
-  tokenBeforeLock: false,
-};
+  readonly tokenBeforeLock: boolean;
+}
+
+/** The statements as the library sends them. */
+export const NO_FAULTS: StatementFaults = Object.freeze({ tokenBeforeLock: false });
