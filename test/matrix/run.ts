@@ -254,7 +254,12 @@ async function runMajor(
       for (const file of again.report?.testResults ?? []) rerun.set(file.name, file);
       if (!again.report) row.problems.push(`the rerun wrote no report (see ${again.logFile})`);
     }
-    for (const file of [...report.testResults, ...rerun.values()]) inFiles += (file.endTime - file.startTime) / 1000;
+    // The time from each run's first file starting to its last ending (its workers run files side by side).
+    for (const files of [report.testResults, [...rerun.values()]]) {
+      if (files.length === 0) continue;
+      const from = Math.min(...files.map((file) => file.startTime));
+      inFiles += (Math.max(...files.map((file) => file.endTime)) - from) / 1000;
+    }
     for (const file of report.testResults) {
       const last = rerun.get(file.name) ?? file;
       row.passed += tally(last, 'passed');
