@@ -15,7 +15,7 @@ import { createWriteStream, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { Logger, type LoggerService } from '@nestjs/common';
 import { PatroniCluster } from './support/patroni.js';
-import { recordRun, slug, violations } from './support/report.js';
+import { recordRun, violations } from './support/report.js';
 import { ARTIFACTS, type ClusterScenario, runClusterScenario } from './support/scenario.js';
 
 const SCENARIOS: ClusterScenario[] = [
@@ -47,25 +47,36 @@ const fileLogger: LoggerService = {
 beforeAll(() => Logger.overrideLogger(fileLogger));
 afterAll(() => new Promise<void>((resolve) => libraryLog.end(resolve)));
 
+// One cluster for the suite (its logs: artifacts/cluster/cluster/): each run in a database of its own, the cluster
+// restored after it (the former leader a replica again).
+let cluster: PatroniCluster | undefined;
+let runs = 0;
+beforeAll(async () => {
+  cluster = await PatroniCluster.start(join(ARTIFACTS, 'cluster'), true);
+}, 120_000);
+afterAll(async () => {
+  await cluster?.destroy();
+});
+
 async function run(scenario: ClusterScenario) {
-  const cluster = await PatroniCluster.start(join(ARTIFACTS, slug(scenario.name)), true);
+  if (!cluster) throw new Error('the cluster did not start');
   try {
-    const result = await runClusterScenario(scenario, cluster);
+    const result = await runClusterScenario(scenario, cluster, `lease_${++runs}`);
     recordRun(result);
     return result;
   } finally {
-    await cluster.destroy();
+    await cluster.restore(true);
   }
 }
 
-describe.each(SCENARIOS)('$name', (scenario) => {
+describe.each(SCENARIOS.filter((s) => !process.env.CLUSTER_ONLY || s.event === process.env.CLUSTER_ONLY))('$name', (scenario) => {
   test('no violation, nothing acknowledged lost, recovery without restarts', async () => {
     const result = await run(scenario);
     const f = result.findings;
 
     // The load ran across the event, in every process, on the new leader's timeline.
-    expect(f.grantsBefore).toBeGreaterThan(30);
-    expect(f.grantsAfter).toBeGreaterThan(30);
+    expect(f.grantsBefore).toBeGreaterThan(10);
+    expect(f.grantsAfter).toBeGreaterThan(10);
     expect(result.newLeader).not.toBe(result.oldLeader);
     expect(result.timelineAfter).toBeGreaterThan(result.timelineBefore);
     expect(result.grantsOffTimeline).toBe(0);

@@ -37,6 +37,13 @@ export class Daemon {
     return this.child.exitCode === null && this.child.signalCode === null;
   }
 
+  /** SIGKILL (a test's daemon has nothing to save). */
+  async kill(): Promise<void> {
+    if (!this.alive) return;
+    this.child.kill('SIGKILL');
+    await this.exited;
+  }
+
   /** SIGTERM, then SIGKILL after `graceMs`. */
   async stop(graceMs = 5_000): Promise<void> {
     if (!this.alive) return;

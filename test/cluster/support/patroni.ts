@@ -132,8 +132,10 @@ export class PatroniCluster {
     for (;;) {
       const members = await this.members().catch(() => []);
       const leader = members.find((m) => m.role === 'leader' && m.state === 'running');
-      const sync = members.find((m) => m.role === 'sync_standby' && m.state === 'streaming');
-      const streaming = members.filter((m) => m.role !== 'leader' && m.state === 'streaming').length;
+      // Patroni 3.0 (Debian 12) reports a replica 'running'; later versions 'streaming'.
+      const up = (m: Member) => m.state === 'running' || m.state === 'streaming';
+      const sync = members.find((m) => m.role === 'sync_standby' && up(m));
+      const streaming = members.filter((m) => m.role !== 'leader' && up(m)).length;
       if (leader && streaming === this.nodes.length - 1 && (!synchronous || sync)) {
         return { leader: this.node(leader.name), sync: sync && this.node(sync.name) };
       }
@@ -159,9 +161,22 @@ export class PatroniCluster {
     return stdout;
   }
 
+  /**
+   * After a scenario: every node reconnected to etcd and reachable through its gate, then (Patroni rejoins the former
+   * leader: a replica again, cloned anew where its history diverged) a leader, a synchronous standby and every other
+   * node a running replica.
+   */
+  async restore(synchronous: boolean): Promise<void> {
+    for (const node of this.nodes) {
+      node.etcdLink.cut();
+      node.gate.point(node.pgPort);
+    }
+    await this.settled(synchronous, 90_000);
+  }
+
   async destroy(): Promise<void> {
-    await Promise.all(this.nodes.map((node) => node.patroni.stop(10_000).catch(() => undefined)));
-    // A Patroni that was killed leaves its postmaster: end it by its pid file.
+    // Nothing to keep: Patroni killed (its orderly stop checkpoints and hands over), each postmaster stopped at once.
+    await Promise.all(this.nodes.map((node) => node.patroni.kill().catch(() => undefined)));
     for (const node of this.nodes) {
       if (!existsSync(join(node.dataDir, 'postmaster.pid'))) continue;
       try {
@@ -170,6 +185,7 @@ export class PatroniCluster {
         // gone already
       }
     }
+    await sleep(500);
     for (const daemon of this.daemons) await daemon.stop().catch(() => undefined);
     for (const proxy of this.proxies) await proxy.stop().catch(() => undefined);
     await this.replicaMaker?.stop();
@@ -328,6 +344,10 @@ export class PatroniCluster {
           replication: { username: 'replicator', password: this.password },
         },
         parameters: { unix_socket_directories: n.dir },
+        // No pg_rewind of the embedded version: a former leader whose history diverged is cloned again.
+        use_pg_rewind: false,
+        remove_data_directory_on_rewind_failure: true,
+        remove_data_directory_on_diverged_timelines: true,
         create_replica_methods: ['lowlevel'],
         lowlevel: { command: `/usr/bin/python3 ${n.script}` },
       },

@@ -57,7 +57,6 @@ export const PLAN: LoadPlan = {
 };
 const HOLD_KEYS = ['hold-0', 'hold-1'];
 const WARM_UP_MS = 3_000;
-const DATABASE = 'lease';
 const APP_PASSWORD = 'app-password';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
@@ -100,18 +99,19 @@ async function asSuperuser(url: string, statements: string[]): Promise<void> {
   }
 }
 
-/** The application's role and database, the library's tables (its own bootstrap) and the checker's. */
-async function prepare(cluster: PatroniCluster, leader: PatroniNode, guard: boolean): Promise<void> {
+/** The application's role and a database of the run's own, the library's tables (its bootstrap) and the checker's. */
+async function prepare(cluster: PatroniCluster, leader: PatroniNode, database: string, guard: boolean): Promise<void> {
   await asSuperuser(cluster.urlOf(leader), [
-    `CREATE ROLE app LOGIN PASSWORD '${APP_PASSWORD}'`,
-    `CREATE DATABASE ${DATABASE} OWNER app`,
+    `DO $$ BEGIN CREATE ROLE app LOGIN PASSWORD '${APP_PASSWORD}'; EXCEPTION WHEN duplicate_object THEN NULL; END $$`,
+    `CREATE DATABASE ${database} OWNER app`,
   ]);
   if (!guard) {
-    await asSuperuser(cluster.urlOf(leader, DATABASE), [
+    // Function rights are per database: only this run's application loses the WAL functions.
+    await asSuperuser(cluster.urlOf(leader, database), [
       `REVOKE EXECUTE ON FUNCTION pg_catalog.pg_current_wal_lsn() FROM PUBLIC`,
     ]);
   }
-  const url = `postgres://app:${APP_PASSWORD}@127.0.0.1:${leader.pgPort}/${DATABASE}`;
+  const url = `postgres://app:${APP_PASSWORD}@127.0.0.1:${leader.pgPort}/${database}`;
   const dataSource = new DataSource({ type: 'postgres', url, entities: [...leaseEntities] });
   await dataSource.initialize();
   try {
@@ -137,16 +137,23 @@ async function read<R extends pg.QueryResultRow>(url: string, text: string): Pro
 
 const timelineOf = (token: bigint) => Number(token >> 47n);
 
-/** Runs one scenario on a cluster started for it (`start`), then destroys nothing: the caller owns the cluster. */
-export async function runClusterScenario(scenario: ClusterScenario, cluster: PatroniCluster): Promise<ClusterRun> {
+/**
+ * Runs one scenario on a settled cluster (a leader, a synchronous standby, a replica), in a database of its own; the
+ * caller restores the cluster afterwards (`PatroniCluster.restore`).
+ */
+export async function runClusterScenario(
+  scenario: ClusterScenario,
+  cluster: PatroniCluster,
+  database: string,
+): Promise<ClusterRun> {
   const started = performance.now();
   const { leader: old, sync } = await cluster.settled(true);
   if (!sync) throw new Error('synchronous mode: no synchronous standby');
-  await prepare(cluster, old, scenario.timelineGuard);
+  await prepare(cluster, old, database, scenario.timelineGuard);
   // Let the synchronous standby replay the bootstrap before the load starts.
   await cluster.settled(true);
 
-  const load = new Load(cluster.url(DATABASE, 'app', APP_PASSWORD), PLAN);
+  const load = new Load(cluster.url(database, 'app', APP_PASSWORD), PLAN);
   await load.start();
   let moments: FailoverMoments;
   let surviving: SurvivingRow[];
@@ -163,7 +170,7 @@ export async function runClusterScenario(scenario: ClusterScenario, cluster: Pat
     // node's rows are read before any client reaches it; the one promoted opens at once after.
     const candidates = cluster.nodes.filter((node) => node !== old);
     for (const node of candidates) node.gate.point(undefined);
-    const promotion = watchPromotion(cluster, candidates, DATABASE);
+    const promotion = watchPromotion(cluster, candidates, database);
     const oldLeader = watchOldLeader(cluster, old);
     eventAt = performance.now();
     let switchover: Promise<string> | undefined;
@@ -187,7 +194,7 @@ export async function runClusterScenario(scenario: ClusterScenario, cluster: Pat
   }
 
   type HistoryText = Record<'op_id' | 'target' | 'fencing_token' | 'lease_token' | 'commit_seq', string>;
-  const url = cluster.urlOf(newLeader, DATABASE);
+  const url = cluster.urlOf(newLeader, database);
   const history = (
     await read<HistoryText>(
       url,
