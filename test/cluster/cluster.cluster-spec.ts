@@ -69,36 +69,40 @@ async function run(scenario: ClusterScenario) {
   }
 }
 
-describe.each(SCENARIOS.filter((s) => !process.env.CLUSTER_ONLY || s.event === process.env.CLUSTER_ONLY))('$name', (scenario) => {
-  test('no violation, nothing acknowledged lost, recovery without restarts', async () => {
-    const result = await run(scenario);
-    const f = result.findings;
+describe.each(SCENARIOS.filter((s) => !process.env.CLUSTER_ONLY || s.event === process.env.CLUSTER_ONLY))(
+  '$name',
+  (scenario) => {
+    test('no violation, nothing acknowledged lost, recovery without restarts', async () => {
+      const result = await run(scenario);
+      const f = result.findings;
 
-    // The load ran across the event, in every process, on the new leader's timeline.
-    expect(f.grantsBefore).toBeGreaterThan(10);
-    expect(f.grantsAfter).toBeGreaterThan(10);
-    expect(result.newLeader).not.toBe(result.oldLeader);
-    expect(result.timelineAfter).toBeGreaterThan(result.timelineBefore);
-    expect(result.grantsOffTimeline).toBe(0);
-    result.writesAfterSwitchByProcess.forEach((writes, process) =>
-      expect({ process, workingAfterSwitch: writes > 0 }).toEqual({ process, workingAfterSwitch: true }),
-    );
-    expect(Number.isFinite(result.recoveryMs)).toBe(true);
+      // The load ran across the event, in every process, on the new leader's timeline.
+      expect(f.grantsBefore).toBeGreaterThan(10);
+      expect(f.grantsAfter).toBeGreaterThan(10);
+      expect(result.newLeader).not.toBe(result.oldLeader);
+      expect(result.timelineAfter).toBeGreaterThan(result.timelineBefore);
+      expect(result.grantsBeforeOffTimeline).toBe(0);
+      expect(result.grantsOffTimeline).toBe(0);
+      result.writesAfterSwitchByProcess.forEach((writes, process) =>
+        expect({ process, workingAfterSwitch: writes > 0 }).toEqual({ process, workingAfterSwitch: true }),
+      );
+      expect(Number.isFinite(result.recoveryMs)).toBe(true);
 
-    // The properties.
-    expect(violations(result)).toEqual(Object.fromEntries(Object.keys(violations(result)).map((k) => [k, []])));
-    // Synchronous mode: nothing acknowledged is lost.
-    expect(f.acknowledgedWritesLost).toEqual({ before: 0, after: 0 });
-    expect(f.cutOffHolders).toBe(0);
-    expect(f.acknowledgedReleasesBack).toBe(0);
-  });
-});
+      // The properties.
+      expect(violations(result)).toEqual(Object.fromEntries(Object.keys(violations(result)).map((k) => [k, []])));
+      // Synchronous mode: nothing acknowledged is lost.
+      expect(f.acknowledgedWritesLost).toEqual({ before: 0, after: 0 });
+      expect(f.cutOffHolders).toBe(0);
+      expect(f.acknowledgedReleasesBack).toBe(0);
+    });
+  },
+);
 
 describe(CONTROL.name, () => {
   test('the checker sees the old leases go on (the guard is what ends them)', async () => {
     const result = await run(CONTROL);
-    // Tokens carry the fixed timeline: the library saw no failover.
-    expect(result.timelineAfter).toBeGreaterThan(1);
+    // Tokens carry a fixed timeline (the largest in the tables at bootstrap, 1), not the server's: no failover is seen.
+    expect(result.timelineAfter).toBeGreaterThan(result.timelineBefore);
     expect(result.grantsOffTimeline).toBe(result.findings.grantsAfter);
     // Caught: the long jobs held across the failover are still held long after the switch, and write there.
     expect(result.findings.oldHoldersLate.length).toBeGreaterThan(0);

@@ -7,12 +7,13 @@ const HEADERS = [
   'scenario',
   'timeline guard',
   'kills / cut-offs / switchovers',
-  'leader → new leader (timeline)',
+  'leader → new leader (server timeline)',
   'grants',
   'fenced writes acknowledged / refused / failed',
   'violations',
   'acknowledged grants lost',
   'acknowledged fenced writes lost',
+  'old leader took writes until, after the event',
   'new leader up, after the event',
   'recovery: new leader up → first grant',
   'no grant for',
@@ -22,7 +23,12 @@ const HEADERS = [
 
 export default async function globalTeardown() {
   const file = join(SUMMARY_DIR, 'summary.jsonl');
-  const rows = existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)) : [];
+  const rows = existsSync(file)
+    ? readFileSync(file, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l))
+    : [];
   const wallMs = Date.now() - Number(process.env.CLUSTER_STARTED_AT ?? Date.now());
   const table = [
     `| ${HEADERS.join(' | ')} |`,

@@ -54,7 +54,8 @@ export interface PatroniNode {
 
 export interface Member {
   name: string;
-  role: 'leader' | 'sync_standby' | 'replica' | string;
+  /** 'leader', 'sync_standby', 'replica' (or a later version's names). */
+  role: string;
   state: string;
   timeline?: number;
 }
@@ -328,10 +329,7 @@ export class PatroniCluster {
           },
         },
         initdb: [{ encoding: 'UTF8' }, { locale: 'C' }, { 'auth-host': 'scram-sha-256' }, { 'auth-local': 'trust' }],
-        pg_hba: [
-          'host replication replicator 127.0.0.1/32 scram-sha-256',
-          'host all all 127.0.0.1/32 scram-sha-256',
-        ],
+        pg_hba: ['host replication replicator 127.0.0.1/32 scram-sha-256', 'host all all 127.0.0.1/32 scram-sha-256'],
       },
       postgresql: {
         listen: `127.0.0.1:${n.pgPort}`,

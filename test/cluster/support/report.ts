@@ -47,6 +47,7 @@ export function recordRun(run: ClusterRun): void {
     total === 0 ? '0' : `**${total}**: ${found.map(([what, list]) => `${what} ${list.length}`).join(', ')}`,
     String(f.cutOffHolders),
     String(lostWrites),
+    ms(run.oldLeaderLastWritableMs),
     ms(run.promotedMs),
     ms(run.recoveryMs),
     ms(run.noGrantsMs),

@@ -77,6 +77,8 @@ export interface ClusterRun {
   noGrantsMs: number;
   grants: number;
   fencedWrites: { acknowledged: number; refused: number; failed: number };
+  /** Grants before the switch whose token does not carry the old leader's timeline (with the guard on: none). */
+  grantsBeforeOffTimeline: number;
   /** Grants after the switch whose token does not carry the new timeline (with the guard on: none). */
   grantsOffTimeline: number;
   writesAfterSwitchByProcess: number[];
@@ -163,9 +165,11 @@ export async function runClusterScenario(
   let lastWritableAt: number;
   let eventOutput: string | undefined;
   let holds: GrantRecord[];
+  let timelineBefore: number;
   try {
     await sleep(WARM_UP_MS);
     holds = await Promise.all(HOLD_KEYS.map((key, n) => load.hold(n, key, n)));
+    timelineBefore = (await cluster.members()).find((m) => m.name === old.name)?.timeline ?? NaN;
     // The candidates serve no client (HAProxy sends clients to the leader only): close their gates, so the promoted
     // node's rows are read before any client reaches it; the one promoted opens at once after.
     const candidates = cluster.nodes.filter((node) => node !== old);
@@ -200,15 +204,13 @@ export async function runClusterScenario(
       url,
       `SELECT op_id::text, target, fencing_token::text, lease_token::text, commit_seq::text FROM failover_history`,
     )
-  ).map(
-    (row): HistoryRow => ({
-      opId: row.op_id,
-      target: row.target,
-      fencingToken: BigInt(row.fencing_token),
-      leaseToken: row.lease_token,
-      commitSeq: BigInt(row.commit_seq),
-    }),
-  );
+  ).map((row): HistoryRow => ({
+    opId: row.op_id,
+    target: row.target,
+    fencingToken: BigInt(row.fencing_token),
+    leaseToken: row.lease_token,
+    commitSeq: BigInt(row.commit_seq),
+  }));
   const counters = new Map(
     (await read<{ target: string; n: string }>(url, `SELECT target, n::text FROM failover_counter`)).map((row) => [
       row.target,
@@ -223,7 +225,6 @@ export async function runClusterScenario(
   const lastBefore = Math.max(...before.map((g) => g.grantedAt));
   const writes = load.grants.flatMap((g) => g.writes);
   const count = (outcome: string) => writes.filter((w) => w.outcome === outcome).length;
-  const timelineBefore = Math.max(...before.map((g) => timelineOf(g.fencingToken)));
   return {
     scenario,
     findings,
@@ -237,6 +238,7 @@ export async function runClusterScenario(
     noGrantsMs: firstAfter - lastBefore,
     grants: load.grants.length,
     fencedWrites: { acknowledged: count('ack'), refused: count('refused'), failed: count('error') },
+    grantsBeforeOffTimeline: before.filter((g) => timelineOf(g.fencingToken) !== timelineBefore).length,
     grantsOffTimeline: after.filter((g) => timelineOf(g.fencingToken) !== timelineAfter).length,
     writesAfterSwitchByProcess: Array.from(
       { length: PLAN.processes },
