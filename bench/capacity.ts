@@ -49,8 +49,7 @@ async function worker(url: string, name: string, leases: number, intervalMs: num
   const dataSource = new DataSource({ type: 'postgres', url, applicationName: name, extra: { max: 4 } });
   await dataSource.initialize();
   const service = new LeaseService(dataSource, {
-    heartbeatIntervalMs: intervalMs,
-    leaseTimeoutMs: intervalMs * 4,
+    timing: { heartbeatIntervalMs: intervalMs, leaseTimeoutMs: intervalMs * 4 },
     owner: name,
   });
   await service.init();

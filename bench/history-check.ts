@@ -15,7 +15,7 @@ import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { type Lease, LeaseService, leaseEntities } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import { ownRow, resolveLeaseOptions, LeaseStore } from '../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore, mergeLeaseOptions } from '../libs/lease/src/internal.js';
 
 const rounds = Number(process.argv.find((arg) => arg.startsWith('--rounds='))?.split('=')[1] ?? 3_000);
 
@@ -38,8 +38,8 @@ async function main(): Promise<void> {
   await dataSource.initialize();
   // The service's own heartbeat must stay away for the whole run: its tick locks the rows, and the bench's renewal
   // then skips them (SKIP LOCKED) — rightly not counted as kept.
-  const options = { heartbeatIntervalMs: 3_600_000, leaseTimeoutMs: 36_000_000 };
-  const service = new LeaseService(dataSource, { ...options, createSchema: true });
+  const options = { timing: { heartbeatIntervalMs: 3_600_000, leaseTimeoutMs: 36_000_000 } };
+  const service = new LeaseService(dataSource, mergeLeaseOptions(options, { tables: { createSchema: true } }));
   const client = new pg.Client({ connectionString: url, application_name: 'bench-history' });
   try {
     await service.init();

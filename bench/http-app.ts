@@ -10,6 +10,7 @@ import { CurrentLease, Exclusive, type Lease, LeaseModule } from 'nest-pg-lease'
 import pg from 'pg';
 import { countStatements, statementsSoFar } from './support/db.js';
 import { BENCH_LEASE_OPTIONS } from './support/contenders.js';
+import { mergeLeaseOptions } from '../libs/lease/src/internal.js';
 
 const url = process.env.BENCH_DATABASE_URL;
 if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started by bench/run.ts');
@@ -71,7 +72,13 @@ class BenchController {
 }
 
 @Module({
-  imports: [LeaseModule.forRoot({ ...BENCH_LEASE_OPTIONS, dataSource: { type: 'postgres', url, extra: { max: 16 } } })],
+  imports: [
+    LeaseModule.forRoot(
+      mergeLeaseOptions(BENCH_LEASE_OPTIONS, {
+        connections: { dataSource: { type: 'postgres', url, extra: { max: 16 } } },
+      }),
+    ),
+  ],
   controllers: [BenchController],
 })
 class BenchAppModule {}

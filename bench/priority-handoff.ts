@@ -14,6 +14,7 @@ import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import { mergeLeaseOptions } from '../libs/lease/src/internal.js';
 
 export interface HandoffResult {
   mode: string;
@@ -41,7 +42,10 @@ async function side(url: string, name: string, options: LeaseModuleOptions): Pro
   const dataSource = new DataSource({ type: 'postgres', url, applicationName: name, extra: { max: 1 } });
   await dataSource.initialize();
   // The library's own statement pool (`<name>:statements`) with one connection too, for the same reason.
-  const service = new LeaseService(dataSource, { createSchema: true, owner: name, poolSize: 1, ...options });
+  const service = new LeaseService(
+    dataSource,
+    mergeLeaseOptions({ tables: { createSchema: true }, owner: name, connections: { poolSize: 1 } }, options),
+  );
   await service.init();
   return { name, service, dataSource };
 }
@@ -70,20 +74,17 @@ async function measure(
   handoffs: number,
   options: LeaseModuleOptions,
 ): Promise<HandoffResult> {
-  const settings = {
-    heartbeatIntervalMs: 1_000,
-    leaseTimeoutMs: 10_000,
-    waiterTimeoutMs: 30_000,
-    shutdownGraceMs: 0,
-    ...options,
-  };
+  const settings = mergeLeaseOptions(
+    { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 30_000, shutdownGraceMs: 0 } },
+    options,
+  );
   const sides = [await side(url, `${mode}-a`, settings), await side(url, `${mode}-b`, settings)];
   const samples: number[] = [];
   try {
     let held: Lease = (await sides[0].service.tryAcquire(KEY))!;
     for (let i = 0; i < handoffs + 5; i++) {
       const waiter = sides[(i + 1) % 2];
-      const granted = waiter.service.acquire(KEY, { waitTimeoutMs: 60_000 });
+      const granted = waiter.service.acquire(KEY, { onBusy: { wait: { timeoutMs: 60_000 } } });
       await untilAsleep(probe, waiter);
       const released = performance.now();
       await held.release();
@@ -101,7 +102,7 @@ async function measure(
   samples.sort((a, b) => a - b);
   return {
     mode,
-    pollIntervalMs: settings.waitPollIntervalMs!,
+    pollIntervalMs: settings.timing!.waitPollIntervalMs!,
     handoffs: samples.length,
     p50Ms: percentile(samples, 50),
     p99Ms: percentile(samples, 99),
@@ -140,8 +141,14 @@ export async function priorityHandoff(
   try {
     const results = [
       // A 10 s poll cannot be what wakes the waiter: every grant here is a NOTIFY.
-      await measure(url, probe, 'notify', handoffs, { notify: true, waitPollIntervalMs: 10_000 }),
-      await measure(url, probe, 'poll', handoffs, { notify: false, waitPollIntervalMs: pollMs }),
+      await measure(url, probe, 'notify', handoffs, {
+        connections: { notify: true },
+        timing: { waitPollIntervalMs: 10_000 },
+      }),
+      await measure(url, probe, 'poll', handoffs, {
+        connections: { notify: false },
+        timing: { waitPollIntervalMs: pollMs },
+      }),
     ];
     return { results, commitP50Ms: await commitP50(probe) };
   } finally {

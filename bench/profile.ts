@@ -29,7 +29,7 @@ import { seed } from './support/contenders.js';
 import { BenchDatabase } from './support/db.js';
 import { median } from './support/measure.js';
 
-const LEASE_OPTIONS = { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 };
+const LEASE_OPTIONS = { timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 } };
 
 interface Captured {
   text: string;

@@ -16,6 +16,7 @@ import { createDatabase, dropDatabase, startPostgres } from '@app/pg-harness';
 import { Logger } from '@nestjs/common';
 import type { LeaseModuleOptions } from 'nest-pg-lease';
 import { openService } from '../test/support/lease-service.js';
+import { mergeLeaseOptions } from '../libs/lease/src/internal.js';
 
 const flag = (name: string, fallback: number) =>
   Number(process.argv.find((arg) => arg.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
@@ -23,7 +24,10 @@ const releases = flag('releases', 400);
 const hogCount = flag('hogs', 3);
 
 /** Roomy timings: a release is bounded by one interval (10 s here), far above what it takes. */
-const ROOMY: LeaseModuleOptions = { createSchema: true, heartbeatIntervalMs: 10_000, leaseTimeoutMs: 40_000 };
+const ROOMY: LeaseModuleOptions = {
+  tables: { createSchema: true },
+  timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 40_000 },
+};
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
 const fmt = (ms: number) => `${ms.toFixed(1)}`;
@@ -38,7 +42,7 @@ function stopHogs(hogs: ChildProcess[]): void {
 
 /** `releases` releases, `parallel` at a time, each timed from its call to its settling. */
 async function measure(url: string, options: LeaseModuleOptions, parallel: number, tag: string): Promise<number[]> {
-  const opened = await openService(url, { ...ROOMY, ...options }, { poolSize: 10 });
+  const opened = await openService(url, mergeLeaseOptions(ROOMY, options), { poolSize: 10 });
   const { service } = opened;
   const samples: number[] = [];
   let next = 0;
@@ -72,7 +76,7 @@ async function main(): Promise<void> {
         for (const [label, options, parallel] of [
           ['own sessions, one at a time', {}, 1],
           ['own sessions, 8 at once', {}, 8],
-          ['framed (pooler), 8 at once', { pooler: 'transaction' as const }, 8],
+          ['framed (pooler), 8 at once', { connections: { pooler: 'transaction' as const } }, 8],
         ] as const) {
           const load = loadavg()[0].toFixed(1);
           const sorted = (await measure(url, options, parallel, `${hogs}-${parallel}-${label.length}`)).sort(

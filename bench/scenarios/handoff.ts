@@ -76,13 +76,13 @@ export async function handoff(ctx: BenchContext): Promise<Row[]> {
       const open: OpenLeases[] = [];
       const key = `hot:${round}`;
       const take = async (client: number) => {
-        const held = await open[client].service.acquire(key, { waitTimeoutMs: 30_000 });
+        const held = await open[client].service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } });
         return () => held.release();
       };
       return {
         setup: async () => {
           for (let client = 0; client < CLIENTS; client++) {
-            open.push(await openLeases(url, 2, { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 }));
+            open.push(await openLeases(url, 2, { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 } }));
           }
           // Prepares each service's statements and its LISTEN connection (a wait opens it).
           for (let client = 0; client < CLIENTS; client++) await (await take(client))();

@@ -79,7 +79,7 @@ function leaseHeartbeat(ctx: BenchContext, leases: number, ticks: number, varian
           open = await openLeases(
             ctx.db.url,
             SETUP_CONCURRENCY,
-            { heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, leaseTimeoutMs: 60_000 },
+            { timing: { heartbeatIntervalMs: HEARTBEAT_INTERVAL_MS, leaseTimeoutMs: 60_000 } },
             variant,
           );
           open.service.events$.pipe(filter((event) => event.type === 'renew-failed')).subscribe(() => failedTicks++);

@@ -9,6 +9,7 @@ import { knexStore } from '@verrou/core/drivers/knex';
 import knex, { type Knex } from 'knex';
 import pg from 'pg';
 import { openService, type OpenedService } from '../../test/support/lease-service.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /** Long enough that no heartbeat fires inside a short phase; scenarios that measure heartbeats set their own. */
 /**
@@ -17,19 +18,17 @@ import { openService, type OpenedService } from '../../test/support/lease-servic
  * drain would add its full grace to every such close.
  */
 export const BENCH_LEASE_OPTIONS: LeaseModuleOptions = {
-  heartbeatIntervalMs: 10_000,
-  leaseTimeoutMs: 60_000,
-  shutdownGraceMs: 0,
+  timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000, shutdownGraceMs: 0 },
 };
 
 /**
  * - `shipped`: the library with its defaults.
- * - `async-release`: the library with `asyncReleaseCommits: true` (releases commit without waiting for
+ * - `async-release`: the library with `connections: { asyncReleaseCommits: true }` (releases commit without waiting for
  *   the WAL flush; acquisitions and fenced writes stay durable).
  * - `unlogged`: prototype; the lease table is UNLOGGED (no WAL, emptied by crash recovery), the fencing sequence
  *   stays logged.
  * - `fillfactor-80`: the lease table with the previous fillfactor 80 instead of the shipped 50, for comparison.
- * - `unbatched`: `maxBatchSize: 1`, group commit off: every acquisition and release its own statement and commit.
+ * - `unbatched`: `connections: { maxBatchSize: 1 }`, group commit off: every acquisition and release its own statement and commit.
  */
 export type LeaseVariant = 'shipped' | 'async-release' | 'unlogged' | 'fillfactor-80' | 'unbatched';
 
@@ -47,16 +46,15 @@ export function openLeases(
 ): Promise<OpenLeases> {
   const variantOptions: Record<LeaseVariant, LeaseModuleOptions> = {
     shipped: {},
-    'async-release': { asyncReleaseCommits: true },
-    unlogged: UNLOGGED_TABLES,
-    'fillfactor-80': FILLFACTOR_80_TABLES,
-    unbatched: { maxBatchSize: 1 },
+    'async-release': { connections: { asyncReleaseCommits: true } },
+    unlogged: { tables: UNLOGGED_TABLES },
+    'fillfactor-80': { tables: FILLFACTOR_80_TABLES },
+    unbatched: { connections: { maxBatchSize: 1 } },
   };
-  return openService(
-    url,
-    { ...BENCH_LEASE_OPTIONS, ...variantOptions[variant], ...options },
-    { poolSize, entities: [] },
-  );
+  return openService(url, mergeLeaseOptions(BENCH_LEASE_OPTIONS, variantOptions[variant], options), {
+    poolSize,
+    entities: [],
+  });
 }
 
 /** A pg pool for the raw-SQL baselines. */

@@ -74,8 +74,9 @@ export class BenchDatabase {
   }
 
   /** The library's tables (and sequences), created the documented way: a LeaseService with `createSchema`. */
-  async createLeaseTables(tables: Pick<LeaseModuleOptions, 'tableName' | 'waiterTableName'> = {}): Promise<void> {
-    const opened = await openService(this.url, { ...tables, createSchema: true }, { poolSize: 1, entities: [] });
+  async createLeaseTables(tables: { tableName?: string; waiterTableName?: string } = {}): Promise<void> {
+    const options: LeaseModuleOptions = { tables: { ...tables, createSchema: true } };
+    const opened = await openService(this.url, options, { poolSize: 1, entities: [] });
     await opened.close();
   }
 

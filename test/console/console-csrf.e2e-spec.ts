@@ -8,6 +8,7 @@ import { NestFactory } from '@nestjs/core';
 import { type BrowserContext, chromium } from 'playwright-core';
 import { type Lease, LeaseConsoleModule, LeaseModule, LeaseService } from 'nest-pg-lease';
 import { FAST, useTestDatabase } from '../support/db.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 // The console's write routes against cross-site requests (issue 38 item 4). The app's guard authenticates by a
 // session cookie, as a browser app's does: the browser attaches that cookie to a request a foreign page makes, so the
@@ -17,7 +18,7 @@ import { FAST, useTestDatabase } from '../support/db.js';
 
 const SESSION = 'sid=operator-session';
 /** Leases that outlive a loaded machine's stalls (Chromium starting): a lease ends here only if the console ends it. */
-const TIMINGS = { ...FAST, heartbeatIntervalMs: 1_000, leaseTimeoutMs: 30_000 };
+const TIMINGS = mergeLeaseOptions(FAST, { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 30_000 } });
 
 /** The app's guard: a session cookie, the operator's name from the session. */
 class SessionGuard implements CanActivate {
@@ -65,7 +66,12 @@ describe('LeaseConsoleModule write routes against cross-site requests', () => {
   beforeAll(async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...TIMINGS, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(TIMINGS, {
+            tables: { createSchema: true },
+            connections: { dataSource: { type: 'postgres', url: db.url } },
+          }),
+        ),
         LeaseConsoleModule.forRoot({ guard: SessionGuard, actions: true, actor: sessionOf }),
       ],
     })
@@ -211,7 +217,9 @@ describe('LeaseConsoleModule write routes against cross-site requests', () => {
   test('trustedOrigins: an admin page on another origin (or behind a proxy that rewrites Host) may act', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...TIMINGS, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(TIMINGS, { connections: { dataSource: { type: 'postgres', url: db.url } } }),
+        ),
         LeaseConsoleModule.forRoot({
           guard: SessionGuard,
           actions: true,
@@ -301,7 +309,12 @@ const skipBrowser = process.env.SKIP_BROWSER_TESTS === '1';
   test('a no-cors fetch, a CORS JSON fetch and an auto-submitted form from another origin leave the lease held', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...TIMINGS, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(TIMINGS, {
+            tables: { createSchema: true },
+            connections: { dataSource: { type: 'postgres', url: db.url } },
+          }),
+        ),
         LeaseConsoleModule.forRoot({ guard: SessionGuard, actions: true, actor: sessionOf }),
       ],
     })

@@ -2,6 +2,7 @@ import { type CanActivate, type ExecutionContext, type INestApplication, Module 
 import { NestFactory } from '@nestjs/core';
 import { LeaseConfigError, LeaseConsoleModule, LeaseModule, LeaseService } from 'nest-pg-lease';
 import { FAST, useTestDatabase } from '../support/db.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 // LeaseConsoleModule over HTTP: nothing is mounted without a guard unless the app says the reads are public, the
 // actions are never mounted without a guard, a guard's "no" writes nothing, and a "yes" force-releases with the actor
@@ -64,7 +65,12 @@ describe('LeaseConsoleModule', () => {
   test('public: true without actions: no write route exists (404) and the reads answer anyone', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            tables: { createSchema: true },
+            connections: { dataSource: { type: 'postgres', url: db.url } },
+          }),
+        ),
         LeaseConsoleModule.forRoot({ public: true }),
       ],
     })
@@ -89,7 +95,12 @@ describe('LeaseConsoleModule', () => {
   test('guard rejects → 403 and nothing written; accepts → force-release with the actor, audited', async () => {
     @Module({
       imports: [
-        LeaseModule.forRoot({ ...FAST, createSchema: true, dataSource: { type: 'postgres', url: db.url } }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            tables: { createSchema: true },
+            connections: { dataSource: { type: 'postgres', url: db.url } },
+          }),
+        ),
         LeaseConsoleModule.forRoot({
           guard: new TokenGuard(),
           actions: true,

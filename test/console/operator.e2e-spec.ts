@@ -8,7 +8,7 @@ describe('LeaseOperator', () => {
   const db = useTestDatabase('operator');
 
   test('force-release: the holder loses the lease (released-by-operator), its fenced save is refused, audited', async () => {
-    const holder = await db.open({ journal: true }, 'holder');
+    const holder = await db.open({ observability: { journal: true } }, 'holder');
     const ops = await db.open({}, 'ops');
     const operator = new LeaseOperator(ops.service);
     const lease = (await holder.service.tryAcquire('invoice:1'))!;
@@ -83,8 +83,8 @@ describe('LeaseOperator', () => {
 
   test('drain a key: refused in another process until undrained; holders keep theirs', async () => {
     // Slower heartbeats than FAST: the held lease must outlive a busy machine's stalls (it is not what is tested).
-    const a = await db.open({ heartbeatIntervalMs: 200, leaseTimeoutMs: 6_000 }, 'proc-a');
-    const b = await db.open({ heartbeatIntervalMs: 200, leaseTimeoutMs: 6_000 }, 'proc-b');
+    const a = await db.open({ timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 6_000 } }, 'proc-a');
+    const b = await db.open({ timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 6_000 } }, 'proc-b');
     const held = (await b.service.tryAcquire('report:9'))!;
     const operator = new LeaseOperator(a.service);
     await operator.drain('report:7', { by: 'dave', reason: 'maintenance' });
@@ -146,12 +146,12 @@ describe('LeaseOperator', () => {
   });
 
   test('history: holders with tokens, waits, the force-release, the loss with its reason, a takeover', async () => {
-    const a = await db.open({ journal: true }, 'hist-a');
-    const b = await db.open({ journal: true }, 'hist-b');
+    const a = await db.open({ observability: { journal: true } }, 'hist-a');
+    const b = await db.open({ observability: { journal: true } }, 'hist-b');
     const operator = new LeaseOperator(a.service);
     const first = (await a.service.tryAcquire('timeline:1'))!;
     // b waits in line; a's lease is force-released; b is granted.
-    const waiting = b.service.acquire('timeline:1', { waitTimeoutMs: 10_000 });
+    const waiting = b.service.acquire('timeline:1', { onBusy: { wait: { timeoutMs: 10_000 } } });
     await eventually(
       () => b.service.waitingCount(),
       (n) => n === 1,

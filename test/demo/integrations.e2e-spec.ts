@@ -59,7 +59,9 @@ describe('LeaseMetrics', () => {
       expect(await read('lease_acquisitions_total')).toBe(2);
 
       await foreignLease('metrics:alive', 'alive');
-      await expect(service.acquire('metrics:alive', { waitTimeoutMs: 300 })).rejects.toThrow(/Gave up waiting/);
+      await expect(service.acquire('metrics:alive', { onBusy: { wait: { timeoutMs: 300 } } })).rejects.toThrow(
+        /Gave up waiting/,
+      );
       expect(await read('lease_waits_total', { outcome: 'timeout' })).toBe(1);
       expect(await read('lease_waits_total', { outcome: 'granted' })).toBe(0);
       expect(await read('lease_waiters')).toBe(0);
@@ -81,8 +83,7 @@ describe('LeaseHealthIndicator', () => {
     // proxy, so that the database can be made to vanish (a silent partition) for the last check.
     const { proxy, url } = await TcpProxy.inFrontOf(db.url);
     const { service, close } = await startService(url, {
-      heartbeatIntervalMs: 10_000,
-      leaseTimeoutMs: 60_000,
+      timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 },
     });
     const indicator = new LeaseHealthIndicator(service, new HealthIndicatorService());
     try {

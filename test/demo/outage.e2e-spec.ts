@@ -15,7 +15,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 describe('a database outage, then recovery', () => {
   test('fenced() answers LeaseUnavailableError; health comes back up; the unreleased row is released', async () => {
     const { proxy, url } = await TcpProxy.inFrontOf(db.url);
-    const { service, close } = await startService(url, { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
+    const { service, close } = await startService(url, { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 } });
     const indicator = new LeaseHealthIndicator(service, new HealthIndicatorService());
     const tokenOf = async (targetKey: string) =>
       (await db.admin.query('SELECT lease_token FROM job_lease WHERE target_id = $1', [targetKey])).rows[0]

@@ -21,11 +21,12 @@ import { ClientProxyFactory, type ClientProxy, MessagePattern, Payload, Transpor
 import { WsAdapter } from '@nestjs/platform-ws';
 import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Exclusive, type Lease, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
+import { Exclusive, type ExclusiveOptions, type Lease, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
 import { catchError, interval, lastValueFrom, map, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
 import WebSocket from 'ws';
 import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 import { post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /** The timeout interceptor of Nest's documentation (Interceptors › More operators). */
 @Injectable()
@@ -40,7 +41,7 @@ class TimeoutInterceptor implements NestInterceptor {
   }
 }
 
-const WAIT = { priority: 1, waitTimeoutMs: 30_000 };
+const WAIT: ExclusiveOptions = { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } };
 
 @Controller()
 class SlowDoorsController {
@@ -88,7 +89,7 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
   let streams: { url: string; leases: LeaseService; close: () => Promise<void> };
   let rpc: ClientProxy;
 
-  const options = { ...FAST, createSchema: true };
+  const options = mergeLeaseOptions(FAST, { tables: { createSchema: true } });
   const typeorm = () => TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] });
 
   beforeAll(async () => {
@@ -96,7 +97,10 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
     const first = await startApp(
       // A lease timeout above the 1.5 s stall below: the acquire statement gives up client-side after
       // leaseTimeoutMs − safetyMarginMs (engine, issue 11 item 6), and this test needs its late answer.
-      [typeorm(), LeaseModule.forRoot({ ...options, leaseTimeoutMs: 3_000, owner: 'timed-app' })],
+      [
+        typeorm(),
+        LeaseModule.forRoot(mergeLeaseOptions(options, { timing: { leaseTimeoutMs: 3_000 }, owner: 'timed-app' })),
+      ],
       [SlowDoorsController],
       [],
       (app) => {

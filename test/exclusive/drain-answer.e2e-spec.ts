@@ -8,6 +8,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { CurrentLease, Exclusive, type Lease, LeaseModule, leaseEntities } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gate = new Gate();
 
@@ -29,7 +30,9 @@ describe('the drain during decorated HTTP requests', () => {
     const { app, url } = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true, shutdownGraceMs: 30_000 }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, { tables: { createSchema: true }, timing: { shutdownGraceMs: 30_000 } }),
+        ),
       ],
       [WorkController],
     );

@@ -20,6 +20,7 @@ import {
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
@@ -61,7 +62,7 @@ class ReportsResolver {
   }
 
   @Mutation(() => Report)
-  @Exclusive('queued:{userId}', { waitTimeoutMs: 200 })
+  @Exclusive('queued:{userId}', { onBusy: { wait: { timeoutMs: 200 } } })
   async queued(@Args('userId', { type: () => String }) userId: string): Promise<Report> {
     return { key: `queued:${userId}` };
   }
@@ -101,7 +102,7 @@ describe('@Exclusive on GraphQL resolvers (Apollo)', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
         graphqlModule(),
       ],
       [],
@@ -172,7 +173,7 @@ describe('@Exclusive on GraphQL resolvers (Apollo)', () => {
     const started = startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST }),
+        LeaseModule.forRoot(FAST),
         graphqlModule(),
       ],
       [],

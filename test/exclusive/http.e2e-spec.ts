@@ -12,6 +12,7 @@ import {
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
@@ -104,7 +105,7 @@ class ReportController {
   }
 
   @Post('queued/:id')
-  @Exclusive('queued:{id}', { priority: 1, waitTimeoutMs: 10_000 })
+  @Exclusive('queued:{id}', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } })
   async queued(@Param('id') id: string, @Query('gate') gateName: string, @CurrentLease() lease: Lease) {
     const g = gate(gateName);
     g.entered += 1;
@@ -133,7 +134,12 @@ describe('@Exclusive over HTTP', () => {
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
         // Heartbeats every second: a test can steal a row without racing a renewal.
-        LeaseModule.forRoot({ ...FAST, heartbeatIntervalMs: 1_000, leaseTimeoutMs: 3_000, createSchema: true }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 3_000 },
+            tables: { createSchema: true },
+          }),
+        ),
       ],
       [ReportController],
       [ReportService, OtherCaller],

@@ -18,6 +18,7 @@ import { Exclusive, LeaseModule, leaseEntities } from 'nest-pg-lease';
 import { catchError, type Observable, throwError, timeout, TimeoutError } from 'rxjs';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 @Injectable()
 class TimeoutInterceptor implements NestInterceptor {
@@ -61,7 +62,7 @@ describe('a timeout interceptor and @Exclusive, in either order', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [OrderController],
     );

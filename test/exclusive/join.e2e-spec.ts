@@ -10,7 +10,7 @@ import {
   leaseEntities,
   type Lease,
 } from 'nest-pg-lease';
-import { joinersWaiting } from '../../libs/lease/src/internal.js';
+import { joinersWaiting, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
 
@@ -58,7 +58,7 @@ describe("@Exclusive with onBusy: 'join'", () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [ReportController],
       [ReportBuilder],

@@ -28,9 +28,11 @@ import {
   LeaseService,
   leaseEntities,
   type LeaseEvent,
+  Sticky,
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
@@ -112,7 +114,7 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [KeysController],
     );
@@ -209,7 +211,7 @@ describe('a key template the handler signature cannot fill is refused at bootstr
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       controllers: [controller],
     })
@@ -276,4 +278,19 @@ describe('a key template the handler signature cannot fill is refused at bootstr
     }
     await expect(bootstrap(Skipping)).rejects.toThrow(/Skipping\.handle.*onBusy.*409/s);
   });
+
+  test.each(['skip', 'wait'] as const)(
+    "@Sticky with onBusy '%s' on an HTTP handler (a call on an instance that is not the owner would not answer)",
+    async (onBusy) => {
+      @Controller()
+      class StickyRoute {
+        @Post('sticky')
+        @Sticky('sticky:route', { onBusy })
+        handle() {
+          return {};
+        }
+      }
+      await expect(bootstrap(StickyRoute)).rejects.toThrow(/@Sticky on StickyRoute\.handle: onBusy.*409/s);
+    },
+  );
 });

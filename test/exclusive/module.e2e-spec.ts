@@ -4,6 +4,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities, type Lease } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const AUDIT = 'audit:action';
 
@@ -60,9 +61,8 @@ describe('LeaseModule wiring', () => {
           imports: [SettingsModule],
           inject: [LeaseSettings],
           useFactory: (settings: LeaseSettings) => ({
-            heartbeatIntervalMs: settings.heartbeatIntervalMs,
-            leaseTimeoutMs: settings.leaseTimeoutMs,
-            createSchema: true,
+            timing: { heartbeatIntervalMs: settings.heartbeatIntervalMs, leaseTimeoutMs: settings.leaseTimeoutMs },
+            tables: { createSchema: true },
           }),
         }),
       ],
@@ -71,8 +71,8 @@ describe('LeaseModule wiring', () => {
     );
     try {
       const leases = app.get(LeaseService);
-      expect(leases.options.heartbeatIntervalMs).toBe(150);
-      expect(leases.options.leaseTimeoutMs).toBe(1_500);
+      expect(leases.options.timing.heartbeatIntervalMs).toBe(150);
+      expect(leases.options.timing.leaseTimeoutMs).toBe(1_500);
       const jobs = app.get(Jobs);
       expect(jobs.bootstrapLease).toBe('job:at-boot');
       await expect(jobs.rebuild('7')).resolves.toBe('job:7');
@@ -88,7 +88,9 @@ describe('LeaseModule wiring', () => {
     const { app } = await startApp(
       [
         TypeOrmModule.forRoot({ name: 'leases', type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, dataSourceName: 'leases', createSchema: true }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, { connections: { dataSourceName: 'leases' }, tables: { createSchema: true } }),
+        ),
       ],
       [],
       [Jobs],
@@ -103,11 +105,12 @@ describe('LeaseModule wiring', () => {
   test('dataSource options: the module owns a DataSource and destroys it on shutdown', async () => {
     const { app } = await startApp(
       [
-        LeaseModule.forRoot({
-          ...FAST,
-          createSchema: true,
-          dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } },
-        }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            tables: { createSchema: true },
+            connections: { dataSource: { type: 'postgres', url: db.url, extra: { application_name: 'owned-ds' } } },
+          }),
+        ),
       ],
       [],
       [Jobs],
@@ -134,7 +137,7 @@ describe('LeaseModule wiring', () => {
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        LeaseModule.forRoot({ heartbeatIntervalMs: 1_000, leaseTimeoutMs: 2_000 }),
+        LeaseModule.forRoot({ timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 2_000 } }),
       ],
     })
     class BadOptions {}
@@ -147,7 +150,7 @@ describe('LeaseModule wiring', () => {
     const imports = [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
       // No grace: this pins the immediate abort (the drain: test/lease/drain.e2e-spec.ts).
-      LeaseModule.forRoot({ ...FAST, createSchema: true, shutdownGraceMs: 0 }),
+      LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true }, timing: { shutdownGraceMs: 0 } })),
     ];
     const first = await startApp(imports, [HoldController], [Jobs]);
     const second = await startApp(imports, [], []);

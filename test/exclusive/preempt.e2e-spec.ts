@@ -11,6 +11,7 @@ import {
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
@@ -21,7 +22,7 @@ const seen = new Map<string, { told?: string; wrote?: string; reason?: string; r
 @Controller()
 class RebuildController {
   @Post('rebuild/:id')
-  @Exclusive('rebuild:{id}', { priority: 0 })
+  @Exclusive('rebuild:{id}', { priority: 0, onBusy: 'wait' })
   async rebuild(@Param('id') id: string, @CurrentLease() lease: Lease) {
     const g = gate(id);
     g.entered += 1;
@@ -41,7 +42,7 @@ class RebuildController {
   }
 
   @Post('rebuild/:id/urgent')
-  @Exclusive('rebuild:{id}', { priority: 10, preempt: true, preemptGraceMs: 5_000 })
+  @Exclusive('rebuild:{id}', { priority: 10, onBusy: { preempt: { graceMs: 5_000 } } })
   urgent(@Param('id') id: string, @CurrentLease() lease: Lease) {
     return { id, urgent: true, fencingToken: String(lease.fencingToken) };
   }
@@ -51,7 +52,7 @@ class RebuildController {
 class Nightly {
   constructor(private readonly leases: LeaseService) {}
 
-  @Exclusive('nightly', { priority: 1, preempt: true, preemptGraceMs: 200 })
+  @Exclusive('nightly', { priority: 1, onBusy: { preempt: { graceMs: 200 } } })
   async run() {
     return String(this.leases.current()?.fencingToken);
   }
@@ -69,7 +70,7 @@ describe('@Exclusive with preempt: true', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [RebuildController],
       [Nightly],

@@ -9,6 +9,7 @@ import { ContextIdFactory, NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseConfigError, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
 import { FAST, useTestDatabase } from '../support/db.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /** What a decorated call saw: the key of the lease its own application's service reports as current. */
 abstract class Probe {
@@ -53,7 +54,7 @@ describe('the application a decorated method belongs to', () => {
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities], name: undefined }),
         ...Array.from({ length: leaseModules }, () =>
-          LeaseModule.forRoot({ ...FAST, createSchema: true, owner: `${name}-owner` }),
+          LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true }, owner: `${name}-owner` })),
         ),
       ],
       providers: [SingletonProbe, TransientProbe, RequestProbe],

@@ -1,12 +1,13 @@
 /**
  * `@Exclusive(key, { limit })` (issue 30): up to `limit` calls of one key run at once, on controllers (the next
- * answers 409) and on providers (`onBusy: 'skip'` skips it; a priority makes it wait for a slot).
+ * answers 409) and on providers (`onBusy: 'skip'` skips it; `onBusy: 'wait'` waits for a slot).
  */
 import { Controller, Inject, Injectable, Param, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CurrentLease, Exclusive, type Lease, LeaseConfigError, LeaseModule, leaseEntities } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, post, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 let gate = new Gate();
 
@@ -22,7 +23,7 @@ class Exports {
     return user;
   }
 
-  @Exclusive('queued:{0}', { limit: 2, priority: 1, waitTimeoutMs: 20_000 })
+  @Exclusive('queued:{0}', { limit: 2, priority: 1, onBusy: { wait: { timeoutMs: 20_000 } } })
   async waiting(user: string): Promise<string> {
     this.running++;
     await gate.opened;
@@ -53,7 +54,7 @@ describe('@Exclusive with limit', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [ExportsController],
       [Exports],
@@ -115,9 +116,9 @@ describe('@Exclusive with limit', () => {
     await expect(Promise.all(queued)).resolves.toEqual(['v', 'v', 'v']);
   });
 
-  test('declaration errors: a limit out of range, or with sticky', () => {
+  test('declaration errors: a limit out of range, or a semaphore that joins or preempts (JavaScript: no types)', () => {
     expect(() => Exclusive('k', { limit: 0 })).toThrow(LeaseConfigError);
-    expect(() => Exclusive('k', { limit: 2, sticky: true })).toThrow(LeaseConfigError);
-    expect(() => Exclusive('k', { limit: 2, onBusy: 'join' })).toThrow(LeaseConfigError);
+    expect(() => Exclusive('k', { limit: 2, onBusy: 'join' } as never)).toThrow(LeaseConfigError);
+    expect(() => Exclusive('k', { limit: 2, onBusy: 'preempt' } as never)).toThrow(LeaseConfigError);
   });
 });

@@ -21,6 +21,7 @@ import { lastValueFrom } from 'rxjs';
 import WebSocket from 'ws';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate, startApp } from './fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const gates = new Map<string, Gate>();
 const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).get(name)!;
@@ -134,7 +135,7 @@ describe('@Exclusive on WebSocket gateways and microservices', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [JobsController],
       [RoomsGateway],

@@ -28,7 +28,9 @@ import { publish, query, startBlueGreen, stopBlueAndCatchUp, subscribe, type Blu
 
 const HEARTBEAT_MS = 250;
 /** A long lease timeout: the leases held across the switchover end by `failover`, never by their local deadline. */
-const LEASE = { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 20_000, waiterTimeoutMs: 2_000, shutdownGraceMs: 0 };
+const LEASE = {
+  timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 20_000, waiterTimeoutMs: 2_000, shutdownGraceMs: 0 },
+};
 /** The first renewal on green tells a holder: within an interval, two when one was in flight; the rest is slack. */
 const TOLD_WITHIN_MS = 2 * HEARTBEAT_MS + 2_000;
 const LOGS = join(ARTIFACTS, 'bluegreen');
@@ -108,7 +110,7 @@ class Recorder {
     const key = 'h:line';
     const held = await once(`${holder[0]} acquiring ${key}`, async () => (await holder[1].service.tryAcquire(key))!);
     this.grants.push({ phase, by: holder[0], key, token: held.fencingToken });
-    const waiting = waiter[1].service.acquire(key, { priority: 1, waitTimeoutMs: 20_000 });
+    const waiting = waiter[1].service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 20_000 } } });
     const [{ seq }] = await eventually(
       () => query<{ seq: string }>(url, `SELECT seq::text FROM job_lease_waiter WHERE target_id = $1`, [key]),
       (rows) => rows.length === 1,
@@ -123,7 +125,7 @@ class Recorder {
 
   /** `waiter` queues for `key` (held by someone else) until aborted; resolves with its place (seq) once queued. */
   async queue(url: string, key: string, owner: string, waiter: OpenedService, signal: AbortSignal) {
-    const waiting = waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 60_000, signal });
+    const waiting = waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 60_000 } }, signal });
     waiting.catch(() => undefined); // aborted at the end
     const [{ seq }] = await eventually(
       () => query<{ seq: string }>(url, `SELECT seq::text FROM job_lease_waiter WHERE owner = $1`, [owner]),
@@ -156,7 +158,7 @@ test('a blue/green switchover: tokens on green are above every token of blue; th
     greens: ['recipe', 'window'],
     logDir: LOGS,
     prepare: async (url) => {
-      const owner = await startService(url, { createSchema: true }, 'bg-owner');
+      const owner = await startService(url, { tables: { createSchema: true } }, 'bg-owner');
       await owner.close();
       await query(
         url,

@@ -27,7 +27,7 @@ const SCENARIOS: Scenario[] = [
     name: 'synchronous + asyncReleaseCommits, standby disconnected 2 s',
     synchronous: true,
     gapMs: 2_000,
-    lease: { asyncReleaseCommits: true },
+    lease: { connections: { asyncReleaseCommits: true } },
   },
 ];
 const RUNS = Math.max(1, Number(process.env.FAILOVER_RUNS ?? 1));
@@ -76,7 +76,7 @@ describe.each(SCENARIOS)('$name', (scenario) => {
         expect(f.cutOffHolders).toBe(0);
         expect(f.twoHolders).toEqual([]);
         // An asynchronously committed release does not wait for the standby: it may come back (liveness only).
-        if (!scenario.lease?.asyncReleaseCommits) expect(f.acknowledgedReleasesBack).toBe(0);
+        if (!scenario.lease?.connections?.asyncReleaseCommits) expect(f.acknowledgedReleasesBack).toBe(0);
       } else if (scenario.gapMs >= 1_000) {
         // The negative control: seconds of WAL the standby never received hold acknowledged fenced writes.
         expect(f.acknowledgedWritesLost.before).toBeGreaterThan(0);

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { Logger, type LoggerService } from '@nestjs/common';
 import { type Lease, LeaseLostError, LeaseUnavailableError, leaseErrorToHttp } from 'nest-pg-lease';
 import pg from 'pg';
-import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { startPgBouncer } from '../pooler/pgbouncer.js';
 import { eventually, startService } from '../support/db.js';
 import { promote, startReplicatedPair, waitForCatchUp, type ReplicatedPair } from './support/cluster.js';
@@ -25,7 +25,9 @@ import { ARTIFACTS } from './support/scenario.js';
 
 const HEARTBEAT_MS = 250;
 /** Long enough that no lease of these tests reaches its local deadline (5.75 s) while a test looks at it. */
-const LEASE = { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 6_000, waiterTimeoutMs: 1_500, shutdownGraceMs: 0 };
+const LEASE = {
+  timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 6_000, waiterTimeoutMs: 1_500, shutdownGraceMs: 0 },
+};
 /**
  * "At the first renewal that reaches the promoted server": a tick comes round within one interval, a renewal in
  * flight at the switch gives up within another; the rest is slack for 2 loaded cores.
@@ -179,7 +181,10 @@ test('every holder of the old history is told at its first renewal on the promot
 test('old-history fenced writes are refused on the promoted server, even before the heartbeat notices', async () => {
   const pair = await replicatedPair('fence');
   // Heartbeats far apart: the fenced write is the first statement of the lease on the promoted server.
-  const app = await startService(pair.url, { heartbeatIntervalMs: 20_000, leaseTimeoutMs: 120_000, owner: 'fence' });
+  const app = await startService(pair.url, {
+    timing: { heartbeatIntervalMs: 20_000, leaseTimeoutMs: 120_000 },
+    owner: 'fence',
+  });
   try {
     const lease = (await app.service.tryAcquire('fence:1'))!;
     await caughtUp(pair);
@@ -206,7 +211,10 @@ test('behind a PgBouncer whose client connection survives the failover, the rene
   const pair = await replicatedPair('pooler');
   // It retries a server login after a second, not 15 s: the promoted server is there well within the lease timeout.
   const bouncer = await startPgBouncer(pair.url, { poolMode: 'transaction', settings: { server_login_retry: 1 } });
-  const app = await startService(bouncer.via(pair.url), { ...LEASE, pooler: 'transaction', owner: 'pooled' });
+  const app = await startService(
+    bouncer.via(pair.url),
+    mergeLeaseOptions(LEASE, { connections: { pooler: 'transaction' }, owner: 'pooled' }),
+  );
   // The library's renewal on one client connection to the bouncer that is never re-opened: whatever the heartbeat
   // connection does (it re-opens after an error), the check must not depend on a reconnection.
   const client = new pg.Client({ connectionString: bouncer.via(pair.url) });
@@ -214,7 +222,7 @@ test('behind a PgBouncer whose client connection survives the failover, the rene
   client.on('error', () => (reopened = true));
   client.on('end', () => (reopened = true));
   await client.connect();
-  const options = resolveLeaseOptions({ ...LEASE, pooler: 'transaction' });
+  const options = resolveLeaseOptions(mergeLeaseOptions(LEASE, { connections: { pooler: 'transaction' } }));
   const pool = (app.dataSource.driver as unknown as { master: pg.Pool }).master;
   const store = new LeaseStore(pool, { withSession: (work) => work(client) }, options);
   try {
@@ -283,7 +291,10 @@ test('a heartbeat connection that reaches a standby ends the leases at once (fai
 
 test('a waiter whose row was lost re-queues at its place, ahead of a waiter queued after the failover', async () => {
   const pair = await replicatedPair('waiters');
-  const holder = await startService(pair.url, { ...LEASE, leaseTimeoutMs: 30_000, owner: 'holder' });
+  const holder = await startService(
+    pair.url,
+    mergeLeaseOptions(LEASE, { timing: { leaseTimeoutMs: 30_000 }, owner: 'holder' }),
+  );
   const early = await startService(pair.url, { ...LEASE, owner: 'early' });
   let late: Awaited<ReturnType<typeof startService>> | undefined;
   try {
@@ -292,7 +303,7 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
     pair.link.blackhole();
     // Waiter places drawn on the primary only: more than the sequence logs ahead, so the standby's is behind.
     await query(pair.urlOf(pair.primary), `SELECT nextval('job_lease_waiter_seq') FROM generate_series(1, 200)`);
-    const first = early.service.acquire('line', { priority: 1, waitTimeoutMs: 60_000 });
+    const first = early.service.acquire('line', { priority: 1, onBusy: { wait: { timeoutMs: 60_000 } } });
     await eventually(
       () => query(pair.urlOf(pair.primary), `SELECT 1 FROM job_lease_waiter WHERE owner = 'early'`),
       (rows) => rows.length === 1,
@@ -307,7 +318,7 @@ test('a waiter whose row was lost re-queues at its place, ahead of a waiter queu
     const requeued = (rows: Array<{ owner: string }>) => rows.some((row) => row.owner === 'early');
     await eventually(lineOnPromoted, requeued, 'the early waiter re-queued', 20_000);
     late = await startService(pair.url, { ...LEASE, owner: 'late' });
-    const second = late.service.acquire('line', { priority: 1, waitTimeoutMs: 60_000 });
+    const second = late.service.acquire('line', { priority: 1, onBusy: { wait: { timeoutMs: 60_000 } } });
     const line = await eventually(lineOnPromoted, (rows) => rows.length === 2, 'both waiters queued', 20_000);
     const seq = Object.fromEntries(line.map((row) => [row.owner, BigInt(row.seq)]));
     expect(low(seq.late)).toBeLessThan(low(seq.early)); // the waiter sequence did go back

@@ -147,7 +147,7 @@ async function main(): Promise<void> {
   const schedule = numberArgument('schedule');
   const control = controlArgument();
   if (flag('dry-run')) {
-    const shape = { workers: WORKERS, leaseTimeoutMs: LEASE.leaseTimeoutMs! };
+    const shape = { workers: WORKERS, leaseTimeoutMs: LEASE.timing!.leaseTimeoutMs! };
     for (let index = 0; index < (steps ?? 20); index++) console.log(describeStep(stepOf(seed, index, shape, schedule)));
     return;
   }

@@ -32,6 +32,7 @@ import {
   type FaultKind,
   type Step,
 } from './schedule.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const WORKER_SCRIPT = join(process.cwd(), 'test', 'fault-schedule', 'worker.ts');
 
@@ -151,7 +152,7 @@ export class ScheduleRun {
       phases.push(`setup ${s(stepsFrom - startedAt)} s`);
       const deadline = this.spec.steps === undefined ? stepsFrom + (this.spec.minutes ?? 1) * 60_000 : Infinity;
       for (let index = 0; this.spec.steps === undefined ? wall() < deadline : index < this.spec.steps; index++) {
-        const shape = { workers: WORKERS, leaseTimeoutMs: LEASE.leaseTimeoutMs! };
+        const shape = { workers: WORKERS, leaseTimeoutMs: LEASE.timing!.leaseTimeoutMs! };
         const step = stepOf(this.spec.seed, index, shape, this.spec.schedule);
         await sleep(step.gapMs);
         await Promise.all(this.slots.map((slot) => slot.ready));
@@ -218,7 +219,10 @@ export class ScheduleRun {
         name: slot.name,
         url: slot.url,
         seed: deriveSeed(this.spec.seed, slot.index, slot.incarnation),
-        lease: { ...LEASE, ...(this.spec.control === 'token-before-lock' ? { maxBatchSize: 1 } : {}) },
+        lease: mergeLeaseOptions(
+          LEASE,
+          this.spec.control === 'token-before-lock' ? { connections: { maxBatchSize: 1 } } : {},
+        ),
         poolSize: 12,
         loops: LOOPS,
         hotKeys: HOT_KEYS,
@@ -451,7 +455,7 @@ export class ScheduleRun {
     for (const slot of this.slots) slot.proxy.thaw();
     await Promise.all(this.slots.map((slot) => slot.ready));
     await Promise.all(this.slots.map((slot) => this.closeAndCheck(slot)));
-    const timeout = Math.max(LEASE.leaseTimeoutMs!, LEASE.waiterTimeoutMs!);
+    const timeout = Math.max(LEASE.timing!.leaseTimeoutMs!, LEASE.timing!.waiterTimeoutMs!);
     await sleep(Math.max(0, this.lastOrphanAt + timeout + 500 - wall()));
     const { rows } = await this.admin.query<{ what: string }>(`
       SELECT format('live lease row %s of %s', target_id, owner) AS what FROM job_lease

@@ -132,7 +132,7 @@ const RACEPOINT_MIX: Readonly<Record<Racepoint, number>> = {
 export const MODES_SHARE = 0.25;
 export const MODE_MIX = { sticky: 40, drain: 30, 'handoff-crash': 30 } as const;
 export type ModeKind = 'drain' | 'handoff-crash';
-/** The sticky job's key (a fixed key: a sticky `@Exclusive` takes no template). */
+/** The sticky job's key (a fixed key: `@Sticky` takes no template). */
 export const STICKY_KEY = 's0';
 /** The keys joins are made on (the first hot keys), and so the keys a `drain` step drains. */
 export const JOIN_KEYS = ['h0', 'h1', 'h2'] as const;

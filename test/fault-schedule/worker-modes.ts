@@ -1,7 +1,7 @@
 /**
  * The modes where two features meet (issue 38), in a workload process of the fault schedule (`worker.ts`):
  *
- * - a sticky job, `@Exclusive(STICKY_KEY, { sticky: true, onBusy: 'skip' })`, called by a timer every
+ * - a sticky job, `@Sticky(STICKY_KEY, { onBusy: 'skip' })`, called by a timer every
  *   STICKY_PERIOD_MS while its work takes up to STICKY_WORK_MS: ticks overlap, and the owner must run one call at a
  *   time (the others skipped). Each call that ran reports its start and end (`sticky`) and makes a fenced write of the
  *   term's lease; the other processes are busy while the owner lives;
@@ -12,7 +12,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Controller, HttpCode, Inject, Injectable, Param, Post, Query } from '@nestjs/common';
-import { CurrentLease, Exclusive, LeaseJoinedRunError, LeaseService, type Lease } from '../../libs/lease/src/index.js';
+import {
+  CurrentLease,
+  Exclusive,
+  LeaseJoinedRunError,
+  LeaseService,
+  Sticky,
+  type Lease,
+} from '../../libs/lease/src/index.js';
 import { sleep } from '../support/sleep.js';
 import type { JoinRecord, WaitRecord } from './protocol.js';
 import { deriveSeed, Random, STICKY_KEY } from './schedule.js';
@@ -41,7 +48,7 @@ export class StickyJob {
   constructor(@Inject(LeaseService) private readonly leases: LeaseService) {}
 
   /** True when the call ran; undefined when it was skipped (`onBusy: 'skip'`: not the owner, or a call running). */
-  @Exclusive(STICKY_KEY, { sticky: true, onBusy: 'skip' })
+  @Sticky(STICKY_KEY, { onBusy: 'skip' })
   async tick(nested = false): Promise<boolean> {
     const startedAt = wall();
     const lease = this.leases.current()!;
@@ -137,7 +144,7 @@ async function joinByRun(key: string, joinTimeoutMs: number, random: Random): Pr
         await work(lease, random);
         return { fencingToken: lease.fencingToken.toString() };
       },
-      { onBusy: 'join', joinTimeoutMs, holdAtLeastMs },
+      { onBusy: { join: { timeoutMs: joinTimeoutMs } }, holdAtLeastMs },
     );
     return { outcome: mine.own ? 'own' : 'joined', fencingToken: value.fencingToken, waitedUntil: mine.own };
   } catch (error) {
@@ -174,7 +181,7 @@ async function joinByHttp(key: string, baseUrl: string): Promise<Settled> {
 export class JoinController {
   @Post('j/:key')
   @HttpCode(200)
-  @Exclusive('{key}', { onBusy: 'join', joinTimeoutMs: HTTP_JOIN_MS })
+  @Exclusive('{key}', { onBusy: { join: { timeoutMs: HTTP_JOIN_MS } } })
   async join(@Param('key') key: string, @Query('op') id: string, @CurrentLease() lease: Lease) {
     ownRequests.set(id, { at: wall(), stalledMs });
     await work(lease, httpRandom);

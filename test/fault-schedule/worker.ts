@@ -169,7 +169,11 @@ class Loop {
     const boundMs = Math.min(waitTimeoutMs, abortAfterMs ?? Infinity);
     let lease: Lease;
     try {
-      lease = await leases.acquire(key, { priority, waitTimeoutMs, signal: controller.signal });
+      lease = await leases.acquire(key, {
+        priority,
+        onBusy: { wait: { timeoutMs: waitTimeoutMs } },
+        signal: controller.signal,
+      });
     } catch (error) {
       op(kind, outcomeOf(error), {
         wait: { key, priority, boundMs, startedAt, endedAt: wall(), stalledMs: stalledMs - stalledFrom },
@@ -206,7 +210,7 @@ class Loop {
           stalledAtGrant = stalledMs;
           await work(lease, this.random);
         },
-        waiting ? { priority, waitTimeoutMs } : {},
+        waiting ? { priority, onBusy: { wait: { timeoutMs: waitTimeoutMs } } } : {},
       );
       op(
         kind,
@@ -319,14 +323,14 @@ class ScheduleController {
 
   @Post('w1/:key')
   @HttpCode(200)
-  @Exclusive('{key}', { priority: 1, waitTimeoutMs: HTTP_WAIT_MS })
+  @Exclusive('{key}', { priority: 1, onBusy: { wait: { timeoutMs: HTTP_WAIT_MS } } })
   low(@Param('key') key: string, @Query('op') id: string, @CurrentLease() lease: Lease) {
     return handle(lease, id);
   }
 
   @Post('w3/:key')
   @HttpCode(200)
-  @Exclusive('{key}', { priority: 3, waitTimeoutMs: HTTP_WAIT_MS })
+  @Exclusive('{key}', { priority: 3, onBusy: { wait: { timeoutMs: HTTP_WAIT_MS } } })
   high(@Param('key') key: string, @Query('op') id: string, @CurrentLease() lease: Lease) {
     return handle(lease, id);
   }

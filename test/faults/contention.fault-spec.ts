@@ -33,7 +33,7 @@ async function scenario(
         // Pause a process right after one of its loops acquired: it holds a lease and has not written yet.
         const victim: Worker = workers[i % workers.length];
         await victim.waitFor((m) => m.t === 'acquired', 'an acquisition', 20_000, performance.now());
-        await pause(victim, 2 * LEASE.leaseTimeoutMs!);
+        await pause(victim, 2 * LEASE.timing!.leaseTimeoutMs!);
         pauses++;
         await sleep(300);
       }
@@ -43,7 +43,7 @@ async function scenario(
   recordScenario({
     scenario: name,
     faults: pauses
-      ? `${pauses} × SIGSTOP ${2 * LEASE.leaseTimeoutMs!} ms after an acquisition${options.unfenced ? '; fence switched off' : ''}`
+      ? `${pauses} × SIGSTOP ${2 * LEASE.timing!.leaseTimeoutMs!} ms after an acquisition${options.unfenced ? '; fence switched off' : ''}`
       : 'none (contention only)',
     writes: `${result.writes} / ${result.refused}`,
     violations: result.violations.length,

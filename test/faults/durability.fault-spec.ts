@@ -10,7 +10,12 @@ import { readFileSync } from 'node:fs';
 import { createDatabase, startPostgres } from '@app/pg-harness';
 import { LeaseService, LeaseWaitTimeoutError, leaseEntities, type Lease, type LeaseModuleOptions } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
-import { interceptHeadWakeups, resolveLeaseOptions, schemaStatements } from '../../libs/lease/src/internal.js';
+import {
+  interceptHeadWakeups,
+  resolveLeaseOptions,
+  schemaStatements,
+  mergeLeaseOptions,
+} from '../../libs/lease/src/internal.js';
 import { eventually } from '../support/db.js';
 import { connect, LEASE, sleep } from './support/harness.js';
 import { recordScenario } from './support/report.js';
@@ -94,13 +99,9 @@ function postmasterOf(backendPid: number): number {
  * lease timeout. The confirmation's answer is the holder's proof, and its local deadline counts from it: so the
  * confirmation must survive the crash, or another process is granted the key while the holder still holds it.
  */
-const HANDOFF = {
-  ...LEASE,
-  heartbeatIntervalMs: 5_000,
-  leaseTimeoutMs: 20_000,
-  waiterTimeoutMs: 1_500,
-  waitPollIntervalMs: 30_000,
-};
+const HANDOFF = mergeLeaseOptions(LEASE, {
+  timing: { heartbeatIntervalMs: 5_000, leaseTimeoutMs: 20_000, waiterTimeoutMs: 1_500, waitPollIntervalMs: 30_000 },
+});
 /** Shorter than the holder's lease timeout (and than its local deadline): a live holder is never replaced in it. */
 const OTHER_WAIT_MS = 4_000;
 const HANDOFF_KEY = 'handoff:durable';
@@ -113,7 +114,7 @@ interface Opened {
 async function openOn(url: string, owner: string, options: LeaseModuleOptions = {}): Promise<Opened> {
   const dataSource = new DataSource({ type: 'postgres', url, entities: [...leaseEntities], extra: { max: 2 } });
   await dataSource.initialize();
-  const service = new LeaseService(dataSource, { ...HANDOFF, ...options, owner });
+  const service = new LeaseService(dataSource, mergeLeaseOptions(HANDOFF, options, { owner }));
   await service.init();
   return {
     service,
@@ -158,7 +159,7 @@ async function openOn(url: string, owner: string, options: LeaseModuleOptions = 
         process.kill(postmaster, 'SIGQUIT');
         crashed = true;
       });
-      const heirCall = heir.service.acquire(HANDOFF_KEY, { waitTimeoutMs: 30_000 });
+      const heirCall = heir.service.acquire(HANDOFF_KEY, { onBusy: { wait: { timeoutMs: 30_000 } } });
       await eventually(
         async () =>
           (
@@ -196,9 +197,9 @@ async function openOn(url: string, owner: string, options: LeaseModuleOptions = 
       }
       // Another process asks with a wait shorter than the holder's lease timeout, and looks often (no NOTIFY says
       // when a row expires): the holder still holds the key.
-      const other = await openOn(url, 'other', { waitPollIntervalMs: 200 });
+      const other = await openOn(url, 'other', { timing: { waitPollIntervalMs: 200 } });
       opened.push(other);
-      const asked = await other.service.acquire(HANDOFF_KEY, { waitTimeoutMs: OTHER_WAIT_MS }).then(
+      const asked = await other.service.acquire(HANDOFF_KEY, { onBusy: { wait: { timeoutMs: OTHER_WAIT_MS } } }).then(
         (taken) => ({ granted: true, heirHeld: lease.isHeld(), error: undefined, taken }),
         (error: unknown) => ({ granted: false, heirHeld: lease.isHeld(), error, taken: undefined }),
       );
@@ -210,7 +211,7 @@ async function openOn(url: string, owner: string, options: LeaseModuleOptions = 
         violations: asked.granted && asked.heirHeld ? 1 : 0,
         wallMs: performance.now() - started,
       });
-      expect(row).toEqual({ lease_token: lease.token, lease_timeout_ms: HANDOFF.leaseTimeoutMs });
+      expect(row).toEqual({ lease_token: lease.token, lease_timeout_ms: HANDOFF.timing?.leaseTimeoutMs });
       expect({ granted: asked.granted, heirHeld: asked.heirHeld }).toEqual({ granted: false, heirHeld: true });
       expect(asked.error).toBeInstanceOf(LeaseWaitTimeoutError);
       await lease.release();

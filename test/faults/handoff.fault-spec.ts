@@ -10,10 +10,13 @@ import { createTestDatabase, eventually } from '../support/db.js';
 import { check } from './support/checker.js';
 import { connect, LEASE, ms, prepareTables, type Received, startScripted, type Worker } from './support/harness.js';
 import { recordScenario } from './support/report.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const KEY = 'handoff:k';
 /** A lease timeout far above the waiter timeout: a pass-on bounded by the lease timeout could not meet the bound. */
-const OPTIONS = { ...LEASE, leaseTimeoutMs: 10_000, heartbeatIntervalMs: 500, waiterTimeoutMs: 1_500 };
+const OPTIONS = mergeLeaseOptions(LEASE, {
+  timing: { leaseTimeoutMs: 10_000, heartbeatIntervalMs: 500, waiterTimeoutMs: 1_500 },
+});
 /** Scheduling slack on a loaded 2-core machine. */
 const ALLOWANCE = 1_500;
 
@@ -95,7 +98,7 @@ test('SIGKILL between grant and confirmation: the grant passes on within waiterT
   );
   recordScenario({
     scenario: 'SIGKILL between grant and confirmation',
-    faults: `waiter SIGKILLed on the grant NOTIFY (waiterTimeoutMs ${OPTIONS.waiterTimeoutMs}, leaseTimeoutMs ${OPTIONS.leaseTimeoutMs})`,
+    faults: `waiter SIGKILLed on the grant NOTIFY (waiterTimeoutMs ${OPTIONS.timing?.waiterTimeoutMs}, leaseTimeoutMs ${OPTIONS.timing?.leaseTimeoutMs})`,
     writes: `${result.writes} / ${result.refused}`,
     violations: result.violations.length,
     takeoverMs: ms(passOnMs),
@@ -104,6 +107,6 @@ test('SIGKILL between grant and confirmation: the grant passes on within waiterT
   expect(result.violations).toEqual([]);
   expect(left.rowCount).toBe(0);
   // Passed on once the dead waiter's grant lapsed: no sooner than its waiter timeout, far sooner than a lease timeout.
-  expect(passOnMs).toBeGreaterThanOrEqual(OPTIONS.waiterTimeoutMs - 100);
-  expect(passOnMs).toBeLessThanOrEqual(OPTIONS.waiterTimeoutMs + ALLOWANCE);
+  expect(passOnMs).toBeGreaterThanOrEqual(OPTIONS.timing!.waiterTimeoutMs! - 100);
+  expect(passOnMs).toBeLessThanOrEqual(OPTIONS.timing!.waiterTimeoutMs! + ALLOWANCE);
 });

@@ -12,7 +12,7 @@ import { connect, LEASE, ms, prepareTables, type Received, sleep, Worker } from 
 import { recordScenario } from './support/report.js';
 
 const KEY = 'leader:k';
-const TIMEOUT = LEASE.leaseTimeoutMs!;
+const TIMEOUT = LEASE.timing!.leaseTimeoutMs!;
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;

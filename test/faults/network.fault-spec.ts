@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { LeaseService } from 'nest-pg-lease';
-import { ownRow, resolveLeaseOptions, LeaseStore } from '../../libs/lease/src/internal.js';
+import { ownRow, resolveLeaseOptions, LeaseStore, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { createTestDatabase, makeDataSource } from '../support/db.js';
 import { check } from './support/checker.js';
 import {
@@ -22,9 +22,9 @@ import { TcpProxy } from '../support/tcp-proxy.js';
 import { recordScenario } from './support/report.js';
 
 const KEY = 'net:k';
-const TIMEOUT = LEASE.leaseTimeoutMs!;
+const TIMEOUT = LEASE.timing!.leaseTimeoutMs!;
 // A wide margin between the holder's local deadline and the earliest takeover, for a loaded machine.
-const NET_LEASE = { ...LEASE, safetyMarginMs: 500 };
+const NET_LEASE = mergeLeaseOptions(LEASE, { timing: { safetyMarginMs: 500 } });
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;
 let admin: pg.Client;
@@ -84,7 +84,7 @@ test('delay and dropped replies are ridden out; a blackhole longer than the time
     // Healed: the renewal stuck in the blackhole reaches the server now, and must not renew anything.
     proxy.set('pass');
     expect(await a.command({ op: 'write', key: KEY, opId: randomUUID() })).toBe('refused');
-    await sleep(3 * LEASE.heartbeatIntervalMs!);
+    await sleep(3 * LEASE.timing!.heartbeatIntervalMs!);
     const row = (await admin.query('SELECT fencing_token::text FROM job_lease WHERE target_id = $1', [KEY])).rows[0];
     expect(row.fencing_token).toBe(tokenB);
 
@@ -126,7 +126,7 @@ test('stale release ABA: a release whose reply was lost, a new acquisition, then
     expect(await store.release(ownRow(KEY), first.token, 5_000)).toBe(false);
     await first.release();
 
-    await sleep(3 * LEASE.heartbeatIntervalMs!);
+    await sleep(3 * LEASE.timing!.heartbeatIntervalMs!);
     const rows = (
       await admin.query('SELECT lease_token::text, fencing_token::text FROM job_lease WHERE target_id = $1', [KEY])
     ).rows;

@@ -106,7 +106,7 @@ async function storm(name: string, unfenced: boolean): Promise<StormFigures> {
       struck.add(victim);
       if (round % 2 === 0) {
         pauses++;
-        faults.push(pause(victim, 2 * LEASE.leaseTimeoutMs!).finally(() => struck.delete(victim)));
+        faults.push(pause(victim, 2 * LEASE.timing!.leaseTimeoutMs!).finally(() => struck.delete(victim)));
       } else {
         kills++;
         victim.signal('SIGKILL');
@@ -153,7 +153,7 @@ async function storm(name: string, unfenced: boolean): Promise<StormFigures> {
     }
   }
   // Killed processes' rows expire one lease timeout after their last renewal.
-  await sleep(LEASE.leaseTimeoutMs! + 500);
+  await sleep(LEASE.timing!.leaseTimeoutMs! + 500);
   const left = await admin.query<{ n: number }>(
     `SELECT (SELECT count(*) FROM job_lease l
        WHERE l.lease_token IS NOT NULL AND l.updated_at + l.lease_timeout_ms * interval '1 millisecond' > clock_timestamp())
@@ -173,7 +173,7 @@ async function storm(name: string, unfenced: boolean): Promise<StormFigures> {
   };
   recordScenario({
     scenario: name,
-    faults: `preemption storm + joins; ${pauses} × SIGSTOP ${2 * LEASE.leaseTimeoutMs!} ms, ${kills} × SIGKILL${unfenced ? '; fence switched off' : ''}`,
+    faults: `preemption storm + joins; ${pauses} × SIGSTOP ${2 * LEASE.timing!.leaseTimeoutMs!} ms, ${kills} × SIGKILL${unfenced ? '; fence switched off' : ''}`,
     writes: `${result.writes} / ${result.refused}`,
     violations: violations.length,
     wallMs,

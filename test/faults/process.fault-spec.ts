@@ -17,10 +17,11 @@ import {
   type Worker,
 } from './support/harness.js';
 import { recordScenario } from './support/report.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const KEY = 'process:k';
-const TIMEOUT = LEASE.leaseTimeoutMs!;
-const INTERVAL = LEASE.heartbeatIntervalMs!;
+const TIMEOUT = LEASE.timing!.leaseTimeoutMs!;
+const INTERVAL = LEASE.timing!.heartbeatIntervalMs!;
 /** Scheduling slack on a loaded 2-core machine; the bound itself is the README's (Guarantees — and their limits). */
 const ALLOWANCE = 1_000;
 
@@ -88,7 +89,7 @@ test('SIGSTOP inside a fenced transaction: the taker blocks on the row lock unti
   // The idle limit is a little longer than the lease here, so the blocked taker is observable (~4 heartbeats). Much
   // longer would hand the taker a lease already past its local deadline: its acquire was sent before it blocked.
   const idleMs = TIMEOUT + 4 * INTERVAL;
-  const a = await start('fenced-stop-A', { ...LEASE, fencedIdleTimeoutMs: idleMs });
+  const a = await start('fenced-stop-A', mergeLeaseOptions(LEASE, { timing: { fencedIdleTimeoutMs: idleMs } }));
   const b = await start('fenced-stop-B');
   await a.command<string>({ op: 'acquire', key: KEY });
   const pausedOp = randomUUID();

@@ -23,7 +23,7 @@ const PLAN: LoopPlan = {
   writesPerLease: 2,
   waitTimeoutMs: 0,
 };
-const DOWN_MS = 2 * LEASE.leaseTimeoutMs!;
+const DOWN_MS = 2 * LEASE.timing!.leaseTimeoutMs!;
 const external = Boolean(process.env.DATABASE_URL);
 
 if (external) {

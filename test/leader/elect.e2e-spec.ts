@@ -29,8 +29,8 @@ describe('LeaseService.elect()', () => {
   let b: OpenedService;
 
   beforeAll(async () => {
-    a = await openLeaseService(db.url, { owner: 'a', waitPollIntervalMs: 60_000 });
-    b = await openLeaseService(db.url, { owner: 'b', waitPollIntervalMs: 60_000 });
+    a = await openLeaseService(db.url, { owner: 'a', timing: { waitPollIntervalMs: 60_000 } });
+    b = await openLeaseService(db.url, { owner: 'b', timing: { waitPollIntervalMs: 60_000 } });
   });
 
   afterAll(async () => {
@@ -141,7 +141,10 @@ describe('LeaseService.elect()', () => {
 
   test("close() hands a standing leader's term over at once, not after shutdownGraceMs (issue 38, item 9)", async () => {
     const graceMs = 4_000;
-    const c = await openLeaseService(db.url, { owner: 'c', shutdownGraceMs: graceMs, waitPollIntervalMs: 60_000 });
+    const c = await openLeaseService(db.url, {
+      owner: 'c',
+      timing: { shutdownGraceMs: graceMs, waitPollIntervalMs: 60_000 },
+    });
     const reasons: string[] = [];
     const leading = c.service.elect('elect:close', { onRevoked: (reason) => void reasons.push(reason) });
     let second: ReturnType<typeof b.service.elect> | undefined;

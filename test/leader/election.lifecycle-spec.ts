@@ -43,9 +43,7 @@ describe('leader election across three processes', () => {
 
   test('a crashed leader (SIGKILL) is replaced within leaseTimeoutMs + heartbeatIntervalMs', async () => {
     const made = await cluster('crash', {
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      leaseTimeoutMs: LEASE_TIMEOUT_MS,
-      waitPollIntervalMs: HEARTBEAT_MS,
+      timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: LEASE_TIMEOUT_MS, waitPollIntervalMs: HEARTBEAT_MS },
     });
     await Promise.all(['a', 'b', 'c'].map((name) => made.start(name)));
     const first = await made.elected();
@@ -67,9 +65,7 @@ describe('leader election across three processes', () => {
 
   test('a graceful stop (SIGTERM) hands over at once, by NOTIFY (the poll is 60 s)', async () => {
     const made = await cluster('term', {
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      leaseTimeoutMs: 20_000,
-      waitPollIntervalMs: 60_000,
+      timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 20_000, waitPollIntervalMs: 60_000 },
     });
     await Promise.all(['a', 'b', 'c'].map((name) => made.start(name)));
     const first = await made.elected();
@@ -92,9 +88,7 @@ describe('leader election across three processes', () => {
 
   test('a paused leader (SIGSTOP) is revoked locally: its fenced write after SIGCONT is refused', async () => {
     const made = await cluster('pause', {
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      leaseTimeoutMs: LEASE_TIMEOUT_MS,
-      waitPollIntervalMs: HEARTBEAT_MS,
+      timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: LEASE_TIMEOUT_MS, waitPollIntervalMs: HEARTBEAT_MS },
     });
     await Promise.all(['a', 'b', 'c'].map((name) => made.start(name)));
     const first = await made.elected();
@@ -121,9 +115,7 @@ describe('leader election across three processes', () => {
 
   test('candidates wait in the priority line: the preferred instance leads next', async () => {
     const made = await cluster('priority', {
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      leaseTimeoutMs: 20_000,
-      waitPollIntervalMs: 60_000,
+      timing: { heartbeatIntervalMs: HEARTBEAT_MS, leaseTimeoutMs: 20_000, waitPollIntervalMs: 60_000 },
     });
     await made.start('a', 0);
     await made.elected();

@@ -16,6 +16,7 @@ import {
   type LeadershipEndReason,
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const KEY = 'leader:stuck';
 const GRACE_MS = 1_000;
@@ -66,13 +67,13 @@ describe('a leader at shutdown', () => {
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({
-          ...FAST,
-          createSchema: true,
-          owner,
-          shutdownGraceMs: GRACE_MS,
-          waitPollIntervalMs: 60_000,
-        }),
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            tables: { createSchema: true },
+            owner,
+            timing: { shutdownGraceMs: GRACE_MS, waitPollIntervalMs: 60_000 },
+          }),
+        ),
       ],
       providers: [StuckLeader],
     })

@@ -22,7 +22,7 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
   beforeAll(async () => {
     // Leases of 10 s: the burst of 3,200 first acquisitions below must not outlast a lease on a loaded machine (an
     // expired lease is rightly taken over, which would count as a second winner).
-    const slow = { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000 };
+    const slow = { timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000 } };
     a = await db.open({ ...slow, owner: 'process-a' });
     b = await db.open({ ...slow, owner: 'process-b' });
   });
@@ -189,29 +189,29 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
   });
 
   test.each([
-    [{ heartbeatIntervalMs: 500, leaseTimeoutMs: 1000 }, /at least 3 × heartbeatIntervalMs/],
-    [{ heartbeatIntervalMs: 0 }, /heartbeatIntervalMs must be a positive integer/],
-    [{ leaseTimeoutMs: 1.5 }, /leaseTimeoutMs must be a positive integer/],
-    [{ heartbeatIntervalMs: 100, leaseTimeoutMs: 300, safetyMarginMs: 250 }, /safetyMarginMs/],
-    [{ tableName: 'x'.repeat(60) }, /tableName .* bytes/],
-    [{ schema: '' }, /schema must be a non-empty string/],
-    [{ tableName: 'same', waiterTableName: 'same' }, /must differ/],
+    [{ timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 1000 } }, /at least 3 × heartbeatIntervalMs/],
+    [{ timing: { heartbeatIntervalMs: 0 } }, /heartbeatIntervalMs must be a positive integer/],
+    [{ timing: { leaseTimeoutMs: 1.5 } }, /leaseTimeoutMs must be a positive integer/],
+    [{ timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 300, safetyMarginMs: 250 } }, /safetyMarginMs/],
+    [{ tables: { tableName: 'x'.repeat(60) } }, /tableName .* bytes/],
+    [{ tables: { schema: '' } }, /schema must be a non-empty string/],
+    [{ tables: { tableName: 'same', waiterTableName: 'same' } }, /must differ/],
     [
-      { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 },
+      { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, fencedIdleTimeoutMs: 1_701 } },
       /fencedIdleTimeoutMs \(1701\) must be at most .* \(1700\)/,
     ],
     [{ owner: 'host\0:1' }, /owner must not contain NUL/],
     [{ owner: 42 as unknown as string }, /owner must be a non-empty string/],
     [
-      { tableName: 'jl', waiterTableName: 'jl_fencing_seq' },
+      { tables: { tableName: 'jl', waiterTableName: 'jl_fencing_seq' } },
       /waiterTableName "jl_fencing_seq" collides with the fencing sequence of tableName "jl"/,
     ],
     [
-      { tableName: 'jobs_seq', waiterTableName: 'jobs' },
+      { tables: { tableName: 'jobs_seq', waiterTableName: 'jobs' } },
       /tableName "jobs_seq" collides with the waiter sequence of waiterTableName "jobs"/,
     ],
-    [{ tableName: 'w_order_idx', waiterTableName: 'w' }, /collides/],
-    [{ tableName: 'w_pkey', waiterTableName: 'w' }, /collides/],
+    [{ tables: { tableName: 'w_order_idx', waiterTableName: 'w' } }, /collides/],
+    [{ tables: { tableName: 'w_pkey', waiterTableName: 'w' } }, /collides/],
   ])('bad options %p → LeaseConfigError with advice', (options, message) => {
     const dataSource = makeDataSource(db.url);
     expect(() => new LeaseService(dataSource, options)).toThrow(LeaseConfigError);
@@ -223,8 +223,8 @@ describe.each(ISOLATIONS)('acquire and release (default_transaction_isolation = 
     await dataSource.initialize();
     try {
       const names = { schema: 'leases_x', tableName: 'my_lease', waiterTableName: 'my_waiter' };
-      await expect(new LeaseService(dataSource, names).init()).rejects.toThrow(/leaseMigrations/);
-      const service = new LeaseService(dataSource, { ...names, createSchema: true });
+      await expect(new LeaseService(dataSource, { tables: names }).init()).rejects.toThrow(/leaseMigrations/);
+      const service = new LeaseService(dataSource, { tables: { ...names, createSchema: true } });
       await service.init();
       const lease = await service.tryAcquire('custom');
       expect((await db.admin.query('SELECT count(*) FROM leases_x.my_lease')).rows[0].count).toBe('1');

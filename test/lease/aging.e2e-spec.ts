@@ -8,20 +8,20 @@ describe('aging', () => {
   ])('agingIntervalMs %p → %s', async (agingIntervalMs, _expectation) => {
     const db = await createTestDatabase('aging');
     const admin = await adminClient(db.url);
-    const options = { agingIntervalMs, waitPollIntervalMs: 5_000 };
+    const options = { timing: { agingIntervalMs, waitPollIntervalMs: 5_000 } };
     const holder = await startService(db.url, options);
     const low = await startService(db.url, options);
     const high = await startService(db.url, options);
     try {
       const held = (await holder.service.tryAcquire('aging'))!;
-      const lowWait = low.service.acquire('aging', { priority: 0, waitTimeoutMs: 20_000 });
+      const lowWait = low.service.acquire('aging', { priority: 0, onBusy: { wait: { timeoutMs: 20_000 } } });
       await eventually(
         () => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`),
         (r) => r.rows[0].n === 1,
         'low to queue',
       );
       await new Promise((resolve) => setTimeout(resolve, 1_300)); // ≥ 6 aging steps of 200 ms
-      const highWait = high.service.acquire('aging', { priority: 3, waitTimeoutMs: 20_000 });
+      const highWait = high.service.acquire('aging', { priority: 3, onBusy: { wait: { timeoutMs: 20_000 } } });
       await eventually(
         () => admin.query(`SELECT count(*)::int AS n FROM job_lease_waiter`),
         (r) => r.rows[0].n === 2,

@@ -20,7 +20,7 @@ describe('an acquire batch and another process’s uncommitted insert', () => {
   test('a batch never waits for the uncommitted insert of a new key; each caller gets its own result', async () => {
     // The inserter's statement may take its 4 s (an acquisition bound of 9 s); the batcher's bound is 900 ms
     // (the test timings), shorter than the stall.
-    const inserter = await proc('inserter', { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 });
+    const inserter = await proc('inserter', { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 } });
     const batcher = await proc('batcher');
     await db.admin.query(`CREATE TRIGGER stall_insert AFTER INSERT ON job_lease
       FOR EACH ROW EXECUTE FUNCTION stall_insert()`);

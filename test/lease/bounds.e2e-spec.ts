@@ -10,6 +10,7 @@ import type pg from 'pg';
 import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { procsOf } from '../priority/helpers.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 async function heldRow(admin: pg.Client, key: string): Promise<boolean> {
   const { rows } = await admin.query<{ held: boolean }>(
@@ -106,7 +107,7 @@ describe('bounds of the library’s statements', () => {
 
   test('a release that times out is retried until it lands, not dropped', async () => {
     // A long lease timeout: the row must be freed by the retried release, not by its expiry.
-    const holder = await proc('releaser', { heartbeatIntervalMs: 200, leaseTimeoutMs: 10_000 });
+    const holder = await proc('releaser', { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 10_000 } });
     const lease = await holder.service.tryAcquire('bound:release');
     expect(lease?.isHeld()).toBe(true);
     const locker = await adminClient(db.url);
@@ -135,7 +136,7 @@ describe('bounds of the library’s statements', () => {
     // authentication, say —; a renewal on an open one does not.
     const { proxy, url } = await TcpProxy.inFrontOf(db.url);
     proxies.push(proxy);
-    const slow = await proc('slow-link', { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, 4, url);
+    const slow = await proc('slow-link', { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 } }, 4, url);
     proxy.slowNewConnections(350);
     const lease = await slow.service.tryAcquire('bound:slow-connect');
     expect(lease?.isHeld()).toBe(true);
@@ -167,7 +168,7 @@ describe('bounds of the library’s statements', () => {
 
   test.each<[string, LeaseModuleOptions]>([
     ['on its own sessions', {}],
-    ['framed, as behind a transaction pooler', { pooler: 'transaction' }],
+    ['framed, as behind a transaction pooler', { connections: { pooler: 'transaction' } }],
   ])(
     'a release as slow as on a loaded server lands within its bound, quietly, at close() too (%s)',
     async (_, options) => {
@@ -175,7 +176,10 @@ describe('bounds of the library’s statements', () => {
       const quiet = () => undefined;
       // The suite's timings: a heartbeat interval of 100 ms, shorter than the slow release. No drain: close() releases
       // what is held at once (its release step is what is measured).
-      const loaded = await proc(`loaded-${options.pooler ?? 'own'}`, { shutdownGraceMs: 0, ...options });
+      const loaded = await proc(
+        `loaded-${options.connections?.pooler ?? 'own'}`,
+        mergeLeaseOptions({ timing: { shutdownGraceMs: 0 } }, options),
+      );
       const mine = (key: string) => `loaded:${loaded.owner}:${key}`;
       const released: string[] = [];
       loaded.service.events$.subscribe((event) => event.type === 'released' && released.push(event.targetKey));

@@ -9,7 +9,7 @@
 import { Controller, type INestApplication, Logger, ConsoleLogger, Param, Post } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseError, LeaseModule, LeaseWaitTimeoutError, leaseEntities } from 'nest-pg-lease';
-import { joinersWaiting } from '../../libs/lease/src/internal.js';
+import { joinersWaiting, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { eventually, FAST, startService, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { post, startApp } from '../exclusive/fixtures.js';
@@ -79,7 +79,7 @@ function expectRefused(error: unknown, what: string): void {
  * test timings, a `list()` is bounded by a heartbeat interval of 100 ms), and its lease must outlive the refusal's
  * first calls by the local clock.
  */
-const ROOMY = { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 };
+const ROOMY = { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 } };
 
 describe('the database refusing connections', () => {
   test('every call of the service rejects with its LeaseError; a release is quiet; a wait in line times out', async () => {
@@ -107,9 +107,11 @@ describe('the database refusing connections', () => {
       // Idle pooled connections for the first attempts (a few statements at once), before new ones stall.
       await Promise.all([service.list('refused:busy'), service.list('refused:full'), service.list()]);
       proxy.stallNewConnections();
-      const inLine = rejectionOf(service.acquire('refused:busy', { waitTimeoutMs: 1_500 }));
+      const inLine = rejectionOf(service.acquire('refused:busy', { onBusy: { wait: { timeoutMs: 1_500 } } }));
       await refused('refused:busy');
-      const enqueuing = rejectionOf(service.acquire('refused:full', { limit: 2, waitTimeoutMs: 1_500 }));
+      const enqueuing = rejectionOf(
+        service.acquire('refused:full', { limit: 2, onBusy: { wait: { timeoutMs: 1_500 } } }),
+      );
       await refused('refused:full');
       seen.unsubscribe();
       expect(proxy.stalledConnections).toBeGreaterThanOrEqual(1);
@@ -119,13 +121,16 @@ describe('the database refusing connections', () => {
       expectRefused(await rejectionOf(held.fenced((manager) => manager.query('SELECT 1'))), 'fenced()');
       expectRefused(await rejectionOf(service.tryAcquire('refused:a')), 'tryAcquire');
       expectRefused(await rejectionOf(service.tryAcquire('refused:slots', { limit: 3 })), 'tryAcquire, a slot');
-      expectRefused(await rejectionOf(service.acquire('refused:b', { waitTimeoutMs: 1_000 })), 'acquire');
       expectRefused(
-        await rejectionOf(service.acquire('refused:slots', { limit: 3, waitTimeoutMs: 1_000 })),
+        await rejectionOf(service.acquire('refused:b', { onBusy: { wait: { timeoutMs: 1_000 } } })),
+        'acquire',
+      );
+      expectRefused(
+        await rejectionOf(service.acquire('refused:slots', { limit: 3, onBusy: { wait: { timeoutMs: 1_000 } } })),
         'acquire, a slot',
       );
       expectRefused(
-        await rejectionOf(service.acquire('refused:c', { priority: 5, preempt: true, waitTimeoutMs: 1_000 })),
+        await rejectionOf(service.acquire('refused:c', { priority: 5, onBusy: { preempt: { waitTimeoutMs: 1_000 } } })),
         'acquire, preempting',
       );
       expectRefused(await rejectionOf(service.run('refused:d', () => 'ran')), 'run');
@@ -172,7 +177,11 @@ describe('the database refusing connections', () => {
     const { proxy, url } = await proxied();
     const holder = await db.open({}, 'lease-test-holder');
     // A long poll: after its first look, the joiner reads again only 2.5 to 5 s later (no NOTIFY comes meanwhile).
-    const { service, close } = await startService(url, { ...ROOMY, waitPollIntervalMs: 5_000 }, 'lease-test-joiner');
+    const { service, close } = await startService(
+      url,
+      mergeLeaseOptions(ROOMY, { timing: { waitPollIntervalMs: 5_000 } }),
+      'lease-test-joiner',
+    );
     let finish!: () => void;
     const running = holder.service.run(
       'refused:joined',
@@ -189,7 +198,7 @@ describe('the database refusing connections', () => {
         5_000,
       );
       const joined = rejectionOf(
-        service.run('refused:joined', () => 'ran twice', { onBusy: 'join', joinTimeoutMs: 15_000 }),
+        service.run('refused:joined', () => 'ran twice', { onBusy: { join: { timeoutMs: 15_000 } } }),
       );
       await eventually(
         () => joinersWaiting(service, 'refused:joined'),
@@ -237,7 +246,7 @@ describe('the database refusing connections', () => {
       const started = await startApp(
         [
           TypeOrmModule.forRoot({ type: 'postgres', url, entities: [...leaseEntities] }),
-          LeaseModule.forRoot({ ...FAST, createSchema: true }),
+          LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
         ],
         [RefusedController],
       );
@@ -264,7 +273,7 @@ describe('the database refusing connections', () => {
     try {
       // Its first attempt is refused (the key is held), then its request to the holder fails in the server.
       const error = await rejectionOf(
-        caller.service.acquire('refused:preempt', { priority: 5, preempt: true, waitTimeoutMs: 2_000 }),
+        caller.service.acquire('refused:preempt', { priority: 5, onBusy: { preempt: { waitTimeoutMs: 2_000 } } }),
       );
       expect({ name: (error as Error).name, leaseError: error instanceof LeaseError }).toEqual({
         name: 'LeaseUnavailableError',

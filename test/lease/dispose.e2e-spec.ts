@@ -20,7 +20,7 @@ describe('await using a lease', () => {
     (
       await db.admin.query(
         `SELECT owner FROM job_lease WHERE target_id = $1 AND lease_token IS NOT NULL AND updated_at + interval '1 ms' * $2 > clock_timestamp()`,
-        [key, FAST.leaseTimeoutMs],
+        [key, FAST.timing?.leaseTimeoutMs],
       )
     ).rows.map((row: { owner: string }) => row.owner);
 

@@ -37,7 +37,7 @@ describe('the drain on shutdown', () => {
       await db.admin.query<{ owner: string; renewed: Date }>(
         `SELECT owner, updated_at AS renewed FROM job_lease
          WHERE target_id = $1 AND lease_token IS NOT NULL AND updated_at + interval '1 ms' * $2 > clock_timestamp()`,
-        [key, FAST.leaseTimeoutMs],
+        [key, FAST.timing?.leaseTimeoutMs],
       )
     ).rows[0];
   const saves = async (key: string) =>
@@ -49,7 +49,7 @@ describe('the drain on shutdown', () => {
 
   test('a run in progress keeps its lease and heartbeats past a lease timeout, saves, then close() resolves', async () => {
     const key = 'drain:finishes';
-    const a = await db.open({ owner: 'finishes', shutdownGraceMs: 30_000 });
+    const a = await db.open({ owner: 'finishes', timing: { shutdownGraceMs: 30_000 } });
     const entered = gate();
     const finish = gate();
     const run = track(
@@ -61,7 +61,7 @@ describe('the drain on shutdown', () => {
       }),
     );
     await entered.opened;
-    const waiter = track(a.service.acquire(key, { waitTimeoutMs: 60_000 }));
+    const waiter = track(a.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } }));
     await eventually(
       () => a.service.waitingCount(),
       (n) => n === 1,
@@ -74,9 +74,11 @@ describe('the drain on shutdown', () => {
     expect(waiter.error).toBeInstanceOf(LeaseShutdownError);
     await expect(a.service.tryAcquire('drain:new')).rejects.toBeInstanceOf(LeaseShutdownError);
     await expect(a.service.run('drain:new', () => 1)).rejects.toBeInstanceOf(LeaseShutdownError);
-    await expect(a.service.acquire('drain:new', { waitTimeoutMs: 1_000 })).rejects.toBeInstanceOf(LeaseShutdownError);
+    await expect(a.service.acquire('drain:new', { onBusy: { wait: { timeoutMs: 1_000 } } })).rejects.toBeInstanceOf(
+      LeaseShutdownError,
+    );
     // Past a whole lease timeout the row is still the run's, renewed meanwhile: nobody else can take it.
-    await new Promise((resolve) => setTimeout(resolve, FAST.leaseTimeoutMs! * 1.5));
+    await new Promise((resolve) => setTimeout(resolve, FAST.timing!.leaseTimeoutMs! * 1.5));
     const during = await holderOf(key);
     expect(during?.owner).toBe('finishes');
     expect(during.renewed.getTime()).toBeGreaterThan(before.renewed.getTime());
@@ -96,7 +98,7 @@ describe('the drain on shutdown', () => {
   test('a run longer than shutdownGraceMs is aborted with LeaseShutdownError at the grace, its save refused', async () => {
     const key = 'drain:too-long';
     const graceMs = 600;
-    const a = await db.open({ owner: 'too-long', shutdownGraceMs: graceMs });
+    const a = await db.open({ owner: 'too-long', timing: { shutdownGraceMs: graceMs } });
     const entered = gate();
     let reason: unknown;
     let refused: unknown;
@@ -122,10 +124,10 @@ describe('the drain on shutdown', () => {
   });
 
   test('a handle from acquire() gets the same grace: released by its user, or at the grace end', async () => {
-    const a = await db.open({ owner: 'handles', shutdownGraceMs: 30_000 });
+    const a = await db.open({ owner: 'handles', timing: { shutdownGraceMs: 30_000 } });
     const kept = await a.service.acquire('drain:handle');
     const closing = track(a.close());
-    await new Promise((resolve) => setTimeout(resolve, FAST.leaseTimeoutMs! * 1.5));
+    await new Promise((resolve) => setTimeout(resolve, FAST.timing!.leaseTimeoutMs! * 1.5));
     expect(kept.isHeld()).toBe(true);
     expect((await holderOf('drain:handle'))?.owner).toBe('handles');
     expect(closing.settled()).toBe(false);
@@ -134,7 +136,7 @@ describe('the drain on shutdown', () => {
     await eventually(() => closing.settled(), Boolean, 'close() resolved once the handle was released');
     expect(await saves('drain:handle')).toBe(1);
 
-    const b = await db.open({ owner: 'forgotten', shutdownGraceMs: 300 });
+    const b = await db.open({ owner: 'forgotten', timing: { shutdownGraceMs: 300 } });
     const forgotten = (await b.service.tryAcquire('drain:forgotten'))!;
     const reason = aborted(forgotten);
     await b.close();
@@ -144,7 +146,7 @@ describe('the drain on shutdown', () => {
 
   test('shutdownGraceMs: 0 aborts and releases a run in progress at once (the behaviour before the drain)', async () => {
     const key = 'drain:at-once';
-    const a = await db.open({ owner: 'at-once', shutdownGraceMs: 0 });
+    const a = await db.open({ owner: 'at-once', timing: { shutdownGraceMs: 0 } });
     const entered = gate();
     let reason: unknown;
     const run = track(
@@ -166,7 +168,7 @@ describe('the drain on shutdown', () => {
   ])('holdAtLeastMs: the tail still holds the target after the release (%s)', async (_, graceMs) => {
     const key = `drain:hold:${graceMs}`;
     const holdMs = 4_000;
-    const a = await db.open({ owner: `hold-${graceMs}`, shutdownGraceMs: graceMs });
+    const a = await db.open({ owner: `hold-${graceMs}`, timing: { shutdownGraceMs: graceMs } });
     const entered = gate();
     const finish = gate();
     const run = track(

@@ -38,7 +38,7 @@ describe('durability whatever the session default', () => {
   });
 
   test('acquisitions, batches, renewals, fenced() and releases commit with synchronous_commit on', async () => {
-    const { service } = await db.open({ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
+    const { service } = await db.open({ timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 } });
     const check = await db.admin.query<{ setting: string }>(
       `SELECT setting FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase,
          unnest(s.setconfig) AS setting WHERE d.datname = current_database()`,
@@ -66,8 +66,8 @@ describe('durability whatever the session default', () => {
     const proc = procsOf(db);
     const holder = await proc('holder');
     // Waiter heartbeats far apart: the confirmation comes from the NOTIFY (or the poll), not from an eviction.
-    const notified = await proc('notified', { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
-    const polling = await proc('polling', { waitPollIntervalMs: 300, waiterTimeoutMs: 30_000 }, 1);
+    const notified = await proc('notified', { timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } }, 1);
+    const polling = await proc('polling', { timing: { waitPollIntervalMs: 300, waiterTimeoutMs: 30_000 } }, 1);
     interceptHeadWakeups(polling.service, () => undefined);
     await db.admin.query(`DROP TRIGGER IF EXISTS record_commit ON job_lease;
       CREATE CONSTRAINT TRIGGER record_commit AFTER INSERT OR UPDATE ON job_lease
@@ -79,7 +79,7 @@ describe('durability whatever the session default', () => {
       ['durable:polled', polling],
     ] as const) {
       const held = (await holder.service.tryAcquire(key))!;
-      const call = waiter.service.acquire(key, { waitTimeoutMs: 30_000 });
+      const call = waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } });
       await untilAsleep(db.admin, key, waiter);
       await db.admin.query('TRUNCATE commits');
       await held.release();

@@ -93,10 +93,10 @@ describe.each(ISOLATIONS)('a release that rides on the last save (default_transa
 
   test('a waiter in line is woken by that commit and holds the lease next, with a larger token', async () => {
     const a = await startService(db.url, {}, 'saver');
-    const b = await startService(db.url, { waitPollIntervalMs: 60_000 }, 'waiter');
+    const b = await startService(db.url, { timing: { waitPollIntervalMs: 60_000 } }, 'waiter');
     try {
       const lease = (await a.service.tryAcquire('release:line'))!;
-      const waiting = b.service.acquire('release:line', { priority: 1, waitTimeoutMs: 30_000 });
+      const waiting = b.service.acquire('release:line', { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } });
       await eventually(
         () => db.admin.query(`SELECT 1 FROM job_lease_waiter WHERE target_id = 'release:line'`),
         (result) => result.rows.length === 1,
@@ -140,7 +140,7 @@ describe.each(ISOLATIONS)('a release that rides on the last save (default_transa
   });
 
   test('a lease taken over meanwhile: LeaseLostError, nothing saved, the new holder untouched', async () => {
-    const a = await startService(db.url, { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 }, 'old');
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 } }, 'old');
     const b = await startService(db.url, {}, 'new');
     try {
       const old = (await a.service.tryAcquire('release:taken'))!;

@@ -172,7 +172,10 @@ describe('one sequence value per grant, whatever the plan', () => {
     );
     await lease.release();
     expect(
-      await drawn(async () => (lease = await a.service.acquire('plan:2', { priority: 1, waitTimeoutMs: 5_000 }))),
+      await drawn(
+        async () =>
+          (lease = await a.service.acquire('plan:2', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } })),
+      ),
     ).toBe(1n);
     await lease.release();
     let batch: Array<unknown> = [];
@@ -184,7 +187,7 @@ describe('one sequence value per grant, whatever the plan', () => {
     await lease.release();
 
     const holder = (await a.service.tryAcquire('plan:1'))!;
-    const waiting = b.service.acquire('plan:1', { priority: 1, waitTimeoutMs: 10_000 });
+    const waiting = b.service.acquire('plan:1', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } });
     await eventually(
       () => a.service.list('plan:1'),
       (rows) => rows.some((row) => row.state === 'waiting'),

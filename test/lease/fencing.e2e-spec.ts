@@ -2,7 +2,7 @@ import { LeaseLostError } from 'nest-pg-lease';
 import { eventually, ISOLATIONS, startService, useTestDatabase } from '../support/db.js';
 
 /** Holder heartbeats every 2 s: the test ages its row and races a takeover without a renewal in between. */
-const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
+const SLOW = { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 } };
 
 describe.each(ISOLATIONS)('fenced writes (default_transaction_isolation = %s)', (isolation) => {
   const db = useTestDatabase('fencing', isolation, (admin) =>

@@ -144,7 +144,7 @@ describe('group commit', () => {
   });
 
   test('batch size is bounded by maxBatchSize', async () => {
-    const s = store({ maxBatchSize: 4 });
+    const s = store({ connections: { maxBatchSize: 4 } });
     const keys = Array.from({ length: 21 }, (_, i) => `bounded:${i}`);
     const outcomes = await behindStall(s, () => Promise.all(keys.map((key) => s.tryAcquire(request(key)))));
     expect(outcomes.every(won)).toBe(true);
@@ -171,7 +171,7 @@ describe('group commit', () => {
   });
 
   test('maxBatchSize 1 sends every call alone', async () => {
-    const s = store({ maxBatchSize: 1 });
+    const s = store({ connections: { maxBatchSize: 1 } });
     const keys = Array.from({ length: 5 }, (_, i) => `unbatched:${i}`);
     const outcomes = await Promise.all(keys.map((key) => s.tryAcquire(request(key))));
     expect(outcomes.every(won)).toBe(true);

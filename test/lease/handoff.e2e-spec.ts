@@ -36,12 +36,12 @@ async function waiterIds(key: string): Promise<string[]> {
 test('the release grants the head waiter in its own commit; the NOTIFY carries the grant', async () => {
   const key = 'handoff:direct';
   const holder = await proc('holder');
-  const waiter = await proc('waiter', { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
+  const waiter = await proc('waiter', { timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } }, 1);
   const held = (await holder.service.tryAcquire(key))!;
   // The wake-up is held back: whatever the row says after the release, the waiter has not touched it.
   const heard: Array<{ waiterId: string; grant?: bigint; deliver: () => void }> = [];
   interceptHeadWakeups(waiter.service, (wakeup) => void heard.push(wakeup));
-  const call = waiter.service.acquire(key, { waitTimeoutMs: 60_000 });
+  const call = waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } });
   await untilAsleep(db.admin, key, waiter);
   const [waiterId] = await waiterIds(key);
 
@@ -75,10 +75,10 @@ test('the release grants the head waiter in its own commit; the NOTIFY carries t
 test('a lost grant NOTIFY: the poll finds the grant and confirms it (same fencing token)', async () => {
   const key = 'handoff:poll';
   const holder = await db.open({ owner: 'holder' });
-  const waiter = await db.open({ owner: 'waiter', waitPollIntervalMs: 400, waiterTimeoutMs: 30_000 });
+  const waiter = await db.open({ owner: 'waiter', timing: { waitPollIntervalMs: 400, waiterTimeoutMs: 30_000 } });
   const held = (await holder.service.tryAcquire(key))!;
   interceptHeadWakeups(waiter.service, () => undefined);
-  const call = waiter.service.acquire(key, { waitTimeoutMs: 60_000 });
+  const call = waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } });
   await eventually(
     () => waiterIds(key),
     (ids) => ids.length === 1,
@@ -95,15 +95,17 @@ test('a waiter that gives up with an unconfirmed grant passes it on to the next 
   const key = 'handoff:give-up';
   const holder = await proc('holder');
   // Long timeouts: only the pass-on of the giving-up waiter can hand the target over within the test's bound.
-  const slow = { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000, leaseTimeoutMs: 30_000 };
+  const slow = { timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000, leaseTimeoutMs: 30_000 } };
   const first = await proc('first', slow, 1);
   const second = await proc('second', slow, 1);
   const held = (await holder.service.tryAcquire(key))!;
   interceptHeadWakeups(first.service, () => undefined);
   const abandoning = new AbortController();
-  const gaveUp = first.service.acquire(key, { waitTimeoutMs: 60_000, signal: abandoning.signal }).catch((e) => e);
+  const gaveUp = first.service
+    .acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } }, signal: abandoning.signal })
+    .catch((e) => e);
   await untilAsleep(db.admin, key, first);
-  const next = second.service.acquire(key, { waitTimeoutMs: 60_000 });
+  const next = second.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } });
   await untilAsleep(db.admin, key, second);
   await held.release();
   expect((await leaseRow(key))!.owner).toBe(first.owner);
@@ -135,9 +137,9 @@ test('a confirmation that fails gives the waiter no lease: its next attempt conf
   const holder = await proc('holder');
   // A grant lives the waiter timeout (3 s); the poll is far later: the waiter heartbeat (every 1 s), finding its row
   // gone with the grant, brings the next attempt.
-  const waiter = await proc('waiter', { waitPollIntervalMs: 20_000, waiterTimeoutMs: 3_000 }, 1);
+  const waiter = await proc('waiter', { timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 3_000 } }, 1);
   const held = (await holder.service.tryAcquire(key))!;
-  const call = waiter.service.acquire(key, { waitTimeoutMs: 60_000 });
+  const call = waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } });
   await untilAsleep(db.admin, key, waiter);
   await held.release();
   const granted = (await leaseRow(key))!;

@@ -7,7 +7,7 @@ import { eventually, startService, useTestDatabase } from '../support/db.js';
  * release. The holder "SLOW" heartbeats every 2 s, so right after acquiring there is a 2 s window in which the test
  * can age its row and take it over without racing a renewal.
  */
-const SLOW = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 };
+const SLOW = { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 } };
 
 describe('heartbeats and takeover', () => {
   const db = useTestDatabase('heartbeat', 'read committed', (admin) =>
@@ -79,7 +79,7 @@ describe('heartbeats and takeover', () => {
       expect(rows).toEqual([{ lease_token: taker.token }]);
       expect(taker.isHeld()).toBe(true);
       expect(events.some((event) => event.type === 'lost' && event.targetKey === 'report:7')).toBe(true);
-      expect(performance.now() - takenAt).toBeLessThan(SLOW.heartbeatIntervalMs * 2);
+      expect(performance.now() - takenAt).toBeLessThan(SLOW.timing.heartbeatIntervalMs * 2);
       await taker.release();
     } finally {
       await a.close();
@@ -99,7 +99,7 @@ describe('heartbeats and takeover', () => {
         old.signal.addEventListener('abort', () => resolve(performance.now())),
       );
       // One interval, plus an allowance for the renewal's round trip on a loaded machine.
-      expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.heartbeatIntervalMs + 1_000);
+      expect(abortedAt - takenAt).toBeLessThanOrEqual(SLOW.timing.heartbeatIntervalMs + 1_000);
       expect((old.signal.reason as LeaseLostError).reason).toBe('taken-over');
       expect(old.isHeld()).toBe(false);
       // Its later heartbeats leave the new lease alone: the new holder still has its row.
@@ -116,7 +116,7 @@ describe('heartbeats and takeover', () => {
   });
 
   test('200 leases held by one process: one heartbeat statement per tick renews all of them', async () => {
-    const a = await startService(db.url, { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 });
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 } });
     const statements: string[] = [];
     const original = pg.Client.prototype.query;
     // A query logger on every pg client of this process: counts what is sent, whatever the pool.
@@ -194,7 +194,7 @@ describe('heartbeats and takeover', () => {
     // from the first. The renewal must not depend on either.
     const database = new URL(db.url).pathname.slice(1);
     await db.admin.query(`ALTER DATABASE "${database}" SET plan_cache_mode = force_generic_plan`);
-    const a = await startService(db.url, { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 }, 'generic');
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000 } }, 'generic');
     try {
       const keys = Array.from({ length: 5_000 }, (_, i) => `generic:${i}`);
       const leases = await Promise.all(keys.map((key) => a.service.tryAcquire(key)));
@@ -222,7 +222,7 @@ describe('heartbeats and takeover', () => {
   });
 
   test('a failed heartbeat tick is transient: the heartbeat connection is killed, the next tick reconnects, the lease stays', async () => {
-    const a = await startService(db.url, { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, 'transient');
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 } }, 'transient');
     try {
       const lease = (await a.service.tryAcquire('transient'))!;
       const failures: LeaseEvent[] = [];
@@ -257,7 +257,7 @@ describe('heartbeats and takeover', () => {
   test("a renewal writes the holder's own lease timeout: a row left with another (a waiter's) is corrected", async () => {
     // A row can carry a waiter's timeout under a live holder (a handed-over grant whose confirmation a crash lost):
     // renewals that only moved updated_at kept that shorter life for good.
-    const { service } = await db.open({ heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 });
+    const { service } = await db.open({ timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 } });
     const lease = (await service.tryAcquire('renew:timeout'))!;
     const timeout = async () =>
       (

@@ -55,7 +55,7 @@ describe('fencing tokens and the server history', () => {
 
   test("a waiter's place in line carries the timeline too", async () => {
     const holder = (await a.service.tryAcquire('history:line'))!;
-    const waiting = a.service.acquire('history:line', { priority: 1, waitTimeoutMs: 10_000 });
+    const waiting = a.service.acquire('history:line', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } });
     const queued = async () =>
       (await db.admin.query<{ seq: string }>(`SELECT seq::text FROM job_lease_waiter WHERE target_id = 'history:line'`))
         .rows;
@@ -95,7 +95,7 @@ describe('fencing tokens and the server history', () => {
       const holder = (await a.service.tryAcquire('history:full:line'))!;
       await db.admin.query(`SELECT setval('job_lease_waiter_seq', ${(1n << 47n) - 1n})`);
       const started = performance.now();
-      const waiting = a.service.acquire('history:full:line', { priority: 1, waitTimeoutMs: 20_000 });
+      const waiting = a.service.acquire('history:full:line', { priority: 1, onBusy: { wait: { timeoutMs: 20_000 } } });
       await expect(waiting).rejects.toBeInstanceOf(LeaseConfigError);
       expect(performance.now() - started).toBeLessThan(5_000);
       const left = await db.admin.query(`SELECT * FROM job_lease_waiter WHERE target_id = 'history:full:line'`);
@@ -112,7 +112,7 @@ describe('fencing tokens and the server history', () => {
     beforeAll(async () => {
       pool = new pg.Pool({ connectionString: db.url, max: 1 });
       store = new LeaseStore(pool, pool, resolveLeaseOptions(FAST));
-      const slow = { heartbeatIntervalMs: 60_000, leaseTimeoutMs: 600_000 };
+      const slow = { timing: { heartbeatIntervalMs: 60_000, leaseTimeoutMs: 600_000 } };
       quiet = await startService(db.url, { ...slow, owner: 'history-quiet' });
     });
     afterAll(async () => {

@@ -13,7 +13,7 @@ describe('holdAtLeastMs', () => {
 
   beforeAll(async () => {
     a = await db.open({ owner: 'a' });
-    b = await db.open({ owner: 'b', waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 });
+    b = await db.open({ owner: 'b', timing: { waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 } });
   });
 
   const acquiredAt = async (key: string) =>
@@ -81,7 +81,7 @@ describe('holdAtLeastMs', () => {
     const lease = (await a.service.tryAcquire(key, { holdAtLeastMs: 1_500 }))!;
     const first = await acquiredAt(key);
     // b polls every 5–10 s: only the hold's end, learnt from its own refused attempts, can wake it sooner.
-    const waiting = b.service.acquire(key, { waitTimeoutMs: 20_000 });
+    const waiting = b.service.acquire(key, { onBusy: { wait: { timeoutMs: 20_000 } } });
     await eventually(
       () => db.admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key]),
       (r) => r.rowCount === 1,
@@ -98,11 +98,11 @@ describe('holdAtLeastMs', () => {
 
   test('acquire and run in line pass holdAtLeastMs on to the lease they get', async () => {
     const key = 'hold:acquire';
-    const lease = await b.service.acquire(key, { waitTimeoutMs: 5_000, holdAtLeastMs: 1_000 });
+    const lease = await b.service.acquire(key, { onBusy: { wait: { timeoutMs: 5_000 } }, holdAtLeastMs: 1_000 });
     await lease.release();
     expect(await a.service.tryAcquire(key)).toBeNull();
     const got = await a.service.run(key, async (held) => held.fencingToken, {
-      waitTimeoutMs: 5_000,
+      onBusy: { wait: { timeoutMs: 5_000 } },
       holdAtLeastMs: 1_000,
     });
     expect(got).toBeGreaterThan(lease.fencingToken);

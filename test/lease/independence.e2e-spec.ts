@@ -76,7 +76,9 @@ describe('independence', () => {
       );
       const lease = (await a.service.tryAcquire('indep:held'))!;
       const busy = (await holder.service.tryAcquire('indep:busy'))!;
-      const waiting = a.service.acquire('indep:busy', { waitTimeoutMs: 4_000 }).catch((error: unknown) => error);
+      const waiting = a.service
+        .acquire('indep:busy', { onBusy: { wait: { timeoutMs: 4_000 } } })
+        .catch((error: unknown) => error);
       await waiting;
       expect(failures).toEqual([]);
       expect(lease.isHeld()).toBe(true);
@@ -90,7 +92,7 @@ describe('independence', () => {
   });
 
   test('a renewal never revives an expired row (the library statement with the old token)', async () => {
-    const a = await startService(db.url, { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 });
+    const a = await startService(db.url, { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 6_000 } });
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
     try {
       const lease = (await a.service.tryAcquire('indep:expired'))!;

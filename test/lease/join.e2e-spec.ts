@@ -8,7 +8,7 @@ import {
 } from 'nest-pg-lease';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { joinersWaiting } from '../../libs/lease/src/internal.js';
+import { joinersWaiting, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { eventually, type OpenedService, useTestDatabase } from '../support/db.js';
 import { startChild, type TestChild } from '../support/processes.js';
 
@@ -81,7 +81,7 @@ describe("onBusy: 'join' in one process", () => {
     const key = 'join:timeout';
     const g = gate();
     const first = a.service.run(key, () => g.opened.then(() => 'done'), { onBusy: 'join' });
-    await expect(a.service.run(key, () => 'never', { onBusy: 'join', joinTimeoutMs: 100 })).rejects.toBeInstanceOf(
+    await expect(a.service.run(key, () => 'never', { onBusy: { join: { timeoutMs: 100 } } })).rejects.toBeInstanceOf(
       LeaseWaitTimeoutError,
     );
     g.open();
@@ -151,7 +151,7 @@ describe("onBusy: 'join' in one process", () => {
               tokens.push(inner.fencingToken);
               return 'inner';
             },
-            { onBusy: 'join', joinTimeoutMs: 5_000 },
+            { onBusy: { join: { timeoutMs: 5_000 } } },
           );
         },
         outer,
@@ -163,10 +163,10 @@ describe("onBusy: 'join' in one process", () => {
   );
 
   test('bad join options are refused before anything is written', async () => {
-    await expect(a.service.run('join:bad', () => 1, { onBusy: 'wait' as never })).rejects.toBeInstanceOf(
+    await expect(a.service.run('join:bad', () => 1, { onBusy: 'skip' as never })).rejects.toBeInstanceOf(
       LeaseArgumentError,
     );
-    await expect(a.service.run('join:bad', () => 1, { onBusy: 'join', joinTimeoutMs: -1 })).rejects.toBeInstanceOf(
+    await expect(a.service.run('join:bad', () => 1, { onBusy: { join: { timeoutMs: -1 } } })).rejects.toBeInstanceOf(
       LeaseArgumentError,
     );
     const rows = await db.admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'join:bad'`);
@@ -186,9 +186,9 @@ describe("onBusy: 'join' across processes", () => {
 
   beforeAll(async () => {
     // Slower heartbeats than FAST: a loaded machine must not make a holder lose its lease mid-test.
-    const timings = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 };
-    a = await db.open({ owner: 'a', ...timings });
-    b = await db.open({ owner: 'b', joinResultTtlMs: 300, ...timings });
+    const timings = { timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 } };
+    a = await db.open(mergeLeaseOptions({ owner: 'a' }, timings));
+    b = await db.open(mergeLeaseOptions({ owner: 'b', timing: { joinResultTtlMs: 300 } }, timings));
   });
 
   afterAll(() => {
@@ -295,7 +295,7 @@ describe("onBusy: 'join' across processes", () => {
         ran = lease.fencingToken;
         return { by: 'b' };
       },
-      { onBusy: 'join', joinTimeoutMs: 20_000 },
+      { onBusy: { join: { timeoutMs: 20_000 } } },
     );
     await eventually(
       () => joinersWaiting(b.service, key),
@@ -336,9 +336,9 @@ describe("onBusy: 'join' meets drains and hold tails", () => {
 
   beforeAll(async () => {
     // A second-long poll (not FAST's 200 ms): what a wait costs is counted below; slow heartbeats for a loaded machine.
-    const timings = { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waitPollIntervalMs: 1_000 };
-    a = await db.open({ owner: 'a', ...timings });
-    b = await db.open({ owner: 'b', ...timings });
+    const timings = { timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waitPollIntervalMs: 1_000 } };
+    a = await db.open(mergeLeaseOptions({ owner: 'a' }, timings));
+    b = await db.open(mergeLeaseOptions({ owner: 'b' }, timings));
   });
 
   const joinedRun = async (service: OpenedService, key: string, by: string) => {
@@ -349,7 +349,7 @@ describe("onBusy: 'join' meets drains and hold tails", () => {
         ran = lease.fencingToken;
         return { by };
       },
-      { onBusy: 'join', joinTimeoutMs: 20_000 },
+      { onBusy: { join: { timeoutMs: 20_000 } } },
     );
     return { value, ran };
   };
@@ -391,7 +391,7 @@ describe("onBusy: 'join' meets drains and hold tails", () => {
       );
       let ran = false;
       const started = performance.now();
-      const joined = joiner().service.run(key, () => (ran = true), { onBusy: 'join', joinTimeoutMs: 10_000 });
+      const joined = joiner().service.run(key, () => (ran = true), { onBusy: { join: { timeoutMs: 10_000 } } });
       await expect(joined).rejects.toBeInstanceOf(LeaseDrainedError);
       await expect(joined).rejects.toMatchObject({ drainKind: 'key', drainReason: 'incident', targetKey: key });
       expect(performance.now() - started).toBeLessThan(2_000);
@@ -408,7 +408,7 @@ describe("onBusy: 'join' meets drains and hold tails", () => {
     try {
       const started = performance.now();
       const refusal = await a.service
-        .run('seam:tpl:1', () => 'never', { onBusy: 'join', keyTemplate: 'seam:tpl:{id}', joinTimeoutMs: 5_000 })
+        .run('seam:tpl:1', () => 'never', { onBusy: { join: { timeoutMs: 5_000 } }, keyTemplate: 'seam:tpl:{id}' })
         .catch((error: unknown) => error);
       expect(refusal).toBeInstanceOf(LeaseDrainedError);
       expect(refusal).toMatchObject({ drainKind: 'template' });

@@ -7,7 +7,7 @@ import { adminClient, createTestDatabase, startService, useTestDatabase } from '
  * since its last confirmed renewal was sent — before the database would let anyone take it over.
  */
 // A 1 s margin leaves the test's own query (run after the abort) time to see the database lease still alive.
-const OPTIONS = { heartbeatIntervalMs: 200, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000 };
+const OPTIONS = { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000 } };
 
 describe('local safety', () => {
   const db = useTestDatabase('safety');
@@ -53,8 +53,8 @@ describe('local safety', () => {
       expect((lease.signal.reason as LeaseLostError).reason).toBe('renewal-deadline');
       // Aborted before the lease timeout counted from the last confirmed renewal, and while the database still
       // considered the lease alive (nobody could have taken it over yet).
-      expect(abortedAt - lastRenewal).toBeLessThan(OPTIONS.leaseTimeoutMs);
-      expect(abortedAt - lockedAt).toBeLessThan(OPTIONS.leaseTimeoutMs);
+      expect(abortedAt - lastRenewal).toBeLessThan(OPTIONS.timing.leaseTimeoutMs);
+      expect(abortedAt - lockedAt).toBeLessThan(OPTIONS.timing.leaseTimeoutMs);
       expect(remaining).toBeGreaterThan(0);
       const losses = events.filter((event) => event.type === 'lost');
       expect(losses).toEqual([expect.objectContaining({ reason: 'renewal-deadline' })]);
@@ -75,7 +75,7 @@ describe('local safety', () => {
     const a = await startService(db.url, OPTIONS);
     try {
       const lease = (await a.service.tryAcquire('frozen'))!;
-      const until = performance.now() + OPTIONS.leaseTimeoutMs; // a synchronous stall: no timers, no renewals
+      const until = performance.now() + OPTIONS.timing.leaseTimeoutMs; // a synchronous stall: no timers, no renewals
       while (performance.now() < until) {
         // busy
       }
@@ -98,7 +98,7 @@ describe('local safety', () => {
         lease.fenced(async (manager) => {
           await manager.query('INSERT INTO slow_result VALUES (1)');
           // The fenced transaction holds the row lock, so the heartbeat cannot renew meanwhile.
-          await new Promise((resolve) => setTimeout(resolve, OPTIONS.leaseTimeoutMs));
+          await new Promise((resolve) => setTimeout(resolve, OPTIONS.timing.leaseTimeoutMs));
         }),
       ).rejects.toBeInstanceOf(LeaseLostError);
       expect((await db.admin.query('SELECT count(*)::int AS n FROM slow_result')).rows[0].n).toBe(0);
@@ -115,7 +115,10 @@ describe('asyncReleaseCommits', () => {
     const admin = await adminClient(db.url);
     const a = await startService(
       db.url,
-      { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000, asyncReleaseCommits: true },
+      {
+        timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 3_000, safetyMarginMs: 1_000 },
+        connections: { asyncReleaseCommits: true },
+      },
       'async-commits',
     );
     try {

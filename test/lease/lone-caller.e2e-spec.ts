@@ -159,10 +159,10 @@ describe.each(ISOLATIONS)('the lone caller (default_transaction_isolation = %s)'
 
   test('a line that formed during the hold: the release hands the key to its head in the same commit', async () => {
     const a = await startService(db.url, {}, 'lone-holder');
-    const b = await startService(db.url, { waitPollIntervalMs: 60_000, owner: 'waiter-b' }, 'waiter');
+    const b = await startService(db.url, { timing: { waitPollIntervalMs: 60_000 }, owner: 'waiter-b' }, 'waiter');
     try {
       const lease = (await a.service.tryAcquire('lone:formed'))!;
-      const waiting = b.service.acquire('lone:formed', { waitTimeoutMs: 30_000 });
+      const waiting = b.service.acquire('lone:formed', { onBusy: { wait: { timeoutMs: 30_000 } } });
       await eventually(
         () => db.admin.query(`SELECT waiter_id::text FROM job_lease_waiter WHERE target_id = 'lone:formed'`),
         (result) => result.rows.length === 1,

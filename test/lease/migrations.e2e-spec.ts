@@ -7,7 +7,7 @@ import {
   leaseMigrations,
 } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';
-import { columnCheckName, slotColumnStatements } from '../../libs/lease/src/internal.js';
+import { columnCheckName, slotColumnStatements, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 /** A database of its own, its admin client, and a DataSource with the lease entities and migrations, initialized. */
@@ -67,9 +67,7 @@ describe('schema migrations', () => {
       ]);
 
       const service = new LeaseService(dataSource, {
-        heartbeatIntervalMs: 100,
-        leaseTimeoutMs: 1_000,
-        shutdownGraceMs: 0,
+        timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 },
       });
       await service.init(); // finds everything it needs
       const lease = await service.tryAcquire('migrated');
@@ -105,9 +103,7 @@ describe('schema migrations', () => {
         await admin.query(statement);
       }
       const unmigrated = new LeaseService(dataSource, {
-        heartbeatIntervalMs: 100,
-        leaseTimeoutMs: 1_000,
-        shutdownGraceMs: 0,
+        timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 },
       });
       await unmigrated.init();
       await (await unmigrated.tryAcquire('unmigrated'))!.release();
@@ -212,12 +208,12 @@ test('an installation older than preempt: true: bootstrap names AddLeasePreempti
   try {
     await dataSource.runMigrations();
     await admin.query('ALTER TABLE job_lease DROP COLUMN preempt_of');
-    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const options = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
     const refused = (await new LeaseService(dataSource, options).init().catch((error: unknown) => error)) as Error;
     expect(refused).toBeInstanceOf(LeaseConfigError);
     expect(refused.message).toMatch(/AddLeasePreemption1796342400000/);
     expect(refused.message).toMatch(/ADD COLUMN IF NOT EXISTS preempt_of uuid/);
-    const service = new LeaseService(dataSource, { ...options, createSchema: true });
+    const service = new LeaseService(dataSource, mergeLeaseOptions(options, { tables: { createSchema: true } }));
     await service.init();
     const column = await admin.query(
       `SELECT data_type FROM information_schema.columns WHERE table_name = 'job_lease' AND column_name = 'preempt_of'`,
@@ -237,7 +233,7 @@ test('synchronize: true before the migrations: bootstrap names the missing seque
   const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [...leaseEntities], synchronize: true });
   await dataSource.initialize();
   try {
-    const options = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+    const options = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
     const refused = await new LeaseService(dataSource, options).init().catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(LeaseConfigError);
     const { message } = refused as Error;

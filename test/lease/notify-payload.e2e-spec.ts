@@ -36,7 +36,7 @@ describe('head-only NOTIFY payloads written by PostgreSQL', () => {
     const b = await db.open({ owner: 'b' });
     const holder = (await a.service.tryAcquire(targetKey))!;
     expect(holder).not.toBeNull();
-    const waiting = b.service.acquire(targetKey, { priority: 1, waitTimeoutMs: 15_000 });
+    const waiting = b.service.acquire(targetKey, { priority: 1, onBusy: { wait: { timeoutMs: 15_000 } } });
     await eventually(
       () => a.service.list(targetKey),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -64,7 +64,7 @@ describe('head-only NOTIFY payloads written by PostgreSQL', () => {
       (await a.service.tryAcquire(targetKey, { limit: 2 }))!,
     ];
     expect(slots.map((slot) => slot.slot)).toEqual([0, 1]);
-    const waiting = b.service.acquire(targetKey, { limit: 2, priority: 1, waitTimeoutMs: 15_000 });
+    const waiting = b.service.acquire(targetKey, { limit: 2, priority: 1, onBusy: { wait: { timeoutMs: 15_000 } } });
     const { rows } = await eventually(
       () =>
         db.admin.query<{ id: string }>('SELECT waiter_id::text AS id FROM job_lease_waiter WHERE target_id = $1', [

@@ -45,7 +45,7 @@ describe('outcomes of a call', () => {
       const calls: Array<[string, () => Promise<unknown>]> = [
         ['tryAcquire', () => a.service.tryAcquire('outcome:1')],
         ['run', () => a.service.run('outcome:1', () => 1)],
-        ['acquire', () => a.service.acquire('outcome:1', { waitTimeoutMs: 0 })],
+        ['acquire', () => a.service.acquire('outcome:1', { onBusy: { wait: { timeoutMs: 0 } } })],
         ['list', () => a.service.list()],
       ];
       for (const [name, call] of calls) {
@@ -91,8 +91,8 @@ describe('outcomes of a call', () => {
       const a = await startService(db.url, { owner: 'outcomes-c' });
       try {
         for (const call of [
-          () => a.service.acquire('outcome:3', { waitTimeoutMs }),
-          () => a.service.run('outcome:3', () => 1, { waitTimeoutMs }),
+          () => a.service.acquire('outcome:3', { onBusy: { wait: { timeoutMs: waitTimeoutMs } } }),
+          () => a.service.run('outcome:3', () => 1, { onBusy: { wait: { timeoutMs: waitTimeoutMs } } }),
         ]) {
           const error = await call().catch((e: unknown) => e);
           expect(error).toBeInstanceOf(LeaseArgumentError);
@@ -117,7 +117,7 @@ describe('outcomes of a call', () => {
         return 1;
       };
       await expect(a.service.run('outcome:aborted', work, { signal })).rejects.toThrow('the caller is gone');
-      await expect(a.service.run('outcome:aborted', work, { signal, priority: 1 })).rejects.toThrow(
+      await expect(a.service.run('outcome:aborted', work, { signal, priority: 1, onBusy: 'wait' })).rejects.toThrow(
         'the caller is gone',
       );
       await expect(a.service.acquire('outcome:aborted', { signal })).rejects.toThrow('the caller is gone');

@@ -49,7 +49,7 @@ describe('preempt: true in one process', () => {
     const holder = await a.service.acquire(key, { priority: 1 });
     const told = aborted(holder);
     const started = performance.now();
-    const preempting = a.service.acquire(key, { priority: 5, preempt: true, preemptGraceMs: 10_000 });
+    const preempting = a.service.acquire(key, { priority: 5, onBusy: { preempt: { graceMs: 10_000 } } });
     const reason = await told;
     expect(reason).toBeInstanceOf(LeaseLostError);
     expect((reason as LeaseLostError).reason).toBe('preempted');
@@ -83,14 +83,14 @@ describe('preempt: true in one process', () => {
         order.push('slow told');
         return 'slow stopped';
       },
-      { priority: 0 },
+      { priority: 0, onBusy: 'wait' },
     );
     await eventually(
       () => Promise.resolve(order.length),
       (n) => n === 1,
       'the slow run to start',
     );
-    const urgent = await a.service.run(key, () => order.push('urgent ran'), { priority: 9, preempt: true });
+    const urgent = await a.service.run(key, () => order.push('urgent ran'), { priority: 9, onBusy: 'preempt' });
     expect(urgent).toBe(3);
     await expect(slow).resolves.toBe('slow stopped');
     expect(order).toEqual(['slow started', 'slow told', 'urgent ran']);
@@ -101,7 +101,7 @@ describe('preempt: true in one process', () => {
     const holder = await a.service.acquire(key, { priority: 5 });
     for (const priority of [5, 4]) {
       await expect(
-        a.service.acquire(key, { priority, preempt: true, preemptGraceMs: 0, waitTimeoutMs: 400 }),
+        a.service.acquire(key, { priority, onBusy: { preempt: { graceMs: 0, waitTimeoutMs: 400 } } }),
       ).rejects.toBeInstanceOf(LeaseWaitTimeoutError);
     }
     expect(holder.isHeld()).toBe(true);
@@ -121,7 +121,7 @@ describe('preempt: true in one process', () => {
       'the waiter ahead to queue',
     );
     await expect(
-      a.service.acquire(key, { priority: 5, preempt: true, preemptGraceMs: 0, waitTimeoutMs: 400 }),
+      a.service.acquire(key, { priority: 5, onBusy: { preempt: { graceMs: 0, waitTimeoutMs: 400 } } }),
     ).rejects.toBeInstanceOf(LeaseWaitTimeoutError);
     expect(holder.isHeld()).toBe(true);
     await holder.release();
@@ -144,28 +144,29 @@ describe('preempt: true in one process', () => {
     };
     const first = a.service.run(key, work, { onBusy: 'join' }).catch((error: unknown) => error);
     await started.opened;
-    const duplicate = a.service.run(key, work, { onBusy: 'join', joinTimeoutMs: 20_000 });
+    const duplicate = a.service.run(key, work, { onBusy: { join: { timeoutMs: 20_000 } } });
     await eventually(
       () => Promise.resolve(joinersWaiting(a.service, key)),
       (n) => n === 1,
       'the duplicate to join',
     );
-    const urgent = await a.service.acquire(key, { priority: 5, preempt: true });
+    const urgent = await a.service.acquire(key, { priority: 5, onBusy: 'preempt' });
     expect(await first).toBeInstanceOf(LeaseLostError);
     await urgent.release();
     await expect(duplicate).resolves.toEqual({ run: 2 });
   });
 
   test('bad preemption options are refused before anything is written', async () => {
-    await expect(a.service.acquire('preempt:bad', { preempt: 'yes' as never })).rejects.toBeInstanceOf(
+    await expect(a.service.acquire('preempt:bad', { preempt: true } as never)).rejects.toBeInstanceOf(
       LeaseArgumentError,
     );
-    await expect(a.service.acquire('preempt:bad', { preempt: true, preemptGraceMs: -1 })).rejects.toBeInstanceOf(
+    await expect(a.service.acquire('preempt:bad', { onBusy: { preempt: { graceMs: -1 } } })).rejects.toBeInstanceOf(
       LeaseArgumentError,
     );
-    await expect(a.service.run('preempt:bad', () => 1, { preempt: true, onBusy: 'join' })).rejects.toBeInstanceOf(
-      LeaseArgumentError,
-    );
+    // A preempting join: two policies at once (unrepresentable in the type).
+    await expect(
+      a.service.run('preempt:bad', () => 1, { onBusy: { preempt: {}, join: {} } } as never),
+    ).rejects.toBeInstanceOf(LeaseArgumentError);
     const rows = await db.admin.query(`SELECT 1 FROM job_lease WHERE target_id = 'preempt:bad'`);
     expect(rows.rowCount).toBe(0);
   });
@@ -184,8 +185,8 @@ describe('preempt: true across processes', () => {
   beforeAll(async () => {
     // The holder renews rarely: it does not hear of the request before the grace ends, so its fenced write after the
     // grant is refused by the database itself (the row's token), not by its local state.
-    holderSide = await db.open({ owner: 'holder', heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 });
-    urgentSide = await db.open({ owner: 'urgent', heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 });
+    holderSide = await db.open({ owner: 'holder', timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 } });
+    urgentSide = await db.open({ owner: 'urgent', timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 } });
   });
 
   afterAll(() => {
@@ -207,7 +208,7 @@ describe('preempt: true across processes', () => {
       });
     })();
     const started = performance.now();
-    const lease = await urgentSide.service.acquire(key, { priority: 5, preempt: true, preemptGraceMs: graceMs });
+    const lease = await urgentSide.service.acquire(key, { priority: 5, onBusy: { preempt: { graceMs } } });
     const tookMs = performance.now() - started;
     granted.open();
     stop();
@@ -239,7 +240,7 @@ describe('preempt: true across processes', () => {
       return reason;
     });
     const started = performance.now();
-    const lease = await urgentSide.service.acquire(key, { priority: 3, preempt: true, preemptGraceMs: 10_000 });
+    const lease = await urgentSide.service.acquire(key, { priority: 3, onBusy: { preempt: { graceMs: 10_000 } } });
     expect(performance.now() - started).toBeLessThan(8_000);
     expect(((await told) as LeaseLostError).reason).toBe('preempted');
     expect(lease.fencingToken > holder.fencingToken).toBe(true);
@@ -251,7 +252,7 @@ describe('preempt: true across processes', () => {
     const child = startChild(CHILD, { PREEMPT_CHILD: { url: db.url, key } }, { captureOutput: true });
     children.push(child);
     const running = await child.message<{ fencingToken: string }>('running', 30_000);
-    const lease = await urgentSide.service.acquire(key, { priority: 7, preempt: true, preemptGraceMs: 300 });
+    const lease = await urgentSide.service.acquire(key, { priority: 7, onBusy: { preempt: { graceMs: 300 } } });
     expect(lease.fencingToken > BigInt(running.fencingToken)).toBe(true);
     child.process.send('write');
     const wrote = await child.message<{ error?: { name: string; reason: string }; saved?: string }>('wrote', 30_000);

@@ -6,7 +6,13 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { eventually, useTestDatabase } from '../support/db.js';
-import { LeaseStore, ownRow, purgeFreeRows, resolveLeaseOptions } from '../../libs/lease/src/internal.js';
+import {
+  LeaseStore,
+  ownRow,
+  purgeFreeRows,
+  resolveLeaseOptions,
+  mergeLeaseOptions,
+} from '../../libs/lease/src/internal.js';
 
 const STALL_MS = 4_000;
 /** The purge bound of the test stores: the acquisitions' run cap is half of it (1.5 s), below the stall. */
@@ -20,9 +26,15 @@ describe('purging free rows', () => {
   let pool: pg.Pool;
   db.beforeDrop(() => pool?.end());
   // Long enough that statement_timeout (the acquisition bound, 18 s) is not what ends the stalled statement.
-  const timings = { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 };
+  const timings = { timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 } };
   const store = (owner: string, purgeAfterMs = PURGE_AFTER_MS) =>
-    new LeaseStore(pool, pool, resolveLeaseOptions({ ...timings, owner, maxBatchSize: 1 }), pool, purgeAfterMs);
+    new LeaseStore(
+      pool,
+      pool,
+      resolveLeaseOptions(mergeLeaseOptions(timings, { owner, connections: { maxBatchSize: 1 } })),
+      pool,
+      purgeAfterMs,
+    );
   const request = (targetKey: string) => ({ targetKey, leaseToken: randomUUID(), priority: 0, holdMs: 0 });
 
   beforeAll(async () => {
@@ -140,7 +152,7 @@ describe('purging free rows', () => {
     await db.admin.query(`UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE slot = -1`);
     await s.purge();
     expect(await mark()).toHaveLength(1);
-    const service = await db.open({ createSchema: false, owner: 'mark' });
+    const service = await db.open({ tables: { createSchema: false }, owner: 'mark' });
     expect((await service.service.list()).filter((row) => row.targetKey === '\u001f')).toEqual([]);
   });
 
@@ -164,7 +176,7 @@ describe('purging free rows', () => {
   test('a service runs the purge (by itself every 10 min; here at once)', async () => {
     // Its bootstrap first: the table holds a token of timeline 9 (the test before), so its tokens carry timeline 9,
     // and a key's first row is above the high-water mark the purges left. The later key holds the largest token.
-    const service = await db.open({ createSchema: false });
+    const service = await db.open({ tables: { createSchema: false } });
     for (const key of ['boot:old', 'boot:later']) await (await service.service.tryAcquire(key))!.release();
     await db.admin.query(
       `UPDATE job_lease SET acquired_at = acquired_at - interval '2 hours' WHERE target_id = 'boot:old'`,

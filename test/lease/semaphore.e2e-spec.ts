@@ -24,7 +24,7 @@ describe('semaphores (limit)', () => {
   beforeAll(async () => {
     a = await db.open({ owner: 'a' });
     // Waiters of b hear releases by NOTIFY; its poll is slow, so a grant that comes at once came from the NOTIFY.
-    b = await db.open({ owner: 'b', waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 });
+    b = await db.open({ owner: 'b', timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } });
   });
 
   const slotRows = async (key: string) =>
@@ -129,7 +129,7 @@ describe('semaphores (limit)', () => {
     ];
     const order: string[] = [];
     const wait = (name: string, priority: number) =>
-      b.service.acquire(key, { limit: 2, priority, waitTimeoutMs: 15_000 }).then((lease) => {
+      b.service.acquire(key, { limit: 2, priority, onBusy: { wait: { timeoutMs: 15_000 } } }).then((lease) => {
         order.push(name);
         return lease;
       });
@@ -171,7 +171,7 @@ describe('semaphores (limit)', () => {
       (await a.service.tryAcquire(key, { limit: 2 }))!,
       (await a.service.tryAcquire(key, { limit: 2 }))!,
     ];
-    const waiting = b.service.acquire(key, { limit: 2, priority: 1, waitTimeoutMs: 15_000 });
+    const waiting = b.service.acquire(key, { limit: 2, priority: 1, onBusy: { wait: { timeoutMs: 15_000 } } });
     await eventually(
       () => a.service.list(key),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -193,11 +193,16 @@ describe('semaphores (limit)', () => {
       (await a.service.tryAcquire(key, { limit: 2 }))!,
     ];
     // A process whose waiter hears nothing (wake-ups dropped, poll slow): it stays queued while a slot is free.
-    const c = await db.open({ owner: 'c', waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 });
+    const c = await db.open({ owner: 'c', timing: { waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 } });
     const woken: string[] = [];
     interceptHeadWakeups(c.service, (wakeup) => woken.push(wakeup.waiterId));
     const stop = new AbortController();
-    const waiting = c.service.acquire(key, { limit: 2, priority: 1, waitTimeoutMs: 30_000, signal: stop.signal });
+    const waiting = c.service.acquire(key, {
+      limit: 2,
+      priority: 1,
+      onBusy: { wait: { timeoutMs: 30_000 } },
+      signal: stop.signal,
+    });
     await eventually(
       () => a.service.list(key),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -231,7 +236,7 @@ describe('semaphores (limit)', () => {
     await four[0]!.release();
     await four[1]!.release();
     await expect(b.service.tryAcquire(key, { limit: 2 })).rejects.toBeInstanceOf(LeaseLimitConflictError);
-    await expect(b.service.acquire(key, { limit: 8, waitTimeoutMs: 1_000 })).rejects.toMatchObject({
+    await expect(b.service.acquire(key, { limit: 8, onBusy: { wait: { timeoutMs: 1_000 } } })).rejects.toMatchObject({
       name: 'LeaseLimitConflictError',
       heldLimit: 4,
     });
@@ -321,9 +326,9 @@ describe('semaphores (limit)', () => {
     const limited = (await a.service.tryAcquire('sem\u001f0', { limit: 3 }))!;
     expect(limited.slot).toBe(0);
     await limited.release();
-    await expect(a.service.run('sem:join', async () => 1, { limit: 2, onBusy: 'join' })).rejects.toBeInstanceOf(
-      LeaseArgumentError,
-    );
+    await expect(
+      a.service.run('sem:join', async () => 1, { limit: 2, onBusy: 'join' } as never),
+    ).rejects.toBeInstanceOf(LeaseArgumentError);
     // limit 1 is the single holder: the key's own row.
     const single = (await a.service.tryAcquire('sem:one', { limit: 1 }))!;
     expect(single.slot).toBeUndefined();
@@ -345,7 +350,9 @@ describe('semaphores (limit)', () => {
       return lease.slot;
     };
     const slots = await Promise.all(
-      Array.from({ length: 6 }, (_, i) => (i % 2 ? a : b).service.run(key, work, { limit: 3, waitTimeoutMs: 10_000 })),
+      Array.from({ length: 6 }, (_, i) =>
+        (i % 2 ? a : b).service.run(key, work, { limit: 3, onBusy: { wait: { timeoutMs: 10_000 } } }),
+      ),
     );
     expect(most).toBe(3);
     expect(slots.every((slot) => slot !== undefined && slot >= 0 && slot < 3)).toBe(true);

@@ -46,13 +46,13 @@ describe('close() at the seams', () => {
     const lease = await holder.service.tryAcquire('close:queued');
     // close() waits up to one heartbeat interval (1 s) for statements in flight; this one lands within it.
     const waiter = await proc('closing', {
-      heartbeatIntervalMs: 1_000,
-      leaseTimeoutMs: 10_000,
-      waiterTimeoutMs: 3_000,
+      timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 },
     });
     const removeStall = await slowEnqueues(db.admin, 'closing', 0.3);
     try {
-      const waiting = track(waiter.service.acquire('close:queued', { priority: 1, waitTimeoutMs: 10_000 }));
+      const waiting = track(
+        waiter.service.acquire('close:queued', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } }),
+      );
       await eventually(
         () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 1,
@@ -117,7 +117,7 @@ describe('close() at the seams', () => {
     // closing): ending a pg client that is still connecting never settles its connect(). Here the heartbeat's first
     // connection is aimed at that moment: new connections get no answer from the first acquisition on.
     const { proxy, url } = await proxied();
-    const opening = await proc('opening', { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 }, 4, url);
+    const opening = await proc('opening', { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 } }, 4, url);
     proxy.stallNewConnections();
     const lease = await opening.service.tryAcquire('close:connecting');
     expect(lease?.isHeld()).toBe(true);

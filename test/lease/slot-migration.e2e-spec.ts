@@ -10,7 +10,7 @@ import { adminClient, createTestDatabase } from '../support/db.js';
  * the high-water row of the purge (named by a lone U+001F) — and the library works on the result: a slot held across
  * the migration keeps its token, and its holder renews, fences and releases it.
  */
-const OPTIONS = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+const OPTIONS = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
 const MIGRATION = 'AddLeaseSlotColumn1796428800000';
 const KEY = 'report tenant/7';
 const SLOT_0_TOKEN = '0b7a2d4e-0000-4000-8000-000000000000';

@@ -81,7 +81,7 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     check(lone.join(), 'floor:lone', before.get('floor:lone')!, loneLease!.fencingToken);
     // The single statement (a waiting call's attempt goes there).
     const { names: single, result: singleLease } = await sent(() =>
-      b.service.acquire('floor:single', { priority: 1, waitTimeoutMs: 5_000 }),
+      b.service.acquire('floor:single', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } }),
     );
     check(single.join(), 'floor:single', before.get('floor:single')!, singleLease.fencingToken);
     // The set-based statement (calls of one turn of the event loop go together).
@@ -99,7 +99,7 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     // A handoff: the release grants the head of the line (the holder's token, of a new key, was not floored by a
     // row: the sequence is set back below it again).
     const held = (await a.service.tryAcquire('floor:handoff'))!;
-    const waiting = b.service.acquire('floor:handoff', { priority: 1, waitTimeoutMs: 5_000 });
+    const waiting = b.service.acquire('floor:handoff', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } });
     await eventually(
       () => b.service.list('floor:handoff'),
       (rows) => rows.some((row) => row.state === 'waiting'),
@@ -114,9 +114,7 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     await setSequence(LOW);
     const urgent = await b.service.acquire('floor:preempt', {
       priority: 5,
-      preempt: true,
-      preemptGraceMs: 0,
-      waitTimeoutMs: 5_000,
+      onBusy: { preempt: { graceMs: 0, waitTimeoutMs: 5_000 } },
     });
     check('preempt', 'floor:preempt', preempted.fencingToken, urgent.fencingToken);
 
@@ -190,7 +188,9 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     expect(lost).toEqual([]);
     expect(await again.fenced(async () => 'written')).toBe('written');
     // A place taken now is behind the copied one.
-    const waiting = a.service.acquire('later:line', { priority: 0, waitTimeoutMs: 300 }).catch(() => undefined);
+    const waiting = a.service
+      .acquire('later:line', { priority: 0, onBusy: { wait: { timeoutMs: 300 } } })
+      .catch(() => undefined);
     const { rows: line } = await eventually(
       () =>
         db.admin.query<{ owner: string }>(

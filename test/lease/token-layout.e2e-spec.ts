@@ -1,7 +1,7 @@
 import { LeaseConfigError, LeaseService, leaseEntities, leaseMigrations } from 'nest-pg-lease';
 import type pg from 'pg';
 import { DataSource } from 'typeorm';
-import { schemaStatements } from '../../libs/lease/src/internal.js';
+import { schemaStatements, mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 /**
@@ -10,7 +10,7 @@ import { adminClient, createTestDatabase } from '../support/db.js';
  * token and every new place in line is above every old one, and a process of an earlier version, which builds its
  * token from a value below 2^40, fails closed on the migrated sequences instead of drawing a smaller token.
  */
-const OPTIONS = { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 };
+const OPTIONS = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
 const FLOOR = 1n << 40n;
 
 /** Tables as a 0.2 schema left them: sequences without the floor, tokens and places of the 40-bit layout. */
@@ -75,7 +75,7 @@ describe('the 47-bit token layout', () => {
       expect(lease.fencingToken >> 47n).toBe(1n);
       expect(lease.fencingToken & ((1n << 47n) - 1n)).toBe(drawn);
       expect(drawn).toBeGreaterThanOrEqual(FLOOR);
-      const waiting = service.acquire('layout:new', { priority: 1, waitTimeoutMs: 10_000 });
+      const waiting = service.acquire('layout:new', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } });
       let seq: string | undefined;
       for (let i = 0; seq === undefined; i++) {
         if (i > 250) throw new Error('the waiter never queued');
@@ -126,7 +126,7 @@ describe('the 47-bit token layout', () => {
         const slot = (await service.tryAcquire('layout:semaphore', { limit: 2 }))!;
         expect(slot.fencingToken).toBeGreaterThan(fresh.fencingToken);
         // A new waiter of old:held queues behind the 0.2 waiter already there.
-        const waiting = service.acquire('old:held', { priority: 0, waitTimeoutMs: 30_000 });
+        const waiting = service.acquire('old:held', { priority: 0, onBusy: { wait: { timeoutMs: 30_000 } } });
         let rows: Array<{ owner: string; seq: string }> = [];
         for (let i = 0; rows.length < 2; i++) {
           if (i > 250) throw new Error('the waiter never queued');
@@ -177,7 +177,7 @@ describe('the 47-bit token layout', () => {
     await makeOldTables(admin);
     await makeOldLayout(admin);
     const dataSource = await migrated();
-    const service = new LeaseService(dataSource, { ...OPTIONS, createSchema: true });
+    const service = new LeaseService(dataSource, mergeLeaseOptions(OPTIONS, { tables: { createSchema: true } }));
     try {
       await service.init();
       const taken = (await service.tryAcquire('old:released'))!;

@@ -28,7 +28,7 @@ describe('diagnostics_channel', () => {
       const lease = await service.tryAcquire('chan:1', { keyTemplate: 'chan:{id}' });
       expect(await service.tryAcquire('chan:1', { keyTemplate: 'chan:{id}' })).toBeNull();
       const waiting = firstValueFrom(service.events$.pipe(filter((event) => event.type === 'waiting')));
-      const waiter = service.acquire('chan:1', { keyTemplate: 'chan:{id}', waitTimeoutMs: 10_000 });
+      const waiter = service.acquire('chan:1', { keyTemplate: 'chan:{id}', onBusy: { wait: { timeoutMs: 10_000 } } });
       await waiting;
       await lease!.release();
       await (await waiter).release();
@@ -74,7 +74,7 @@ describe('LeaseMetrics histograms', () => {
       const lease = await service.tryAcquire('job:1', template);
       expect(await service.tryAcquire('job:1', template)).toBeNull();
       const waiting = firstValueFrom(service.events$.pipe(filter((event) => event.type === 'waiting')));
-      const waiter = service.acquire('job:1', { ...template, waitTimeoutMs: 10_000 });
+      const waiter = service.acquire('job:1', { ...template, onBusy: { wait: { timeoutMs: 10_000 } } });
       await waiting;
       await sleep(300);
       await lease!.release();

@@ -13,6 +13,7 @@ import { filter } from 'rxjs/operators';
 import { CurrentLease, Exclusive, type Lease, LeaseModule, LeaseService, leaseEntities } from 'nest-pg-lease';
 import { FAST, useTestDatabase } from '../support/db.js';
 import { Gate, startApp } from '../exclusive/fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 // The library's spans, recorded by the real OpenTelemetry SDK (in-memory exporter): their tree under the caller's
 // span (an HTTP request's, made by a middleware as an HTTP instrumentation would), names, attributes and events.
@@ -58,7 +59,7 @@ const gate = (name: string) => gates.get(name) ?? gates.set(name, new Gate()).ge
 @Controller()
 class ReportController {
   @Get('reports/:id/:gate')
-  @Exclusive('report:{id}', { priority: 5, waitTimeoutMs: 10_000 })
+  @Exclusive('report:{id}', { priority: 5, onBusy: { wait: { timeoutMs: 10_000 } } })
   async build(@Param('id') id: string, @Param('gate') gateName: string, @CurrentLease() lease: Lease) {
     const g = gate(gateName);
     g.entered += 1;
@@ -73,7 +74,7 @@ describe('OpenTelemetry spans', () => {
     const { app, url } = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: leaseEntities }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
       ],
       [ReportController],
       [],
@@ -157,15 +158,15 @@ describe('OpenTelemetry spans', () => {
   });
 
   test('service calls: busy and timeout outcomes, the key only when opted in, losses and failed heartbeats as events', async () => {
-    const { service, close } = await db.open({ traceTargetKeys: true });
+    const { service, close } = await db.open({ observability: { traceTargetKeys: true } });
     try {
       const held = await inSpan('job', async (job) => {
         const lease = await service.tryAcquire('job:7', { keyTemplate: 'job:{id}' });
         expect(lease).not.toBeNull();
         expect(await service.tryAcquire('job:7', { keyTemplate: 'job:{id}' })).toBeNull();
-        await expect(service.acquire('job:7', { keyTemplate: 'job:{id}', waitTimeoutMs: 200 })).rejects.toThrow(
-          /Gave up waiting/,
-        );
+        await expect(
+          service.acquire('job:7', { keyTemplate: 'job:{id}', onBusy: { wait: { timeoutMs: 200 } } }),
+        ).rejects.toThrow(/Gave up waiting/);
         return { lease: lease!, job };
       });
       const parent = idOf(held.job);

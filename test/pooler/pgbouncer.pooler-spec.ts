@@ -4,6 +4,7 @@ import pg from 'pg';
 import type { EntityManager } from 'typeorm';
 import { adminClient, createTestDatabase, eventually, makeDataSource, serverUrl, startService } from '../support/db.js';
 import { type PgBouncer, startPgBouncer } from './pgbouncer.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /**
  * nest-pg-lease behind a real PgBouncer in `pool_mode = transaction` (Debian's 1.18, no prepared-statement support):
@@ -16,10 +17,7 @@ const POOL_SIZE = 4;
  * the pooler queue for its few server connections); the main suite's 100 ms interval is for loopback without load.
  */
 const TIMING: LeaseModuleOptions = {
-  heartbeatIntervalMs: 300,
-  leaseTimeoutMs: 3_000,
-  waiterTimeoutMs: 1_500,
-  waitPollIntervalMs: 500,
+  timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waiterTimeoutMs: 1_500, waitPollIntervalMs: 500 },
 };
 const BOOTSTRAP_WARNING = /^pooler: 'transaction' without sessionUrl/;
 /** `pg`'s message when a connection is not established within `connectionTimeoutMillis`. */
@@ -90,7 +88,10 @@ describe('behind PgBouncer in transaction mode', () => {
   async function instance(name: string, options: LeaseModuleOptions) {
     const dataSource = makeDataSource(pooledUrl, { poolSize: 3, applicationName: name });
     await dataSource.initialize();
-    const service = new LeaseService(dataSource, { ...TIMING, pooler: 'transaction', ...options });
+    const service = new LeaseService(
+      dataSource,
+      mergeLeaseOptions(TIMING, { connections: { pooler: 'transaction' } }, options),
+    );
     const events: LeaseEvent[] = [];
     service.events$.subscribe((event) => events.push(event));
     const started = {
@@ -124,14 +125,14 @@ describe('behind PgBouncer in transaction mode', () => {
           try {
             const lease =
               round % 4 === 3
-                ? await service.acquire(key, { priority: worker % 3, waitTimeoutMs: 30_000 })
+                ? await service.acquire(key, { priority: worker % 3, onBusy: { wait: { timeoutMs: 30_000 } } })
                 : await service.tryAcquire(key);
             if (!lease) {
               busy++;
               continue;
             }
             try {
-              await sleep(round % 3 === 0 ? 1.5 * TIMING.heartbeatIntervalMs! : 10); // some holds span heartbeats
+              await sleep(round % 3 === 0 ? 1.5 * TIMING.timing!.heartbeatIntervalMs! : 10); // some holds span heartbeats
               await lease.fenced((manager) => write(manager, key, lease, worker));
               saved++;
             } finally {
@@ -172,7 +173,7 @@ describe('behind PgBouncer in transaction mode', () => {
     ['with sessionUrl', true],
     ['without sessionUrl', false],
   ])('%s', (_label, withSession) => {
-    const session = () => (withSession ? { sessionUrl: db.url } : {});
+    const session = () => (withSession ? { connections: { sessionUrl: db.url } } : {});
 
     test('8 workers × acquire → fenced insert → release on own and shared keys: no error other than busy', async () => {
       const workers = await Promise.all(Array.from({ length: 8 }, (_, i) => instance(`worker-${i}`, session())));
@@ -192,7 +193,7 @@ describe('behind PgBouncer in transaction mode', () => {
       const holder = await instance('holder', session());
       const lease = (await holder.service.tryAcquire('long'))!;
       expect(lease).not.toBeNull();
-      await sleep(3 * TIMING.leaseTimeoutMs!);
+      await sleep(3 * TIMING.timing!.leaseTimeoutMs!);
       expect(lease.isHeld()).toBe(true);
       expect(lease.signal.aborted).toBe(false);
       const renewed = holder.events.filter((event) => event.type === 'renewed').length;
@@ -212,13 +213,17 @@ describe('behind PgBouncer in transaction mode', () => {
       );
       return new Set(pids.map((rows: Array<{ pid: number }>) => rows[0].pid));
     };
-    const first = await Promise.all([0, 1, 2, 3].map((i) => instance(`first-${i}`, { sessionUrl: db.url })));
+    const first = await Promise.all(
+      [0, 1, 2, 3].map((i) => instance(`first-${i}`, { connections: { sessionUrl: db.url } })),
+    );
     const firstRun = await cycles(first, 8);
     const firstBackends = await backends(first);
     await Promise.all(running.splice(0).map((service) => service.close()));
     await admin.query('TRUNCATE fenced_write');
 
-    const second = await Promise.all([0, 1, 2, 3].map((i) => instance(`second-${i}`, { sessionUrl: db.url })));
+    const second = await Promise.all(
+      [0, 1, 2, 3].map((i) => instance(`second-${i}`, { connections: { sessionUrl: db.url } })),
+    );
     const secondRun = await cycles(second, 8);
     const secondBackends = await backends(second);
     const shared = [...secondBackends].filter((pid) => firstBackends.has(pid));
@@ -255,11 +260,11 @@ describe('behind PgBouncer in transaction mode', () => {
   }
 
   test('with sessionUrl, a lease survives a saturated pooler: heartbeats do not queue for its server connections', async () => {
-    const holder = await instance('holder', { sessionUrl: db.url });
+    const holder = await instance('holder', { connections: { sessionUrl: db.url } });
     const lease = (await holder.service.tryAcquire('saturated'))!;
     const end = await saturate();
     try {
-      await sleep(3 * TIMING.leaseTimeoutMs!);
+      await sleep(3 * TIMING.timing!.leaseTimeoutMs!);
       expect(lease.isHeld()).toBe(true);
       expect(holder.events.filter((event) => event.type === 'lost')).toEqual([]);
       expect(unexpected()).toEqual([]); // no renewal failed, but for a connect timeout under load
@@ -276,7 +281,7 @@ describe('behind PgBouncer in transaction mode', () => {
     const lease = (await holder.service.tryAcquire('saturated'))!;
     const end = await saturate();
     try {
-      await eventually(() => lease.signal.aborted, Boolean, 'the lease is lost', 3 * TIMING.leaseTimeoutMs!);
+      await eventually(() => lease.signal.aborted, Boolean, 'the lease is lost', 3 * TIMING.timing!.leaseTimeoutMs!);
       expect(holder.events.find((event) => event.type === 'lost')).toMatchObject({ reason: 'renewal-deadline' });
     } finally {
       await end();
@@ -286,19 +291,19 @@ describe('behind PgBouncer in transaction mode', () => {
   });
 
   test('with sessionUrl, NOTIFY wakes a priority waiter within 500 ms of the release (poll set to 10 s)', async () => {
-    const options = { sessionUrl: db.url, waitPollIntervalMs: 10_000 };
+    const options = { connections: { sessionUrl: db.url }, timing: { waitPollIntervalMs: 10_000 } };
     const holder = await instance('holder', options);
     const low = await instance('low', options);
     const high = await instance('high', options);
     const lease = (await holder.service.tryAcquire('prio'))!;
-    const lowWait = low.service.acquire('prio', { priority: 1, waitTimeoutMs: 30_000 });
+    const lowWait = low.service.acquire('prio', { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } });
     await eventually(
       () => waiterRows(admin),
       (n) => n === 1,
       'low waiter queued',
     );
     const highWait = high.service
-      .acquire('prio', { priority: 5, waitTimeoutMs: 30_000 })
+      .acquire('prio', { priority: 5, onBusy: { wait: { timeoutMs: 30_000 } } })
       .then((granted) => ({ granted, at: performance.now() }));
     await eventually(
       () => waiterRows(admin),
@@ -322,18 +327,20 @@ describe('behind PgBouncer in transaction mode', () => {
   });
 
   test('without sessionUrl: a warning at bootstrap, notify off, a 1 s default poll that still grants waiters', async () => {
-    const defaults = { heartbeatIntervalMs: 30_000, leaseTimeoutMs: 120_000, waitPollIntervalMs: undefined };
+    const defaults = {
+      timing: { heartbeatIntervalMs: 30_000, leaseTimeoutMs: 120_000, waitPollIntervalMs: undefined },
+    };
     const plain = await instance('plain', defaults);
-    expect(plain.service.options.notify).toBe(false);
-    expect(plain.service.options.waitPollIntervalMs).toBe(1_000);
+    expect(plain.service.options.connections.notify).toBe(false);
+    expect(plain.service.options.timing.waitPollIntervalMs).toBe(1_000);
     expect(warnings.some((message) => BOOTSTRAP_WARNING.test(message))).toBe(true);
     warnings.length = 0;
 
     const holder = await instance('holder', {});
-    const waiter = await instance('waiter', { waitPollIntervalMs: undefined });
+    const waiter = await instance('waiter', { timing: { waitPollIntervalMs: undefined } });
     const lease = (await holder.service.tryAcquire('poll'))!;
     const waiting = waiter.service
-      .acquire('poll', { priority: 1, waitTimeoutMs: 30_000 })
+      .acquire('poll', { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } })
       .then((granted) => ({ granted, at: performance.now() }));
     await eventually(
       () => waiterRows(admin),

@@ -12,7 +12,7 @@ async function raceNewcomers(key: string, newcomerPriority: number) {
   const holder = await proc('holder');
   const held = (await holder.service.tryAcquire(key))!;
   const waiter = await proc('waiter-p5');
-  const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
+  const waiting = track(waiter.service.acquire(key, { priority: 5, onBusy: { wait: { timeoutMs: 30_000 } } }));
   await untilQueued(db.admin, key, waiter.owner);
 
   const newcomers = await Promise.all([1, 2, 3].map((n) => proc(`newcomer${n}-p${newcomerPriority}`)));
@@ -58,12 +58,16 @@ test('a newcomer of equal priority never wins before a waiter that queued earlie
 test('the acquire statement itself refuses lower and equal newcomers on a free target, and admits a higher one', async () => {
   const key = 'barge:precheck';
   // Without NOTIFY the release frees the target instead of handing it to the waiter (direct handoff).
-  const holder = await proc('holder', { notify: false });
+  const holder = await proc('holder', { connections: { notify: false } });
   const held = (await holder.service.tryAcquire(key))!;
   // No NOTIFY and a long poll: after the release the waiter sleeps for seconds, so only the statement's own
   // check stands between a newcomer and the free target.
-  const waiter = await proc('sleepy-p5', { notify: false, waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 }, 1);
-  const waiting = track(waiter.service.acquire(key, { priority: 5, waitTimeoutMs: 30_000 }));
+  const waiter = await proc(
+    'sleepy-p5',
+    { connections: { notify: false }, timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } },
+    1,
+  );
+  const waiting = track(waiter.service.acquire(key, { priority: 5, onBusy: { wait: { timeoutMs: 30_000 } } }));
   await untilAsleep(db.admin, key, waiter);
   await held.release();
   expect(await holderOf(db.admin, key)).toBeNull();

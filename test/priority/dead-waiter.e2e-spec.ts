@@ -30,10 +30,12 @@ function spawnWaiter(key: string, priority: number, name: string): Child {
       priority,
       owner,
       options: {
-        heartbeatIntervalMs: 100,
-        leaseTimeoutMs: 1_000,
-        waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
-        waitPollIntervalMs: 200,
+        timing: {
+          heartbeatIntervalMs: 100,
+          leaseTimeoutMs: 1_000,
+          waiterTimeoutMs: CHILD_WAITER_TIMEOUT_MS,
+          waitPollIntervalMs: 200,
+        },
       },
     },
   });
@@ -61,7 +63,7 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
     await dead.next('ready');
     const place = await untilQueued(db.admin, key, dead.owner);
     const next = await proc('next-p1');
-    const nextCall = track(next.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+    const nextCall = track(next.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }));
     await untilQueued(db.admin, key, next.owner);
 
     dead.process.kill(signal);

@@ -11,7 +11,7 @@ import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 import { procsOf } from './helpers.js';
 
 /** Timings with an acquisition bound (leaseTimeoutMs − safetyMarginMs = 9 s) far above the waiter timeout. */
-const SLOW_LOCK = { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 1_000 };
+const SLOW_LOCK = { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 1_000 } };
 
 /** A lease row of `key` whose holder expired an hour ago, locked by a transaction of `locker` until `unlock()`. */
 async function expiredRowLocked(
@@ -54,7 +54,7 @@ describe('the first attempt of a waiting call', () => {
     const waiter = await proc('patient', SLOW_LOCK);
     const { unlock } = await expiredRowLocked(db.admin, locker, 'locked:wait');
     const started = performance.now();
-    const acquiring = waiter.service.acquire('locked:wait', { priority: 1, waitTimeoutMs: 8_000 });
+    const acquiring = waiter.service.acquire('locked:wait', { priority: 1, onBusy: { wait: { timeoutMs: 8_000 } } });
     setTimeout(() => void unlock(), 2_500);
     const lease = await acquiring;
     const waitedMs = performance.now() - started;
@@ -68,9 +68,9 @@ describe('the first attempt of a waiting call', () => {
     const waiter = await proc('hasty', SLOW_LOCK);
     const { unlock } = await expiredRowLocked(db.admin, locker, 'locked:give-up');
     const started = performance.now();
-    await expect(waiter.service.acquire('locked:give-up', { priority: 1, waitTimeoutMs: 500 })).rejects.toBeInstanceOf(
-      LeaseWaitTimeoutError,
-    );
+    await expect(
+      waiter.service.acquire('locked:give-up', { priority: 1, onBusy: { wait: { timeoutMs: 500 } } }),
+    ).rejects.toBeInstanceOf(LeaseWaitTimeoutError);
     expect(performance.now() - started).toBeLessThan(2_000);
     await unlock();
     // Whatever the abandoned statement did once the lock went, the key is not held by a lease nobody holds: not

@@ -15,7 +15,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     const waiters = [];
     for (const [index, priority] of priorities.entries()) {
       const p = await proc(`w${index}-p${priority}`);
-      const call = track(p.service.acquire(key, { priority, waitTimeoutMs: 30_000 }));
+      const call = track(p.service.acquire(key, { priority, onBusy: { wait: { timeoutMs: 30_000 } } }));
       await untilQueued(db.admin, key, p.owner);
       waiters.push({ proc: p, priority, call });
     }
@@ -105,12 +105,12 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     const holder = await proc('holder');
     let current: Lease = (await holder.service.tryAcquire(key))!;
     const low = await proc('low-p0');
-    const lowCall = track(low.service.acquire(key, { priority: 0, waitTimeoutMs: 60_000 }));
+    const lowCall = track(low.service.acquire(key, { priority: 0, onBusy: { wait: { timeoutMs: 60_000 } } }));
     await untilQueued(db.admin, key, low.owner);
     const stream = await proc('stream-p1');
     for (let round = 0; round < 5; round++) {
       // Each newcomer queues after the low waiter, yet is served first.
-      const high = track(stream.service.acquire(key, { priority: 1, waitTimeoutMs: 60_000 }));
+      const high = track(stream.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 60_000 } } }));
       await eventually(
         () => rowsOf(db.admin, key, stream.owner),
         (rows) => rows.length === 1,

@@ -25,9 +25,11 @@ test('only the named waiter attempts: the others stay asleep through two handoff
   const held = (await holder.service.tryAcquire(key))!;
   expect(held).not.toBeNull();
   // Polls far away (10–20 s): only a NOTIFY can wake these waiters within the test.
-  const slow = { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 };
+  const slow = { timing: { waitPollIntervalMs: 20_000, waiterTimeoutMs: 30_000 } };
   const waiters = [await proc('w1', slow, 1), await proc('w2', slow, 1), await proc('w3', slow, 1)];
-  const calls = waiters.map((w, i) => track(w.service.acquire(key, { priority: i + 1, waitTimeoutMs: 60_000 })));
+  const calls = waiters.map((w, i) =>
+    track(w.service.acquire(key, { priority: i + 1, onBusy: { wait: { timeoutMs: 60_000 } } })),
+  );
   for (const w of waiters) await untilAsleep(db.admin, key, w);
   const lowestAsleepSince = await lastStatementAt(waiters[0]);
   const middleAsleepSince = await lastStatementAt(waiters[1]);
@@ -50,11 +52,11 @@ test('a dropped head-only notification is covered by the poll', async () => {
   const key = 'head:dropped';
   const holder = await proc('holder');
   const held = (await holder.service.tryAcquire(key))!;
-  const waiter = await proc('dropper', { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 }, 1);
+  const waiter = await proc('dropper', { timing: { waitPollIntervalMs: 2_000, waiterTimeoutMs: 30_000 } }, 1);
   // The named waiter's wake-up never reaches it (a lost NOTIFY, as far as the wait can tell).
   const dropped: string[] = [];
   interceptHeadWakeups(waiter.service, (wakeup) => void dropped.push(wakeup.waiterId));
-  const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+  const call = track(waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } }));
   await untilAsleep(db.admin, key, waiter);
   const released = performance.now();
   await held.release();

@@ -9,6 +9,7 @@ import type pg from 'pg';
 import { LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { eventually, openLeaseService, type OpenedService, type TestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 export interface Proc extends OpenedService {
   readonly name: string;
@@ -28,7 +29,10 @@ export async function startProc(
   poolSize = 4,
 ): Promise<Proc> {
   const owner = `${name}-${randomBytes(3).toString('hex')}`;
-  const opened = await openLeaseService(url, { owner, poolSize, ...options }, { applicationName: owner, poolSize });
+  const opened = await openLeaseService(url, mergeLeaseOptions({ owner, connections: { poolSize } }, options), {
+    applicationName: owner,
+    poolSize,
+  });
   return { name, owner, ...opened };
 }
 
@@ -209,10 +213,7 @@ export async function closeParticipants(
 
 /** The timings of the model tests' processes: slow enough that a loaded machine never loses a lease by accident. */
 export const MODEL_OPTIONS = {
-  heartbeatIntervalMs: 500,
-  leaseTimeoutMs: 10_000,
-  waiterTimeoutMs: 3_000,
-  waitPollIntervalMs: 1_000,
+  timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000, waitPollIntervalMs: 1_000 },
 };
 
 /** A participant of a model run: a "process" (`startProc`), behind a proxy of its own when it may crash. */
@@ -223,7 +224,10 @@ export async function startParticipant(
 ): Promise<{ proc: Proc; proxy?: TcpProxy }> {
   const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
   const url = proxy ? await proxy.start(db.url) : db.url;
-  return { proc: await startProc(url, name, { ...MODEL_OPTIONS, createSchema: false }, 2), proxy };
+  return {
+    proc: await startProc(url, name, mergeLeaseOptions(MODEL_OPTIONS, { tables: { createSchema: false } }), 2),
+    proxy,
+  };
 }
 
 /** A wait that had to time out did: `LeaseWaitTimeoutError`, and its waiter row gone before the rejection. */

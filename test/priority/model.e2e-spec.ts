@@ -95,7 +95,9 @@ class WaitCommand implements fc.AsyncCommand<Model, Real> {
   check = (model: Readonly<Model>) => model.waiters.length < 6;
   async run(model: Model, real: Real): Promise<void> {
     const entry = await participant(real, 'w', true);
-    entry.call = track(entry.proc.service.acquire(real.key, { priority: this.priority, waitTimeoutMs: 120_000 }));
+    entry.call = track(
+      entry.proc.service.acquire(real.key, { priority: this.priority, onBusy: { wait: { timeoutMs: 120_000 } } }),
+    );
     if (model.holder === null) {
       real.holder = { name: entry.proc.name, lease: await entry.call.promise };
       model.holder = entry.proc.name;
@@ -151,7 +153,10 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
   check = () => true;
   async run(model: Model, real: Real): Promise<void> {
     const entry = await participant(real, 't', false);
-    const call = entry.proc.service.acquire(real.key, { priority: this.priority, waitTimeoutMs: 300 });
+    const call = entry.proc.service.acquire(real.key, {
+      priority: this.priority,
+      onBusy: { wait: { timeoutMs: 300 } },
+    });
     if (model.holder === null) {
       real.holder = { name: entry.proc.name, lease: await call };
       model.holder = entry.proc.name;

@@ -15,9 +15,8 @@ const start = async (name: string) => {
   await dataSource.initialize();
   const service = new LeaseService(dataSource, {
     owner: name,
-    createSchema: true,
-    heartbeatIntervalMs: 100,
-    leaseTimeoutMs: 1_000,
+    tables: { createSchema: true },
+    timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 },
   });
   await service.init();
   return { dataSource, service };
@@ -27,7 +26,7 @@ const waiter = await start(owner);
 const held = await holder.service.tryAcquire('orphan');
 const admin = new pg.Client({ connectionString: url });
 await admin.connect();
-const waiting = waiter.service.acquire('orphan', { waitTimeoutMs: 10_000 }).catch(() => undefined);
+const waiting = waiter.service.acquire('orphan', { onBusy: { wait: { timeoutMs: 10_000 } } }).catch(() => undefined);
 while ((await admin.query('SELECT 1 FROM job_lease_waiter WHERE owner = $1', [owner])).rowCount === 0) {
   await new Promise((resolve) => setTimeout(resolve, 20));
 }

@@ -20,12 +20,14 @@ test('waitTimeoutMs and abort settle the wait on time while the database does no
     await holder.service.tryAcquire('partition:a');
     await holder.service.tryAcquire('partition:b');
     cut = await startProc(await proxy.start(db.url), 'cut-off');
-    const queued = track(cut.service.acquire('partition:a', { waitTimeoutMs: 1_000 }));
+    const queued = track(cut.service.acquire('partition:a', { onBusy: { wait: { timeoutMs: 1_000 } } }));
     await untilQueued(db.admin, 'partition:a', cut.owner);
     proxy.freeze();
     const controller = new AbortController();
     const reason = new Error('gave up');
-    const fresh = track(cut.service.acquire('partition:b', { waitTimeoutMs: 60_000, signal: controller.signal }));
+    const fresh = track(
+      cut.service.acquire('partition:b', { onBusy: { wait: { timeoutMs: 60_000 } }, signal: controller.signal }),
+    );
     controller.abort(reason);
     await eventually(() => queued.settled() && fresh.settled(), Boolean, 'both waits settled', 5_000);
     expect(queued.error).toBeInstanceOf(LeaseWaitTimeoutError);

@@ -116,7 +116,11 @@ class WaitCommand implements fc.AsyncCommand<Model, Real> {
   async run(model: Model, real: Real): Promise<void> {
     const entry = await participant(real, 'w', true);
     entry.call = track(
-      entry.proc.service.acquire(real.key, { limit: model.limit, priority: this.priority, waitTimeoutMs: 120_000 }),
+      entry.proc.service.acquire(real.key, {
+        limit: model.limit,
+        priority: this.priority,
+        onBusy: { wait: { timeoutMs: 120_000 } },
+      }),
     );
     // A free slot with no one in line is granted at once; otherwise the call queues.
     if (model.holders.length < model.limit) {
@@ -195,7 +199,7 @@ class TimeoutCommand implements fc.AsyncCommand<Model, Real> {
     const call = entry.proc.service.acquire(real.key, {
       limit: model.limit,
       priority: this.priority,
-      waitTimeoutMs: 300,
+      onBusy: { wait: { timeoutMs: 300 } },
     });
     if (model.holders.length < model.limit) {
       granted(real, entry, await call, model.limit);

@@ -26,10 +26,12 @@ describe('waits settle while new connections never open', () => {
       await Promise.all([1, 2, 3].map(() => cut.dataSource.query('SELECT 1')));
       proxy.stallNewConnections();
       const started = performance.now();
-      const timed = track(cut.service.acquire('stall:a', { waitTimeoutMs: 500 }));
+      const timed = track(cut.service.acquire('stall:a', { onBusy: { wait: { timeoutMs: 500 } } }));
       const controller = new AbortController();
       const reason = new Error('the caller went away');
-      const aborted = track(cut.service.acquire('stall:b', { waitTimeoutMs: 60_000, signal: controller.signal }));
+      const aborted = track(
+        cut.service.acquire('stall:b', { onBusy: { wait: { timeoutMs: 60_000 } }, signal: controller.signal }),
+      );
       await sleep(200);
       controller.abort(reason);
       await eventually(() => timed.settled() && aborted.settled(), Boolean, 'both waits to settle', 10_000);
@@ -58,9 +60,11 @@ describe('no phantom waiter', () => {
     const restore = await slowEnqueues(db.admin, 'phantom', 1);
     try {
       // A long waiter timeout: a phantom row would block the line for 15 s.
-      const waiter = await proc('phantom', { waiterTimeoutMs: 15_000 });
+      const waiter = await proc('phantom', { timing: { waiterTimeoutMs: 15_000 } });
       const controller = new AbortController();
-      const call = track(waiter.service.acquire(key, { waitTimeoutMs: 30_000, signal: controller.signal }));
+      const call = track(
+        waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } }, signal: controller.signal }),
+      );
       await eventually(
         () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 1,
@@ -101,8 +105,8 @@ describe('an enqueue the caller gave up on', () => {
     const restore = await slowEnqueues(db.admin, 'late', 3);
     try {
       // A long waiter timeout: a row born live would block the line for 15 s.
-      const waiter = await proc('late', { waiterTimeoutMs: 15_000 });
-      const call = track(waiter.service.acquire(key, { waitTimeoutMs: 300 }));
+      const waiter = await proc('late', { timing: { waiterTimeoutMs: 15_000 } });
+      const call = track(waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 300 } } }));
       await eventually(() => call.settled(), Boolean, 'the wait to time out', 3_000);
       expect(call.error).toBeInstanceOf(LeaseWaitTimeoutError);
       // The INSERT goes on in the server and commits when the sleep ends.
@@ -138,20 +142,24 @@ describe('wait times past the range of setTimeout', () => {
     const waiter = await proc('huge');
     const controller = new AbortController();
     const reason = new Error('done waiting');
-    const call = track(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 - 1, signal: controller.signal }));
+    const call = track(
+      waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 2 ** 31 - 1 } }, signal: controller.signal }),
+    );
     await sleep(600);
     expect(call.settled()).toBe(false);
     controller.abort(reason);
     await eventually(() => call.settled(), Boolean, 'the abort to settle the wait', 3_000);
     expect(call.error).toBe(reason);
-    await expect(waiter.service.acquire(key, { waitTimeoutMs: 2 ** 31 })).rejects.toBeInstanceOf(LeaseArgumentError);
+    await expect(waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 2 ** 31 } } })).rejects.toBeInstanceOf(
+      LeaseArgumentError,
+    );
   });
 
   test('defaultWaitTimeoutMs 2^31 − 1 is honoured too', async () => {
     const key = 'huge:b';
     const holder = await proc('holder');
     await holder.service.tryAcquire(key);
-    const waiter = await proc('huge-default', { defaultWaitTimeoutMs: 2 ** 31 - 1 });
+    const waiter = await proc('huge-default', { timing: { defaultWaitTimeoutMs: 2 ** 31 - 1 } });
     const controller = new AbortController();
     const call = track(waiter.service.acquire(key, { priority: 1, signal: controller.signal }));
     await sleep(600);
@@ -170,7 +178,7 @@ describe('close() during an acquisition', () => {
         FOR EACH ROW EXECUTE FUNCTION slow_acquire_closing();`);
     try {
       // close() waits up to one heartbeat interval for an acquisition in flight; this one takes half a second.
-      const p = await proc('closing', { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 5_000 });
+      const p = await proc('closing', { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 5_000 } });
       const call = track(p.service.tryAcquire('closing:a'));
       await eventually(
         () => sleepingIn(db.admin, p.owner),

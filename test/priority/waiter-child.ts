@@ -28,7 +28,7 @@ await dataSource.initialize();
 const service = new LeaseService(dataSource, { ...config.options, owner: config.owner });
 await service.init();
 send({ type: 'ready', pid: process.pid });
-const lease = await service.acquire(config.key, { priority: config.priority, waitTimeoutMs: 60_000 });
+const lease = await service.acquire(config.key, { priority: config.priority, onBusy: { wait: { timeoutMs: 60_000 } } });
 send({ type: 'granted', fencingToken: String(lease.fencingToken) });
 process.on('message', (message) => {
   if (message === 'release') void lease.release().then(() => send({ type: 'released' }));

@@ -41,8 +41,8 @@ describe('place in line', () => {
     const key = 'place:kept';
     const held = await heldTarget(key);
     // Retries every 25–50 ms, heartbeats every 200 ms.
-    const early = await proc('early', { waitPollIntervalMs: 50 });
-    const earlyCall = track(early.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
+    const early = await proc('early', { timing: { waitPollIntervalMs: 50 } });
+    const earlyCall = track(early.service.acquire(key, { priority: 3, onBusy: { wait: { timeoutMs: 30_000 } } }));
     const first = await untilQueued(db.admin, key, early.owner);
 
     const seen = new Set<number>([first.heartbeat_at.getTime()]);
@@ -58,7 +58,7 @@ describe('place in line', () => {
     );
 
     const late = await proc('late');
-    const lateCall = track(late.service.acquire(key, { priority: 3, waitTimeoutMs: 30_000 }));
+    const lateCall = track(late.service.acquire(key, { priority: 3, onBusy: { wait: { timeoutMs: 30_000 } } }));
     await untilQueued(db.admin, key, late.owner);
 
     // Someone judged the early waiter dead and removed its row; its next heartbeat notices and re-queues it at its
@@ -84,7 +84,7 @@ describe('giving up removes the row before the promise settles', () => {
     const events: LeaseEvent[] = [];
     waiter.service.events$.subscribe((event) => events.push(event));
     const started = performance.now();
-    const call = waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 1_500 });
+    const call = waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 1_500 } } });
     const result = outcome(key, waiter.owner, call);
     await untilQueued(db.admin, key, waiter.owner);
     const { error, rowsLeft } = await result;
@@ -105,7 +105,7 @@ describe('giving up removes the row before the promise settles', () => {
     const result = outcome(
       key,
       waiter.owner,
-      waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000, signal: controller.signal }),
+      waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } }, signal: controller.signal }),
     );
     await untilQueued(db.admin, key, waiter.owner);
     controller.abort(reason);
@@ -125,7 +125,7 @@ describe('giving up removes the row before the promise settles', () => {
     const key = 'giveup:close';
     await heldTarget(key);
     const waiter = await proc('closing');
-    const call = track(waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+    const call = track(waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }));
     const result = outcome(key, waiter.owner, call.promise);
     await untilQueued(db.admin, key, waiter.owner);
     await waiter.close();
@@ -142,7 +142,11 @@ describe('giving up removes the row before the promise settles', () => {
     const restore = await slowEnqueues(db.admin, 'slowq', 1);
     try {
       const waiter = await proc('slowq', {}, 1);
-      const result = outcome(key, waiter.owner, waiter.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+      const result = outcome(
+        key,
+        waiter.owner,
+        waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }),
+      );
       await eventually(
         () => sleepingIn(db.admin, waiter.owner),
         (n) => n === 1,
@@ -164,14 +168,14 @@ describe('bounds', () => {
     await heldTarget(key);
     for (const name of ['first', 'second']) {
       const p = await proc(name);
-      void track(p.service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }));
+      void track(p.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }));
       await untilQueued(db.admin, key, p.owner);
     }
-    const third = await proc('third', { maxWaitersPerTarget: 2 });
+    const third = await proc('third', { limits: { maxWaitersPerTarget: 2 } });
     const { error, rowsLeft } = await outcome(
       key,
       third.owner,
-      third.service.acquire(key, { priority: 9, waitTimeoutMs: 30_000 }),
+      third.service.acquire(key, { priority: 9, onBusy: { wait: { timeoutMs: 30_000 } } }),
     );
     expect(error).toBeInstanceOf(LeaseQueueFullError);
     expect(error).toBeInstanceOf(LeaseBusyError);
@@ -186,12 +190,16 @@ describe('bounds', () => {
   test('maxWaitersPerProcess → LeaseQueueFullError naming the bound', async () => {
     const keys = ['bounds:p1', 'bounds:p2', 'bounds:p3'];
     for (const key of keys) await heldTarget(key);
-    const p = await proc('busy-process', { maxWaitersPerProcess: 2 });
+    const p = await proc('busy-process', { limits: { maxWaitersPerProcess: 2 } });
     for (const key of keys.slice(0, 2)) {
-      void track(p.service.acquire(key, { waitTimeoutMs: 30_000 }));
+      void track(p.service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } }));
       await untilQueued(db.admin, key, p.owner);
     }
-    const { error, rowsLeft } = await outcome(keys[2], p.owner, p.service.acquire(keys[2], { waitTimeoutMs: 30_000 }));
+    const { error, rowsLeft } = await outcome(
+      keys[2],
+      p.owner,
+      p.service.acquire(keys[2], { onBusy: { wait: { timeoutMs: 30_000 } } }),
+    );
     expect(error).toBeInstanceOf(LeaseQueueFullError);
     expect((error as Error).message).toBe(
       `Cannot wait for "${keys[2]}": this process already has 2 waiting calls (maxWaitersPerProcess)`,
@@ -209,9 +217,9 @@ describe('bounds', () => {
       BEGIN INSERT INTO queued_log VALUES (NEW.target_id, NEW.owner); RETURN NEW; END $$;
       CREATE OR REPLACE TRIGGER log_queued AFTER INSERT ON job_lease_waiter FOR EACH ROW EXECUTE FUNCTION log_queued();`);
     try {
-      const p = await proc('together', { maxWaitersPerProcess: 2 });
+      const p = await proc('together', { limits: { maxWaitersPerProcess: 2 } });
       // All three in one turn: each first attempt is in flight before any of them is in the process's line.
-      const calls = keys.map((key) => p.service.acquire(key, { waitTimeoutMs: 30_000 }));
+      const calls = keys.map((key) => p.service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } }));
       for (const call of calls.slice(0, 2)) void track(call);
       await expect(calls[2]).rejects.toBeInstanceOf(LeaseQueueFullError);
       await eventually(
@@ -232,8 +240,8 @@ describe('bounds', () => {
   test('maxWaitersPerProcess holds for calls that start waiting at the same moment', async () => {
     const key = 'bounds:burst';
     await heldTarget(key);
-    const p = await proc('burst', { maxWaitersPerProcess: 2 });
-    const calls = [1, 2, 3, 4].map(() => track(p.service.acquire(key, { waitTimeoutMs: 30_000 })));
+    const p = await proc('burst', { limits: { maxWaitersPerProcess: 2 } });
+    const calls = [1, 2, 3, 4].map(() => track(p.service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } })));
     await eventually(
       () => calls.filter((call) => call.settled()).length,
       (n) => n === 2,
@@ -253,8 +261,8 @@ describe('wake-up', () => {
   test('with NOTIFY a release is granted long before the poll would fire', async () => {
     const key = 'wake:notify';
     const held = await heldTarget(key);
-    const waiter = await proc('listener', { waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 }, 1);
-    const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+    const waiter = await proc('listener', { timing: { waitPollIntervalMs: 10_000, waiterTimeoutMs: 30_000 } }, 1);
+    const call = track(waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } }));
     await untilAsleep(db.admin, key, waiter);
     const released = performance.now();
     await held.release();
@@ -269,8 +277,12 @@ describe('wake-up', () => {
     const key = 'wake:poll';
     const held = await heldTarget(key);
     // The poll sleeps 3–6 s (jittered); nothing else may wake the waiter.
-    const waiter = await proc('poller', { notify: false, waitPollIntervalMs: 6_000, waiterTimeoutMs: 30_000 }, 1);
-    const call = track(waiter.service.acquire(key, { waitTimeoutMs: 60_000 }));
+    const waiter = await proc(
+      'poller',
+      { connections: { notify: false }, timing: { waitPollIntervalMs: 6_000, waiterTimeoutMs: 30_000 } },
+      1,
+    );
+    const call = track(waiter.service.acquire(key, { onBusy: { wait: { timeoutMs: 60_000 } } }));
     await untilAsleep(db.admin, key, waiter);
     const released = performance.now();
     await held.release();

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { LeaseConfigError, type Lease, type LeaseModuleOptions, LeaseService } from 'nest-pg-lease';
 import type { EntityManager } from 'typeorm';
 import { adminClient, eventually, FAST, makeDataSource, startService, useTestDatabase } from '../support/db.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /**
  * The library under a least-privileged role: only SELECT, INSERT, UPDATE, DELETE on its two tables and USAGE on its
@@ -49,7 +50,7 @@ describe('least privilege', () => {
   async function bootstrapError(options: LeaseModuleOptions): Promise<unknown> {
     const dataSource = makeDataSource(appUrl);
     await dataSource.initialize();
-    const service = new LeaseService(dataSource, { ...FAST, ...options });
+    const service = new LeaseService(dataSource, mergeLeaseOptions(FAST, options));
     try {
       await service.init();
       return undefined;
@@ -70,8 +71,12 @@ describe('least privilege', () => {
   });
 
   test('acquire, take over, wait, heartbeat, fenced write, release and list all run with only the GRANTs', async () => {
-    const a = await startService(appUrl, { createSchema: false, owner: 'a' });
-    const b = await startService(appUrl, { createSchema: false, owner: 'b', asyncReleaseCommits: true });
+    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a' });
+    const b = await startService(appUrl, {
+      tables: { createSchema: false },
+      owner: 'b',
+      connections: { asyncReleaseCommits: true },
+    });
     try {
       const renewed: string[] = [];
       a.service.events$.subscribe((event) => event.type === 'renewed' && renewed.push(event.targetKey));
@@ -85,7 +90,7 @@ describe('least privilege', () => {
       );
 
       // A waiter: queued, heartbeating, granted on release (NOTIFY), its row deleted.
-      const waiting = b.service.acquire('report:1', { priority: 5, waitTimeoutMs: 20_000 });
+      const waiting = b.service.acquire('report:1', { priority: 5, onBusy: { wait: { timeoutMs: 20_000 } } });
       const queued = (rows: Array<{ state: string }>) => rows.some((row) => row.state === 'waiting');
       await eventually(() => a.service.list('report:1'), queued, 'queued');
       await held.fenced((manager) => save(manager, held));
@@ -96,7 +101,7 @@ describe('least privilege', () => {
       expect([held.fencingToken >> 47n, granted.fencingToken >> 47n]).toEqual([1n, 1n]);
 
       // A waiter that gives up removes its own row.
-      const late = a.service.acquire('report:1', { priority: 1, waitTimeoutMs: 300 });
+      const late = a.service.acquire('report:1', { priority: 1, onBusy: { wait: { timeoutMs: 300 } } });
       await expect(late).rejects.toThrow(/Gave up waiting/);
       await granted.fenced((manager) => save(manager, granted));
       await granted.release();
@@ -124,7 +129,7 @@ describe('least privilege', () => {
   test('pg_control_system() revoked (as managed services may): heartbeats go on, the timeline decides', async () => {
     // Function rights live in the database's own catalog: this changes only the test's database.
     await db.admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
-    const a = await startService(appUrl, { createSchema: false, owner: 'a' });
+    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a' });
     try {
       const lost: string[] = [];
       let renewals = 0;
@@ -143,7 +148,11 @@ describe('least privilege', () => {
       await lease.release();
 
       // The application's role may read it, the heartbeat's (sessionUrl) may not: found out at the first renewal.
-      const mixed = await startService(db.url, { createSchema: false, owner: 'mixed', sessionUrl: appUrl });
+      const mixed = await startService(db.url, {
+        tables: { createSchema: false },
+        owner: 'mixed',
+        connections: { sessionUrl: appUrl },
+      });
       try {
         let mixedRenewals = 0;
         const mixedLost: string[] = [];
@@ -169,7 +178,7 @@ describe('least privilege', () => {
   });
 
   test('createSchema: true with the tables in place needs no CREATE right', async () => {
-    expect(await bootstrapError({ createSchema: true })).toBeUndefined();
+    expect(await bootstrapError({ tables: { createSchema: true } })).toBeUndefined();
   });
 
   test.each([
@@ -189,7 +198,7 @@ describe('least privilege', () => {
     async (_what, revoke, named) => {
       await db.admin.query(revoke);
       try {
-        const error = await bootstrapError({ createSchema: false });
+        const error = await bootstrapError({ tables: { createSchema: false } });
         expect(error).toBeInstanceOf(LeaseConfigError);
         expect(String((error as Error).message)).toMatch(named);
         expect(String((error as Error).message)).toMatch(new RegExp(`GRANT .* TO "?${role}"?`));
@@ -203,7 +212,7 @@ describe('least privilege', () => {
     // Tokens drawn far up the sequence (as on blue), then the sequence back at its start (a green cluster the rows
     // were copied to by logical replication, which copies no sequence value).
     await db.admin.query(`SELECT setval('job_lease_fencing_seq', (1::bigint << 40) + 10000000)`);
-    const blue = await startService(db.url, { createSchema: false, owner: 'blue' });
+    const blue = await startService(db.url, { tables: { createSchema: false }, owner: 'blue' });
     await blue.service.tryAcquire('copied:1').then((lease) => lease!.release());
     await blue.close();
     const { rows } = await db.admin.query<{ t: string }>(`SELECT max(fencing_token)::text AS t FROM job_lease`);
@@ -212,14 +221,14 @@ describe('least privilege', () => {
     await restart();
     try {
       // USAGE only: setval is refused, so is the bootstrap — never a token below those in the table.
-      const refused = await bootstrapError({ createSchema: false });
+      const refused = await bootstrapError({ tables: { createSchema: false } });
       expect(refused).toBeInstanceOf(LeaseConfigError);
       const message = String((refused as Error).message);
       expect(message).toMatch(/stand below the values in the lease tables/);
       expect(message).toMatch(/GRANT UPDATE ON SEQUENCE "public"\."job_lease_fencing_seq" TO/);
       // The owner runs what the message says; the role starts, its tokens above the table's.
       await db.admin.query(/run: (SELECT setval\(.*\)); or GRANT/.exec(message)![1]);
-      const green = await startService(appUrl, { createSchema: false, owner: 'green' });
+      const green = await startService(appUrl, { tables: { createSchema: false }, owner: 'green' });
       try {
         const lease = (await green.service.tryAcquire('copied:2'))!;
         expect(lease.fencingToken).toBeGreaterThan(top);
@@ -230,7 +239,7 @@ describe('least privilege', () => {
       // Or the GRANT: the role's own bootstrap raises it.
       await restart();
       await db.admin.query(`GRANT UPDATE ON SEQUENCE job_lease_fencing_seq TO ${role}`);
-      expect(await bootstrapError({ createSchema: false })).toBeUndefined();
+      expect(await bootstrapError({ tables: { createSchema: false } })).toBeUndefined();
       const { rows: raised } = await db.admin.query<{ v: string }>(
         `SELECT last_value::text AS v FROM job_lease_fencing_seq`,
       );
@@ -243,7 +252,7 @@ describe('least privilege', () => {
 
   test('createSchema: true with tables missing and no CREATE right: a LeaseConfigError naming CREATE on the schema', async () => {
     const missingTables = { tableName: 'other_lease', waiterTableName: 'other_waiter' };
-    const error = await bootstrapError({ createSchema: true, ...missingTables });
+    const error = await bootstrapError({ tables: { createSchema: true, ...missingTables } });
     expect(error).toBeInstanceOf(LeaseConfigError);
     expect(String((error as Error).message)).toMatch(/CREATE on schema "public"/);
     expect(String((error as Error).message)).toMatch(/leaseMigrations/);

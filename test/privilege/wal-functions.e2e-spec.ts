@@ -49,10 +49,10 @@ describe('WAL functions not executable (an Aurora-like server)', () => {
     const warnings: string[] = [];
     const quiet = () => undefined;
     Logger.overrideLogger({ log: quiet, error: quiet, warn: (message: unknown) => warnings.push(String(message)) });
-    const a = await startService(appUrl, { createSchema: false, owner: 'a' }).finally(() =>
+    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a' }).finally(() =>
       Logger.overrideLogger(new ConsoleLogger()),
     );
-    const b = await startService(appUrl, { createSchema: false, owner: 'b' });
+    const b = await startService(appUrl, { tables: { createSchema: false }, owner: 'b' });
     try {
       const fallback = warnings.filter((line) => /pg_current_wal_lsn/.test(line));
       expect(fallback).toHaveLength(1);
@@ -79,7 +79,7 @@ describe('WAL functions not executable (an Aurora-like server)', () => {
       expect(written).toEqual([{ one: 1 }]);
 
       // A waiter in line (the waiter order uses the same fallback), granted on release.
-      const waiting = b.service.acquire('old:key', { priority: 1, waitTimeoutMs: 5_000 });
+      const waiting = b.service.acquire('old:key', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } });
       await new Promise((resolve) => setTimeout(resolve, 100));
       await first.release();
       const second = await waiting;

@@ -13,7 +13,7 @@ interface InstanceConfig {
   key: string;
   table: string;
   holdAtLeastMs: number;
-  /** `@Exclusive(key, { onBusy: 'skip', sticky: true })` instead of holdAtLeastMs (issue 23, part 3). */
+  /** `@Sticky(key, { onBusy: 'skip' })` instead of holdAtLeastMs (issue 23, part 3). */
   sticky?: boolean;
 }
 
@@ -40,7 +40,12 @@ const { NestFactory } = await import('@nestjs/core');
 const { Cron, ScheduleModule } = await import('@nestjs/schedule');
 const { TypeOrmModule } = await import('@nestjs/typeorm');
 const { DataSource } = await import('typeorm');
-const { Exclusive, LeaseModule, LeaseService, leaseEntities } = await import('nest-pg-lease');
+const { Exclusive, LeaseModule, LeaseService, Sticky, leaseEntities } = await import('nest-pg-lease');
+
+/** Once per tick: a sticky owner, or `holdAtLeastMs` against the other instances' late timers. */
+const oncePerTick = config.sticky
+  ? Sticky(config.key, { onBusy: 'skip' })
+  : Exclusive(config.key, { holdAtLeastMs: config.holdAtLeastMs, onBusy: 'skip' });
 
 const problems: Array<{ level: string; message: string }> = [];
 const logger = {
@@ -61,10 +66,7 @@ class TickJob {
   ) {}
 
   @Cron('* * * * * *')
-  @Exclusive(
-    config.key,
-    config.sticky ? { onBusy: 'skip', sticky: true } : { holdAtLeastMs: config.holdAtLeastMs, onBusy: 'skip' },
-  )
+  @oncePerTick
   async tick(): Promise<void> {
     // The instance's own idea of the tick: its (skewed) clock, rounded to the second the scheduler aimed at.
     const tickSecond = Math.round(Date.now() / 1000);
@@ -87,7 +89,7 @@ const typeorm = TypeOrmModule.forRoot({
   entities: [...leaseEntities],
   extra: { max: 4 },
 });
-const leases = LeaseModule.forRoot({ heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, owner: config.name });
+const leases = LeaseModule.forRoot({ timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000 }, owner: config.name });
 const schedule = ScheduleModule.forRoot();
 
 @Module({

@@ -20,6 +20,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Exclusive, LeaseBusyError, LeaseModule, LeaseService, leaseEntities, type LeaseEvent } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { Gate } from '../exclusive/fixtures.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /** Every log line of an app, by level. */
 class RecordingLogger implements LoggerService {
@@ -158,7 +159,8 @@ describe('@Exclusive on provider methods', () => {
     return { app, logger, events, owner };
   }
   const typeorm = () => TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] });
-  const lease = (owner: string) => LeaseModule.forRoot({ ...FAST, createSchema: true, owner });
+  const lease = (owner: string) =>
+    LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true }, owner }));
 
   for (const order of ['ScheduleModule first', 'LeaseModule first'] as const) {
     test(`@Cron + @Exclusive runs under a lease with ${order}`, async () => {

@@ -1,6 +1,6 @@
 /**
- * Issue 38, items 2 and 3, in one process: a sticky `@Exclusive` keeps mutual exclusion on its owner — a call that
- * overlaps a running one is skipped, refused or waits (per `onBusy` / `priority` / `waitTimeoutMs`), never run beside
+ * Issue 38, items 2 and 3, in one process: `@Sticky` keeps mutual exclusion on its owner — a call that overlaps a
+ * running one is skipped, refused or waits (per `onBusy`, ranked by `priority`), never run beside
  * it, while a nested call of the same chain still reuses the term's lease — and shutdown drains a sticky call in
  * progress like any decorated call (its lease kept until it ends), while an idle owner hands over at once. Every run
  * records its fencing token and its start and end (database clock) through `lease.fenced()`: the table is the proof.
@@ -10,7 +10,6 @@ import { NestFactory } from '@nestjs/core';
 import { Interval, ScheduleModule } from '@nestjs/schedule';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  Exclusive,
   LeaseBusyError,
   LeaseLostError,
   LeaseShutdownError,
@@ -19,11 +18,13 @@ import {
   type LeaseModuleOptions,
   LeaseService,
   LeaseWaitTimeoutError,
+  Sticky,
   leaseEntities,
 } from 'nest-pg-lease';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 import { sleep } from '../support/sleep.js';
 import { track } from '../priority/helpers.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /** Each call's gate (opened by the test, or before the call) and whether it entered. */
 class Calls {
@@ -75,60 +76,60 @@ class StickyJobs {
     return lease.fencingToken;
   }
 
-  @Exclusive('sticky:skip', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:skip', { onBusy: 'skip' })
   skip(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:throw', { sticky: true })
+  @Sticky('sticky:throw')
   throwing(call: string): Promise<bigint> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:wait', { onBusy: 'skip', sticky: true, waitTimeoutMs: 10_000 })
+  @Sticky('sticky:wait', { onBusy: { wait: { timeoutMs: 10_000 } } })
   waiting(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:wait', { onBusy: 'skip', sticky: true, waitTimeoutMs: 10_000, priority: 5 })
+  @Sticky('sticky:wait', { priority: 5, onBusy: { wait: { timeoutMs: 10_000 } } })
   urgent(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:wait', { onBusy: 'skip', sticky: true, waitTimeoutMs: 400 })
+  @Sticky('sticky:wait', { onBusy: { wait: { timeoutMs: 400 } } })
   impatient(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:nested', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:nested', { onBusy: 'skip' })
   async outer(call: string): Promise<[bigint, bigint | undefined]> {
     const token = this.leases.current()!.fencingToken;
     return [token, await this.inner(`${call}:inner`)];
   }
 
-  @Exclusive('sticky:nested', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:nested', { onBusy: 'skip' })
   inner(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
   /** A call that starts the next one from a timer set inside it (a job that schedules itself), `afterMs` later. */
-  @Exclusive('sticky:timer', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:timer', { onBusy: 'skip' })
   scheduling(call: string, next?: { call: string; afterMs: number; started: (p: Promise<unknown>) => void }) {
     if (next) setTimeout(() => next.started(this.scheduling(next.call)), next.afterMs);
     return this.work(call);
   }
 
-  @Exclusive('sticky:drain', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:drain', { onBusy: 'skip' })
   drained(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:grace', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:grace', { onBusy: 'skip' })
   graced(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
 
-  @Exclusive('sticky:idle', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:idle', { onBusy: 'skip' })
   idle(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
@@ -143,7 +144,7 @@ class StickyJobs {
     await this.ticking(call);
   }
 
-  @Exclusive('sticky:interval', { onBusy: 'skip', sticky: true })
+  @Sticky('sticky:interval', { onBusy: 'skip' })
   ticking(call: string): Promise<bigint | undefined> {
     return this.work(call);
   }
@@ -157,7 +158,7 @@ interface RunRow {
   ended_at: Date | null;
 }
 
-describe('sticky @Exclusive', () => {
+describe('@Sticky', () => {
   const db = useTestDatabase('sticky_e2e', 'read committed', (admin) =>
     admin.query(
       `CREATE TABLE sticky_runs (call text PRIMARY KEY, target text NOT NULL, owner text NOT NULL,
@@ -179,7 +180,7 @@ describe('sticky @Exclusive', () => {
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot({ ...FAST, createSchema: true, owner, ...options }),
+        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true }, owner }, options)),
         ScheduleModule.forRoot(),
       ],
       providers: [StickyJobs],
@@ -250,7 +251,7 @@ describe('sticky @Exclusive', () => {
     expect((await rowsOf('sticky:throw')).map((row) => row.call)).toEqual(['throw-1']);
   });
 
-  test('waitTimeoutMs: an overlapping call waits for the running one, then runs (higher priority first)', async () => {
+  test("onBusy 'wait': an overlapping call waits for the running one, then runs (higher priority first)", async () => {
     const { jobs } = one;
     const first = track(jobs.waiting('wait-1'));
     await eventually(() => jobs.calls.entered('wait-1'), Boolean, 'the first call running');
@@ -270,7 +271,7 @@ describe('sticky @Exclusive', () => {
     expect(await overlapping('sticky:wait')).toEqual([]);
   });
 
-  test('a waiting call gives up at its waitTimeoutMs with LeaseWaitTimeoutError', async () => {
+  test('a waiting call gives up at its timeoutMs with LeaseWaitTimeoutError', async () => {
     const { jobs } = one;
     const first = track(jobs.waiting('timeout-1'));
     await eventually(() => jobs.calls.entered('timeout-1'), Boolean, 'the first call running');
@@ -308,6 +309,31 @@ describe('sticky @Exclusive', () => {
     expect(await overlapping('sticky:timer')).toEqual([]);
   });
 
+  test("on an instance that is not the owner the call never runs: skipped with 'wait', refused with 'throw'", async () => {
+    const { jobs } = one;
+    // `one` owns both keys (its first call makes it the candidate, elected at once: nobody else is in line).
+    jobs.calls.open('own-wait', 'own-throw');
+    await expect(jobs.waiting('own-wait')).resolves.toEqual(expect.any(BigInt));
+    await expect(jobs.throwing('own-throw')).resolves.toEqual(expect.any(BigInt));
+    const two = await boot('two');
+    try {
+      two.jobs.calls.open('two-wait', 'two-throw');
+      const busy = busyOf(two.events, 'sticky:wait');
+      const started = performance.now();
+      // Waiting for the owner to die would be waiting a lease timeout, or for ever: skipped at once.
+      await expect(two.jobs.waiting('two-wait')).resolves.toBeUndefined();
+      expect(performance.now() - started).toBeLessThan(5_000);
+      // (Its candidate's first attempt is refused too: a `busy` event of its own.)
+      expect(busyOf(two.events, 'sticky:wait')).toBeGreaterThan(busy);
+      await expect(two.jobs.throwing('two-throw')).rejects.toBeInstanceOf(LeaseBusyError);
+      const calls = [...(await rowsOf('sticky:wait')), ...(await rowsOf('sticky:throw'))].map((row) => row.call);
+      expect(calls).not.toContain('two-wait');
+      expect(calls).not.toContain('two-throw');
+    } finally {
+      await close(two.app);
+    }
+  });
+
   test('a nested call of the same chain reuses the term lease (reentrant)', async () => {
     const { jobs } = one;
     jobs.calls.open('nested-1:inner');
@@ -341,8 +367,8 @@ describe('sticky @Exclusive', () => {
 
   describe('shutdown', () => {
     test('a sticky call in progress drains: its lease is kept until it ends, then handed over', async () => {
-      const a = await boot('drain-a', { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 });
-      const b = await boot('drain-b', { waitPollIntervalMs: 60_000 });
+      const a = await boot('drain-a', { timing: { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 } });
+      const b = await boot('drain-b', { timing: { waitPollIntervalMs: 60_000 } });
       const running = track(a.jobs.drained('a-1'));
       await eventually(() => a.jobs.calls.entered('a-1'), Boolean, 'a owning the key and running');
       // b is a candidate now, in line behind a's term.
@@ -390,7 +416,7 @@ describe('sticky @Exclusive', () => {
 
     test('a sticky call longer than shutdownGraceMs is aborted at the grace and its lease released', async () => {
       const graceMs = 600;
-      const a = await boot('grace-a', { shutdownGraceMs: graceMs });
+      const a = await boot('grace-a', { timing: { shutdownGraceMs: graceMs } });
       const running = track(a.jobs.graced('g-1'));
       await eventually(() => a.jobs.calls.entered('g-1'), Boolean, 'a owning the key and running');
       const lease = a.app
@@ -416,8 +442,8 @@ describe('sticky @Exclusive', () => {
     });
 
     test('an idle owner hands over at once', async () => {
-      const a = await boot('idle-a', { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 });
-      const b = await boot('idle-b', { waitPollIntervalMs: 60_000 });
+      const a = await boot('idle-a', { timing: { shutdownGraceMs: 10_000, waitPollIntervalMs: 60_000 } });
+      const b = await boot('idle-b', { timing: { waitPollIntervalMs: 60_000 } });
       a.jobs.calls.open('idle-a-1', 'idle-b-0');
       const term = await a.jobs.idle('idle-a-1');
       expect(term).toEqual(expect.any(BigInt));

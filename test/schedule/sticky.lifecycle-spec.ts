@@ -1,6 +1,6 @@
 /**
  * Issue 23, part 3: three app instances (`cron-instance.ts`, clocks skewed by 0, 150 and 300 ms) run
- * `@Cron('* * * * * *')` + `@Exclusive(key, { onBusy: 'skip', sticky: true })` — no holdAtLeastMs. One instance owns
+ * `@Cron('* * * * * *')` + `@Sticky(key, { onBusy: 'skip' })` — no holdAtLeastMs. One instance owns
  * the job across ticks: every tick second runs exactly once, always on the owner; when the owner is SIGKILLed another
  * instance takes over within one lease timeout (2 s in cron-instance.ts), and runs every tick from then on.
  */

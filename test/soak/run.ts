@@ -22,11 +22,13 @@ const KEYS = 1_000;
 const HOT_KEYS = 20;
 // No shutdown grace: the soak closes its workers mid-loop, as before the drain (test/lease/drain*.e2e-spec.ts).
 const LEASE = {
-  heartbeatIntervalMs: 200,
-  leaseTimeoutMs: 2_000,
-  waiterTimeoutMs: 1_500,
-  waitPollIntervalMs: 500,
-  shutdownGraceMs: 0,
+  timing: {
+    heartbeatIntervalMs: 200,
+    leaseTimeoutMs: 2_000,
+    waiterTimeoutMs: 1_500,
+    waitPollIntervalMs: 500,
+    shutdownGraceMs: 0,
+  },
 };
 /**
  * Growth allowed after warm-up before the run counts as leaking. A leak of one handle or one small object per

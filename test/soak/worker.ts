@@ -112,7 +112,7 @@ async function step(leases: LeaseService, dataSource: DataSource): Promise<void>
     // Wait in line, often giving up at waitTimeoutMs.
     const lease = await leases.acquire(key, {
       priority: Math.floor(random(0, 4)),
-      waitTimeoutMs: Math.round(random(20, 600)),
+      onBusy: { wait: { timeoutMs: Math.round(random(20, 600)) } },
     });
     await use(lease, random(0, 30));
   } else if (roll < 0.75) {
@@ -120,7 +120,7 @@ async function step(leases: LeaseService, dataSource: DataSource): Promise<void>
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(new Error('walked away')), random(0, 300));
     try {
-      const lease = await leases.acquire(key, { waitTimeoutMs: 5_000, signal: controller.signal });
+      const lease = await leases.acquire(key, { onBusy: { wait: { timeoutMs: 5_000 } }, signal: controller.signal });
       await use(lease, random(0, 30));
     } catch (error) {
       if (controller.signal.aborted && error === controller.signal.reason) counts.aborted++;
@@ -151,7 +151,7 @@ async function step(leases: LeaseService, dataSource: DataSource): Promise<void>
         await sleep(random(0, 20));
         await fencedWrite(lease);
       },
-      { waitTimeoutMs: Math.round(random(50, 400)) },
+      { onBusy: { wait: { timeoutMs: Math.round(random(50, 400)) } } },
     );
   }
 }

@@ -8,6 +8,7 @@ import {
   openService,
   type OpenedService,
 } from './lease-service.js';
+import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 export type { OpenedService } from './lease-service.js';
 
@@ -56,11 +57,13 @@ export async function createTestDatabase(
  * handle still held waits no more than that; the drain's own tests set theirs).
  */
 export const FAST: LeaseModuleOptions = {
-  heartbeatIntervalMs: 100,
-  leaseTimeoutMs: 1_000,
-  waiterTimeoutMs: 600,
-  waitPollIntervalMs: 200,
-  shutdownGraceMs: 200,
+  timing: {
+    heartbeatIntervalMs: 100,
+    leaseTimeoutMs: 1_000,
+    waiterTimeoutMs: 600,
+    waitPollIntervalMs: 200,
+    shutdownGraceMs: 200,
+  },
 };
 
 /**
@@ -72,7 +75,10 @@ export function openLeaseService(
   options: LeaseModuleOptions = {},
   { applicationName = 'lease-test', poolSize = 10 }: { applicationName?: string; poolSize?: number } = {},
 ): Promise<OpenedService> {
-  return openService(url, { createSchema: true, ...FAST, ...options }, { applicationName, poolSize });
+  return openService(url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST, options), {
+    applicationName,
+    poolSize,
+  });
 }
 
 /** `openLeaseService` with the default pool. */

@@ -77,7 +77,7 @@ export function leaseContract(subject: () => ContractSubject): void {
       [key, 0],
       [key, 1],
     ]);
-    const next = service.acquire(key, { limit: 2, waitTimeoutMs: 30_000 });
+    const next = service.acquire(key, { limit: 2, onBusy: { wait: { timeoutMs: 30_000 } } });
     await until(async () => (await waitingRows(service, key)) === 1, 'a waiter in line');
     await held[1].release();
     const granted = await next;
@@ -92,7 +92,7 @@ export function leaseContract(subject: () => ContractSubject): void {
     const key = freshKey('limits');
     const lease = (await service.tryAcquire(key, { limit: 3 }))!;
     await expect(service.tryAcquire(key, { limit: 2 })).rejects.toBeInstanceOf(LeaseLimitConflictError);
-    await expect(service.acquire(key, { limit: 4, waitTimeoutMs: 1_000 })).rejects.toMatchObject({
+    await expect(service.acquire(key, { limit: 4, onBusy: { wait: { timeoutMs: 1_000 } } })).rejects.toMatchObject({
       limit: 4,
       heldLimit: 3,
     });
@@ -109,7 +109,7 @@ export function leaseContract(subject: () => ContractSubject): void {
     const order: string[] = [];
     const waits: Promise<void>[] = [];
     const wait = async (name: string, priority: number) => {
-      const lease = await service.acquire(key, { priority, waitTimeoutMs: 30_000 });
+      const lease = await service.acquire(key, { priority, onBusy: { wait: { timeoutMs: 30_000 } } });
       order.push(name);
       await lease.release();
     };
@@ -135,7 +135,7 @@ export function leaseContract(subject: () => ContractSubject): void {
     const key = freshKey('timeout');
     const holder = (await service.tryAcquire(key))!;
     try {
-      const error = await service.acquire(key, { waitTimeoutMs: 300 }).catch((e: unknown) => e);
+      const error = await service.acquire(key, { onBusy: { wait: { timeoutMs: 300 } } }).catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LeaseWaitTimeoutError);
       expect((error as LeaseWaitTimeoutError).waitTimeoutMs).toBe(300);
       expect(service.waitingCount()).toBe(0);
@@ -266,10 +266,10 @@ export function leaseContract(subject: () => ContractSubject): void {
     try {
       // Equal priority never preempts.
       await expect(
-        service.acquire(key, { priority: 1, preempt: true, preemptGraceMs: 0, waitTimeoutMs: 200 }),
+        service.acquire(key, { priority: 1, onBusy: { preempt: { graceMs: 0, waitTimeoutMs: 200 } } }),
       ).rejects.toBeInstanceOf(LeaseWaitTimeoutError);
       expect(holder.isHeld()).toBe(true);
-      const preempting = service.acquire(key, { priority: 2, preempt: true, preemptGraceMs: 30_000 });
+      const preempting = service.acquire(key, { priority: 2, onBusy: { preempt: { graceMs: 30_000 } } });
       const reason = await aborted(holder.signal);
       expect(reason).toBeInstanceOf(LeaseLostError);
       expect((reason as LeaseLostError).reason).toBe('preempted');
@@ -283,7 +283,7 @@ export function leaseContract(subject: () => ContractSubject): void {
       const lease = await preempting;
       expect(lease.fencingToken > holder.fencingToken).toBe(true);
       // A holder that ignores its signal is taken over at the end of the grace.
-      const urgent = service.acquire(key, { priority: 3, preempt: true, preemptGraceMs: 50 });
+      const urgent = service.acquire(key, { priority: 3, onBusy: { preempt: { graceMs: 50 } } });
       const taken = await urgent;
       expect(taken.fencingToken > lease.fencingToken).toBe(true);
       expect(lease.isHeld()).toBe(false);
@@ -300,8 +300,8 @@ export function leaseContract(subject: () => ContractSubject): void {
     const key = freshKey('list');
     const holder = (await service.tryAcquire(key))!;
     const waits = [
-      service.acquire(key, { priority: 1, waitTimeoutMs: 30_000 }),
-      service.acquire(key, { priority: 7, waitTimeoutMs: 30_000 }),
+      service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }),
+      service.acquire(key, { priority: 7, onBusy: { wait: { timeoutMs: 30_000 } } }),
     ];
     try {
       await until(async () => (await waitingRows(service, key)) === 2, 'two waiters in line');
@@ -334,7 +334,7 @@ export function leaseContract(subject: () => ContractSubject): void {
 
   it('close() drains: a run in progress keeps its lease and saves, new calls are refused, then it closes', async () => {
     // A grace far longer than the case: the close ends when the run does, not when the grace does.
-    const { service, close } = await subject().open({ shutdownGraceMs: 60_000 });
+    const { service, close } = await subject().open({ timing: { shutdownGraceMs: 60_000 } });
     const key = freshKey('drain');
     let letGo!: () => void;
     const gate = new Promise<void>((resolve) => (letGo = resolve));
@@ -356,7 +356,7 @@ export function leaseContract(subject: () => ContractSubject): void {
   });
 
   it('close() past shutdownGraceMs: a run still going is told with LeaseShutdownError, its saves refused', async () => {
-    const { service, close } = await subject().open({ shutdownGraceMs: 200 });
+    const { service, close } = await subject().open({ timing: { shutdownGraceMs: 200 } });
     const key = freshKey('drain-grace');
     let held!: Lease;
     const refused = service

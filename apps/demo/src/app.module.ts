@@ -45,11 +45,10 @@ export class AppModule {
         TypeOrmModule.forFeature([JobResult, JobDigest]),
         // Demo timeouts are seconds so the tour is quick; production defaults are 30 s / 120 s.
         LeaseModule.forRoot({
-          heartbeatIntervalMs: config.heartbeatIntervalMs,
-          leaseTimeoutMs: config.leaseTimeoutMs,
+          timing: { heartbeatIntervalMs: config.heartbeatIntervalMs, leaseTimeoutMs: config.leaseTimeoutMs },
           owner: `${config.instance}/${hostname()}/${process.pid}`,
           // Every instance journals its lease events: the console's timeline shows all of them.
-          journal: true,
+          observability: { journal: true },
         }),
         // The operator's console: reads and actions behind the demo's token guard (a real app: its own auth).
         LeaseConsoleModule.forRoot({

@@ -63,7 +63,7 @@ export class ReportsService {
     this.leases
       .run(reportKey(userId), (lease) => this.produce(userId, lease, { ...request, priority }), {
         priority,
-        waitTimeoutMs: ADMIN_WAIT_MS,
+        onBusy: { wait: { timeoutMs: ADMIN_WAIT_MS } },
       })
       .catch((error: unknown) =>
         this.logger.warn(`Admin report for user ${userId} ended without a save: ${String(error)}`),
@@ -79,8 +79,7 @@ export class ReportsService {
     this.leases
       .run(reportKey(userId), (lease) => this.produce(userId, lease, { ...request, priority }), {
         priority,
-        preempt: true,
-        waitTimeoutMs: ADMIN_WAIT_MS,
+        onBusy: { preempt: { waitTimeoutMs: ADMIN_WAIT_MS } },
       })
       .catch((error: unknown) =>
         this.logger.warn(`Urgent report for user ${userId} ended without a save: ${String(error)}`),

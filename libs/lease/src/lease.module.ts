@@ -17,15 +17,15 @@ import { LeaseOperator } from './console/lease-operator.js';
  * injected everywhere, and because the explorer relies on it: Nest runs global modules' `onModuleInit` hooks first,
  * so the engine is initialized and registered before any other provider's `onModuleInit` calls an `@Exclusive` method.
  *
- * @example LeaseModule.forRoot({ heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 })
+ * @example LeaseModule.forRoot({ timing: { heartbeatIntervalMs: 10_000, leaseTimeoutMs: 60_000 } })
  * @example
  * LeaseModule.forRootAsync({
  *   inject: [ConfigService],
- *   useFactory: (c: ConfigService) => ({ leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') }),
+ *   useFactory: (c: ConfigService) => ({ timing: { leaseTimeoutMs: c.get('LEASE_TIMEOUT_MS') } }),
  * })
  *
- * By default it reuses the application's default `@nestjs/typeorm` DataSource; `dataSourceName` picks a named one;
- * `dataSource` (TypeORM options) makes the module create, own and destroy its own.
+ * By default it reuses the application's default `@nestjs/typeorm` DataSource; `connections.dataSourceName` picks a
+ * named one; `connections.dataSource` (TypeORM options) makes the module create, own and destroy its own.
  */
 @Global()
 @Module({

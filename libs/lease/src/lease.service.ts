@@ -11,6 +11,8 @@ import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interfa
 import type { ElectOptions, Leadership } from './interfaces/leader-election.interface.js';
 import { closeWithCandidates } from './leader/candidates.js';
 import { elect } from './leader/elect.js';
+import { acquireCall, runCall, tryAcquireRequest } from './options/busy-policy.js';
+import { groupedOptions } from './options/option-groups.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows: `run`, `tryAcquire`, `acquire`, `current`, `list`, and the process's local
@@ -22,7 +24,7 @@ import { elect } from './leader/elect.js';
 export class LeaseService {
   /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended, elected, revoked. */
   readonly events$: Observable<LeaseEvent>;
-  /** The resolved options (defaults applied). */
+  /** The resolved options (defaults applied), grouped as given: `options.timing.leaseTimeoutMs`, `options.owner`. */
   readonly options: ResolvedLeaseOptions;
 
   /** A service of its own, outside Nest: call `init()` before use and `close()` at the end. */
@@ -34,7 +36,7 @@ export class LeaseService {
       source instanceof LeaseEngine || isMarkedServiceEngine(source) ? source : new LeaseEngine(source, options);
     bindEngine(this, engine);
     this.events$ = engine.events$;
-    this.options = engine.options;
+    this.options = groupedOptions(engine.options);
   }
 
   /**
@@ -56,15 +58,16 @@ export class LeaseService {
   }
 
   /**
-   * Runs `work` under the lease: acquire (waiting only when a priority, waitTimeoutMs or preempt is given, else
-   * `LeaseBusyError`), heartbeat while it runs, release when it settles. Reentrant within one call chain. With
-   * `onBusy: 'join'`, a busy target's run is joined: its outcome is this call's (see `RunOptions`); with `preempt`, a
-   * holder of lower priority is made to give the target up (README: "Preemption").
+   * Runs `work` under the lease: acquire, heartbeat while it runs, release when it settles. Reentrant within one call
+   * chain. A busy target does what `onBusy` says: `'throw'` a `LeaseBusyError` (the default), `'wait'` in line,
+   * `'join'` the run holding it (its outcome is this call's), `'preempt'` a holder of lower priority (README:
+   * "Preemption"). See `RunOptions`.
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);
-    if (options.onBusy !== undefined && options.onBusy !== 'throw') return engine.joinRun(targetKey, work, options);
-    const { lease, exit } = await engine.enter(targetKey, options);
+    const call = runCall(targetKey, options);
+    if (call.busy.kind === 'join') return engine.joinRun(call, work);
+    const { lease, exit } = await engine.enter(call);
     try {
       return await engine.within(lease, () => work(lease));
     } finally {
@@ -77,16 +80,17 @@ export class LeaseService {
    * with this priority. Always asks the database, except inside a call chain that already holds the key (reentrant:
    * then `holdAtLeastMs` is the outer acquisition's).
    */
-  tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    return engineOf(this).tryAcquire(targetKey, options);
+  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
+    return engineOf(this).tryAcquire(tryAcquireRequest(targetKey, options));
   }
 
   /**
    * Acquires, waiting in the priority line when the target is busy: highest priority first, first come first served
-   * within a priority. Rejects with `LeaseWaitTimeoutError` after `waitTimeoutMs`, or with the signal's reason.
+   * within a priority. Rejects with `LeaseWaitTimeoutError` after the wait's `timeoutMs`, or with the signal's reason.
+   * `onBusy: 'preempt'` takes the target over from a holder of lower priority instead (README: "Preemption").
    */
-  acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    return engineOf(this).acquire(targetKey, options);
+  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
+    return engineOf(this).acquire(acquireCall(targetKey, options));
   }
 
   /**

@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { LeaseLostError, LeaseService, leaseEntities, type Lease, type LeaseModuleOptions } from 'nest-pg-lease';
 import { DataSource, type EntityManager } from 'typeorm';
 import { sleep } from '../../support/sleep.js';
+import { mergeLeaseOptions } from '../../../libs/lease/src/internal.js';
 
 export interface WriteRecord {
   opId: string;
@@ -93,7 +94,7 @@ export class Load {
         extra: { max: this.plan.loopsPerProcess + 2, application_name: `failover-p${p}` },
       });
       await dataSource.initialize();
-      const service = new LeaseService(dataSource, { ...this.plan.lease, owner: `failover-p${p}` });
+      const service = new LeaseService(dataSource, mergeLeaseOptions(this.plan.lease, { owner: `failover-p${p}` }));
       await service.init();
       this.watchReleases(service, p);
       this.services.push({ service, dataSource });

@@ -17,6 +17,7 @@ import {
 } from './checker.js';
 import { makeSynchronous, promote, startReplicatedPair, type ReplicatedPair } from './cluster.js';
 import { HISTORY_DDL, Load, type LoadPlan } from './load.js';
+import { mergeLeaseOptions } from '../../../libs/lease/src/internal.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'failover');
 
@@ -57,10 +58,7 @@ export interface RunResult {
 /** Lease settings of the suite: a 4 s lease timeout as in the issue's measurements, heartbeats every 500 ms. */
 /** No shutdown grace: a scenario's processes close mid-load, as before the drain. */
 export const LEASE: LeaseModuleOptions = {
-  heartbeatIntervalMs: 500,
-  leaseTimeoutMs: 4_000,
-  waitPollIntervalMs: 500,
-  shutdownGraceMs: 0,
+  timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 4_000, waitPollIntervalMs: 500, shutdownGraceMs: 0 },
 };
 
 /**
@@ -69,7 +67,7 @@ export const LEASE: LeaseModuleOptions = {
  * after an interval); plus a second for connecting and for 7 processes on 2 shared cores.
  */
 export function toldWithinMs(lease: LeaseModuleOptions): number {
-  return 2 * (lease.heartbeatIntervalMs ?? 30_000) + 1_000;
+  return 2 * (lease.timing?.heartbeatIntervalMs ?? 30_000) + 1_000;
 }
 
 /** 14 clients (7 processes × 2 loops) on 16 keys; 3 of them hold their leases for seconds (slow external calls). */
@@ -104,7 +102,7 @@ async function prepare(url: string, keys: string[]): Promise<void> {
   const dataSource = new DataSource({ type: 'postgres', url, entities: [...leaseEntities] });
   await dataSource.initialize();
   try {
-    const service = new LeaseService(dataSource, { createSchema: true });
+    const service = new LeaseService(dataSource, { tables: { createSchema: true } });
     await service.init();
     await service.close();
     for (const statement of HISTORY_DDL) await dataSource.query(statement);
@@ -117,7 +115,7 @@ async function prepare(url: string, keys: string[]): Promise<void> {
 /** Runs one scenario; the two server logs go to `logDir`. */
 export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promise<RunResult> {
   const started = performance.now();
-  const lease = { ...LEASE, ...scenario.lease };
+  const lease = mergeLeaseOptions(LEASE, scenario.lease);
   const loadPlan = plan(lease);
   const pair: ReplicatedPair = await startReplicatedPair({
     logDir,
@@ -178,7 +176,7 @@ export async function runScenario(scenario: Scenario, logDir = ARTIFACTS): Promi
       const switchAt = performance.now();
       moments = { crashAt, promotedAt, switchAt };
       // Long enough for every lease of the old history to expire and for its holders to find out.
-      await sleep((lease.leaseTimeoutMs ?? 4_000) + 2_000);
+      await sleep((lease.timing?.leaseTimeoutMs ?? 4_000) + 2_000);
     } finally {
       await load.stop();
     }

@@ -224,11 +224,13 @@ export interface FleetOptions {
  * grace — the scenarios race close() against the calls in flight (the drain has suites of its own).
  */
 export const LEASE: LeaseModuleOptions = {
-  heartbeatIntervalMs: 150,
-  leaseTimeoutMs: 1_500,
-  waiterTimeoutMs: 1_500,
-  waitPollIntervalMs: 150,
-  shutdownGraceMs: 0,
+  timing: {
+    heartbeatIntervalMs: 150,
+    leaseTimeoutMs: 1_500,
+    waiterTimeoutMs: 1_500,
+    waitPollIntervalMs: 150,
+    shutdownGraceMs: 0,
+  },
 };
 
 /** Starts `processes` looping workers, runs `during(workers)` while they loop, and waits for all of them to finish. */

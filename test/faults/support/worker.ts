@@ -127,7 +127,7 @@ async function joinableRun(
       }
       return { opId: last, fencingToken: lease.fencingToken.toString() };
     },
-    { onBusy: 'join', joinTimeoutMs: Math.max(plan.waitTimeoutMs, 1_000) },
+    { onBusy: { join: { timeoutMs: Math.max(plan.waitTimeoutMs, 1_000) } } },
   );
   if (!ran) {
     stats.joins++;
@@ -158,12 +158,15 @@ async function loop(
       const lease = preempt
         ? await leases.acquire(key, {
             priority,
-            preempt: true,
-            preemptGraceMs: preempt.graceMs,
-            waitTimeoutMs: Math.max(plan.waitTimeoutMs, preempt.graceMs + 1_000),
+            onBusy: {
+              preempt: {
+                graceMs: preempt.graceMs,
+                waitTimeoutMs: Math.max(plan.waitTimeoutMs, preempt.graceMs + 1_000),
+              },
+            },
           })
         : plan.waitTimeoutMs > 0
-          ? await leases.acquire(key, { waitTimeoutMs: plan.waitTimeoutMs, limit: plan.limit })
+          ? await leases.acquire(key, { onBusy: { wait: { timeoutMs: plan.waitTimeoutMs } }, limit: plan.limit })
           : await leases.tryAcquire(key, { limit: plan.limit });
       if (!lease) {
         stats.busy++;
@@ -255,7 +258,7 @@ async function main(): Promise<void> {
           });
         }
         const lease = command.waitTimeoutMs
-          ? await leases.acquire(command.key, { waitTimeoutMs: command.waitTimeoutMs })
+          ? await leases.acquire(command.key, { onBusy: { wait: { timeoutMs: command.waitTimeoutMs } } })
           : await leases.tryAcquire(command.key);
         if (!lease) return null;
         held.set(command.key, lease);

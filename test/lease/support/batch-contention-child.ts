@@ -20,7 +20,11 @@ process.on('disconnect', () => process.exit(0));
 setTimeout(() => process.exit(1), 120_000).unref();
 
 const pool = new pg.Pool({ connectionString: config.url, max: 4, application_name: config.owner });
-const store = new LeaseStore(pool, pool, resolveLeaseOptions({ owner: config.owner, leaseTimeoutMs: 120_000 }));
+const store = new LeaseStore(
+  pool,
+  pool,
+  resolveLeaseOptions({ owner: config.owner, timing: { leaseTimeoutMs: 120_000 } }),
+);
 const counts = { acquired: 0, refused: 0, released: 0, errors: [] as string[] };
 
 // Start together: the parent says go once every process is ready.

@@ -46,10 +46,8 @@ class Job {
   imports: [
     TypeOrmModule.forRoot({ type: 'postgres', url: config.url, entities: [...leaseEntities], extra: { max: 4 } }),
     LeaseModule.forRoot({
-      heartbeatIntervalMs: 200,
-      leaseTimeoutMs: 2_000,
+      timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 2_000, shutdownGraceMs: config.shutdownGraceMs },
       owner: config.name,
-      shutdownGraceMs: config.shutdownGraceMs,
     }),
   ],
   providers: [Job],

@@ -17,10 +17,7 @@ setTimeout(() => process.exit(1), 120_000).unref();
 
 const opened = await openService(config.url, {
   owner: config.owner,
-  heartbeatIntervalMs: 300,
-  leaseTimeoutMs: 3_000,
-  waiterTimeoutMs: 600,
-  waitPollIntervalMs: 200,
+  timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 },
 });
 const finish = new Promise<void>((resolve) => process.on('message', (message) => message === 'finish' && resolve()));
 process.send?.({ type: 'ready' });
@@ -32,7 +29,7 @@ try {
       await finish;
       return { by: config.owner, fencingToken: String(lease.fencingToken) };
     },
-    { onBusy: 'join', joinTimeoutMs: 30_000 },
+    { onBusy: { join: { timeoutMs: 30_000 } } },
   );
   process.send?.({ type: 'settled', value });
 } catch (error) {

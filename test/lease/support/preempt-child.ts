@@ -18,8 +18,7 @@ setTimeout(() => process.exit(1), 120_000).unref();
 // It renews rarely: the parent's takeover commits before it hears of the request, so the database refuses its write.
 const opened = await openService(config.url, {
   owner: 'child',
-  heartbeatIntervalMs: 2_000,
-  leaseTimeoutMs: 20_000,
+  timing: { heartbeatIntervalMs: 2_000, leaseTimeoutMs: 20_000 },
 });
 const lease = await opened.service.acquire(config.key, { priority: 0 });
 lease.signal.addEventListener('abort', () => {

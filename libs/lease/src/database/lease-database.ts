@@ -5,7 +5,8 @@ import { DataSource, type EntityManager } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { closeStepMs, connectBoundMs, statementPoolBoundMs } from '../options/bounds.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
 import { messages } from '../errors/lease.messages.js';
@@ -35,15 +36,21 @@ function notPostgres(type: unknown, advice: string): LeaseConfigError {
 
 /**
  * Resolves the DataSource in `onModuleInit`, when every provider of every module exists: the app's default
- * `@nestjs/typeorm` DataSource, a named one (`dataSourceName`), or one made from `options.dataSource` and owned.
+ * `@nestjs/typeorm` DataSource, a named one (`connections.dataSourceName`), or one made from `connections.dataSource`
+ * and owned.
  */
 export class ModuleDataSourceRef implements LeaseDataSourceRef {
   private owned?: DataSource;
 
+  /** The module's `connections` group (checked by the engine, built before this is resolved). */
+  private readonly options: NonNullable<LeaseModuleOptions['connections']>;
+
   constructor(
-    private readonly options: LeaseModuleOptions,
+    options: LeaseModuleOptions,
     private readonly moduleRef: ModuleRef,
-  ) {}
+  ) {
+    this.options = options.connections ?? {};
+  }
 
   async resolve(): Promise<DataSource> {
     if (this.options.dataSource) {
@@ -53,7 +60,7 @@ export class ModuleDataSourceRef implements LeaseDataSourceRef {
       // Before the DataSource exists: TypeORM loads the driver package in its constructor, and a user who asked for
       // another database would only hear "install mysql2".
       if (this.options.dataSource.type !== 'postgres') {
-        throw notPostgres(this.options.dataSource.type, "set dataSource.type to 'postgres'");
+        throw notPostgres(this.options.dataSource.type, "set connections.dataSource.type to 'postgres'");
       }
       this.owned ??= new DataSource(this.options.dataSource);
       if (!this.owned.isInitialized) await this.owned.initialize();
@@ -94,7 +101,7 @@ export class LeaseDatabase {
 
   constructor(
     source: DataSource | LeaseDataSourceRef,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
   ) {
     if (isDataSourceRef(source)) this.ref = source;
     else this.dataSource = source;

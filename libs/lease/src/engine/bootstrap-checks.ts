@@ -6,7 +6,7 @@
 import type { Logger } from '@nestjs/common';
 import type { LeaseDatabase } from '../database/lease-database.js';
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import {
   grantStatements,
   joinResultStatements,
@@ -33,7 +33,7 @@ export class BootstrapChecks {
   constructor(
     private readonly database: LeaseDatabase,
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
   ) {}
 

@@ -8,10 +8,9 @@
 import { LeaseArgumentError, LeaseJoinedRunError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import { LeaseBusyError, LeaseDrainedError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { AcquireOptions, RunOptions } from '../interfaces/acquire-options.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
-import { assertTargetKey, checkRunOnBusy, joinTimeoutOf, keyTemplateOf } from '../options/call-input.js';
+import type { EngineSettings } from '../options/engine-settings.js';
+import type { LeaseCall } from '../options/busy-policy.js';
 import type { JoinOutcome, JoinWatch, RemoteJoins, SettledOutcome } from '../store/join-store.js';
 import { settleBy } from '../util/settle-by.js';
 
@@ -23,8 +22,8 @@ interface LeaseEntry {
 
 /** What joining needs of the engine. */
 export interface JoinHost {
-  readonly options: ResolvedLeaseOptions;
-  enter(targetKey: string, options: AcquireOptions): Promise<LeaseEntry>;
+  readonly options: EngineSettings;
+  enter(call: LeaseCall): Promise<LeaseEntry>;
   within<T>(lease: Lease, work: () => T): T;
   /** The drains every attempt is checked against (`LeaseDrainedError`); absent, there are none. */
   readonly operator?: { check(targetKey: string, keyTemplate: string): void };
@@ -101,24 +100,22 @@ export class JoinRuns {
     return this.remote?.close() ?? Promise.resolve();
   }
 
-  /** `LeaseService.run` with `onBusy: 'join'` (and `@Exclusive` with it): see the file's note. */
-  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
-    assertTargetKey(targetKey);
-    checkRunOnBusy(options.onBusy);
-    // A join settles with the one run holding the key: a semaphore's key has several.
-    if (options.limit !== undefined && options.limit !== 1) {
-      throw new LeaseArgumentError(messages.limitWithSingleHolderOption("onBusy: 'join'"), targetKey);
-    }
-    const joinTimeoutMs = joinTimeoutOf(options, this.host.options.defaultWaitTimeoutMs);
+  /**
+   * `LeaseService.run` with `onBusy: 'join'` (and `@Exclusive` with it), its input checked already (a single-holder
+   * request: see options/busy-policy.ts): see the file's note.
+   */
+  async run<T>(call: LeaseCall, work: (lease: Lease) => Promise<T> | T): Promise<T> {
+    const { request, busy, signal } = call;
+    const { targetKey, keyTemplate } = request;
+    const joinTimeoutMs = (busy.kind === 'join' ? busy.timeoutMs : undefined) ?? this.host.options.defaultWaitTimeoutMs;
     const until = performance.now() + joinTimeoutMs;
     const onTimeout = () => new LeaseWaitTimeoutError(targetKey, joinTimeoutMs);
-    const { signal } = options;
-    const keyTemplate = keyTemplateOf(options.keyTemplate);
-    // A join attempts and never queues: the priority line is for calls that run the work themselves.
-    const attempt: AcquireOptions = { holdAtLeastMs: options.holdAtLeastMs, keyTemplate: options.keyTemplate, signal };
+    // A join attempts and never queues: the priority line is for calls that run the work themselves (its priority
+    // still ranks the attempt against live waiters: no barging).
+    const attempt: LeaseCall = { request, busy: { kind: 'throw' }, signal };
     // A call chain holding the key runs the work inside its lease, as a reentrant run: it must not wait for its own
     // outcome (nor look for a run to join: it is the run), and a drain does not refuse it.
-    if (this.host.holdsInChain?.(targetKey)) return this.reenter(targetKey, work, attempt);
+    if (this.host.holdsInChain?.(targetKey)) return this.reenter(work, attempt);
     const watch: JoinWatch = {};
     for (;;) {
       signal?.throwIfAborted();
@@ -145,7 +142,7 @@ export class JoinRuns {
           // The run joined ended without an outcome (not joinable, died, lost its lease): look again.
           continue;
         }
-        entry = await this.host.enter(targetKey, attempt);
+        entry = await this.host.enter(attempt);
       } catch (error) {
         this.forget(targetKey, outcome);
         settle({ kind: 'gone' });
@@ -188,12 +185,8 @@ export class JoinRuns {
   }
 
   /** A reentrant join: the work in the call chain's lease (borrowed), its outcome neither stored nor shared. */
-  private async reenter<T>(
-    targetKey: string,
-    work: (lease: Lease) => Promise<T> | T,
-    attempt: AcquireOptions,
-  ): Promise<T> {
-    const { lease, exit } = await this.host.enter(targetKey, attempt);
+  private async reenter<T>(work: (lease: Lease) => Promise<T> | T, attempt: LeaseCall): Promise<T> {
+    const { lease, exit } = await this.host.enter(attempt);
     try {
       return await this.host.within(lease, () => work(lease));
     } finally {

@@ -24,13 +24,14 @@ import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { LeaseStore } from '../store/lease-store.js';
 import { DedicatedConnection } from '../database/dedicated-connection.js';
-import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import { callRequest, keyTemplateOf, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
+import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
+import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
 import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
@@ -58,7 +59,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** acquired, taken-over, renewed, renew-failed, lost, released, busy, waiting, wait-ended. */
   readonly events$: Observable<LeaseEvent>;
   /** The resolved options (defaults applied). */
-  readonly options: ResolvedLeaseOptions;
+  readonly options: EngineSettings;
   private readonly joins: JoinRuns;
   private readonly preemption: Preemption;
   // Named after the public class: that is the name users know from the log lines.
@@ -250,22 +251,21 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return this.context.current();
   }
 
-  /** `LeaseService.tryAcquire`: checks the input, then a lease borrowed from the call chain or one attempt. */
-  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    const request = callRequest(targetKey, options);
+  /** `LeaseService.tryAcquire`: a lease borrowed from the call chain or one attempt. */
+  async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const reentrant = this.context.find(request.targetKey);
     return reentrant ? new BorrowedLease(reentrant) : this.acquiring(request, () => this.tryOnce(request));
   }
 
-  /** `LeaseService.acquire`: checks the input, then a lease borrowed from the call chain, or waits in line. */
-  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const request = callRequest(targetKey, options);
-    const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    options.signal?.throwIfAborted();
+  /** `LeaseService.acquire`: a lease borrowed from the call chain, or a wait in line (or a preemption). */
+  async acquire(call: LeaseCall<WaitingPlan>): Promise<Lease> {
+    const { request, busy, signal } = call;
+    const waitTimeoutMs = waitBoundMs(busy, this.options);
+    const graceMs = preemptGraceOf(busy, this.options);
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.acquiring(request, () => this.waitFor(request, waitTimeoutMs, options.signal, graceMs), options.signal);
+    return this.acquiring(request, () => this.waitFor(request, waitTimeoutMs, signal, graceMs), signal);
   }
 
   /** An acquisition, tracked for close() and traced; no database failure in it rejects as a driver's error. */
@@ -275,23 +275,22 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   }
 
   /**
-   * The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: one check of the input, one
-   * reentrancy lookup, then a borrowed lease (the call chain already holds the key), a wait in line (a priority or
-   * waitTimeoutMs given, or preempt) or one attempt (`LeaseBusyError` when refused). A signal already aborted touches
-   * nothing.
+   * The acquisition half of `run`, shared by `@Exclusive` on controllers and providers: one reentrancy lookup, then a
+   * borrowed lease (the call chain already holds the key), a wait in line (`'wait'`, `'preempt'`) or one attempt
+   * (`LeaseBusyError` when refused). A signal already aborted touches nothing.
    */
-  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    const request = callRequest(targetKey, options);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined || graceMs !== undefined;
-    const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
-    options.signal?.throwIfAborted();
+  async enter(call: LeaseCall): Promise<LeaseEntry> {
+    const { request, busy, signal } = call;
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
     const lease = await this.acquiring(
       request,
-      () => (waits ? this.waitFor(request, waitTimeoutMs, options.signal, graceMs) : this.tryOnce(request)),
-      options.signal,
+      () =>
+        waits(busy)
+          ? this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options))
+          : this.tryOnce(request),
+      signal,
     );
     if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
@@ -367,9 +366,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     return this.joins.joinersOf(targetKey);
   }
 
-  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
-    preemptGraceOf(options, this.options.preemptGraceMs); // a join never preempts (LeaseArgumentError)
-    return this.joins.run(targetKey, work, options);
+  joinRun<T>(call: LeaseCall, work: (lease: Lease) => Promise<T> | T): Promise<T> {
+    return this.joins.run(call, work);
   }
 
   /** Whether the call chain holds `targetKey` already (`JoinHost`): a join there is reentrant. */

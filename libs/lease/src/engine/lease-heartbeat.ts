@@ -7,7 +7,7 @@ import type { Logger } from '@nestjs/common';
 import type { Subscription } from 'rxjs';
 import { errorText } from '../errors/lease.messages.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { RenewResult, ServerHistory } from '../store/store.types.js';
 import type { LoseLease } from './fenced-transaction.js';
@@ -26,7 +26,7 @@ export class LeaseHeartbeat {
 
   constructor(
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly held: ReadonlyMap<string, HeldLease>,
     private readonly lose: LoseLease,

@@ -15,7 +15,7 @@ import {
 } from '../errors/lease.errors.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { AcquireOutcome, LeaseEvent } from '../interfaces/lease-event.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { holderSpan, type LeaseSpan, type SpanAttributes, startSpan } from '../observability/tracing.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import { HeldLease } from './held-lease.js';
@@ -30,7 +30,7 @@ export interface TracedCall {
 
 export class LeaseTelemetry {
   constructor(
-    private readonly options: Pick<ResolvedLeaseOptions, 'traceTargetKeys'>,
+    private readonly options: Pick<EngineSettings, 'traceTargetKeys'>,
     private readonly store: LeaseStore,
     private readonly emit: (event: LeaseEvent) => void,
     /** Tracks background work for close() (the engine's `track`). */

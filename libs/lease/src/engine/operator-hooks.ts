@@ -7,7 +7,7 @@ import type { Logger } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import type { PoolLike } from '../database/sessions.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { OperatorStore } from '../store/operator-store.js';
 import { DrainCache } from './drain-cache.js';
 import { LeaseJournal } from './lease-journal.js';
@@ -19,7 +19,7 @@ export class OperatorHooks {
 
   constructor(
     pool: PoolLike,
-    options: ResolvedLeaseOptions,
+    options: EngineSettings,
     logger: Logger,
     events$: Observable<LeaseEvent>,
     track: <T>(work: Promise<T>) => Promise<T>,

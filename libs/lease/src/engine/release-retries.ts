@@ -8,7 +8,7 @@
  */
 import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { shortBoundMs } from '../options/bounds.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { RowRef } from '../store/store.types.js';
@@ -29,7 +29,7 @@ export class ReleaseRetries {
 
   constructor(
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
     private readonly closing: () => boolean,

@@ -4,9 +4,10 @@
  * on its own. Types and one brand only: the doors never depend on how an engine keeps its leases.
  */
 import type { Observable } from 'rxjs';
-import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseCall, WaitingPlan } from '../options/busy-policy.js';
+import type { LeaseRequest } from '../options/call-input.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
@@ -18,19 +19,23 @@ export interface LeaseEntry {
 /** The engine behind a `LeaseService` and the `@Exclusive` door. */
 export interface ServiceEngine {
   readonly events$: Observable<LeaseEvent>;
-  readonly options: ResolvedLeaseOptions;
+  /** The resolved settings, flat (`LeaseService.options` shows them grouped). */
+  readonly options: EngineSettings;
   init(): Promise<void>;
   close(): Promise<void>;
-  /** Acquire as `run` and `@Exclusive` do: reentrant, waiting only when a priority or waitTimeoutMs is given. */
-  enter(targetKey: string, options?: AcquireOptions): Promise<LeaseEntry>;
+  /**
+   * Acquire as `run` and `@Exclusive` do: reentrant; one attempt (`'throw'`, `'skip'`: `LeaseBusyError` when refused)
+   * or a wait in line (`'wait'`, `'preempt'`). The call is checked already (options/busy-policy.ts).
+   */
+  enter(call: LeaseCall): Promise<LeaseEntry>;
   /** Runs `work` with `lease` as the current lease of its call chain. */
   within<T>(lease: Lease, work: () => T): T;
   /** A borrowed view of the lease the current call chain holds on `targetKey` (a nested call reuses it), if any. */
   borrow(targetKey: string): Lease | undefined;
   /** `run` and `@Exclusive` with `onBusy: 'join'`: the outcome of the run of the same key already going. */
-  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T>;
-  tryAcquire(targetKey: string, options?: TryAcquireOptions): Promise<Lease | null>;
-  acquire(targetKey: string, options?: AcquireOptions): Promise<Lease>;
+  joinRun<T>(call: LeaseCall, work: (lease: Lease) => Promise<T> | T): Promise<T>;
+  tryAcquire(request: LeaseRequest): Promise<Lease | null>;
+  acquire(call: LeaseCall<WaitingPlan>): Promise<Lease>;
   current(): Lease | undefined;
   list(targetKey?: string): Promise<LeaseSnapshot[]>;
   heldLeases(): Lease[];

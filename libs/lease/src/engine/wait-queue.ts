@@ -13,7 +13,7 @@ import {
 } from '../errors/lease.errors.js';
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { LeaseStore } from '../store/lease-store.js';
 import type { AcquiredRow, Refusal, WaiterPlace } from '../store/store.types.js';
 import { Notifier } from '../database/notifier.js';
@@ -81,7 +81,7 @@ export class WaitQueue {
 
   constructor(
     private readonly store: LeaseStore,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,

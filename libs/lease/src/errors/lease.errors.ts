@@ -92,7 +92,10 @@ export class LeaseConfigError extends LeaseError {
   }
 }
 
-/** A call's own input is invalid (`waitTimeoutMs`, `holdAtLeastMs`, `priority`, or the key: `LeaseKeyError`). */
+/**
+ * A call's own input is invalid (an unknown option, its `onBusy` policy, `holdAtLeastMs`, `priority`; the key:
+ * `LeaseKeyError`).
+ */
 export class LeaseArgumentError extends LeaseError {
   constructor(message: string, targetKey?: string) {
     super(message, targetKey);

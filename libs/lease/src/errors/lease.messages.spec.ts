@@ -28,7 +28,7 @@ describe('the message catalogue', () => {
     ],
     [
       messages.busy('k'),
-      'Target "k" is leased by another holder: try again later, or pass a priority or waitTimeoutMs to wait in line',
+      'Target "k" is leased by another holder: try again later, or wait in line (onBusy: \'wait\', or acquire())',
     ],
   ])('%s', (text, expected) => {
     expect(text).toBe(expected);

@@ -18,11 +18,11 @@ const lossCauses: Record<LeaseLossReason, string> = {
 /** The messages, by what they are about. */
 export const messages = {
   busy: (targetKey: string) =>
-    `Target "${targetKey}" is leased by another holder: try again later, or pass a priority or waitTimeoutMs to wait ` +
-    'in line',
+    `Target "${targetKey}" is leased by another holder: try again later, or wait in line (onBusy: 'wait', or ` +
+    'acquire())',
   slotsBusy: (targetKey: string, limit: number) =>
-    `All ${limit} slots of "${targetKey}" are held: try again later, or pass a priority or waitTimeoutMs to wait in ` +
-    'line for one',
+    `All ${limit} slots of "${targetKey}" are held: try again later, or wait in line for one (onBusy: 'wait', or ` +
+    'acquire())',
   queueFull: (targetKey: string, detail: string) => `Cannot wait for "${targetKey}": ${detail}`,
   drained: (targetKey: string, kind: 'key' | 'template', subject: string, reason: string) =>
     `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +
@@ -75,7 +75,8 @@ export const messages = {
     'refused (a refused fenced write committed nothing); work done outside fenced writes was not undone — make it ' +
     'idempotent or fence it with lease.fencingToken',
   waitTimeout: (targetKey: string, waitTimeoutMs: number) =>
-    `Gave up waiting for "${targetKey}" after ${waitTimeoutMs} ms: raise waitTimeoutMs or the priority, or try later`,
+    `Gave up waiting for "${targetKey}" after ${waitTimeoutMs} ms: raise the policy's timeoutMs (or ` +
+    'timing.defaultWaitTimeoutMs) or the priority, or try later',
   readOnly: (targetKey: string | undefined, detail: string) =>
     `No lease${targetKey === undefined ? '' : ` on "${targetKey}"`} can be granted now: the database server ` +
     `accepts no writes (${detail}) — a standby in recovery, or a failover under way. Point the application at the ` +
@@ -90,8 +91,8 @@ export const messages = {
         ? 'LeaseService is shutting down: the lease was released and its work told to stop (retry: another ' +
           'instance can serve it)'
         : `LeaseService is shut down: no new ${what} (the application is closing; acquire before shutdown begins)`,
-  waitTimeoutArgument: (got: unknown) =>
-    `waitTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
+  durationArgument: (path: string, got: unknown) =>
+    `${path} must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${describeValue(got)}`,
   holdArgument: (got: unknown) =>
     'holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ' +
     (typeof got === 'string' ? JSON.stringify(got) : String(got)),
@@ -135,7 +136,7 @@ export const messages = {
   nonNegativeInteger: (name: string, max: number, got: string) =>
     `${name} must be an integer from 0 to ${max}, got ${got}`,
   fencedIdleTimeoutTooLong: (timeout: string | number, max: string | number) =>
-    `fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
+    `timing.fencedIdleTimeoutMs (${timeout}) must be at most 2 × leaseTimeoutMs − safetyMarginMs − 2 × ` +
     `heartbeatIntervalMs (${max}): a takeover blocked behind a paused fenced transaction for longer would ` +
     'receive a lease already past its deadline',
   optionsNotObject: () => 'LeaseModule options must be an object',
@@ -143,8 +144,10 @@ export const messages = {
     nearest === undefined
       ? `Unknown LeaseModule option "${key}": the options are ${keys}`
       : `Unknown LeaseModule option "${key}": did you mean "${nearest}"?`,
+  optionGroupNotObject: (group: string, got: string) =>
+    `LeaseModule option ${group} must be an object (a group of options), got ${got}`,
   leaseTimeoutTooShort: (leaseTimeoutMs: string | number, heartbeatIntervalMs: string | number, v3: string | number) =>
-    `leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
+    `timing.leaseTimeoutMs (${leaseTimeoutMs}) must be at least 3 × heartbeatIntervalMs (${heartbeatIntervalMs}) = ` +
     `${v3}: raise the timeout or shorten the interval, so that a late heartbeat is not ` +
     'taken for a dead holder',
   safetyMarginTooLarge: (
@@ -153,25 +156,28 @@ export const messages = {
     leaseTimeoutMs: string | number,
     v4: string | number,
   ) =>
-    `safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
+    `timing.safetyMarginMs (${safetyMarginMs}) leaves less than two heartbeatIntervalMs (${heartbeatIntervalMs}) ` +
     `before the local deadline (leaseTimeoutMs ${leaseTimeoutMs} − safetyMarginMs): lower the margin to at ` +
     `most ${v4}`,
-  asyncReleaseCommitsNotBoolean: () => 'asyncReleaseCommits must be a boolean',
+  asyncReleaseCommitsNotBoolean: () => 'connections.asyncReleaseCommits must be a boolean',
   waiterTimeoutTooShort: (waiterTimeoutMs: string | number) =>
-    `waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`,
+    `timing.waiterTimeoutMs (${waiterTimeoutMs}) must be at least 30 ms`,
   ownerEmpty: () => 'owner must be a non-empty string when given',
   ownerNul: () => 'owner must not contain NUL characters: choose a printable process identity',
   ownerLoneSurrogate: () => 'owner must be well-formed UTF-16 (it contains a lone surrogate)',
-  notifyNotBoolean: () => 'notify must be a boolean',
-  traceTargetKeysNotBoolean: () => 'traceTargetKeys must be a boolean',
-  journalNotBoolean: () => 'journal must be a boolean',
+  notifyNotBoolean: () => 'connections.notify must be a boolean',
+  traceTargetKeysNotBoolean: () => 'observability.traceTargetKeys must be a boolean',
+  journalNotBoolean: () => 'observability.journal must be a boolean',
   keyTemplateInvalid: (got: string | number) =>
     `keyTemplate must be a non-empty string of at most 255 characters, got ${got}`,
-  poolerUnknown: (v1: string | number) => `pooler must be 'none' or 'transaction', got ${v1}`,
-  sessionUrlEmpty: () => 'sessionUrl must be a non-empty connection string when given',
+  poolerUnknown: (v1: string | number) => `connections.pooler must be 'none' or 'transaction', got ${v1}`,
+  sessionUrlEmpty: () => 'connections.sessionUrl must be a non-empty connection string when given',
   notifyBehindBlindPooler: () =>
-    "notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a transaction " +
-    'pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave notify unset',
+    "connections.notify: true cannot work behind pooler: 'transaction' without sessionUrl (LISTEN through a " +
+    'transaction pooler never delivers): give sessionUrl (a direct or session-mode connection string), or leave ' +
+    'notify unset',
+  dataSourceNameEmpty: () => 'connections.dataSourceName must be a non-empty string when given',
+  dataSourceNotObject: () => 'connections.dataSource must be TypeORM DataSource options (an object) when given',
   identifierEmpty: (name: string | number, v2: string | number) => `${name} must be a non-empty string, got ${v2}`,
   identifierNul: (name: string | number) => `${name} must not contain NUL characters`,
   identifierTooLong: (
@@ -208,21 +214,18 @@ export const messages = {
   keyTooLong: (MAX_TARGET_KEY_BYTES: string | number, bytes: string | number) =>
     `A target key must be at most ${MAX_TARGET_KEY_BYTES} bytes of UTF-8, got ${bytes}: ` +
     'hash long identifiers into the key',
-  declared: (message: string | number) => `@Exclusive ${message}`,
+  declared: (decorator: string, message: string) => `${decorator} ${message}`,
   leaderDeclared: (label: string | number, message: string | number) => `@LeaderElection on ${label}: ${message}`,
-  stickyNotBoolean: (got: string | number) => `@Exclusive sticky must be a boolean, got ${got}`,
-  stickyNeedsStringKey: () => '@Exclusive sticky needs a fixed key (a template without placeholders)',
+  stickyNeedsFixedKey: () =>
+    '@Sticky needs a fixed key (a string without placeholders, not a key function): one owner keeps one key',
   exclusiveKeyMissing: () => '@Exclusive needs a key template such as "report:{id}" or a function returning the key',
-  exclusiveOnBusyUnknown: (v1: string | number) => `@Exclusive onBusy must be 'throw', 'skip' or 'join', got ${v1}`,
-  onBusyArgument: (got: unknown) => `run's onBusy must be 'throw' or 'join', got ${JSON.stringify(got) ?? String(got)}`,
-  preemptArgument: (got: unknown) => `preempt must be a boolean, got ${JSON.stringify(got) ?? String(got)}`,
-  preemptGraceArgument: (got: unknown) =>
-    `preemptGraceMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
-  preemptWithOnBusy: (onBusy: string) =>
-    `preempt takes the target over; onBusy '${onBusy}' gives up on it (joins or skips): choose one of them`,
-  preemptSticky: () => '@Exclusive sticky keeps the lease for one instance: it cannot be combined with preempt',
-  joinTimeoutArgument: (got: unknown) =>
-    `joinTimeoutMs must be a non-negative integer of at most 2147483647 (about 24.8 days), got ${String(got)}`,
+  callOptionsNotObject: (door: string, got: string) => `${door} options must be an object, got ${got}`,
+  unknownCallOption: (door: string, key: string, hint: string) => `${door}: unknown option "${key}": ${hint}`,
+  onBusyInvalid: (door: string, forms: string, got: string) => `${door}: onBusy must be one of ${forms}; got ${got}`,
+  policyNotObject: (name: string, fields: string, got: string) =>
+    `onBusy: { ${name}: … } takes an object ({ ${fields} }), got ${got}`,
+  unknownPolicyField: (name: string, field: string, hint: string) =>
+    `onBusy: { ${name}: … } has no field "${field}": ${hint}`,
   joinObservable: (label: string) =>
     `@Exclusive on ${label} (onBusy: 'join') returned an Observable: a joined run shares one value — return a Promise`,
   joinResultNotJson: (targetKey: string, detail: string) =>
@@ -231,7 +234,8 @@ export const messages = {
   notPostgres: (v1: string | number, advice: string | number) =>
     `nest-pg-lease needs a PostgreSQL DataSource (type "postgres"), got "${v1}": ${advice}`,
   dataSourceAndName: () =>
-    'Give either dataSource (the module creates its own) or dataSourceName (reuse one), not both',
+    'Give either connections.dataSource (the module creates its own) or connections.dataSourceName (reuse one), ' +
+    'not both',
   dataSourceNotFound: (v1: string | number, v2: string | number) =>
     `No TypeORM DataSource ${v1} found: import ` +
     `TypeOrmModule.forRoot(...)${v2}, or pass dataSource options to ` +
@@ -247,7 +251,7 @@ export const messages = {
     '(its migration AddLeaseJoinResults), set createSchema: true, or, as the owner of the lease tables, run: ' +
     statement,
   preemptionMissing: (table: string, migration: string, statement: string) =>
-    `The lease table ${table} has no preempt_of column (an installation older than preempt: true): run ` +
+    `The lease table ${table} has no preempt_of column (an installation older than onBusy: 'preempt'): run ` +
     `leaseMigrations (its migration ${migration}), set createSchema: true, or, as the owner of the lease tables, run: ` +
     statement,
   slotColumnMissing: (table: string, migration: string, statement: string) =>
@@ -295,13 +299,14 @@ export const messages = {
     `@Exclusive on ${label}: ${v2} of the ${v3} Nest applications ` +
     `of this process provide${v4} this instance, and no application's injector made ` +
     'it; call it on an instance the application created (app.get(…), app.resolve(…))',
-  exclusiveNotOnMethod: (v1: string | number) => `@Exclusive goes on a method; ${v1} is not one`,
-  templateNeverValid: (label: string | number, message: string | number) =>
-    `@Exclusive on ${label}: its key template can never make a valid key: ${message}`,
-  skipOnHttpHandler: (label: string | number) =>
-    `@Exclusive on ${label}: onBusy: 'skip' is for provider methods and message handlers; ` +
-    'an HTTP handler answers 409 (with Retry-After) when the target is busy. ' +
-    'Remove onBusy, or call a provider method that has it',
+  exclusiveNotOnMethod: (decorator: string, name: string) => `${decorator} goes on a method; ${name} is not one`,
+  templateNeverValid: (decorator: string, label: string, message: string) =>
+    `${decorator} on ${label}: its key template can never make a valid key: ${message}`,
+  skipOnHttpHandler: (decorator: string, label: string, onBusy: string) =>
+    `${decorator} on ${label}: onBusy '${onBusy}' ` +
+    (onBusy === 'wait' ? 'skips the call on an instance that does not own the key, which ' : '') +
+    'is for provider methods and message handlers; an HTTP handler answers 409 (with Retry-After) when the ' +
+    "target is busy. Use onBusy 'throw', or call a provider method that has it",
   noLeaseRow: (helper: string, targetKey: string) =>
     `${helper}: no lease row for "${targetKey}" (acquire the lease first)`,
 };

@@ -10,7 +10,7 @@ import {
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
-import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { messages } from '../errors/lease.messages.js';
 
 /**

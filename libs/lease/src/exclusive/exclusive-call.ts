@@ -3,12 +3,11 @@ import { currentLeaseFactory } from './current-lease-factory.js';
 import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
-import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
-import { acquireOptionsOf } from '../options/call-input.js';
+import { declaredCall, type ExclusiveMetadata } from '../options/busy-policy.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { leaseEngineFor } from './engine-registry.js';
-import { stickyEntry } from './sticky-entry.js';
+import { notOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
@@ -47,22 +46,24 @@ export async function callExclusive(
   const targetKey = targetKeyOf(metadata, plan, args);
   // Traces and metrics name the call by its template (a key function: by the method), never by the key.
   const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
-  if (metadata.onBusy === 'join') {
-    const options = { ...acquireOptionsOf(metadata), keyTemplate, onBusy: 'join' as const, signal: call?.signal };
-    return leases
-      .joinRun(targetKey, (lease) => joinedWork(self, original, plan, args, lease), options)
-      .finally(() => call && (call.settled = true));
-  }
   let entry: LeaseEntry;
   try {
-    const options = { ...acquireOptionsOf(metadata), keyTemplate };
-    entry = metadata.sticky
-      ? await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal)
-      : await leases.enter(targetKey, call ? { ...options, signal: call.signal } : options);
+    if (metadata.sticky) {
+      entry = await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal);
+    } else {
+      const leaseCall = declaredCall(metadata, targetKey, keyTemplate, call?.signal);
+      if (metadata.busy.kind === 'join') {
+        return await leases
+          .joinRun(leaseCall, (lease) => joinedWork(self, original, plan, args, lease))
+          .finally(() => call && (call.settled = true));
+      }
+      entry = await leases.enter(leaseCall);
+    }
   } catch (error) {
     // Quiet: a skipped call is the expected outcome of every tick a peer holds the key; events$ emits `busy` (the
-    // prometheus integration counts it).
-    if (metadata.onBusy === 'skip' && error instanceof LeaseBusyError) return undefined;
+    // prometheus integration counts it). A sticky call waiting its turn is skipped on an instance that is not the
+    // owner (see sticky-entry.ts).
+    if (error instanceof LeaseBusyError && skips(metadata, error)) return undefined;
     throw error;
   }
   // A lease that arrived after the caller left (a statement that committed late) is not kept.
@@ -93,6 +94,11 @@ export async function callExclusive(
     }
   }
   return settleHandler(result, entry, call);
+}
+
+/** Whether a refusal skips the call: `'skip'`; for `@Sticky` with `'wait'`, a refusal because another owns the key. */
+function skips(metadata: ExclusiveMetadata, error: LeaseBusyError): boolean {
+  return metadata.busy.kind === 'skip' || (metadata.sticky && metadata.busy.kind === 'wait' && notOwner.has(error));
 }
 
 /** The method's work under a joinable run: a value (a promise's), never an Observable (not JSON). */

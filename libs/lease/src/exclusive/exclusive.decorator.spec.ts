@@ -7,18 +7,20 @@ import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import type { LeaseEngine } from '../engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive.explorer.js';
 import { Exclusive } from './exclusive.decorator.js';
+import type { LeaseCall } from '../options/busy-policy.js';
 
 /**
  * The method wrapper `@Exclusive` puts in place at decoration time, and the keys it computes. The engine is a stand-in
  * recording what it is asked (this tests the wrapper, not leases: those are tested against PostgreSQL in test/).
  */
 describe('@Exclusive', () => {
-  const entered: Array<{ key: string; options: unknown }> = [];
+  const entered: Array<{ key: string; call: unknown }> = [];
   let busy = false;
   const engine = {
-    enter: jest.fn(async (key: string, options: unknown) => {
+    enter: jest.fn(async (call: LeaseCall) => {
+      const key = call.request.targetKey;
       if (busy) throw new LeaseBusyError(key, 1_000);
-      entered.push({ key, options });
+      entered.push({ key, call });
       return { lease: { targetKey: key }, exit: () => Promise.resolve() };
     }),
     within: (_lease: unknown, work: () => unknown) => work(),
@@ -40,7 +42,7 @@ describe('@Exclusive', () => {
   class Reports {
     readonly prefix = 'from this';
 
-    @Exclusive('report:{id}', { priority: 3, holdAtLeastMs: 10 })
+    @Exclusive('report:{id}', { priority: 3, holdAtLeastMs: 10, onBusy: 'wait' })
     @SetMetadata(MARK, 'applied before')
     async build(input: { id: number }, extra?: string): Promise<string> {
       return `${this.prefix}: ${input.id}${extra ?? ''}`;
@@ -65,14 +67,23 @@ describe('@Exclusive', () => {
     expect(Reflect.getMetadata(EXCLUSIVE_METADATA, method)).toEqual({
       targetKey: 'report:{id}',
       priority: 3,
-      holdAtLeastMs: 10,
+      holdMs: 10,
+      limit: 1,
+      busy: { kind: 'wait' },
+      sticky: false,
     });
   });
 
   it('runs the original with its `this` and arguments, under the key filled from the first argument', async () => {
     await expect(new Reports().build({ id: 7 }, '!')).resolves.toBe('from this: 7!');
     expect(entered).toEqual([
-      { key: 'report:7', options: { priority: 3, holdAtLeastMs: 10, keyTemplate: 'report:{id}' } },
+      {
+        key: 'report:7',
+        call: {
+          request: { targetKey: 'report:7', priority: 3, holdMs: 10, keyTemplate: 'report:{id}', limit: 1 },
+          busy: { kind: 'wait' },
+        },
+      },
     ]);
   });
 
@@ -114,7 +125,8 @@ describe('@Exclusive', () => {
   it.each<[string, () => unknown]>([
     ['an empty key', () => Exclusive('')],
     ['a fractional priority', () => Exclusive('k', 1.5)],
-    ['a negative waitTimeoutMs', () => Exclusive('k', { waitTimeoutMs: -1 })],
+    ['a negative wait', () => Exclusive('k', { onBusy: { wait: { timeoutMs: -1 } } })],
+    ['a flag of the old shape', () => Exclusive('k', { waitTimeoutMs: 5 } as never)],
     ['an unknown onBusy', () => Exclusive('k', { onBusy: 'ignore' as never })],
   ])('%s is a LeaseConfigError at decoration time', (_, decorate) => {
     expect(decorate).toThrow(LeaseConfigError);

@@ -6,7 +6,7 @@ import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants
 import { LeaseEngine } from '../engine/lease-engine.js';
 import type { ServiceEngine } from '../engine/service-engine.js';
 import { register, type Registration, unregister, wrappersOf } from './engine-registry.js';
-import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
+import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
 import { messages } from '../errors/lease.messages.js';
@@ -15,7 +15,8 @@ import { messages } from '../errors/lease.messages.js';
  * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. At
  * bootstrap this registers the application's LeaseService for the wrappers to find, and checks what can be checked
  * before the first call: every key template of a handler can be filled from its parameters, `onBusy: 'skip'` is not
- * on an HTTP handler, and a synchronous provider method is reported (decorated, it returns a Promise).
+ * on an HTTP handler (nor a `@Sticky` `'wait'`, which skips on the instances that do not own the key), and a
+ * synchronous provider method is reported (decorated, it returns a Promise).
  */
 @Injectable()
 export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
@@ -68,8 +69,10 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
   private check(type: Function, name: string, method: Function, metadata: ExclusiveMetadata): void {
     const door = doorOf(method);
     const plan = argumentPlan(type, name, door, currentLeaseFactory);
-    if (door === 'http' && metadata.onBusy === 'skip') {
-      throw new LeaseConfigError(messages.skipOnHttpHandler(plan.label));
+    // An HTTP handler must answer: a busy target is a 409, never a call that silently did not run.
+    const { busy, sticky } = metadata;
+    if (door === 'http' && (busy.kind === 'skip' || (sticky && busy.kind === 'wait'))) {
+      throw new LeaseConfigError(messages.skipOnHttpHandler(sticky ? '@Sticky' : '@Exclusive', plan.label, busy.kind));
     }
     // (What the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time.)
     if (door !== 'provider') checkKeyTemplate(metadata, plan);

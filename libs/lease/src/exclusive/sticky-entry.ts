@@ -1,16 +1,18 @@
 import { TurnLease } from '../engine/held-lease.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 import { LeaseBusyError, LeaseShutdownError } from '../errors/lease.errors.js';
-import type { ExclusiveMetadata } from '../interfaces/exclusive-options.interface.js';
 import { stickyCandidate } from '../leader/candidates.js';
-import { waitTimeoutOf } from '../options/call-input.js';
+import type { ExclusiveMetadata } from '../options/busy-policy.js';
+
+/** The refusals of a call because another instance owns the key (`@Sticky` with `'wait'` skips those). */
+export const notOwner = new WeakSet<LeaseBusyError>();
 
 /**
- * A sticky `@Exclusive` call's lease: the term of this instance's owner candidate for the key (started by the first
- * call, which waits for its first attempt), kept across calls — `exit` leaves it held. One call at a time uses the
- * term: a call that overlaps a running one is busy, or waits in this process's line when it has a `priority` or a
- * `waitTimeoutMs` (`LeaseWaitTimeoutError` at its end); a call nested in a call of the key borrows its lease. Not the
- * owner: busy. Busy is a `LeaseBusyError` (a `busy` event), which `onBusy: 'skip'` turns into a skipped call.
+ * A `@Sticky` call's lease: the term of this instance's owner candidate for the key (started by the first call,
+ * which waits for its first attempt), kept across calls — `exit` leaves it held. One call at a time uses the term: a
+ * call that overlaps a running one is busy, or waits in this process's line with `onBusy: 'wait'`
+ * (`LeaseWaitTimeoutError` at its end); a call nested in a call of the key borrows its lease. Not the owner: busy
+ * (marked `notOwner`). Busy is a `LeaseBusyError` (a `busy` event), which `'skip'` turns into a skipped call.
  */
 export async function stickyEntry(
   engine: ServiceEngine,
@@ -25,21 +27,24 @@ export async function stickyEntry(
   const owner = stickyCandidate(engine, targetKey, { priority: metadata.priority, keyTemplate });
   if (!owner) throw new LeaseShutdownError(targetKey);
   await owner.firstAttempt;
-  const busy = () => {
+  const busy = (owned: boolean) => {
     engine.emit({ type: 'busy', targetKey, keyTemplate, at: new Date() });
-    return new LeaseBusyError(targetKey, engine.options.heartbeatIntervalMs);
+    const error = new LeaseBusyError(targetKey, engine.options.heartbeatIntervalMs);
+    if (!owned) notOwner.add(error);
+    return error;
   };
-  if (!owner.lease) throw busy();
+  if (!owner.lease) throw busy(false);
   if (!owner.turns.tryTake()) {
-    if (metadata.priority === undefined && metadata.waitTimeoutMs === undefined) throw busy();
-    const waitTimeoutMs = waitTimeoutOf(metadata, engine.options.defaultWaitTimeoutMs);
-    await owner.turns.take(targetKey, metadata.priority ?? 0, waitTimeoutMs, signal);
+    const { busy: policy } = metadata;
+    if (policy.kind !== 'wait') throw busy(true);
+    const waitTimeoutMs = policy.timeoutMs ?? engine.options.defaultWaitTimeoutMs;
+    await owner.turns.take(targetKey, metadata.priority, waitTimeoutMs, signal);
   }
   // The term may have ended while the call waited for its turn.
   const lease = owner.lease;
   if (!lease) {
     owner.turns.give();
-    throw busy();
+    throw busy(false);
   }
   // The call's own handle on the term: it ends with the call (see `TurnLease`), the term goes on.
   const turn = new TurnLease(lease);

@@ -37,7 +37,7 @@ export class LeaseHealthIndicator {
   ) {}
 
   isHealthy<const Key extends string>(key: Key, options: LeaseHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
-    const maxAgeMs = options.maxHeartbeatAgeMs ?? this.leases.options.leaseTimeoutMs / 2;
+    const maxAgeMs = options.maxHeartbeatAgeMs ?? this.leases.options.timing.leaseTimeoutMs / 2;
     return Promise.resolve(
       this.indicators
         .check(key)

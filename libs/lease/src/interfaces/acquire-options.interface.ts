@@ -1,6 +1,14 @@
-/** Options of `LeaseService.tryAcquire()`. */
-export interface TryAcquireOptions {
-  /** Higher is served first. Giving it (or waitTimeoutMs) makes `acquire`/`run` wait in line. @default 0 */
+/** Options of `LeaseService.tryAcquire()`, `acquire()` and `run()`: the call's rank, its hold, and its busy policy. */
+import type { BusyPolicy } from './busy-policy.interface.js';
+
+/** What every call takes (`tryAcquire`, `acquire`, `run`; `@Exclusive` all but `keyTemplate`). */
+interface CallOptions {
+  /**
+   * The call's rank: its place in the key's priority line when it waits (higher first, first come first served within
+   * a priority), the rank a preemption compares, and the rank the no-barging rule compares for a call that does not
+   * wait (a live waiter at least as high is ahead of it). Never makes a call wait by itself: `onBusy` does.
+   * An integer in PostgreSQL's `integer` range. @default 0
+   */
   priority?: number;
   /**
    * The target stays taken until this long after the acquisition (database clock), even once released — with no
@@ -16,6 +24,10 @@ export interface TryAcquireOptions {
    * function). @default '(none)'
    */
   keyTemplate?: string;
+}
+
+/** Options of `LeaseService.tryAcquire()`: one attempt, never a wait (so no `onBusy`). */
+export interface TryAcquireOptions extends CallOptions {
   /**
    * How many may hold the key at once (a semaphore; README "Semaphores: N holders per key"): each holder gets a slot,
    * a lease of its own (token, fencing token, heartbeat, `fenced()`), and the (limit + 1)-th caller is refused or
@@ -25,36 +37,62 @@ export interface TryAcquireOptions {
   limit?: number;
 }
 
-/** Options of `LeaseService.acquire()` and `run()`. */
-export interface AcquireOptions extends TryAcquireOptions {
-  /** How long to wait in line. @default defaultWaitTimeoutMs of the module */
-  waitTimeoutMs?: number;
+/** `acquire` waits by definition: in line, or preempting a holder of lower priority. */
+type AcquirePolicy = Extract<BusyPolicy, 'wait' | { wait: unknown } | 'preempt' | { preempt: unknown }>;
+/** A semaphore's call (`limit` above 1) has no single holder to join or preempt. */
+type SemaphoreWait = Extract<BusyPolicy, 'wait' | { wait: unknown }>;
+/** `run` never skips (`'skip'` is a decorated method's: a call of `run` needs its value). */
+type RunPolicy = Exclude<BusyPolicy, 'skip'>;
+
+/** `acquire()` of a single-holder lease. */
+interface SingleAcquireOptions extends CallOptions {
+  /** One holder (see `TryAcquireOptions.limit`). @default 1 */
+  limit?: 1;
+  /**
+   * What a busy key does: `'wait'` in line (`{ wait: { timeoutMs } }`), or `'preempt'` a holder of lower priority
+   * (`{ preempt: { graceMs, waitTimeoutMs } }`). See `BusyPolicy`. @default 'wait'
+   */
+  onBusy?: AcquirePolicy;
   /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
   signal?: AbortSignal;
-  /**
-   * Take the target over from a running holder of strictly lower priority (README: "Preemption"): its signal aborts
-   * with a `LeaseLostError` of reason `'preempted'`, and this call waits for its release up to `preemptGraceMs`,
-   * then takes over regardless with a higher fencing token (the holder's fenced writes are refused from then on).
-   * Never a holder of equal or higher priority, and never past a live waiter ahead in line. Waits in line like
-   * `acquire` (up to `waitTimeoutMs`). @default false
-   */
-  preempt?: boolean;
-  /** With `preempt`: how long the holder may take to release before the takeover. @default preemptGraceMs of the module */
-  preemptGraceMs?: number;
 }
 
-/** What a busy target does to a `run`: refuse it (`'throw'`) or settle with the outcome of the run holding it. */
-export type RunOnBusy = 'throw' | 'join';
+/** `acquire()` of a semaphore's slot (`limit` above 1): it waits in line, never preempts. */
+interface SemaphoreAcquireOptions extends CallOptions {
+  /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
+  limit: number;
+  /** `'wait'` in line for a slot (`{ wait: { timeoutMs } }`). @default 'wait' */
+  onBusy?: SemaphoreWait;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
+}
 
-/** Options of `LeaseService.run()`. */
-export interface RunOptions extends AcquireOptions {
+/** Options of `LeaseService.acquire()`: it waits in line (or preempts); a semaphore's call only waits. */
+export type AcquireOptions = SingleAcquireOptions | SemaphoreAcquireOptions;
+
+/** `run()` of a single-holder lease. */
+interface SingleRunOptions extends CallOptions {
+  /** One holder (see `TryAcquireOptions.limit`). @default 1 */
+  limit?: 1;
   /**
-   * `'join'`: when the target is held by a run of the same key, wait for that run and settle with its outcome — the
-   * same value, or a `LeaseJoinedRunError` — instead of acquiring (see the README, "Joining the running call"). The
-   * value must be JSON (a `LeaseArgumentError` otherwise). A join attempts once: it never waits in the priority line.
+   * What a busy key does: `'throw'` a `LeaseBusyError`, `'wait'` in line, `'join'` the run holding it (its value must
+   * be JSON, else a `LeaseArgumentError`), or `'preempt'` a holder of lower priority. See `BusyPolicy`.
    * @default 'throw'
    */
-  onBusy?: RunOnBusy;
-  /** How long a join waits for the run it joined (a `LeaseWaitTimeoutError` after). @default waitTimeoutMs, else defaultWaitTimeoutMs */
-  joinTimeoutMs?: number;
+  onBusy?: RunPolicy;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
 }
+
+/** `run()` under a semaphore's slot (`limit` above 1): it throws or waits, never joins or preempts. */
+interface SemaphoreRunOptions extends CallOptions {
+  /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
+  limit: number;
+  /** `'throw'` a `LeaseBusyError` when every slot is held, or `'wait'` in line for one. @default 'throw' */
+  onBusy?: 'throw' | SemaphoreWait;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
+}
+
+/** Options of `LeaseService.run()`: one busy policy; a semaphore's call cannot join or preempt. */
+export type RunOptions = SingleRunOptions | SemaphoreRunOptions;

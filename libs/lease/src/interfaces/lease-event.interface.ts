@@ -87,7 +87,7 @@ export type LeaseEvent =
       at: Date;
     }
   | {
-      /** A leader-election candidate (`elect()`, `@LeaderElection`, a sticky `@Exclusive`) began a term. */
+      /** A leader-election candidate (`elect()`, `@LeaderElection`, `@Sticky`) began a term. */
       type: 'elected';
       targetKey: string;
       keyTemplate: string;

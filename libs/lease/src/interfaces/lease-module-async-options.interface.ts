@@ -6,7 +6,7 @@ import type { LeaseModuleOptions } from './lease-module-options.interface.js';
  *
  * @example
  * class LeaseConfig implements LeaseOptionsFactory {
- *   createLeaseOptions() { return { leaseTimeoutMs: 60_000 }; }
+ *   createLeaseOptions() { return { timing: { leaseTimeoutMs: 60_000 } }; }
  * }
  */
 export interface LeaseOptionsFactory {

@@ -2,7 +2,7 @@ import type { ServiceEngine } from '../engine/service-engine.js';
 import type { ElectOptions } from '../interfaces/leader-election.interface.js';
 import { LeaderCandidate } from './leader-candidate.js';
 
-/** Each engine's running candidates (elect(), @LeaderElection, sticky @Exclusive), stopped together at shutdown. */
+/** Each engine's running candidates (elect(), @LeaderElection, @Sticky), stopped together at shutdown. */
 const running = new WeakMap<ServiceEngine, Set<LeaderCandidate>>();
 /** Each engine's sticky owners, by key: one candidate per key, made by the first call. */
 const sticky = new WeakMap<ServiceEngine, Map<string, LeaderCandidate>>();

@@ -3,6 +3,7 @@ import { Logger } from '@nestjs/common';
 import { LeaseLostError, LeaseShutdownError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import type { ElectOptions, LeadershipEndReason, Leadership } from '../interfaces/leader-election.interface.js';
 import type { Lease } from '../interfaces/lease.interface.js';
+import { callRequest } from '../options/call-input.js';
 import { INT32_MAX } from '../options/limits.js';
 import { longTimeout } from '../util/settle-by.js';
 import { TermTurns } from './term-turns.js';
@@ -22,7 +23,7 @@ type Settled = { threw: false } | { threw: true; error: unknown };
  * stopped candidate waits for its callbacks no longer than `shutdownGraceMs`.
  */
 export class LeaderCandidate implements Leadership {
-  /** The calls using the term, one at a time (a sticky `@Exclusive`); a stop waits for the one in progress. */
+  /** The calls using the term, one at a time (a `@Sticky` method); a stop waits for the one in progress. */
   readonly turns = new TermTurns();
   private readonly logger = new Logger('LeaderElection');
   private readonly stopper = new AbortController();
@@ -60,7 +61,7 @@ export class LeaderCandidate implements Leadership {
   }
 
   /**
-   * Leaves the line. A leader hands over at once — unless a call is using the term (a sticky `@Exclusive` in
+   * Leaves the line. A leader hands over at once — unless a call is using the term (a `@Sticky` call in
    * progress): then when that call ends, or when the service's drain ends and releases the lease.
    */
   async stop(): Promise<void> {
@@ -86,19 +87,17 @@ export class LeaderCandidate implements Leadership {
     const keyTemplate = this.options.keyTemplate ?? this.targetKey;
     const priority = this.options.priority ?? 0;
     const signal = this.stopper.signal;
+    // A candidate always waits (the longest wait a timer allows, renewed): there is no busy policy to choose.
+    const request = callRequest(this.targetKey, { priority, keyTemplate });
+    const inLine = { request, busy: { kind: 'wait', timeoutMs: INT32_MAX }, signal } as const;
     while (!this.stopped) {
       let lease: Lease | null;
       try {
         // The first round tries once before waiting, so `firstAttempt` knows whether this candidate leads.
-        lease = first ? await this.engine.tryAcquire(this.targetKey, { priority, keyTemplate }) : null;
+        lease = first ? await this.engine.tryAcquire(request) : null;
         first = false;
         this.firstSettled();
-        lease ??= await this.engine.acquire(this.targetKey, {
-          priority,
-          keyTemplate,
-          waitTimeoutMs: INT32_MAX,
-          signal,
-        });
+        lease ??= await this.engine.acquire(inLine);
         failures = 0;
       } catch (error) {
         first = false;
@@ -133,7 +132,7 @@ export class LeaderCandidate implements Leadership {
       reason = 'resigned';
     } else {
       await ended(lease.signal, this.stopper.signal);
-      // A call using the term (a sticky @Exclusive in progress) keeps it through a stop, as the drain keeps any call's
+      // A call using the term (a @Sticky call in progress) keeps it through a stop, as the drain keeps any call's
       // lease: until the call ends, or the drain's grace ends and the service releases the lease.
       if (this.stopped) await Promise.race([this.turns.idle(), ended(lease.signal)]);
     }

@@ -16,7 +16,7 @@ import { checkElection } from './elect.js';
 export function LeaderElection(targetKey: string, options: LeaderElectionOptions = {}): ClassDecorator {
   return (target) => {
     try {
-      checkElection(targetKey, options);
+      checkElection(targetKey, options, '@LeaderElection');
     } catch (error) {
       if (!(error instanceof LeaseError)) throw error;
       throw new LeaseConfigError(messages.leaderDeclared(target.name, error.message));

@@ -8,7 +8,7 @@ interface Waiting {
 }
 
 /**
- * The calls of a term, one at a time (a sticky `@Exclusive`): the term's lease keeps the other instances out, and the
+ * The calls of a term, one at a time (a `@Sticky` method): the term's lease keeps the other instances out, and the
  * turn keeps a call that overlaps a running one on this instance from running beside it. A call takes the free turn,
  * or waits in this process's line — higher priority first, first come first served within one — until the turn is
  * given back, its wait times out, its signal aborts, or the turns close (the owner stops).

@@ -13,7 +13,7 @@ import {
 /** Every bound derived from the options, as the README's "Bounds" table says. */
 describe('bounds', () => {
   const defaults = resolveLeaseOptions();
-  const fast = resolveLeaseOptions({ heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 });
+  const fast = resolveLeaseOptions({ timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 } });
 
   it.each<[string, (o: typeof defaults) => number, number, number]>([
     ['an acquisition: leaseTimeoutMs − safetyMarginMs', acquireBoundMs, 90_000, 900],
@@ -29,9 +29,9 @@ describe('bounds', () => {
   });
 
   it('a release has room for a loaded server, within an acquisition’s bound (its session’s: never framed)', () => {
-    const pooler = resolveLeaseOptions({ heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 });
+    const pooler = resolveLeaseOptions({ timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 } });
     expect(shortBoundMs(pooler)).toBe(1_000);
-    const tight = resolveLeaseOptions({ heartbeatIntervalMs: 100, leaseTimeoutMs: 300 });
+    const tight = resolveLeaseOptions({ timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 300 } });
     expect(shortBoundMs(tight)).toBe(acquireBoundMs(tight));
     for (const options of [defaults, fast, pooler, tight]) {
       expect(shortBoundMs(options)).toBeGreaterThanOrEqual(options.heartbeatIntervalMs);

@@ -3,13 +3,10 @@
  * "Bounds" section is this file in words). Every bound holds on the client and on the server: the server ends a
  * statement at its bound (statement_timeout, lock_timeout), and the client gives up a little later (`slackMs`).
  */
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from './engine-settings.js';
 import { ONE_SECOND_MS } from './limits.js';
 
-type Timings = Pick<
-  ResolvedLeaseOptions,
-  'heartbeatIntervalMs' | 'leaseTimeoutMs' | 'safetyMarginMs' | 'waiterTimeoutMs'
->;
+type Timings = Pick<EngineSettings, 'heartbeatIntervalMs' | 'leaseTimeoutMs' | 'safetyMarginMs' | 'waiterTimeoutMs'>;
 
 /**
  * An acquisition: a grant later than this would be past its local deadline on arrival (the lease counts from when

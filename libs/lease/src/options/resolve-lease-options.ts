@@ -1,11 +1,13 @@
 /**
  * The module's options with their defaults applied and checked: the only place that knows defaults. Every rule
- * throws `LeaseConfigError` with advice.
+ * throws `LeaseConfigError` with advice, naming the option by its path (`timing.heartbeatIntervalMs`).
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from './engine-settings.js';
+import { type FlatLeaseOptions, flattenLeaseOptions, optionPath } from './option-groups.js';
 import { LONE_SURROGATE } from './call-input.js';
 import { resolveLeaseNames } from './lease-names.js';
 import { INT32_MAX, MAX_TIMER_MS, ONE_SECOND_MS } from './limits.js';
@@ -18,65 +20,6 @@ export const DEFAULT_HEARTBEAT_INTERVAL_MS = 30_000;
 export const DEFAULT_LEASE_TIMEOUT_MS = 120_000;
 /** Kubernetes' default `terminationGracePeriodSeconds` (30 s), less 5 s for the releases and the rest of shutdown. */
 export const DEFAULT_SHUTDOWN_GRACE_MS = 25_000;
-
-/** Every key of `LeaseModuleOptions` (the compiler checks the list is complete): any other key is a typo. */
-const OPTION_KEYS = [
-  'heartbeatIntervalMs',
-  'leaseTimeoutMs',
-  'safetyMarginMs',
-  'waiterTimeoutMs',
-  'defaultWaitTimeoutMs',
-  'joinResultTtlMs',
-  'preemptGraceMs',
-  'waitPollIntervalMs',
-  'notify',
-  'maxWaitersPerTarget',
-  'maxWaitersPerProcess',
-  'asyncReleaseCommits',
-  'maxBatchSize',
-  'poolSize',
-  'agingIntervalMs',
-  'schema',
-  'tableName',
-  'waiterTableName',
-  'createSchema',
-  'owner',
-  'dataSourceName',
-  'dataSource',
-  'fencedIdleTimeoutMs',
-  'pooler',
-  'sessionUrl',
-  'traceTargetKeys',
-  'shutdownGraceMs',
-  'journal',
-] as const satisfies ReadonlyArray<keyof LeaseModuleOptions>;
-const allKeysListed: Exclude<keyof LeaseModuleOptions, (typeof OPTION_KEYS)[number]> extends never ? true : never =
-  true;
-void allKeysListed;
-
-/** Edit distance (insertions, deletions, substitutions), for the nearest valid key of a typo. */
-function distance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const row = [i];
-    for (let j = 1; j <= b.length; j++) {
-      const same = a[i - 1].toLowerCase() === b[j - 1].toLowerCase();
-      row[j] = Math.min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (same ? 0 : 1));
-    }
-    previous = row;
-  }
-  return previous[b.length];
-}
-
-/** Unknown keys are refused, naming the nearest valid key (or, far from all of them, the list). */
-function checkKeys(options: object): void {
-  for (const key of Object.keys(options)) {
-    if ((OPTION_KEYS as readonly string[]).includes(key)) continue;
-    const [nearest] = [...OPTION_KEYS].sort((a, b) => distance(key, a) - distance(key, b));
-    const close = distance(key, nearest) <= Math.max(2, Math.floor(nearest.length / 4));
-    throw new LeaseConfigError(messages.unknownOption(key, close ? nearest : undefined, OPTION_KEYS.join(', ')));
-  }
-}
 
 /**
  * An integer option from `min` to `max`. A decimal string (ConfigService and environment variables hand over strings)
@@ -92,7 +35,7 @@ function integerOption(
   const value = typeof raw === 'string' && /^\s*\d+\s*$/.test(raw) ? Number(raw) : raw;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
     const got = typeof value === 'string' ? `the string ${JSON.stringify(value)}` : String(value);
-    throw new LeaseConfigError(message(name, max, got));
+    throw new LeaseConfigError(message(optionPath(name), max, got));
   }
   return value;
 }
@@ -121,11 +64,9 @@ function defaultOwner(): string {
   return `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
 }
 
-export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedLeaseOptions {
-  if (typeof options !== 'object' || options === null) {
-    throw new LeaseConfigError(messages.optionsNotObject());
-  }
-  checkKeys(options);
+/** The grouped options resolved into the engine's flat settings (see `EngineSettings`). */
+export function resolveLeaseOptions(grouped: LeaseModuleOptions = {}): EngineSettings {
+  const options = flattenLeaseOptions(grouped);
   const heartbeatIntervalMs = positiveInteger(
     'heartbeatIntervalMs',
     options.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -226,6 +167,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
       MAX_TIMER_MS,
       messages.nonNegativeInteger,
     ),
+    ...dataSourceSettings(options),
   };
 }
 
@@ -233,7 +175,7 @@ export function resolveLeaseOptions(options: LeaseModuleOptions = {}): ResolvedL
  * Behind a transaction pooler, LISTEN is accepted but never delivers: notifications need `sessionUrl`. Without it,
  * notify is off and waiters poll more often than the heartbeat interval.
  */
-function poolerSettings(options: LeaseModuleOptions, heartbeatIntervalMs: number) {
+function poolerSettings(options: FlatLeaseOptions, heartbeatIntervalMs: number) {
   const pooler = options.pooler ?? 'none';
   if (pooler !== 'none' && pooler !== 'transaction') {
     throw new LeaseConfigError(messages.poolerUnknown(JSON.stringify(pooler)));
@@ -252,4 +194,16 @@ function poolerSettings(options: LeaseModuleOptions, heartbeatIntervalMs: number
     notify: blind ? false : (options.notify ?? true),
     pollDefault: blind ? Math.min(heartbeatIntervalMs, POOLER_POLL_INTERVAL_MS) : heartbeatIntervalMs,
   } as const;
+}
+
+/** Which DataSource: a named one of the application's, or options for one the module owns (not both). */
+function dataSourceSettings(options: FlatLeaseOptions) {
+  const { dataSourceName, dataSource } = options;
+  if (dataSourceName !== undefined && (typeof dataSourceName !== 'string' || dataSourceName.length === 0)) {
+    throw new LeaseConfigError(messages.dataSourceNameEmpty());
+  }
+  if (dataSource !== undefined && (typeof dataSource !== 'object' || dataSource === null)) {
+    throw new LeaseConfigError(messages.dataSourceNotObject());
+  }
+  return { dataSourceName: dataSourceName ?? null, dataSource: dataSource ?? null } as const;
 }

@@ -4,7 +4,7 @@
  */
 import type { EntityManager, QueryRunner } from 'typeorm';
 import { readOnly } from '../errors/database-errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { StatementTexts } from './statement-texts.js';
 import type { SemaphoreStore } from './semaphore-store.js';
 import type { RowRef } from './store.types.js';
@@ -12,7 +12,7 @@ import type { RowRef } from './store.types.js';
 export class FenceStore {
   constructor(
     private readonly sql: () => StatementTexts,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly notifyChannel: () => string | null,
     private readonly slots?: SemaphoreStore,
   ) {}

@@ -14,7 +14,7 @@ import type { LeaseDatabase } from '../database/lease-database.js';
 import { Notifier } from '../database/notifier.js';
 import { unavailableOr } from '../errors/database-errors.js';
 import type { Lease } from '../interfaces/lease.interface.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { connectBoundMs, statementPoolBoundMs } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { settleBy } from '../util/settle-by.js';
@@ -140,7 +140,7 @@ export class JoinResults implements RemoteJoins {
 
   constructor(
     private readonly database: LeaseDatabase,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly logger: Logger,
   ) {
     this.names = leaseObjectNames(options);

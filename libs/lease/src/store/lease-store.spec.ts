@@ -11,6 +11,7 @@ import type { LeaseModuleOptions } from '../interfaces/lease-module-options.inte
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { ownRow } from '../options/slot-limits.js';
 import type { Queryable, SessionSource } from '../database/sessions.js';
+import { mergeLeaseOptions } from '../internal.js';
 
 /** One statement as the store sent it (`query_timeout` is left out: it is measured from the clock). */
 interface Sent {
@@ -62,9 +63,12 @@ const TOKEN_ON_TIMELINE_1 = '1099511627777';
 /** The configurations pinned: the names (default, custom), and sessions bounded by their own set-up or framed. */
 const CONFIGURATIONS: Record<string, { options: LeaseModuleOptions; bounded: boolean }> = {
   'default names, own sessions': { options: {}, bounded: true },
-  'default names, behind a transaction pooler (framed)': { options: { pooler: 'transaction' }, bounded: false },
+  'default names, behind a transaction pooler (framed)': {
+    options: { connections: { pooler: 'transaction' } },
+    bounded: false,
+  },
   'custom names, own sessions': {
-    options: { schema: 'Lease "Ops"', tableName: `job's "lease"`, waiterTableName: 'Wait-Line' },
+    options: { tables: { schema: 'Lease "Ops"', tableName: `job's "lease"`, waiterTableName: 'Wait-Line' } },
     bounded: true,
   },
 };
@@ -76,14 +80,13 @@ function sqlError(code: string, message: string, extra: Record<string, unknown> 
 /** A store over three recording sources (statements, lease heartbeat, waiter heartbeat) sharing one log. */
 function recorder(configuration: string, moreOptions: LeaseModuleOptions = {}) {
   const { options, bounded } = CONFIGURATIONS[configuration];
-  const resolved = resolveLeaseOptions({
-    heartbeatIntervalMs: 1_000,
-    leaseTimeoutMs: 4_000,
-    waiterTimeoutMs: 3_000,
-    owner: OWNER,
-    ...options,
-    ...moreOptions,
-  });
+  const resolved = resolveLeaseOptions(
+    mergeLeaseOptions(
+      { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 4_000, waiterTimeoutMs: 3_000 }, owner: OWNER },
+      options,
+      moreOptions,
+    ),
+  );
   const log: Sent[] = [];
   const answers: Answer[] = [];
   const statementBound = bounded ? resolved.leaseTimeoutMs - resolved.safetyMarginMs : undefined;
@@ -337,9 +340,9 @@ function pinned(result: unknown): unknown {
 
 /** The store with batching off for the `single` scenarios, on (the default) for the others. */
 function optionsFor(scenario: string): LeaseModuleOptions {
-  if (scenario.includes('(maxBatchSize 1)')) return { maxBatchSize: 1 };
+  if (scenario.includes('(maxBatchSize 1)')) return { connections: { maxBatchSize: 1 } };
   // An enqueue may take up to waiterTimeoutMs: past the statement pool's session bound, it frames its own.
-  if (scenario.includes('longer than the session bound')) return { waiterTimeoutMs: 5_000 };
+  if (scenario.includes('longer than the session bound')) return { timing: { waiterTimeoutMs: 5_000 } };
   return {};
 }
 

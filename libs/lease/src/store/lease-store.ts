@@ -19,7 +19,7 @@ import {
 } from '../database/sessions.js';
 import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
 import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { readHistoryOn, readServerHistory, settleTokens, type TokenStanding } from './server-history.js';
 import { FenceStore } from './fence-store.js';
@@ -111,7 +111,7 @@ export class LeaseStore {
   constructor(
     db: SessionSource | PoolLike,
     heartbeatDb: SessionSource | PoolLike,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     waiterHeartbeatDb: SessionSource | PoolLike = heartbeatDb,
     private readonly purgeAfterMs = PURGE_AFTER_MS,
   ) {

@@ -6,7 +6,7 @@
  */
 import { retryingSerializationFailures } from '../database/sessions.js';
 import { exhausted, readOnly } from '../errors/database-errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { loneAcquireOutcome, type LoneAcquireRow } from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { StatementTexts } from './statement-texts.js';
@@ -20,7 +20,7 @@ export class LoneStore {
     private readonly run: RunStatement,
     /** The statement texts in use (rebuilt when the timeline is fixed at bootstrap). */
     private readonly sql: () => StatementTexts,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly statement: (name: string) => { name?: string },
     private readonly acquireBounds: () => { boundMs: number; slackMs: number },
     private readonly fencingSequence: string,

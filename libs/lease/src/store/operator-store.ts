@@ -6,7 +6,7 @@
 import type pg from 'pg';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { DrainEntry, OperatorAuditEntry, TimelineEntry } from '../interfaces/lease-operator.interface.js';
 import {
   type BoundedStatement,
@@ -48,7 +48,7 @@ export class OperatorStore {
 
   constructor(
     db: SessionSource | PoolLike,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
   ) {
     this.db = sessionsOf(db);
     const n = leaseObjectNames(options);

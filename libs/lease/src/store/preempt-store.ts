@@ -4,7 +4,7 @@
  */
 import { retryingSerializationFailures } from '../database/sessions.js';
 import { exhausted, readOnly } from '../errors/database-errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { acquireBoundMs, slackMs } from '../options/bounds.js';
 import type { RunStatement } from './schema-store.js';
 import type { StatementTexts } from './statement-texts.js';
@@ -37,7 +37,7 @@ export class PreemptStore {
     private readonly run: RunStatement,
     /** The statement texts in use (rebuilt when the timeline is fixed at bootstrap). */
     private readonly sql: () => StatementTexts,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly named: (statement: string) => { name?: string },
     /** The fencing sequence's quoted name (for the error of an exhausted sequence). */
     private readonly fencingSequence: string,

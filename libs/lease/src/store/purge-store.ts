@@ -2,7 +2,7 @@
  * The purge of free lease rows (README: "Purging free rows"): which rows may go, and why no fencing token goes back
  * once they have (see `purge`). Statements on the statement pool, bounded like an acquisition.
  */
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { acquireBoundMs, PURGE_BATCH_ROWS } from '../options/bounds.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
 import type { RunStatement } from './schema-store.js';
@@ -13,7 +13,7 @@ export class PurgeStore {
     private readonly run: RunStatement,
     /** The statement texts in use (rebuilt when the timeline is fixed at bootstrap). */
     private readonly sql: () => StatementTexts,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly purgeAfterMs: number,
   ) {}
 

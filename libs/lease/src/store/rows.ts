@@ -3,7 +3,7 @@
  * can be read, and tested, apart from running the statement.
  */
 import { messages } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { ItemOutcome } from './group-commit.js';
 import type { PrivilegeCheck } from './sql/bootstrap.sql.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
@@ -40,7 +40,7 @@ function outOfOrder(index: number): Error {
  */
 export function acquireParameters(
   request: AcquireRequest,
-  options: Pick<ResolvedLeaseOptions, 'owner' | 'leaseTimeoutMs' | 'agingIntervalMs'>,
+  options: Pick<EngineSettings, 'owner' | 'leaseTimeoutMs' | 'agingIntervalMs'>,
 ): unknown[] {
   return [
     request.targetKey,

@@ -5,7 +5,7 @@
 import type pg from 'pg';
 import type { BoundedStatement } from '../database/sessions.js';
 import { bootstrapBoundMs, statementPoolBoundMs } from '../options/bounds.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import {
   consoleSchemaStatements,
   joinResultStatements,
@@ -26,7 +26,7 @@ export class SchemaStore {
   constructor(
     private readonly run: RunStatement,
     private readonly statements: Statements,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
   ) {}
 
   /** Which lease objects are missing, and which sequences are of the 40-bit token layout (bootstrap check). */

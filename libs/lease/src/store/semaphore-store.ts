@@ -5,7 +5,7 @@
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { exhausted, readOnly } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
 import { acquireParameters } from './rows.js';
 import type { RunStatement } from './schema-store.js';
@@ -44,7 +44,7 @@ export class SemaphoreStore {
     private readonly run: RunStatement,
     private readonly sql: () => StatementTexts,
     private readonly names: LeaseObjectNames,
-    private readonly options: ResolvedLeaseOptions,
+    private readonly options: EngineSettings,
     private readonly named: (statement: string) => { name?: string },
     private readonly bounds: () => { boundMs: number; slackMs: number },
     private readonly notifyChannel: () => string | null,

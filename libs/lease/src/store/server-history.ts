@@ -5,7 +5,7 @@
  * standby in recovery.
  */
 import { walFunctionsRefused } from '../errors/database-errors.js';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { bootstrapBoundMs } from '../options/bounds.js';
 import type { ServerHistory } from './store.types.js';
 import { runStatement, type SessionSource } from '../database/sessions.js';
@@ -60,7 +60,7 @@ export interface TokenStanding {
 export async function settleTokens(
   run: RunStatement,
   sql: StatementTexts,
-  options: ResolvedLeaseOptions,
+  options: EngineSettings,
 ): Promise<TokenStanding> {
   const boundMs = bootstrapBoundMs(options);
   const serverTimeline = await walTimeline(run, sql, boundMs);
@@ -133,7 +133,7 @@ async function walTimeline(
 export async function readServerHistory(
   run: RunStatement,
   sql: StatementTexts,
-  options: ResolvedLeaseOptions,
+  options: EngineSettings,
 ): Promise<{ history: ServerHistory; systemIdReadable: boolean }> {
   const boundMs = bootstrapBoundMs(options);
   const { rows } = await run<{ readable: boolean }>({ text: sql.systemIdReadable, boundMs });

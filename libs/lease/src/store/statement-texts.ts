@@ -4,7 +4,7 @@
  * parameter), and the names of the prepared ones. Pure: no I/O.
  */
 import { createHash } from 'node:crypto';
-import type { ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import { acquireRunCapMs, PURGE_AFTER_MS } from '../options/bounds.js';
 import { leaseObjectNames } from '../schema/lease-schema.js';
 import { batchAcquireSql, loneAcquireSql, singleAcquireSql } from './sql/acquire.sql.js';
@@ -80,7 +80,7 @@ export interface Statements {
  * The prefix of the prepared statements' names: a hash of the table names, so two configurations never share a
  * prepared plan.
  */
-export function preparedPrefix(options: Pick<ResolvedLeaseOptions, 'schema' | 'tableName' | 'waiterTableName'>) {
+export function preparedPrefix(options: Pick<EngineSettings, 'schema' | 'tableName' | 'waiterTableName'>) {
   const names = `${options.schema}.${options.tableName}.${options.waiterTableName}`;
   return `lease_${createHash('sha1').update(names).digest('hex').slice(0, 10)}`;
 }
@@ -98,7 +98,7 @@ export interface StatementSettings {
   readonly faults?: StatementFaults;
 }
 
-export function buildStatements(options: ResolvedLeaseOptions, settings: StatementSettings = {}): Statements {
+export function buildStatements(options: EngineSettings, settings: StatementSettings = {}): Statements {
   const { purgeAfterMs = PURGE_AFTER_MS, faults = NO_FAULTS } = settings;
   const capMs = acquireRunCapMs(purgeAfterMs);
   const timeline = timelineSql(settings.timeline);

@@ -32,12 +32,13 @@ import {
   LeaseWaitTimeoutError,
 } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
-import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import type { LeaseModuleOptions, ResolvedLeaseOptions } from '../interfaces/lease-module-options.interface.js';
+import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
-import { callRequest, type LeaseRequest, preemptGraceOf, waitTimeoutOf } from '../options/call-input.js';
+import { callRequest, type LeaseRequest } from '../options/call-input.js';
+import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
 import { MAX_TIMER_MS } from '../options/limits.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { rowSlotOf } from '../options/slot-limits.js';
@@ -61,7 +62,7 @@ const rowOfLease = (lease: HeldLease) =>
 /** Runs a fenced write's work in the test's transaction (see `LeaseTestingOptions.fencedTransaction`). */
 export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
 
-/** Options of the in-memory lease service: the module's options, plus how `fenced()` runs its work. */
+/** Options of the in-memory lease service: the module's (grouped) options, plus how `fenced()` runs its work. */
 export interface LeaseTestingOptions extends LeaseModuleOptions {
   /**
    * Runs the work of every `lease.fenced(work)` that is allowed to write, e.g. `(work) => work(fakeManager)` or
@@ -109,7 +110,7 @@ const NO_MANAGER = new Proxy({} as EntityManager, {
 
 export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   readonly events$: Observable<LeaseEvent>;
-  readonly options: ResolvedLeaseOptions;
+  readonly options: EngineSettings;
   private readonly events = new Subject<LeaseEvent>();
   private readonly context = new LeaseContext();
   private readonly fencedTransaction: FencedTransaction;
@@ -191,33 +192,27 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return held && new BorrowedLease(held);
   }
 
-  async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    const request = callRequest(targetKey, options);
+  async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
     return this.tryOnce(request);
   }
 
-  async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    const request = callRequest(targetKey, options);
-    const waitTimeoutMs = waitTimeoutOf(options, this.options.defaultWaitTimeoutMs);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    options.signal?.throwIfAborted();
+  async acquire(call: LeaseCall<WaitingPlan>): Promise<Lease> {
+    const { request, busy, signal } = call;
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return new BorrowedLease(reentrant);
-    return this.waitFor(request, waitTimeoutMs, options.signal, graceMs);
+    return this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options));
   }
 
-  async enter(targetKey: string, options: AcquireOptions = {}): Promise<LeaseEntry> {
-    const request = callRequest(targetKey, options);
-    const graceMs = preemptGraceOf(options, this.options.preemptGraceMs);
-    const waits = options.priority !== undefined || options.waitTimeoutMs !== undefined || graceMs !== undefined;
-    const waitTimeoutMs = waits ? waitTimeoutOf(options, this.options.defaultWaitTimeoutMs) : 0;
-    options.signal?.throwIfAborted();
+  async enter(call: LeaseCall): Promise<LeaseEntry> {
+    const { request, busy, signal } = call;
+    signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
     if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
-    const lease = waits
-      ? await this.waitFor(request, waitTimeoutMs, options.signal, graceMs)
+    const lease = waits(busy)
+      ? await this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options))
       : await this.tryOnce(request);
     if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
     return { lease, exit: () => lease.release() };
@@ -291,9 +286,8 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   /** `onBusy: 'join'`: within this service only (no other process to hear from). */
-  joinRun<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions): Promise<T> {
-    preemptGraceOf(options, this.options.preemptGraceMs); // a join never preempts (LeaseArgumentError)
-    return this.joins.run(targetKey, work, options);
+  joinRun<T>(call: LeaseCall, work: (lease: Lease) => Promise<T> | T): Promise<T> {
+    return this.joins.run(call, work);
   }
 
   release(lease: HeldLease, reason?: () => unknown): Promise<void> {

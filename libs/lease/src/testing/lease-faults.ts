@@ -14,7 +14,7 @@ import { expireSql, lockRowSql, takeOverSql } from './lease-faults.sql.js';
 import { OTHER_OWNER } from './lease-testing.controller.js';
 
 /** Which tables the helpers write (the module's `schema` / `tableName` / `waiterTableName`, defaults otherwise). */
-export type LeaseTableNames = Pick<LeaseModuleOptions, 'schema' | 'tableName' | 'waiterTableName'>;
+export type LeaseTableNames = Omit<NonNullable<LeaseModuleOptions['tables']>, 'createSchema'>;
 
 export interface TakeOverOptions extends LeaseTableNames {
   /** The owner the row names afterwards. @default 'another-process' */

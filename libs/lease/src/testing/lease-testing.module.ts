@@ -10,6 +10,7 @@ import { LeaseService } from '../lease.service.js';
 import { InMemoryLeaseEngine, type LeaseTestingOptions } from './in-memory-engine.js';
 import { LeaseTestingController } from './lease-testing.controller.js';
 import { testLeaseOptions } from './test-lease-options.js';
+import { mergeLeaseOptions } from '../options/option-groups.js';
 
 /**
  * Leases for an application's own tests. `forRoot()`: in memory, no PostgreSQL — `LeaseService` and every
@@ -51,10 +52,12 @@ export class LeaseTestingModule {
 
   /**
    * The real `LeaseModule` on the database at `url` (a `startTestPostgres().createDatabase()` one, say), owning its
-   * DataSource, with `testLeaseOptions()` and then `options` applied.
+   * DataSource, with `testLeaseOptions()` and then `options` applied (group by group: `{ timing: { leaseTimeoutMs } }`
+   * keeps the other test timings).
    */
   static forPostgres(url: string, options: LeaseModuleOptions = {}): DynamicModule {
-    return LeaseModule.forRoot({ dataSource: { type: 'postgres', url }, ...testLeaseOptions(), ...options });
+    const own: LeaseModuleOptions = { connections: { dataSource: { type: 'postgres', url } } };
+    return LeaseModule.forRoot(mergeLeaseOptions(own, testLeaseOptions(), options));
   }
 }
 

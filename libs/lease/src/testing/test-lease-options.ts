@@ -6,10 +6,7 @@ import type { LeaseModuleOptions } from '../interfaces/lease-module-options.inte
  */
 export function testLeaseOptions(): LeaseModuleOptions {
   return {
-    createSchema: true,
-    heartbeatIntervalMs: 100,
-    leaseTimeoutMs: 1_000,
-    waiterTimeoutMs: 600,
-    waitPollIntervalMs: 200,
+    timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600, waitPollIntervalMs: 200 },
+    tables: { createSchema: true },
   };
 }

@@ -9,7 +9,10 @@ import { aged, bornWithin, headOf, live, liveWaiter, taken } from './fragments.j
 import { renewSql } from './renew.sql.js';
 
 /** The SQL builders beyond the snapshot: quoting, parameters, and where texts must differ. */
-const custom = resolveLeaseOptions({ schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line', owner: 'o' });
+const custom = resolveLeaseOptions({
+  tables: { schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line' },
+  owner: 'o',
+});
 const defaults = resolveLeaseOptions({ owner: 'o' });
 const texts = (options: typeof defaults) => Object.entries(buildStatements(options).sql);
 
@@ -102,7 +105,9 @@ describe('SQL builders', () => {
     expect(preparedPrefix(defaults)).toMatch(/^lease_[0-9a-f]{10}$/);
     expect(preparedPrefix(custom)).not.toBe(preparedPrefix(defaults));
     expect(buildStatements(defaults).named('acquire')).toEqual({ name: `${preparedPrefix(defaults)}_acquire` });
-    expect(buildStatements(resolveLeaseOptions({ pooler: 'transaction' })).named('acquire')).toEqual({});
+    expect(buildStatements(resolveLeaseOptions({ connections: { pooler: 'transaction' } })).named('acquire')).toEqual(
+      {},
+    );
   });
 
   it('a fixed timeline (WAL functions not executable) replaces every call of them but the probe, under other names', () => {

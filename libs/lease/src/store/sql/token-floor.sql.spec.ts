@@ -15,7 +15,10 @@ import {
 
 /** The builders that keep tokens rising where the sequences stand below the tables (issue 42 item 2). */
 const defaults = resolveLeaseOptions({ owner: 'o' });
-const custom = resolveLeaseOptions({ schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line', owner: 'o' });
+const custom = resolveLeaseOptions({
+  tables: { schema: 'Ops "x"', tableName: `it's`, waiterTableName: 'Line' },
+  owner: 'o',
+});
 const count = (text: string, part: string) => text.split(part).length - 1;
 
 describe('token floors', () => {
