@@ -37,10 +37,7 @@ export interface ClusterScenario {
 
 /** Heartbeats every 500 ms (as the failover suite); an 8 s lease outlives a killed leader's failover (2–4 s). */
 export const LEASE: LeaseModuleOptions = {
-  heartbeatIntervalMs: 500,
-  leaseTimeoutMs: 8_000,
-  waitPollIntervalMs: 500,
-  shutdownGraceMs: 0,
+  timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 8_000, waitPollIntervalMs: 500, shutdownGraceMs: 0 },
 };
 
 /** 12 clients (6 processes × 2 loops) on 12 keys: 2 hold for seconds, 4 wait in line, the rest try and go. */
@@ -117,7 +114,7 @@ async function prepare(cluster: PatroniCluster, leader: PatroniNode, database: s
   const dataSource = new DataSource({ type: 'postgres', url, entities: [...leaseEntities] });
   await dataSource.initialize();
   try {
-    const service = new LeaseService(dataSource, { createSchema: true });
+    const service = new LeaseService(dataSource, { tables: { createSchema: true } });
     await service.init();
     await service.close();
     for (const statement of HISTORY_DDL) await dataSource.query(statement);
