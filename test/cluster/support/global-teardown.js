@@ -15,9 +15,10 @@ const HEADERS = [
   'acknowledged fenced writes lost',
   'old leader took writes until, after the event',
   'new leader up, after the event',
+  'HAProxy routes there (the switch), after the event',
   'recovery: new leader up → first grant',
   'no grant for',
-  'old leases at the switch: all ended within (how)',
+  'old leases at the switch: all ended within, after the switch (how)',
   'wall',
 ];
 

@@ -49,6 +49,7 @@ export function recordRun(run: ClusterRun): void {
     String(lostWrites),
     ms(run.oldLeaderLastWritableMs),
     ms(run.promotedMs),
+    ms(run.switchMs),
     ms(run.recoveryMs),
     ms(run.noGrantsMs),
     f.oldHolders === 0
@@ -66,7 +67,8 @@ export function recordRun(run: ClusterRun): void {
       `${run.fencedWrites.refused} refused, ${run.fencedWrites.failed} failed; violations ${total}` +
       `${found.length ? ` (${found.map(([what, list]) => `${what}: ${list.slice(0, 3).join('; ')}`).join(' | ')})` : ''}; ` +
       `acknowledged grants lost ${f.cutOffHolders}, fenced writes lost ${lostWrites}; old leader writable until ` +
-      `+${ms(run.oldLeaderLastWritableMs)}, new leader up at +${ms(run.promotedMs)}, first grant ${ms(run.recoveryMs)} ` +
+      `+${ms(run.oldLeaderLastWritableMs)}, new leader up at +${ms(run.promotedMs)}, HAProxy there at ` +
+      `+${ms(run.switchMs)}, first grant ${ms(run.recoveryMs)} after the new leader was up ` +
       `later (no grant for ${ms(run.noGrantsMs)}); long jobs: ${run.holds.join('; ')}; waits timed out ` +
       `${run.waitTimeouts}, busy ${run.busy}, errors ${run.errors}; ${(run.wallMs / 1000).toFixed(1)} s`,
   );

@@ -18,7 +18,7 @@ import {
 import { type GrantRecord, HISTORY_DDL, Load, type LoadPlan } from '../../failover/support/load.js';
 import { toldWithinMs } from '../../failover/support/scenario.js';
 import { type PatroniCluster, type PatroniNode } from './patroni.js';
-import { watchOldLeader, watchPromotion } from './watch.js';
+import { watchOldLeader, watchPromotion, watchRouting } from './watch.js';
 
 export const ARTIFACTS = join(process.cwd(), 'artifacts', 'cluster');
 
@@ -65,9 +65,13 @@ export interface ClusterRun {
   newLeader: string;
   timelineBefore: number;
   timelineAfter: number;
-  /** Relative to the event (ms): the old leader last seen writable, the new one out of recovery, clients let in. */
+  /**
+   * Relative to the event (ms): the old leader last seen writable, the new one out of recovery, HAProxy sending the
+   * application there (the switch: old leases must end within two heartbeat intervals + 1 s of it).
+   */
   oldLeaderLastWritableMs: number;
   promotedMs: number;
+  switchMs: number;
   /** The new leader out of recovery → the first grant on it (the library's recovery, without restarts). */
   recoveryMs: number;
   /** The last grant on the old leader → the first on the new one. */
@@ -180,13 +184,16 @@ export async function runClusterScenario(
     else switchover = cluster.switchover(old, sync);
     const promoted = await promotion.done;
     newLeader = promoted.node;
-    newLeader.gate.point(newLeader.pgPort);
-    const switchAt = performance.now();
     for (const node of candidates) node.gate.point(node.pgPort);
+    // The application's switch: HAProxy sends it to the new leader once Patroni's REST API says so and a check ran.
+    const routedAt = await watchRouting(cluster, newLeader);
     lastWritableAt = Math.max(eventAt, await oldLeader.lastWritableAt);
     eventOutput = await switchover;
     surviving = promoted.rows;
     timelineAfter = promoted.timeline;
+    // A client may get through a moment before the probe does: its grant (on the new timeline) marks the switch then.
+    const firstNew = load.grants.find((g) => scenario.timelineGuard && timelineOf(g.fencingToken) === timelineAfter);
+    const switchAt = Math.min(routedAt, firstNew?.grantedAt ?? Infinity);
     moments = { crashAt: lastWritableAt, promotedAt: promoted.at, switchAt };
     // Long enough for every old lease to be told (two heartbeat intervals + 1 s) and for every process to work again.
     await sleep(toldWithinMs(LEASE) + 3_000);
@@ -231,6 +238,7 @@ export async function runClusterScenario(
     timelineAfter,
     oldLeaderLastWritableMs: lastWritableAt - eventAt,
     promotedMs: moments.promotedAt - eventAt,
+    switchMs: moments.switchAt - eventAt,
     recoveryMs: firstAfter - moments.promotedAt,
     noGrantsMs: firstAfter - lastBefore,
     grants: load.grants.length,

@@ -127,3 +127,26 @@ export function watchOldLeader(cluster: PatroniCluster, old: PatroniNode): { las
   })();
   return { lastWritableAt };
 }
+
+/**
+ * When HAProxy sends new connections to `node` (the application's switch): a connection through HAProxy every 50 ms
+ * until the server that answers is `node`; resolves with when the first such connection was opened.
+ */
+export async function watchRouting(cluster: PatroniCluster, node: PatroniNode, timeoutMs = 60_000): Promise<number> {
+  const until = performance.now() + timeoutMs;
+  while (performance.now() < until) {
+    const opened = performance.now();
+    const port = await (async () => {
+      const client = await connect(cluster.url('postgres'));
+      try {
+        const { rows } = await within(2_000, client.query<{ port: number }>('SELECT inet_server_port() AS port'));
+        return rows[0].port;
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    })().catch(() => undefined);
+    if (port === node.pgPort) return opened;
+    await sleep(2 * POLL_MS);
+  }
+  throw new Error(`HAProxy did not route to ${node.name} within ${timeoutMs} ms`);
+}

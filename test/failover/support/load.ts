@@ -78,6 +78,7 @@ export class Load {
   private readonly services: Array<{ service: LeaseService; dataSource: DataSource }> = [];
   private readonly loops: Promise<void>[] = [];
   private stopping = false;
+  private readonly halted = new AbortController();
 
   constructor(
     private readonly url: string,
@@ -110,6 +111,7 @@ export class Load {
   /** Stops the loops, waits for them, and closes every process (releasing what they hold). */
   async stop(): Promise<void> {
     this.stopping = true;
+    this.halted.abort();
     await Promise.all(this.loops);
     for (const { service, dataSource } of this.services) {
       await service.close();
@@ -179,7 +181,8 @@ export class Load {
     const grant = this.record(lease, process, this.plan.processes * this.plan.loopsPerProcess + n);
     this.loops.push(
       (async () => {
-        while (!this.stopping && !lease.signal.aborted) await sleep(50, lease.signal);
+        const until = AbortSignal.any([lease.signal, this.halted.signal]);
+        if (!until.aborted) await new Promise((resolve) => until.addEventListener('abort', resolve, { once: true }));
         await this.write(lease, grant);
         await lease.release();
       })(),
