@@ -34,8 +34,18 @@ const latencies: Record<'notify' | 'pollOnly', number[]> = { notify: [], pollOnl
 
 /** `HANDOFFS` handoffs from a holder to a waiting call, each timed from the release to the waiter's grant. */
 async function handoffs(mode: 'notify' | 'pollOnly', options: LeaseModuleOptions): Promise<string[][]> {
-  const holder = await proc(`${mode}-holder`, options);
-  const waiter = await proc(`${mode}-waiter`, options, 1);
+  // Closed at the end: the notify mode's LISTEN connection must not linger into the other tests.
+  const holder = await startProc(db.url, `${mode}-holder`, options);
+  const waiter = await startProc(db.url, `${mode}-waiter`, options, 1);
+  try {
+    return await handoffsBetween(mode, holder, waiter);
+  } finally {
+    await waiter.close();
+    await holder.close();
+  }
+}
+
+async function handoffsBetween(mode: 'notify' | 'pollOnly', holder: Proc, waiter: Proc): Promise<string[][]> {
   const seenListening: string[][] = [];
   for (let i = 0; i < HANDOFFS; i++) {
     const key = `${mode}:handoff:${i}`;
@@ -92,11 +102,14 @@ describe('poll-only mode (notify: false)', () => {
     for (const { name, priority } of waiters) {
       const p = await proc(`prio-${name}`, POLL_ONLY, 1);
       calls.push(
-        p.service.acquire(key, { ...WAIT, priority }).then(async (lease: Lease) => {
-          granted.push(name);
-          await new Promise((resolve) => setTimeout(resolve, 50));
-          await lease.release();
-        }),
+        p.service.acquire(key, { ...WAIT, priority }).then(
+          async (lease: Lease) => {
+            granted.push(name);
+            await new Promise((resolve) => setTimeout(resolve, 50));
+            await lease.release();
+          },
+          (error: unknown) => void granted.push(`${name}: ${String(error)}`),
+        ),
       );
       // Queued one after the other: their places are in this order.
       await untilQueued(db.admin, key, p.owner);
