@@ -39,7 +39,7 @@ export default async function globalTeardown() {
     `Suite wall time: ${(wallMs / 1000).toFixed(1)} s. Violations: fenced exclusion in the history, a key's token ` +
       'going back, two holders of a key at once, an old-history fenced write committed on the new leader, an old ' +
       'lease not ended within two heartbeat intervals + 1 s of the switch. Details of every run: ' +
-      'artifacts/cluster/<run>.json; its logs (etcd, Patroni and PostgreSQL per node, HAProxy): artifacts/cluster/<run>/.',
+      'artifacts/cluster/<run>.json; the logs (etcd, Patroni and PostgreSQL per node, HAProxy): artifacts/cluster/cluster/.',
   ].join('\n');
   writeFileSync(join(SUMMARY_DIR, 'summary.md'), `${table}\n`);
   console.log(`\nCluster suite (also in artifacts/cluster/summary.md)\n\n${table}\n`);

@@ -69,7 +69,7 @@ export function recordRun(run: ClusterRun): void {
       `acknowledged grants lost ${f.cutOffHolders}, fenced writes lost ${lostWrites}; old leader writable until ` +
       `+${ms(run.oldLeaderLastWritableMs)}, new leader up at +${ms(run.promotedMs)}, HAProxy there at ` +
       `+${ms(run.switchMs)}, first grant ${ms(run.recoveryMs)} after the new leader was up ` +
-      `later (no grant for ${ms(run.noGrantsMs)}); long jobs: ${run.holds.join('; ')}; waits timed out ` +
+      `(no grant for ${ms(run.noGrantsMs)}); long jobs: ${run.holds.join('; ')}; waits timed out ` +
       `${run.waitTimeouts}, busy ${run.busy}, errors ${run.errors}; ${(run.wallMs / 1000).toFixed(1)} s`,
   );
 }
