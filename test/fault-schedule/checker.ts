@@ -121,6 +121,7 @@ interface LeaseEventRow {
     owner: string;
     priority: number;
     seq: string;
+    /** How long the row still lived after the grant's write. */
     liveMs: number;
     renewedMs: number;
     landedMs: number | null;
@@ -340,7 +341,7 @@ export async function checkRun(
         );
         flag(
           'priority order',
-          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${as}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms more); the grantee's rows of the key gone in the ${EVICTION_WINDOW_US / 1_000_000n} s before: ${before.join(', ') || 'none'}`,
+          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${as}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms after the write); the grantee's rows of the key gone in the ${EVICTION_WINDOW_US / 1_000_000n} s before: ${before.join(', ') || 'none'}`,
         );
       }
     }
