@@ -134,6 +134,10 @@ test('a holder whose release committed as the primary crashed is not cut off', (
   const released: SurvivingRow = { targetKey: 'k', leaseToken: null, fencingToken: 9n, blocksForMs: 0 };
   const f = checkFailover([releasing], moments, [released], history, counters(history));
   expect(f.cutOffHolders).toBe(0);
+  // Released, then the key granted again before the crash: the promoted row is the newer grant's.
+  const newer: SurvivingRow = { targetKey: 'k', leaseToken: 'lease-k-10', fencingToken: 10n, blocksForMs: 900 };
+  const superseded = checkFailover([releasing], moments, [newer], history, counters(history));
+  expect(superseded.cutOffHolders).toBe(0);
   // A released row of an older lease of the key does not stand for it.
   const older = checkFailover([releasing], moments, [{ ...released, fencingToken: 8n }], history, counters(history));
   expect(older.cutOffHolders).toBe(1);
