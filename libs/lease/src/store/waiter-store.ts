@@ -1,5 +1,5 @@
 /**
- * The statements of the waiters' line (README: "Waiting"; SQL in `sql/waiters.sql.ts` and `sql/handoff.sql.ts`): a
+ * The statements of the waiters' line (docs/waiting.md; SQL in `sql/waiters.sql.ts` and `sql/handoff.sql.ts`): a
  * waiter queues, renews its row on the waiter heartbeat's own connection, leaves, and confirms a grant a release
  * handed it. On the statement pool, bounded like a read, the enqueue by the waiter's own bound.
  */
