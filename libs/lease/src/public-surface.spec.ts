@@ -75,7 +75,7 @@ const EXPORTS = [
   'leaseMigrations',
 ];
 
-/** The `nest-pg-lease/testing` subpath's names, as the README's "Testing your code" documents them. */
+/** The `nest-pg-lease/testing` subpath's names, as docs/testing.md documents them. */
 const TESTING_EXPORTS = [
   'DatabaseStall',
   'EmbeddedPostgresError',
@@ -97,7 +97,7 @@ const TESTING_EXPORTS = [
   'useLeaseDatabase',
 ];
 
-/** LeaseService's members as the README documents them ("The LeaseService API"). */
+/** LeaseService's members as docs/lease-service.md documents them. */
 const SERVICE_MEMBERS = [
   'acquire',
   'close',

@@ -29,7 +29,7 @@ export interface ClusterScenario {
   event: ClusterEvent;
   /**
    * false: the negative control. The application's role may not execute `pg_current_wal_lsn()` (EXECUTE revoked from
-   * PUBLIC), so the library runs in its fixed-timeline mode — the README's "timeline guard is off" — and sees no
+   * PUBLIC), so the library runs in its fixed-timeline mode — docs/failover.md's "timeline guard is off" — and sees no
    * failover.
    */
   timelineGuard: boolean;

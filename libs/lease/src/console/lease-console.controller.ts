@@ -1,5 +1,5 @@
 /**
- * The console's HTTP routes (README: "Operator's console"), built for one `LeaseConsoleModule.forRoot()`: reads
+ * The console's HTTP routes (docs/console.md), built for one `LeaseConsoleModule.forRoot()`: reads
  * always (behind the app's guard, or public when the app says so); the actions only when asked for, and then always
  * behind the console's request rule (same origin, JSON: no cross-site request) and the app's guard. Private: the
  * module is the door.

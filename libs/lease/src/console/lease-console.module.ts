@@ -4,7 +4,7 @@ import { messages } from '../errors/lease.messages.js';
 import { trustedOriginsOf } from './console-request.guard.js';
 import { consoleControllers } from './lease-console.controller.js';
 
-/** `LeaseConsoleModule.forRoot()` (README: "Operator's console"). */
+/** `LeaseConsoleModule.forRoot()` (docs/console.md). */
 export interface LeaseConsoleOptions {
   /**
    * Route prefix of the console's endpoints.
@@ -26,7 +26,7 @@ export interface LeaseConsoleOptions {
   /**
    * Mounts the write actions: `POST force-release`, `drain`, `undrain`. Off by default; refused at bootstrap
    * (`LeaseConfigError`) without a `guard`. They take JSON only, from the console's own origin only (no cross-site
-   * request: README, "Operator's console").
+   * request: docs/console.md).
    * @default false
    */
   actions?: boolean;

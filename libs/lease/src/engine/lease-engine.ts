@@ -334,7 +334,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
       (late) => {
         if (late) void late.release();
-        else if (waiter?.place) void this.store.dequeue(targetKey, waiter.id).catch(() => undefined);
+        else if (waiter?.place) void this.store.waiters.dequeue(targetKey, waiter.id).catch(() => undefined);
       },
     ).catch((error: unknown) => {
       if (waiter) this.queue.unreserve(waiter);

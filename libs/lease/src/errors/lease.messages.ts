@@ -28,8 +28,8 @@ export const messages = {
     `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +
     'new acquisition is granted until an operator undrains it',
   operatorRightsMissing: (detail: string) =>
-    `The operator's tables are out of this role's rights (${detail}): as their owner, run the GRANT of the README ` +
-    'section "Database privileges"',
+    `The operator's tables are out of this role's rights (${detail}): as their owner, run the GRANT of the docs ` +
+    'page docs/privileges.md ("Database privileges")',
   operatorTablesMissing: (table: string) =>
     `The operator's tables are missing (${table}): run the library's migrations (leaseMigrations includes ` +
     'CreateLeaseConsoleTables) or set createSchema',
@@ -113,7 +113,7 @@ export const messages = {
     `The sequence ${sequence} has passed 2^47 (or the server's timeline 2^16): nest-pg-lease refuses to hand out ` +
     'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
     'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
-    'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
+    'that compare fencing tokens start afresh; see docs/failover.md (fencing token layout)',
   batchOutOfOrder: (index: number) =>
     `nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`,
   processLineFull: (waiting: number) => `this process already has ${waiting} waiting calls (maxWaitersPerProcess)`,
@@ -272,7 +272,7 @@ export const messages = {
   createSchemaNotAllowed: (role: string | number, schema: string | number) =>
     `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
     `"${schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
-    'in the README ("Database privileges"), or grant it CREATE on the schema',
+    'in docs/privileges.md ("Database privileges"), or grant it CREATE on the schema',
   privilegesMissing: (role: string | number, v2: string | number, v3: string | number) =>
     `The database role "${role}" lacks rights nest-pg-lease needs: ${v2}. ` +
     `As the owner of the lease tables, run: ${v3}`,

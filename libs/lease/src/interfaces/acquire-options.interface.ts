@@ -29,7 +29,7 @@ interface CallOptions {
 /** Options of `LeaseService.tryAcquire()`: one attempt, never a wait (so no `onBusy`). */
 export interface TryAcquireOptions extends CallOptions {
   /**
-   * How many may hold the key at once (a semaphore; README "Semaphores: N holders per key"): each holder gets a slot,
+   * How many may hold the key at once (a semaphore; docs/semaphores.md): each holder gets a slot,
    * a lease of its own (token, fencing token, heartbeat, `fenced()`), and the (limit + 1)-th caller is refused or
    * waits in the key's one priority line. Every caller of a key must ask the same limit (`LeaseLimitConflictError`).
    * An integer from 1 to 1000; 1 is the single-holder lease. @default 1

@@ -52,9 +52,9 @@ const LEASE_TABLE: Table = {
     { property: 'acquiredAt', name: 'acquired_at', type: 'timestamptz' },
     { property: 'updatedAt', name: 'updated_at', type: 'timestamptz' },
     { property: 'holdMs', name: 'hold_ms', type: 'integer', default: 0, check: 'hold_ms >= 0' },
-    // The limit a semaphore's slot row was granted under (README "Semaphores"); null on a key's own row.
+    // The limit a semaphore's slot row was granted under (docs/semaphores.md); null on a key's own row.
     { property: 'slotLimit', name: 'slot_limit', type: 'integer', nullable: true },
-    // The lease token of the grant a caller of higher priority asked to stop (README: "Preemption"): the holder's
+    // The lease token of the grant a caller of higher priority asked to stop (docs/preemption.md): the holder's
     // renewals and fenced transactions find it (before the takeover as after it) and end the lease as `preempted`.
     { property: 'preemptOf', name: 'preempt_of', type: 'uuid', nullable: true },
     // Last, where the migration that added it puts it (`slotColumnStatements`): new and migrated tables agree.
@@ -156,7 +156,7 @@ export function leaseObjectNames(names: LeaseNames) {
 }
 
 /**
- * The operator's tables (README: "Operator's console"), created by the second migration and by `createSchema`: the
+ * The operator's tables (docs/console.md), created by the second migration and by `createSchema`: the
  * audit trail of operator actions, the drains in force (read by every process), and the opt-in journal of lease
  * events the timeline is drawn from. Idempotent, like `schemaStatements`.
  */
@@ -232,7 +232,7 @@ export function schemaStatements(names: LeaseNames): string[] {
 }
 
 /**
- * The preemption column (`preempt_of`, README "Preemption"), added by its own migration to tables made before it;
+ * The preemption column (`preempt_of`, docs/preemption.md), added by its own migration to tables made before it;
  * idempotent (tables the first migration creates now have it).
  */
 export function preemptionStatements(names: LeaseNames): string[] {
@@ -370,7 +370,7 @@ export function tokenLayoutStatement(names: LeaseNames): string {
 BEGIN
   IF (SELECT max(fencing_token) FROM ${n.lease}) >= ${limit} OR (SELECT max(seq) FROM ${n.waiter}) >= ${limit} THEN
     IF (SELECT seqmin FROM pg_catalog.pg_sequence WHERE seqrelid = ${literal(n.fencingSequence)}::regclass) < ${SEQUENCE_FLOOR} THEN
-      RAISE EXCEPTION 'nest-pg-lease: % holds fencing tokens of timeline 128 or more in the 40-bit layout, which the 47-bit layout cannot order new tokens above; see the README, "Fencing token layout"', ${literal(n.lease)};
+      RAISE EXCEPTION 'nest-pg-lease: % holds fencing tokens of timeline 128 or more in the 40-bit layout, which the 47-bit layout cannot order new tokens above; see docs/failover.md, "Fencing token layout"', ${literal(n.lease)};
     END IF;
   END IF;${move(n.fencingSequence)}${move(n.waiterSequence)}
 END

@@ -156,7 +156,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   /**
-   * Refuses new calls and cancels every wait, then drains as the real engine does (README: "Shutdown: the drain"):
+   * Refuses new calls and cancels every wait, then drains as the real engine does (docs/shutdown.md):
    * the leases in use keep going until each is released or lost, or `shutdownGraceMs` passes; what is still held is
    * then released, its signal aborted with `LeaseShutdownError`. Idempotent.
    */
@@ -404,7 +404,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return Promise.resolve(this.grant(request));
   }
 
-  /** `waitInLine`; with `graceMs`, a preempting call (README: "Preemption"): see `preempt`. */
+  /** `waitInLine`; with `graceMs`, a preempting call (docs/preemption.md): see `preempt`. */
   private async waitFor(
     request: LeaseRequest,
     waitTimeoutMs: number,

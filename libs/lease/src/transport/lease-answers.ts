@@ -21,7 +21,7 @@ export interface Answer {
 }
 
 /**
- * The one mapping of lease errors, class by class (subclasses first); the README's error table says the same.
+ * The one mapping of lease errors, class by class (subclasses first); the table of docs/errors-and-http.md says the same.
  * Configuration errors are the application's fault (500); everything else tells the client what to do.
  */
 export function answerOf(error: LeaseError): Answer {

@@ -1,7 +1,7 @@
 /**
  * What keeps fencing tokens rising on a server whose sequences stand below the tokens in its tables: a new database
  * cluster the lease tables were copied to by logical replication (a blue/green switchover; PostgreSQL 10–18 copy rows,
- * never sequence values), or restored into. Pure: SQL text only. README: "Failover", "Blue/green switchover".
+ * never sequence values), or restored into. Pure: SQL text only. docs/failover.md, "Blue/green switchover".
  *
  * - Each grant is floored at the key's last token (`historyToken`'s `floor`: the row's own token), and a key's first
  *   row at the high-water mark the purge leaves (`highWaterToken`): per key, no token goes back, whatever the sequence.
