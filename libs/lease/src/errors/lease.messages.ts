@@ -264,7 +264,7 @@ export const messages = {
     'createSchema: true (it creates only what is missing), or, as the owner of the lease tables, run: ' +
     statements,
   tokenLayoutMissing: (sequences: string, migration: string, statement: string) =>
-    `The sequences ${sequences} are of the 40-bit fencing token layout of nest-pg-lease 0.2 (tokens ` +
+    `The sequences ${sequences} are of the 40-bit fencing token layout of an earlier nest-pg-lease (tokens ` +
     '(timeline << 40) | n): this version draws (timeline << 47) | n from sequences that start at 2^40. Stop every ' +
     `process of an earlier version, then run the migration ${migration} (in leaseMigrations / ` +
     'createLeaseMigrations()), or set createSchema: true, or, as the owner of the lease tables, run: ' +
