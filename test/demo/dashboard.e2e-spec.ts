@@ -84,7 +84,7 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
 
     await page.click('#start');
     await page.locator('#answer[data-status="409"]').waitFor();
-    expect(await page.textContent('#answer')).toContain('leased by another holder');
+    expect(await page.textContent('#answer')).toContain('is busy: another request is working on it');
 
     // B waits its turn with priority 10; it is granted once A's lease expires.
     await page.selectOption('#via', 'B');

@@ -1,6 +1,14 @@
 import { Controller, type INestApplication, type LoggerService, Module, Param, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { Exclusive, LeaseModule } from 'nest-pg-lease';
+import {
+  Exclusive,
+  LeaseArgumentError,
+  LeaseBusyError,
+  LeaseConfigError,
+  LeaseModule,
+  LeaseService,
+  type RetryAfterContext,
+} from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
 import { Gate, post } from './fixtures.js';
 
@@ -37,6 +45,18 @@ class JobController {
   @Post('fresh/:id')
   @Exclusive('fresh:{id}')
   fresh(@Param('id') id: string) {
+    return { id };
+  }
+
+  @Post('fixed/:id')
+  @Exclusive('fixed:{id}', { retryAfterMs: 7_000 })
+  fixed(@Param('id') id: string) {
+    return { id };
+  }
+
+  @Post('scaled/:id')
+  @Exclusive('scaled:{id}', { retryAfterMs: ({ estimatedMs }) => 3 * estimatedMs })
+  scaled(@Param('id') id: string) {
     return { id };
   }
 
@@ -167,5 +187,49 @@ describe('client-facing answers of a busy key over HTTP', () => {
     expect(timedOut.body.message).toMatch(/[Tt]ry again in \d+ s/);
     const advice = logger.lines.slice(before).filter((line) => /job:4/.test(line.message) && ADVICE.test(line.message));
     expect(advice).toHaveLength(1);
+  });
+
+  test('retryAfterMs per decorator (a number, a function of the estimate) and per run() call', async () => {
+    const otherProcess = await db.open();
+    const held = await Promise.all(['fixed:1', 'scaled:1', 'run:1'].map((key) => otherProcess.service.tryAcquire(key)));
+    expect(held.every((lease) => lease !== null)).toBe(true);
+    const fixed = await post(`${url}/fixed/1`);
+    expect({ status: fixed.status, retryAfter: fixed.retryAfter }).toEqual({ status: 409, retryAfter: '7' });
+    expect(fixed.body.message).toContain('Try again in 7 s');
+    // Nothing known of scaled:{id} here: the estimate is the default, 5 s, tripled.
+    const scaled = await post(`${url}/scaled/1`);
+    expect({ status: scaled.status, retryAfter: scaled.retryAfter }).toEqual({ status: 409, retryAfter: '15' });
+    const leases = app.get(LeaseService);
+    const seen: RetryAfterContext[] = [];
+    const refused = await leases
+      .run('run:1', () => 'ran', {
+        retryAfterMs: (context) => {
+          seen.push(context);
+          return 2_500;
+        },
+      })
+      .catch((error: unknown) => error);
+    expect(refused).toBeInstanceOf(LeaseBusyError);
+    expect((refused as LeaseBusyError).retryAfterMs).toBe(2_500);
+    expect(seen).toEqual([{ targetKey: 'run:1', estimatedMs: 5_000 }]);
+    const plain = await leases.run('run:1', () => 'ran', { retryAfterMs: 1_200 }).catch((error: unknown) => error);
+    expect((plain as LeaseBusyError).retryAfterMs).toBe(1_200);
+    await Promise.all(held.map((lease) => lease!.release()));
+  });
+
+  test('retryAfterMs that is not a duration or a function: refused at decoration and per call', async () => {
+    expect(() => Exclusive('k', { retryAfterMs: -1 })).toThrow(LeaseConfigError);
+    expect(() => Exclusive('k', { retryAfterMs: -1 })).toThrow(
+      /@Exclusive retryAfterMs must be a non-negative integer/,
+    );
+    const leases = app.get(LeaseService);
+    const run = leases.run('k', () => 1, { retryAfterMs: '5' as unknown as number });
+    await expect(run).rejects.toThrow(LeaseArgumentError);
+    await expect(leases.run('k', () => 1, { retryAfterMs: 1.5 })).rejects.toThrow(
+      /retryAfterMs must be a non-negative/,
+    );
+    // tryAcquire and acquire never refuse with a LeaseBusyError: they do not take it.
+    const tryAcquire = leases.tryAcquire('k', { retryAfterMs: 1 } as never);
+    await expect(tryAcquire).rejects.toThrow(/tryAcquire\(\): unknown option "retryAfterMs"/);
   });
 });

@@ -64,6 +64,7 @@ const EXPORTS = [
   'OnLeadership',
   'PreemptPolicy',
   'ResolvedLeaseOptions',
+  'RetryAfterContext',
   'RunOptions',
   'Sticky',
   'StickyOptions',
