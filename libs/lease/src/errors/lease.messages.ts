@@ -89,6 +89,10 @@ export const messages = {
   consoleTrustedOrigins: (got: string) =>
     'LeaseConsoleModule option trustedOrigins must be a list of origins, each scheme://host[:port] with http or ' +
     `https and no path (e.g. https://admin.example.com), got ${got}`,
+  consolePage: (got: string) =>
+    'LeaseConsoleModule option page must be true, false or { headers: [...] } naming request headers a page may ' +
+    "send (e.g. { headers: ['authorization'] }; not cookie, content-type, origin, host or another header the " +
+    `browser sets itself), got ${got}`,
   consoleForeignOrigin: (origin: string) =>
     `Refused: the console's actions take a request from its own origin only, and this one came from origin ` +
     `${origin} (a page of another origin must not act with the operator's session: CSRF). Nothing was done. An ` +
