@@ -10,8 +10,8 @@ import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The budget (reached in issue 41: 414 files, 370,713 bytes packed, 1,778,850 unpacked, README.md 170 kB of it). */
-export const BUDGET = { files: 455, packedBytes: 408_000, unpackedBytes: 1_960_000 };
+/** The budget (reached in issue 41: 432 files, 388,057 bytes packed, 1,868,497 unpacked, README.md 170 kB of it). */
+export const BUDGET = { files: 475, packedBytes: 427_000, unpackedBytes: 2_055_000 };
 
 const lib = join(dirname(fileURLToPath(import.meta.url)), '../libs/lease');
 
