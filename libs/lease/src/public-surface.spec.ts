@@ -6,7 +6,8 @@ import ts from 'typescript';
 
 /**
  * What the package publishes is its built `.d.ts`: built here exactly as `npm pack` builds it (libs/lease's
- * tsconfig.lib.json, `stripInternal`), then read with the compiler's own checker. No PostgreSQL needed.
+ * tsconfig.cjs.json, which emits the package's one set of declarations, `stripInternal`), then read with the
+ * compiler's own checker. No PostgreSQL needed.
  */
 const EXPORTS = [
   'TimelineEntry',
@@ -63,6 +64,7 @@ const EXPORTS = [
   'OnLeadership',
   'PreemptPolicy',
   'ResolvedLeaseOptions',
+  'RetryAfterContext',
   'RunOptions',
   'Sticky',
   'StickyOptions',
@@ -122,7 +124,14 @@ describe('the published type declarations', () => {
     outDir = mkdtempSync(join(tmpdir(), 'lease-dts-'));
     execFileSync(
       process.execPath,
-      ['node_modules/typescript/bin/tsc', '-p', 'libs/lease/tsconfig.lib.json', '--outDir', outDir],
+      [
+        'node_modules/typescript/bin/tsc',
+        '-p',
+        'libs/lease/tsconfig.cjs.json',
+        '--emitDeclarationOnly',
+        '--outDir',
+        outDir,
+      ],
       { stdio: 'pipe' },
     );
     program = ts.createProgram([join(outDir, 'index.d.ts'), join(outDir, 'testing/index.d.ts')], {

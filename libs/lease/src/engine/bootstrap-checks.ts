@@ -117,7 +117,7 @@ export class BootstrapChecks {
 
   /**
    * The preemption column and the slot column came with later migrations: the same rule as the join result table's.
-   * (Without the slot column the library's statements cannot run; a table of 0.3 must be converted first.)
+   * (Without the slot column the library's statements cannot run; a table from before it must be converted first.)
    */
   private async checkColumn(column: 'preempt_of' | 'slot'): Promise<void> {
     if (!(await this.store.schema.columnMissing(column))) return;

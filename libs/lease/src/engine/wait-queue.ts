@@ -85,6 +85,8 @@ export class WaitQueue {
     private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
+    /** The `retryAfterMs` of a waiter refused for a full line (see `RetryAfterEstimates`). */
+    private readonly retryAfterOf: (waiter: Waiter) => number = () => options.heartbeatIntervalMs,
   ) {}
 
   get size(): number {
@@ -215,7 +217,7 @@ export class WaitQueue {
     // so must the rooms reserved by first attempts in flight (this waiter's own, if any, is its room).
     const others = this.occupied() - (this.reserved.has(waiter.id) ? 1 : 0);
     if (others >= this.options.maxWaitersPerProcess) {
-      throw new LeaseQueueFullError(targetKey, this.options.heartbeatIntervalMs, messages.processLineFull(others));
+      throw new LeaseQueueFullError(targetKey, this.retryAfterOf(waiter), messages.processLineFull(others));
     }
     this.register(waiter);
     let lastError: unknown;
@@ -235,7 +237,7 @@ export class WaitQueue {
             if (!place) {
               throw new LeaseQueueFullError(
                 targetKey,
-                this.options.heartbeatIntervalMs,
+                this.retryAfterOf(waiter),
                 messages.targetLineFull(this.options.maxWaitersPerTarget),
               );
             }

@@ -1,5 +1,8 @@
 /** Options of `LeaseService.tryAcquire()`, `acquire()` and `run()`: the call's rank, its hold, and its busy policy. */
 import type { BusyPolicy } from './busy-policy.interface.js';
+import type { RefusableCallOptions } from './refusable-call.interface.js';
+
+export type { RetryAfterContext } from './refusable-call.interface.js';
 
 /** What every call takes (`tryAcquire`, `acquire`, `run`; `@Exclusive` all but `keyTemplate`). */
 interface CallOptions {
@@ -71,7 +74,7 @@ interface SemaphoreAcquireOptions extends CallOptions {
 export type AcquireOptions = SingleAcquireOptions | SemaphoreAcquireOptions;
 
 /** `run()` of a single-holder lease. */
-interface SingleRunOptions extends CallOptions {
+interface SingleRunOptions extends CallOptions, RefusableCallOptions {
   /** One holder (see `TryAcquireOptions.limit`). @default 1 */
   limit?: 1;
   /**
@@ -85,7 +88,7 @@ interface SingleRunOptions extends CallOptions {
 }
 
 /** `run()` under a semaphore's slot (`limit` above 1): it throws or waits, never joins or preempts. */
-interface SemaphoreRunOptions extends CallOptions {
+interface SemaphoreRunOptions extends CallOptions, RefusableCallOptions {
   /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
   limit: number;
   /** `'throw'` a `LeaseBusyError` when every slot is held, or `'wait'` in line for one. @default 'throw' */

@@ -13,8 +13,8 @@ import type { LeaseObjectNames } from './fragments.js';
 
 /**
  * The lease row that carries the high-water mark of purged rows: `(U+001F, -1)`. The slot makes it: -1 is no slot of
- * any key (a key's own row is 0, a semaphore's 1 … limit), so the key is free for callers; U+001F is the key 0.3 gave
- * it (the slot column's migration only sets its slot). It never holds a lease (its lease token is null), the purge
+ * any key (a key's own row is 0, a semaphore's 1 … limit), so the key is free for callers; U+001F is the key it had
+ * before the slot column (whose migration only set its slot). It never holds a lease (its lease token is null), the purge
  * never deletes it, `list()` never shows it.
  */
 export const HIGH_WATER_KEY = 'chr(31)';
