@@ -9,11 +9,11 @@ import { readFileSync } from 'node:fs';
 /** The last commit before the convention (main at the start of issue 22). */
 const BASELINE = 'c930540b175b1ee5cfbe9e7c71bfb945636316bb';
 /**
- * The last commit before the type prefix (main at the start of issue 41's package work): the commits that descend
- * from it carry a type. A branch that began before it keeps its messages as written when it is merged (only the
+ * The last commit before the type prefix (the merge of issue 41's package work, which introduced it, into main):
+ * the commits that descend from it carry a type. A branch that began before it keeps its messages as written when it is merged (only the
  * descendants of this commit are held to the prefix; the merge commits themselves are written by git).
  */
-const TYPED_BASELINE = 'bd06f057dbf9a58bd243c6fa4e75012065656fb9';
+const TYPED_BASELINE = '826bbb2bc7299b53448a10ec07534e68f2adfe94';
 const MAX_SUBJECT = 72;
 /** The types, as Conventional Commits names them; the changelog groups by them (docs/releasing.md). */
 export const TYPES = ['feat', 'fix', 'docs', 'test', 'refactor', 'perf', 'build', 'ci', 'chore'];
