@@ -1,6 +1,6 @@
 /**
  * `npx tsx bench/release-at-load.ts` — how long a release takes, as its caller waits for it (the client bound of a
- * release is what it must fit in: README "Bounds"), on a quiet machine and beside CPU hogs (`node -e 'for(;;);'`,
+ * release is what it must fit in: docs/bounds.md), on a quiet machine and beside CPU hogs (`node -e 'for(;;);'`,
  * started and ended here by their process ids). One PostgreSQL (DATABASE_URL, else an embedded one), one client
  * process. Each scenario: acquire a key, then time `lease.release()` (the group commit's turn, a pooled connection,
  * the statement, its commit), one at a time and 8 at once, on sessions of the library's own and framed as behind a

@@ -36,7 +36,8 @@ describe('LeaseConsoleModule', () => {
       expect(mount).toThrow(LeaseConfigError);
       expect(mount).toThrow(/forRoot\(\) needs a guard: .*personal data.*Pass guard: .*or public: true/);
     }
-    expect(LeaseConsoleModule.forRoot({ public: true }).controllers).toHaveLength(1);
+    // The reads, and the page at the root path (static: it holds no data).
+    expect(LeaseConsoleModule.forRoot({ public: true }).controllers).toHaveLength(2);
     // public is for the reads: the actions always need a guard, and a guard with public is a contradiction.
     expect(() => LeaseConsoleModule.forRoot({ public: true, actions: true })).toThrow(
       /actions: true \}\) needs a guard/,

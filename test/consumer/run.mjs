@@ -1,14 +1,15 @@
-// `npm run test:consumer`: nest-pg-lease as new users get it, on the matrix the README's Install section states.
+// `npm run test:consumer`: nest-pg-lease as new users get it, on the matrix docs/install.md states.
 // Packs libs/lease once and checks the tarball (both builds, their module systems, @arethetypeswrong/cli on every
 // entry point). Then, for each application of the matrix — NestJS 12 as ES modules, NestJS 11 as CommonJS — installs
 // the tarball into a fresh app in a temporary directory (real packages from the registry, with the README's install
 // commands of that application's subsection), writes the app from the README's Usage code blocks (so the README is
 // what is tested), and compiles it with plain `tsc` under `strict` without `skipLibCheck`. One install and one build
 // per application; then the built app is started with `node` of each Node.js major of the matrix on a real
-// PostgreSQL and proven over HTTP (prove-app.mjs): a duplicate request refused with 409 + Retry-After by a decorated
-// provider method called from an undecorated controller, a fenced save in the database with its fencing token, a clean
-// SIGTERM. The two applications go side by side, and so do an application's Node.js majors (each row has a database,
-// a port and a scoring server of its own): the steps mostly wait on the registry and on child processes.
+// PostgreSQL and proven over HTTP: a duplicate request refused with 409 + Retry-After by a decorated provider method
+// called from an undecorated controller while the first runs (its 2 s of work), one fenced save in the database with
+// its fencing token, the next build saved under a larger token, a clean SIGTERM (prove-app.mjs). The two applications
+// go side by side, and so do an application's Node.js majors (each row has a database and a port of its own): the
+// steps mostly wait on the registry and on child processes.
 // Prints a table (application, module system, Node → result, time) and writes it to artifacts/consumer/summary.md.
 //
 //   npm run test:consumer                                    the whole matrix
@@ -217,22 +218,17 @@ const work = mkdtempSync(join(tmpdir(), 'nest-pg-lease-consumer-'));
 const rows = [];
 const notes = [];
 let server;
-/** What the rows started (databases; per row its app processes and scoring servers): ended at the latest at exit. */
+/** What the rows started (databases; per row its app processes): ended at the latest at exit. */
 const databases = [];
 const started = [];
 const startedBy = () => {
-  const live = { databases, children: new Set(), servers: new Set() };
+  const live = { databases, children: new Set() };
   started.push(live);
   return live;
 };
 const end = (live) => {
   for (const child of live.children) child.kill('SIGKILL');
-  for (const scoring of live.servers) {
-    scoring.close();
-    scoring.closeAllConnections();
-  }
   live.children.clear();
-  live.servers.clear();
 };
 
 /** A module system's answer to "where does `specifier` resolve from `dir`?" (`import.meta.resolve`, `require.resolve`). */

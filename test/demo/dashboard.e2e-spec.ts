@@ -9,9 +9,9 @@ import { ensureDemoBuilt } from './support.js';
 
 // The dashboard in headless Chromium (Debian's package, never a downloaded browser): start a report, see the lease
 // and its heartbeat bar, see the refusal of a second click, queue a high-priority report on the other instance,
-// kill the holder, watch the bar fill toward the timeout and the other instance take over. Then the operator's console:
-// the key's timeline after that takeover, and a force-release clicked in the page that the new holder observes as a
-// loss (its report discarded, nothing saved). Last, an urgent rebuild clicked in the page preempts a running report:
+// kill the holder, watch the bar fill toward the timeout and the other instance take over. Then the operator's console
+// (the page LeaseConsoleModule serves, which the dashboard links to): the key's timeline after that takeover, and a
+// force-release confirmed in that page that the new holder observes as a loss (its report discarded, nothing saved). Last, an urgent rebuild clicked in the page preempts a running report:
 // the recent events name both fencing tokens.
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -84,7 +84,7 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
 
     await page.click('#start');
     await page.locator('#answer[data-status="409"]').waitFor();
-    expect(await page.textContent('#answer')).toContain('leased by another holder');
+    expect(await page.textContent('#answer')).toContain('is busy: another request is working on it');
 
     // B waits its turn with priority 10; it is granted once A's lease expires.
     await page.selectOption('#via', 'B');
@@ -120,40 +120,51 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
     expect(existsSync(SCREENSHOT)).toBe(true);
   }, 90_000);
 
-  test('console: timeline after the takeover, force-release observed by the holder as a loss', async () => {
-    // The reads are guarded too: nothing shows until the operator's token is given.
+  test('console (the page of the package): timeline after the takeover, force-release observed by the holder as a loss', async () => {
+    // The reads are guarded: the dashboard's script cannot read them without the operator's token.
     const denied = await page.evaluate(async () => (await fetch('/lease-console/drains')).status);
     expect(denied).toBe(403);
-    await page.fill('#console-token', 'demo-operator-token');
-    await page.fill('#console-operator', 'alice');
-    await page.fill('#console-reason', 'stuck report');
-    await page.click('#leases tr[data-target="report:user:7"][data-holder="B"] button[data-timeline]');
+    // The dashboard links to the page LeaseConsoleModule serves; the operator gives the token there.
+    expect(await page.getAttribute('#console-link', 'href')).toBe('/lease-console');
+    const consoleTab = await context!.newPage();
+    await consoleTab.goto(`${stack!.urls.B}/lease-console`);
+    await consoleTab.fill('#credentials input[data-header="x-console-token"]', 'demo-operator-token');
+    await consoleTab.locator('#credentials input[data-header="x-console-token"]').dispatchEvent('change');
+    const holder = consoleTab.locator('#holders tr[data-key="report:user:7"][data-owner^="B/"]');
+    await holder.locator('button[data-action="timeline"]').click();
 
     // The scripted takeover of the first test, as every instance journaled it: A acquired, B queued, B took over.
-    const acquired = page.locator('#timeline tr[data-type="acquired"][data-owner="A"]');
-    await acquired.waitFor({ timeout: 15_000 });
-    await page.locator('#timeline tr[data-type="waiting"][data-owner="B"]').waitFor();
-    const takeover = page.locator('#timeline tr[data-type="taken-over"][data-owner="B"]');
+    const acquired = consoleTab.locator('#timeline tr[data-type="acquired"][data-owner^="A/"]');
+    await acquired.first().waitFor({ timeout: 15_000 });
+    await consoleTab.locator('#timeline tr[data-type="waiting"][data-owner^="B/"]').first().waitFor();
+    const takeover = consoleTab.locator('#timeline tr[data-type="taken-over"][data-owner^="B/"]');
     await takeover.waitFor();
     const firstToken = BigInt((await acquired.first().getAttribute('data-token'))!);
     const holderToken = BigInt((await takeover.getAttribute('data-token'))!);
     expect(holderToken).toBeGreaterThan(firstToken);
     expect(await takeover.getAttribute('data-detail')).toMatch(/^from A\//);
 
-    await page.click('#leases tr[data-target="report:user:7"][data-holder="B"] button[data-force]');
-    await page.locator('#console-answer[data-status="200"][data-action="force-release"]').waitFor();
-    await page
+    // Force-release, confirmed in the page's dialog with the operator's name and a reason.
+    await holder.locator('button[data-action="force-release"]').click();
+    await consoleTab.locator('#confirm[open]').waitFor();
+    expect(await consoleTab.textContent('#confirm-text')).toContain(`(fencing token ${holderToken})`);
+    await consoleTab.fill('#confirm-by', 'alice');
+    await consoleTab.fill('#confirm-reason', 'stuck report');
+    await consoleTab.click('#confirm-yes');
+    await consoleTab.locator('#answer[data-status="done"][data-action="force-release"]').waitFor();
+    await consoleTab
       .locator(`#timeline tr[data-type="force-release"][data-owner="alice"][data-token="${holderToken}"]`)
       .waitFor();
     // B's next heartbeat finds the grant ended by an operator: the signal aborts, the report is discarded.
-    await page
+    await consoleTab
       .locator(
-        `#timeline tr[data-type="lost"][data-owner="B"][data-token="${holderToken}"][data-detail="released-by-operator"]`,
+        `#timeline tr[data-type="lost"][data-owner^="B/"][data-token="${holderToken}"][data-detail="released-by-operator"]`,
       )
       .waitFor({ timeout: 15_000 });
     const discarded = page.locator('#events tr[data-type="report-discarded"][data-instance="B"]');
     await discarded.waitFor({ timeout: 15_000 });
     expect(await discarded.first().textContent()).toContain('released-by-operator');
+    await holder.waitFor({ state: 'detached' });
     await page.locator('#leases tr[data-target="report:user:7"]').waitFor({ state: 'detached' });
 
     const { rows } = await client!.query(
@@ -172,24 +183,29 @@ const skip = process.env.SKIP_BROWSER_TESTS === '1';
     const { rows: saved } = await client!.query('SELECT count(*)::int AS n FROM job_result WHERE user_id = 7');
     expect(saved[0].n).toBe(0);
 
-    // Drain the key from the page: a new report is refused (503) until undrained.
-    await page.fill('#console-key', 'report:user:7');
-    await page.click('#drain-key');
-    await page.locator('#console-answer[data-status="200"][data-action="drain"]').waitFor();
-    await page.locator('#drains tr[data-kind="key"][data-subject="report:user:7"]').waitFor();
+    // Drain the key from the console page: a new report is refused (503) until undrained.
+    await consoleTab.fill('#drain-input', 'report:user:7');
+    await consoleTab.click('#drain-form button[type="submit"]');
+    await consoleTab.fill('#confirm-reason', 'maintenance');
+    await consoleTab.click('#confirm-yes');
+    await consoleTab.locator('#answer[data-status="done"][data-action="drain"]').waitFor();
+    await consoleTab.locator('#drains tr[data-kind="key"][data-subject="report:user:7"]').waitFor();
     await page.fill('#user', '7');
     await page.fill('#latency', '500');
     await page.selectOption('#via', 'B');
     await page.click('#start-sync');
     await page.locator('#answer[data-status="503"]').waitFor();
-    expect(await page.textContent('#answer')).toContain('drained');
+    expect(await page.textContent('#answer')).toContain('is paused by an operator');
 
-    await page.locator('#console').screenshot({ path: CONSOLE_SCREENSHOT });
+    await consoleTab.screenshot({ path: CONSOLE_SCREENSHOT, fullPage: true });
     expect(existsSync(CONSOLE_SCREENSHOT)).toBe(true);
 
-    await page.click('#undrain-key');
-    await page.locator('#console-answer[data-status="200"][data-action="undrain"]').waitFor();
-    await page.locator('#drains tr[data-kind="key"]').waitFor({ state: 'detached' });
+    await consoleTab.click('#drains tr[data-subject="report:user:7"] button[data-action="undrain"]');
+    await consoleTab.fill('#confirm-reason', 'maintenance over');
+    await consoleTab.click('#confirm-yes');
+    await consoleTab.locator('#answer[data-status="done"][data-action="undrain"]').waitFor();
+    await consoleTab.locator('#drains tr[data-kind="key"]').waitFor({ state: 'detached' });
+    await consoleTab.close();
   }, 90_000);
   test('an urgent rebuild preempts a running report: both fencing tokens in the recent events', async () => {
     // A was killed in the first test: both calls go to B (its running report hears of the preemption at once).

@@ -87,9 +87,9 @@ describe('@Exclusive with limit', () => {
     const third = await post(`${url}/exports/7`);
     expect(third.status).toBe(409);
     expect(third.retryAfter).not.toBeNull();
-    // Said as it is: the slots are full (not "leased by another holder"), still a LeaseBusyError's answer.
+    // Said as it is: the slots are full (not "busy" as a single holder's key), still a LeaseBusyError's answer.
     expect(third.body).toMatchObject({ code: 'LeaseBusyError', targetKey: 'report:7' });
-    expect(third.body.message).toMatch(/^All 2 slots of "report:7" are held/);
+    expect(third.body.message).toMatch(/^All 2 slots of "report:7" are in use\. Try again in \d+ s/);
     gate.release();
     const answers = await Promise.all([first, second]);
     expect(answers.map((answer) => answer.status)).toEqual([201, 201]);

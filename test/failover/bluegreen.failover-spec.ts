@@ -6,14 +6,14 @@
  * then the switchover: blue read-only, every subscription caught up (LSNs compared), replication ended, the
  * application re-pointed. Two ways of re-pointing, one green each:
  *
- * - `recipe`: the README's recipe — a new service starts on green first (its bootstrap raises the sequences above
+ * - `recipe`: the recipe of docs/failover.md — a new service starts on green first (its bootstrap raises the sequences above
  *   the tables), then an existing service is re-pointed without restart (its TCP proxy switched to green);
  * - `window`: the raise step skipped — an existing service re-pointed without restart grants at once, before it has
  *   noticed the new server (it notices at its first renewal there: another system identifier).
  *
  * On green, grants of (a) keys granted on blue, (b) keys whose rows blue's purge deleted, (c) keys never seen.
  * Asserted: every token granted on green is above every token granted on blue — per key and overall — except, in the
- * window only, the overall order (per key it holds there too; the README's "Failover" section says why); waiter
+ * window only, the overall order (per key it holds there too; docs/failover.md says why); waiter
  * places on green are above blue's; the leases held on blue end (reason `failover`) once their holders reach green.
  */
 import { createWriteStream, mkdirSync } from 'node:fs';

@@ -126,6 +126,23 @@ test('a cut-off holder not told before a newer grant wrote, and two holders at o
   expect(kept.cutOffHolders).toBe(0);
 });
 
+test('a holder whose release committed as the primary crashed is not cut off', () => {
+  // Released just after the crash moment (a backend still committing while the postmaster is gone): the promoted
+  // row is its own, released — its fencing token, no lease token. Nothing of it was lost.
+  const releasing = grant('k', 9, 800, 1_010, [write(850)]);
+  const history = historyOf([releasing]);
+  const released: SurvivingRow = { targetKey: 'k', leaseToken: null, fencingToken: 9n, blocksForMs: 0 };
+  const f = checkFailover([releasing], moments, [released], history, counters(history));
+  expect(f.cutOffHolders).toBe(0);
+  // Released, then the key granted again before the crash: the promoted row is the newer grant's.
+  const newer: SurvivingRow = { targetKey: 'k', leaseToken: 'lease-k-10', fencingToken: 10n, blocksForMs: 900 };
+  const superseded = checkFailover([releasing], moments, [newer], history, counters(history));
+  expect(superseded.cutOffHolders).toBe(0);
+  // A released row of an older lease of the key does not stand for it.
+  const older = checkFailover([releasing], moments, [{ ...released, fencingToken: 8n }], history, counters(history));
+  expect(older.cutOffHolders).toBe(1);
+});
+
 test('fenced exclusion broken within the promoted history: an older lease writes after a newer one', () => {
   const a = grant('k', 1, 1_400, 1_600, [write(1_410), write(1_480)]);
   const b = grant('k', 2, 1_420, 1_500, [write(1_430)]);

@@ -8,19 +8,19 @@
  *   fencing token it reports was granted on that key before the join ended, and that run ended (released, or the key
  *   granted to the next) after the join began (system clock against the database's, within JOIN_CLOCK_SLACK_MS);
  * - **join: refused on a drained key** — a join that began once the drain had reached its process (the drain's
- *   commit, or the process's start if later, plus the README's 1 s refresh, a statement in flight, LOAD_ALLOWANCE_MS
+ *   commit, or the process's start if later, plus the 1 s refresh of docs/console.md, a statement in flight, LOAD_ALLOWANCE_MS
  *   and the time the process could not run meanwhile) and ended before the undrain was asked settled with
  *   `LeaseDrainedError` (or with shutdown): never with a value, another run's failure, or a wait;
  * - **local safety** — no other process was granted a key while its holder still saw `isHeld()` true: a takeover's
- *   grant (database clock) comes after the last time the holder's sampler saw the replaced lease held (README,
- *   Guarantees 4: the holder's local deadline passes before anyone may take over).
+ *   grant (database clock) comes after the last time the holder's sampler saw the replaced lease held (docs/guarantees.md,
+ *   4: the holder's local deadline passes before anyone may take over).
  */
 import type { Received } from '../faults/support/harness.js';
 import type { ScheduleMessage } from './protocol.js';
 
 /** Clock reading error allowed between a worker's `Date.now()` and the database's `clock_timestamp()` (one host). */
 export const JOIN_CLOCK_SLACK_MS = 100;
-/** The README's bound on a drain reaching another process: its 1 s refresh plus a statement in flight. */
+/** The bound (docs/console.md) on a drain reaching another process: its 1 s refresh plus a statement in flight. */
 const DRAIN_REACH_MS = 1_000 + 1_000;
 const LOAD_ALLOWANCE_MS = 1_000;
 

@@ -258,6 +258,30 @@ test('priority order: no violation when the waiters are behind the grantee, dead
   expect(await violations()).toEqual([]);
 });
 
+test('priority order: a waiter that expired while the grant statement was stalled in the server may be passed', async () => {
+  // The acquire statement judges a waiter's liveness by the clock when it reads the line, anywhere between the
+  // statement's start and its write: under load a statement stalls for a second, and a waiter live at the start
+  // may be dead by then. Live at the write (its row not renewed meanwhile) is what it must have been at the read.
+  const queue = await waiters();
+  await queue('k', 'w1.1', 0, 1, 1_200);
+  await queue('q', 'w1.1', 0, 1, 10_000);
+  await new Promise((resolve) => setTimeout(resolve, 600));
+  const a = await as('w0.1');
+  const stalledGrant = (key: string, token: bigint) =>
+    a.query(
+      `WITH stall AS MATERIALIZED (SELECT pg_sleep(1))
+       INSERT INTO job_lease (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at,
+         updated_at, hold_ms)
+       SELECT $1, gen_random_uuid(), $2, 'w0.1', 0, 1500, clock_timestamp(), clock_timestamp(), 0 FROM stall`,
+      [key, token.toString()],
+    );
+  await Promise.all([stalledGrant('k', 10n), stalledGrant('q', 11n)]);
+  // k's waiter had 600 ms to live at the statements' start and was dead at their write; q's lived on.
+  expect(await violations()).toEqual([
+    expect.stringMatching(/^priority order: q: granted to w0.1 \(priority 0, a newcomer, #\d+\) past live waiter w1.1/),
+  ]);
+});
+
 test('priority order: a waiter whose row just went keeps its place; one whose row went 5 s before does not', async () => {
   const queue = await waiters();
   await queue('k', 'w1.1', 0, 5);

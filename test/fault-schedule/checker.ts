@@ -1,5 +1,5 @@
 /**
- * The schedule's history checker: the README's guarantees, judged from the database's own history (the fault suite's
+ * The schedule's history checker: the guarantees of docs/guarantees.md, judged from the database's own history (the fault suite's
  * fenced-write history plus the lease events of instrumentation.ts) and the workers' reports. Invariants:
  *
  * - **fenced exclusion** — the fault suite's checker (`../faults/support/checker.ts`): per key in commit order no
@@ -14,7 +14,7 @@
  * - **no stale hands** — no renewal or release of a lease row made by another process than the row's holder, and no
  *   renewal of a row that had already expired when the renewal began (it must find it expired and leave it free);
  * - **waits settle within their bound** — every call that waited settled (granted, timed out, aborted, refused)
- *   within the smaller of its wait timeout and its abort delay, plus the README's second for a statement in flight,
+ *   within the smaller of its wait timeout and its abort delay, plus the second for a statement in flight (docs/waiting.md),
  *   plus LOAD_ALLOWANCE_MS, plus the time its own process was SIGSTOPped meanwhile;
  * - **priority order** — a grant never passes a waiter row that was live when the grant's statement began (renewed
  *   and landed long enough before it to be in its snapshot, still live well after it) of a higher priority, or of
@@ -83,7 +83,7 @@ export interface Figures {
   priorityGrantsJudged: number;
   /**
    * Grants no worker was told of: a statement that committed after its caller gave up on it (the row expires by
-   * itself, as the README says), or a worker killed before it could report. Counted, not judged.
+   * itself, as docs/join.md says), or a worker killed before it could report. Counted, not judged.
    */
   unreportedGrants: number;
   /** Event-loop stalls of 250 ms or more in the workers (SIGSTOPs included), and the longest. */
@@ -92,7 +92,7 @@ export interface Figures {
   modes: ModesFigures & { handoffs: number; confirmed: number };
 }
 
-/** Above the README's bound (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
+/** Above the bound of docs/waiting.md (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
 export const LOAD_ALLOWANCE_MS = 1_000;
 const STATEMENT_IN_FLIGHT_MS = 1_000;
 /** A waiter row counts as seen by a grant only if it landed and was last renewed this long before the statement. */
@@ -121,6 +121,7 @@ interface LeaseEventRow {
     owner: string;
     priority: number;
     seq: string;
+    /** How long the row still lived after the grant's write. */
     liveMs: number;
     renewedMs: number;
     landedMs: number | null;
@@ -311,9 +312,9 @@ export async function checkRun(
     // The grantee's own row, deleted by the grant's transaction. None: a newcomer, behind every queued waiter —
     // unless a row of the grantee's process for this key and priority was deleted in the 5 s before. Either another
     // process removed it as dead (its heartbeat late) and the waiter attempted at its old place before it noticed
-    // and re-queued (the README keeps a place across an eviction); or the wait gave up and removed its row while an
-    // attempt it had sent, carrying its place, was still on its way (a grant after the caller gave up is released
-    // at once). Its place is then the earliest such row's: the benefit of the doubt.
+    // and re-queued (docs/waiting.md: a waiter keeps its place across an eviction); or the wait gave up and removed
+    // its row while an attempt it had sent, carrying its place, was still on its way (a grant after the caller gave
+    // up is released at once). Its place is then the earliest such row's: the benefit of the doubt.
     const own = (goneIn.get(grant.txid) ?? []).filter(
       (row) => row.target_id === grant.target_id && row.owner === grant.owner && row.priority === grant.priority,
     );
@@ -340,7 +341,7 @@ export async function checkRun(
         );
         flag(
           'priority order',
-          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${as}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms more); the grantee's rows of the key gone in the ${EVICTION_WINDOW_US / 1_000_000n} s before: ${before.join(', ') || 'none'}`,
+          `${grant.target_id}: granted to ${grant.owner} (priority ${grant.priority}, ${as}, #${grant.seq}) past live waiter ${w.owner} (priority ${w.priority}, place ${w.seq}, renewed ${Math.round(w.renewedMs)} ms before, landed ${Math.round(w.landedMs!)} ms before, live ${Math.round(w.liveMs)} ms after the write); the grantee's rows of the key gone in the ${EVICTION_WINDOW_US / 1_000_000n} s before: ${before.join(', ') || 'none'}`,
         );
       }
     }

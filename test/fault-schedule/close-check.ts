@@ -49,7 +49,7 @@ async function closeAndCheckWith(
     flag(`close() resolved with ${msg.held} lease(s) held and ${msg.waiting} call(s) waiting`);
   // Rows of the owner still taken: a lease the process was granted and did not lose, or a live waiter row. A row
   // whose grant the process never heard of (its statement committed after the caller gave up on it) and a waiter
-  // row born dead (it landed after its statement's bound) are the README's "expires by itself": not judged here.
+  // row born dead (it landed after its statement's bound) are docs/waiting.md's "born dead" and docs/bounds.md's "expires": not judged here.
   const { rows } = await admin.query<{ what: string; token: string | null; live: boolean }>(
     `SELECT 'lease row ' || target_id AS what, fencing_token::text AS token, ${LIVE_LEASE} AS live
      FROM job_lease l WHERE owner = $1 AND lease_token IS NOT NULL

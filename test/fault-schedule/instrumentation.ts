@@ -91,8 +91,10 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
         CASE WHEN kind = 'grant' THEN (
           SELECT coalesce(jsonb_agg(jsonb_build_object(
             'id', w.waiter_id, 'owner', w.owner, 'priority', w.priority, 'seq', w.seq::text,
-            -- how long it still lives after the statement began, how long ago it was renewed, and landed
-            'liveMs', extract(epoch FROM w.heartbeat_at + w.timeout_ms ${MS} - statement_timestamp()) * 1000,
+            -- how long it still lives after the grant's write (the statement reads the line by the clock somewhere
+            -- between its start and this write: a row live now, not renewed since the start, was live then), and how
+            -- long before the statement began it was renewed, and landed (visible to the statement's snapshot)
+            'liveMs', extract(epoch FROM w.heartbeat_at + w.timeout_ms ${MS} - clock_timestamp()) * 1000,
             'renewedMs', extract(epoch FROM statement_timestamp() - w.heartbeat_at) * 1000,
             'landedMs', extract(epoch FROM statement_timestamp() - l.landed_at) * 1000)), '[]'::jsonb)
           FROM job_lease_waiter w LEFT JOIN sched_waiter_landed l ON l.waiter_id = w.waiter_id

@@ -22,7 +22,7 @@ import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 const KEY = 'process:k';
 const TIMEOUT = LEASE.timing!.leaseTimeoutMs!;
 const INTERVAL = LEASE.timing!.heartbeatIntervalMs!;
-/** Scheduling slack on a loaded 2-core machine; the bound itself is the README's (Guarantees — and their limits). */
+/** Scheduling slack on a loaded 2-core machine; the bound itself is docs/guarantees.md. */
 const ALLOWANCE = 1_000;
 
 let db: Awaited<ReturnType<typeof createTestDatabase>>;

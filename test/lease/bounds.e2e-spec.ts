@@ -25,7 +25,7 @@ describe('bounds of the library’s statements', () => {
   const db = useTestDatabase('bounds', 'read committed', async (admin) => {
     await admin.query(`CREATE FUNCTION stall_lease() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN IF NEW.owner LIKE 'stalled-%' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$`);
-    // A release as slow as the slowest measured on a loaded machine (README "Bounds": 252 ms at load average 7).
+    // A release as slow as the slowest measured on a loaded machine (docs/bounds.md: 252 ms at load average 7).
     await admin.query(`CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF OLD.lease_token IS NOT NULL AND NEW.lease_token IS NULL AND NEW.target_id LIKE 'loaded:%' THEN

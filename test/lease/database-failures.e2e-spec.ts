@@ -3,7 +3,7 @@
  * refusing connections, a call that needs a fresh pooled connection got the driver's `Error: connect ECONNREFUSED`
  * (an HTTP 500). The refusal is aimed, not hoped for: the service reaches PostgreSQL through a TCP proxy whose
  * listener is closed (`down()`: its established connections are dropped too, so every statement needs a new one, and
- * nothing listens on the port). Each call's class is the README's ("Errors and HTTP"); its `cause` is the driver's
+ * nothing listens on the port). Each call's class is the one docs/errors-and-http.md gives; its `cause` is the driver's
  * ECONNREFUSED, which proves it took the connecting path.
  */
 import { Controller, type INestApplication, Logger, ConsoleLogger, Param, Post } from '@nestjs/common';

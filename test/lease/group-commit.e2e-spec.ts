@@ -181,7 +181,7 @@ describe('group commit', () => {
   test('a batch refuses held keys and honours a live waiter ahead, writing nothing for them', async () => {
     const s = store();
     await s.tryAcquire(request('rules:held'));
-    await s.enqueue('rules:queued', randomUUID(), 5, undefined, 5_000);
+    await s.waiters.enqueue('rules:queued', randomUUID(), 5, undefined, 5_000);
     const requests = [request('rules:held'), request('rules:queued', { priority: 1 }), request('rules:free')];
     const outcomes = await behindStall(s, () => Promise.all(requests.map((r) => s.tryAcquire(r))));
     expect(s.batchStats.acquire.largest).toBe(3);
@@ -268,9 +268,9 @@ describe('group commit', () => {
       const low = randomUUID();
       const high = randomUUID();
       const later = randomUUID();
-      await s.enqueue('head:a', low, 0, undefined, 5_000);
-      await s.enqueue('head:a', high, 7, undefined, 5_000);
-      await s.enqueue('head:a', later, 7, undefined, 5_000);
+      await s.waiters.enqueue('head:a', low, 0, undefined, 5_000);
+      await s.waiters.enqueue('head:a', high, 7, undefined, 5_000);
+      await s.waiters.enqueue('head:a', later, 7, undefined, 5_000);
       const { rows } = await db.admin.query(`SELECT lease_token::text FROM job_lease WHERE target_id = 'head:a'`);
       expect(await s.release(ownRow('head:a'), rows[0].lease_token, 5_000)).toBe(true);
       await eventually(
@@ -281,7 +281,7 @@ describe('group commit', () => {
       // The grant travels with it (direct handoff): `<waiter id>/<fencing token> <key>`.
       expect(heard).toEqual([{ channel: 'job_lease_next', payload: expect.stringMatching(`^${high}/\\d+ head:a$`) }]);
       // The head gives up with its grant unconfirmed: the grant goes on, and the NOTIFY names the new head only.
-      await s.dequeue('head:a', high);
+      await s.waiters.dequeue('head:a', high);
       await eventually(
         () => heard.length,
         (n) => n >= 2,

@@ -152,8 +152,8 @@ describe('heartbeats and takeover', () => {
       // the renewal's bounds as session settings, sent once when it opens (maybe within this window).
       const setup = statements.filter((text) => /^SET statement_timeout = \d+; SET lock_timeout/.test(text));
       expect(setup.length).toBeLessThanOrEqual(1);
-      // The operator's drain cache reads its table once a second on the statement pool (README "Operator's
-      // console"): not a heartbeat statement, and not on the heartbeat's connection.
+      // The operator's drain cache reads its table once a second on the statement pool (docs/console.md):
+      // not a heartbeat statement, and not on the heartbeat's connection.
       const drainReads = statements.filter((text) =>
         /^SELECT kind, subject, actor, reason, at FROM .*_drain"/.test(text),
       );

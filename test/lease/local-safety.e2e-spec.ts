@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { adminClient, createTestDatabase, startService, useTestDatabase } from '../support/db.js';
 
 /**
- * The README's guarantee (Guarantees — and their limits): a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
+ * The guarantee of docs/guarantees.md: a holder that cannot renew treats its lease as lost once leaseTimeoutMs − safetyMarginMs has passed
  * since its last confirmed renewal was sent — before the database would let anyone take it over.
  */
 // A 1 s margin leaves the test's own query (run after the abort) time to see the database lease still alive.

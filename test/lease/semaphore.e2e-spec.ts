@@ -304,7 +304,7 @@ describe('semaphores (limit)', () => {
     expect(long.slot).toBe(0);
     await long.release();
     // A slot is a column of the row, not a suffix of the key: `sem:us\u001f1` is a key of its own, and a single
-    // holder of it is no holder of slot 1 of `sem:us` (0.3 named that slot's row so).
+    // holder of it is no holder of slot 1 of `sem:us` (before the slot column, that slot's row had that name).
     const slots = [
       (await a.service.tryAcquire('sem:us', { limit: 2 }))!,
       (await b.service.tryAcquire('sem:us', { limit: 2 }))!,

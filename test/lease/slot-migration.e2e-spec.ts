@@ -6,7 +6,7 @@ import { adminClient, createTestDatabase } from '../support/db.js';
 
 /**
  * The `slot` column (issue 39): a semaphore's slot is `(target_id, slot)` of the lease table, no longer a row named
- * `<key>\u001f<slot>`. Its migration converts the tables of 0.2 and 0.3 — slot rows, the rows recording a key's limit,
+ * `<key>\u001f<slot>`. Its migration converts the tables from before it (slot rows named so) — slot rows, the rows recording a key's limit,
  * the high-water row of the purge (named by a lone U+001F) — and the library works on the result: a slot held across
  * the migration keeps its token, and its holder renews, fences and releases it.
  */
@@ -49,9 +49,9 @@ async function leaseRows(admin: pg.Client) {
 }
 
 describe('the slot column migration (AddLeaseSlotColumn)', () => {
-  test('0.3 tables: slot rows become (key, slot), the limit rows go, the high-water row moves; the library works', async () => {
+  test('slot-row tables: slot rows become (key, slot), the limit rows go, the high-water row moves; the library works', async () => {
     const { db, admin, dataSource } = await oldTables('slot_from_03', 6);
-    // 0.3's rows: slots 0 (held) and 2 (released) of a limit-3 key, the row recording that limit, a held single
+    // The slot-row tables' rows: slots 0 (held) and 2 (released) of a limit-3 key, the row recording that limit, a held single
     // lease, and the high-water row of the purge.
     await admin.query(
       `INSERT INTO job_lease (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at, updated_at,
@@ -87,7 +87,7 @@ describe('the slot column migration (AddLeaseSlotColumn)', () => {
       expect(key.rows).toEqual([{ def: 'PRIMARY KEY (target_id, slot)' }]);
 
       await service.init(); // bootstrap finds the new shape
-      // The holders of 0.3's leases, through the library's own statements, with their tokens.
+      // The holders of the slot-row tables' leases, through the library's own statements, with their tokens.
       const holder = new LeaseStore(pool, pool, resolveLeaseOptions({ ...OPTIONS, owner: 'v0.3' }));
       const slot = { targetKey: KEY, slot: 1 };
       const single = { targetKey: 'single', slot: 0 };
@@ -101,7 +101,7 @@ describe('the slot column migration (AddLeaseSlotColumn)', () => {
         name: LeaseLimitConflictError.name,
         heldLimit: 3,
       });
-      // A free slot row is taken before a slot that never had one: slot 2 (0.3's released row), then slot 1.
+      // A free slot row is taken before a slot that never had one: slot 2 (the released slot row), then slot 1.
       const next = [(await service.tryAcquire(KEY, { limit: 3 }))!, (await service.tryAcquire(KEY, { limit: 3 }))!];
       expect(next.map((lease) => lease.slot)).toEqual([2, 1]);
       expect(next[0].fencingToken).toBeGreaterThan(SLOT_2_FENCE);
@@ -132,9 +132,9 @@ describe('the slot column migration (AddLeaseSlotColumn)', () => {
     }
   });
 
-  test('0.2 tables (no slot_limit, no preempt_of): every later migration, then the slot column; a lease held across', async () => {
+  test('40-bit layout tables (no slot_limit, no preempt_of): every later migration, then the slot column; a lease held across', async () => {
     const { db, admin, dataSource } = await oldTables('slot_from_02', 1);
-    // The first migration of 0.2 had neither column; its lease is of the 40-bit token layout.
+    // The first migration of the 40-bit layout had neither column; its lease is of the 40-bit token layout.
     await admin.query('ALTER TABLE job_lease DROP COLUMN slot_limit, DROP COLUMN preempt_of');
     const token40 = (3n << 40n) | 4_999n;
     await admin.query(
@@ -166,7 +166,7 @@ describe('the slot column migration (AddLeaseSlotColumn)', () => {
     }
   });
 
-  test('down() gives 0.3 its names back (slot rows, limit rows, high-water row); keys 0.3 could not spell refuse it', async () => {
+  test('down() gives the slot-row names back (slot rows, limit rows, high-water row); keys they cannot spell refuse it', async () => {
     const { db, admin, dataSource } = await oldTables('slot_down', 6);
     const migrated = dataSource(leaseMigrations.length);
     await migrated.initialize();
@@ -180,7 +180,7 @@ describe('the slot column migration (AddLeaseSlotColumn)', () => {
                 (chr(31), -1, NULL, $6, 'purged', 1, now(), now(), NULL)`,
         [KEY, SLOT_0_TOKEN, SLOT_0_FENCE, SLOT_2_FENCE, SINGLE_FENCE, HIGH_WATER],
       );
-      // A key with U+001F (allowed since the column) has no name in 0.3's tables: down() refuses, changing nothing.
+      // A key with U+001F (allowed since the column) has no name in the slot-row tables: down() refuses, changing nothing.
       await admin.query(
         `INSERT INTO job_lease (target_id, lease_token, fencing_token, owner, lease_timeout_ms, acquired_at, updated_at)
          VALUES ('a' || chr(31) || '1', NULL, 1, 'x', 60000, now(), now())`,

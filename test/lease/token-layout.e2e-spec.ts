@@ -5,7 +5,7 @@ import { schemaStatements, mergeLeaseOptions } from '../../libs/lease/src/intern
 import { adminClient, createTestDatabase } from '../support/db.js';
 
 /**
- * The token layout of 0.3: `(timeline << 47) | n`, n drawn from a sequence that starts at 2^40 (16 timeline bits,
+ * The token layout: `(timeline << 47) | n`, n drawn from a sequence that starts at 2^40 (16 timeline bits,
  * 2^47 − 2^40 values), and the migration from the layout before it, `(timeline << 40) | n` with n < 2^40: every new
  * token and every new place in line is above every old one, and a process of an earlier version, which builds its
  * token from a value below 2^40, fails closed on the migrated sequences instead of drawing a smaller token.
@@ -13,7 +13,7 @@ import { adminClient, createTestDatabase } from '../support/db.js';
 const OPTIONS = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
 const FLOOR = 1n << 40n;
 
-/** Tables as a 0.2 schema left them: sequences without the floor, tokens and places of the 40-bit layout. */
+/** Tables as the 40-bit layout left them: sequences without the floor, tokens and places of the 40-bit layout. */
 async function makeOldLayout(admin: pg.Client): Promise<void> {
   for (const statement of leaseMigrationsStatements()) await admin.query(statement);
   await admin.query(`ALTER SEQUENCE job_lease_fencing_seq MINVALUE 1 RESTART WITH 5000`);
@@ -34,7 +34,7 @@ function leaseMigrationsStatements(): string[] {
   return [`CREATE SEQUENCE job_lease_fencing_seq AS bigint`, `CREATE SEQUENCE job_lease_waiter_seq AS bigint`];
 }
 
-/** The token expression of 0.2, verbatim: NULL (refused by NOT NULL) for a value past 2^40 − 1. */
+/** The token expression of the 40-bit layout, verbatim: NULL (refused by NOT NULL) for a value past 2^40 − 1. */
 const OLD_TOKEN = `SELECT CASE WHEN s.v BETWEEN 0 AND 1099511627775 AND h.timeline < 8388608
       THEN (h.timeline << 40) | s.v END AS token
     FROM (SELECT nextval('job_lease_fencing_seq') AS v) s, (SELECT 1::bigint AS timeline) h`;
@@ -92,7 +92,7 @@ describe('the 47-bit token layout', () => {
     }
   });
 
-  test('tables of the 40-bit layout: bootstrap names the migration; after it every new token and place is above every old one, and a 0.2 draw fails closed', async () => {
+  test('tables of the 40-bit layout: bootstrap names the migration; after it every new token and place is above every old one, and a draw of the 40-bit layout fails closed', async () => {
     await makeOldTables(admin);
     await makeOldLayout(admin);
     await recordFirstMigration(admin);
@@ -103,7 +103,7 @@ describe('the 47-bit token layout', () => {
       expect((refused as Error).message).toMatch(/40-bit fencing token layout/);
       expect((refused as Error).message).toMatch(/LeaseTokenLayout/);
 
-      // 0.2 had one migration: the later ones run, the token layout, then the slot_limit, preemption and slot columns.
+      // The 40-bit layout had one migration: the later ones run, the token layout, then the slot_limit, preemption and slot columns.
       expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
         'AddLeaseJoinResults1764633600000',
         'CreateLeaseConsoleTables1764720000000',
@@ -112,7 +112,7 @@ describe('the 47-bit token layout', () => {
         'AddLeasePreemption1796342400000',
         'AddLeaseSlotColumn1796428800000',
       ]);
-      // A 0.2 process still running draws a value past its 40 bits: NULL, which the NOT NULL column refuses.
+      // A process of the 40-bit layout still running draws a value past its 40 bits: NULL, which the NOT NULL column refuses.
       expect((await admin.query(OLD_TOKEN)).rows[0].token).toBeNull();
 
       const service = new LeaseService(dataSource, OPTIONS);
@@ -122,10 +122,10 @@ describe('the 47-bit token layout', () => {
         expect(taken.fencingToken).toBeGreaterThan((3n << 40n) | 4999n);
         const fresh = (await service.tryAcquire('layout:fresh'))!;
         expect(fresh.fencingToken).toBeGreaterThan(taken.fencingToken);
-        // The column the fifth migration added to 0.2's table: a semaphore's slot works there.
+        // The column the fifth migration added to the 40-bit layout's table: a semaphore's slot works there.
         const slot = (await service.tryAcquire('layout:semaphore', { limit: 2 }))!;
         expect(slot.fencingToken).toBeGreaterThan(fresh.fencingToken);
-        // A new waiter of old:held queues behind the 0.2 waiter already there.
+        // A new waiter of old:held queues behind the 40-bit layout's waiter already there.
         const waiting = service.acquire('old:held', { priority: 0, onBusy: { wait: { timeoutMs: 30_000 } } });
         let rows: Array<{ owner: string; seq: string }> = [];
         for (let i = 0; rows.length < 2; i++) {
@@ -139,7 +139,7 @@ describe('the 47-bit token layout', () => {
         }
         expect(rows[0].owner).toBe('v0.2');
         expect(BigInt(rows[1].seq)).toBeGreaterThan(BigInt(rows[0].seq));
-        // The 0.2 holder and waiter go away (expired, dead): the new waiter gets the lease, with a larger token.
+        // The 40-bit layout's holder and waiter go away (expired, dead): the new waiter gets the lease, with a larger token.
         await admin.query(`UPDATE job_lease SET updated_at = now() - interval '1 hour' WHERE target_id = 'old:held'`);
         await admin.query(`UPDATE job_lease_waiter SET heartbeat_at = now() - interval '1 hour' WHERE owner = 'v0.2'`);
         const granted = await waiting;
@@ -148,7 +148,7 @@ describe('the 47-bit token layout', () => {
       } finally {
         await service.close();
       }
-      // The migration is one-way: reverting it changes nothing (a 0.2 process keeps failing closed).
+      // The migration is one-way: reverting it changes nothing (a process of the 40-bit layout keeps failing closed).
       await dataSource.undoLastMigration();
       expect((await admin.query(OLD_TOKEN)).rows[0].token).toBeNull();
     } finally {
@@ -191,7 +191,7 @@ describe('the 47-bit token layout', () => {
   });
 });
 
-/** The two tables of 0.2 (the same columns as today's) without their sequences. */
+/** The two tables of the 40-bit layout (the same columns as today's) without their sequences. */
 async function makeOldTables(admin: pg.Client): Promise<void> {
   for (const statement of schemaStatements({
     schema: 'public',
@@ -202,7 +202,7 @@ async function makeOldTables(admin: pg.Client): Promise<void> {
   }
 }
 
-/** TypeORM's record that the first migration (0.2's CreateLeaseTables) ran. */
+/** TypeORM's record that the first migration (the 40-bit layout's CreateLeaseTables) ran. */
 async function recordFirstMigration(admin: pg.Client): Promise<void> {
   await admin.query(
     `CREATE TABLE migrations (id serial PRIMARY KEY, "timestamp" bigint NOT NULL, name varchar NOT NULL)`,

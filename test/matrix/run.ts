@@ -29,7 +29,7 @@ import pg from 'pg';
 import { binariesOf, installedVersion, RELEASES } from './binaries.js';
 import { FULL, SMOKE } from './suites.js';
 
-/** Majors run by default: every supported one except the default 18 (see the README's Install line). */
+/** Majors run by default: every supported one except the default 18 (see docs/install.md). */
 const SUPPORTED = [14, 15, 16, 17];
 
 const root = process.cwd();

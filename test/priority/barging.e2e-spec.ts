@@ -76,7 +76,7 @@ test('the acquire statement itself refuses lower and equal newcomers on a free t
   expect(await newcomer.service.tryAcquire(key, { priority: 1 })).toBeNull();
   expect(await newcomer.service.tryAcquire(key, { priority: 5 })).toBeNull();
   expect(await newcomer.service.tryAcquire(key)).toBeNull();
-  // The grant order (README, Guarantees) forbids passing a waiter of higher or equal priority only: a strictly higher newcomer may go first.
+  // The grant order (docs/guarantees.md) forbids passing a waiter of higher or equal priority only: a strictly higher newcomer may go first.
   const higher = await newcomer.service.tryAcquire(key, { priority: 6 });
   expect(higher).not.toBeNull();
   expect(waiting.settled()).toBe(false);

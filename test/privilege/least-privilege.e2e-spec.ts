@@ -6,7 +6,7 @@ import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 /**
  * The library under a least-privileged role: only SELECT, INSERT, UPDATE, DELETE on its two tables and USAGE on its
- * two sequences (the README's GRANTs); the tables made by the owner. A role missing a right is told which, at
+ * two sequences (the GRANTs of docs/privileges.md); the tables made by the owner. A role missing a right is told which, at
  * bootstrap.
  */
 describe('least privilege', () => {
@@ -15,7 +15,7 @@ describe('least privilege', () => {
   const password = randomBytes(12).toString('hex');
   let appUrl: string;
 
-  /** The README's GRANTs, exactly. */
+  /** The GRANTs of docs/privileges.md, exactly. */
   const grants = [
     `GRANT SELECT, INSERT, UPDATE, DELETE ON job_lease, job_lease_waiter TO ${role}`,
     `GRANT USAGE ON SEQUENCE job_lease_fencing_seq, job_lease_waiter_seq TO ${role}`,

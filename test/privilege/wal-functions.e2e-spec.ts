@@ -4,7 +4,7 @@ import { adminClient, eventually, startService, useTestDatabase } from '../suppo
 
 /**
  * An Aurora-like server: EXECUTE on pg_current_wal_lsn() and pg_walfile_name() revoked from PUBLIC (Aurora answers
- * both "not supported"), the application a plain role with only the README's GRANTs. The library starts, says once
+ * both "not supported"), the application a plain role with only the GRANTs of docs/privileges.md. The library starts, says once
  * at bootstrap that it runs without the timeline guard, and keeps its guarantees within the server's history: tokens
  * rise, above every token already in the table.
  */

@@ -1,7 +1,7 @@
 /**
  * The one way tests, test workers and benchmarks open a LeaseService of their own: its own DataSource, the options
  * given (no defaults added here — the suites add their fast test timings, the benchmarks their own), then `init()`:
- * the standalone use the README documents. No Jest in here, so `tsx` scripts (bench/) import it too.
+ * the standalone use docs/lease-service.md documents. No Jest in here, so `tsx` scripts (bench/) import it too.
  */
 import { LeaseService, leaseEntities, type LeaseModuleOptions } from 'nest-pg-lease';
 import { DataSource } from 'typeorm';

@@ -9,7 +9,7 @@ import { LeaseMetricsModule } from 'nest-pg-lease/prometheus';
 import { LeaseHealthIndicator } from 'nest-pg-lease/terminus';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 import { ActivityLog } from './activity.log.js';
-import { consoleActor, ConsoleTokenGuard } from './dashboard/console.guard.js';
+import { ConsoleTokenGuard } from './dashboard/console.guard.js';
 import { DashboardController } from './dashboard/dashboard.controller.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import { DigestService } from './digest.service.js';
@@ -50,11 +50,12 @@ export class AppModule {
           // Every instance journals its lease events: the console's timeline shows all of them.
           observability: { journal: true },
         }),
-        // The operator's console: reads and actions behind the demo's token guard (a real app: its own auth).
+        // The operator's console: its page at /lease-console, reads and actions behind the demo's token guard (a real
+        // app: its own auth), which the page asks the operator for and sends as x-console-token.
         LeaseConsoleModule.forRoot({
           guard: new ConsoleTokenGuard(config.consoleToken),
           actions: true,
-          actor: consoleActor,
+          page: { headers: ['x-console-token'] },
         }),
         LeaseMetricsModule.forRoot({ registry }),
         TerminusModule,

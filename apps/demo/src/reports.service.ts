@@ -71,7 +71,7 @@ export class ReportsService {
   }
 
   /**
-   * Admin: an urgent rebuild (README: "Preemption"). It does not wait for a running report of lower priority: that
+   * Admin: an urgent rebuild (docs/preemption.md). It does not wait for a running report of lower priority: that
    * run is told to stop (its scoring call is cancelled, its save refused) and this one builds with a higher fencing
    * token as soon as the running one lets go, or at the end of the grace whatever it does.
    */

@@ -1,6 +1,8 @@
 // Builds the package from libs/lease/src twice: dist/esm (ES modules, what `import` gets) and dist/cjs (CommonJS,
-// what `require` gets), each with its own .d.ts, and marks each folder's module system with a package.json of its
-// own. Both builds compile every file under src (tsconfig.lib.json's `include`), so the build does not depend on the
+// what `require` gets), and marks each folder's module system with a package.json of its own. The type declarations
+// are emitted once, into dist/cjs; each ES entry point's .d.ts (the `import` condition's `types` in package.json) is
+// one line re-exporting its CommonJS twin — an ES module may import a CommonJS one, so TypeScript reads the same
+// declarations either way, and @arethetypeswrong/cli finds each entry point's types in its own module system. Both builds compile every file under src (tsconfig.lib.json's `include`), so the build does not depend on the
 // source layout; what it checks at the end is that every file package.json names (`main`, `types`, `exports`,
 // `typesVersions`) was built, that `typesVersions` lists every subpath of `exports`, and that nothing built starts a
 // process (the PostgreSQL launcher of this repository's tests lives in libs/pg-harness, which is not published).
@@ -10,7 +12,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const lib = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -30,6 +32,14 @@ function targets(value) {
   return Object.values(value ?? {}).flatMap(targets);
 }
 const manifest = JSON.parse(readFileSync(join(lib, 'package.json'), 'utf8'));
+// The ES entry points' declarations: `export *` of the CommonJS twin (the package has no default export).
+for (const entry of Object.values(manifest.exports)) {
+  const types = entry?.import?.types;
+  if (typeof types !== 'string') continue;
+  const twin = types.replace('/dist/esm/', '/dist/cjs/');
+  const from = relative(dirname(join(lib, types)), join(lib, twin)).replace(/\.d\.ts$/, '.js');
+  writeFileSync(join(lib, types), `export * from '${from.startsWith('.') ? from : `./${from}`}';\n`);
+}
 const problems = [];
 const named = [manifest.main, manifest.types, ...targets(manifest.exports), ...targets(manifest.typesVersions)];
 for (const target of new Set(named)) {

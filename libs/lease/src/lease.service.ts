@@ -49,7 +49,7 @@ export class LeaseService {
 
   /**
    * Refuses new calls, cancels every wait and removes its row, lets the leases in use finish for up to
-   * `shutdownGraceMs` (README: "Shutdown: the drain"), then aborts and releases what is still held; waits (up to one
+   * `shutdownGraceMs` (docs/shutdown.md), then aborts and releases what is still held; waits (up to one
    * heartbeat interval) for acquisitions in flight. Stops every leader-election candidate meanwhile: a leader hands
    * its term over at once. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
    */
@@ -60,8 +60,8 @@ export class LeaseService {
   /**
    * Runs `work` under the lease: acquire, heartbeat while it runs, release when it settles. Reentrant within one call
    * chain. A busy target does what `onBusy` says: `'throw'` a `LeaseBusyError` (the default), `'wait'` in line,
-   * `'join'` the run holding it (its outcome is this call's), `'preempt'` a holder of lower priority (README:
-   * "Preemption"). See `RunOptions`.
+   * `'join'` the run holding it (its outcome is this call's), `'preempt'` a holder of lower priority
+   * (docs/preemption.md). See `RunOptions`.
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);
@@ -87,7 +87,7 @@ export class LeaseService {
   /**
    * Acquires, waiting in the priority line when the target is busy: highest priority first, first come first served
    * within a priority. Rejects with `LeaseWaitTimeoutError` after the wait's `timeoutMs`, or with the signal's reason.
-   * `onBusy: 'preempt'` takes the target over from a holder of lower priority instead (README: "Preemption").
+   * `onBusy: 'preempt'` takes the target over from a holder of lower priority instead (docs/preemption.md).
    */
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
     return engineOf(this).acquire(acquireCall(targetKey, options));

@@ -6,7 +6,8 @@ import ts from 'typescript';
 
 /**
  * What the package publishes is its built `.d.ts`: built here exactly as `npm pack` builds it (libs/lease's
- * tsconfig.lib.json, `stripInternal`), then read with the compiler's own checker. No PostgreSQL needed.
+ * tsconfig.cjs.json, which emits the package's one set of declarations, `stripInternal`), then read with the
+ * compiler's own checker. No PostgreSQL needed.
  */
 const EXPORTS = [
   'TimelineEntry',
@@ -63,6 +64,7 @@ const EXPORTS = [
   'OnLeadership',
   'PreemptPolicy',
   'ResolvedLeaseOptions',
+  'RetryAfterContext',
   'RunOptions',
   'Sticky',
   'StickyOptions',
@@ -75,7 +77,7 @@ const EXPORTS = [
   'leaseMigrations',
 ];
 
-/** The `nest-pg-lease/testing` subpath's names, as the README's "Testing your code" documents them. */
+/** The `nest-pg-lease/testing` subpath's names, as docs/testing.md documents them. */
 const TESTING_EXPORTS = [
   'DatabaseStall',
   'FencedTransaction',
@@ -92,7 +94,7 @@ const TESTING_EXPORTS = [
   'useLeaseDatabase',
 ];
 
-/** LeaseService's members as the README documents them ("The LeaseService API"). */
+/** LeaseService's members as docs/lease-service.md documents them. */
 const SERVICE_MEMBERS = [
   'acquire',
   'close',
@@ -117,7 +119,14 @@ describe('the published type declarations', () => {
     outDir = mkdtempSync(join(tmpdir(), 'lease-dts-'));
     execFileSync(
       process.execPath,
-      ['node_modules/typescript/bin/tsc', '-p', 'libs/lease/tsconfig.lib.json', '--outDir', outDir],
+      [
+        'node_modules/typescript/bin/tsc',
+        '-p',
+        'libs/lease/tsconfig.cjs.json',
+        '--emitDeclarationOnly',
+        '--outDir',
+        outDir,
+      ],
       { stdio: 'pipe' },
     );
     program = ts.createProgram([join(outDir, 'index.d.ts'), join(outDir, 'testing/index.d.ts')], {

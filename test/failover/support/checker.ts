@@ -12,8 +12,9 @@
  * - acknowledged fenced writes lost: writes a client heard committed that the promoted history lacks;
  * - released rows back: rows on the promoted standby of leases whose release had been acknowledged (the key stays
  *   blocked until the row expires), and for how long they block their key;
- * - cut-off holders: leases held at the crash whose row the promoted standby lacks — and whether each was told
- *   (signal aborted) before any newer grant's fenced write on its key was acknowledged;
+ * - cut-off holders: leases held at the crash whose row the promoted standby lacks (its own release — a released row
+ *   with its token — or a later grant of its key there is no loss) — and whether each was told (signal aborted)
+ *   before any newer grant's fenced write on its key was acknowledged;
  * - two holders at once: a grant made while an earlier grant of the same key had not yet ended (signal not aborted);
  * - fenced exclusion within the promoted history: per key, in commit order, each lease's writes are one contiguous
  *   run (no lease writes again after a newer one has written), every counter equals its history rows, no refused
@@ -183,7 +184,16 @@ export function checkFailover(
 
   // Holders at the crash whose row is gone: were they told before a newer grant's write was acknowledged?
   const heldAtCrash = before.filter((g) => g.endedAt === undefined || g.endedAt > moments.crashAt);
-  const cutOff = heldAtCrash.filter((g) => !survived(g));
+  // A released row carrying the lease's own token is its release, committed and replicated; a row of the key with a
+  // larger token is a later grant, made once the lease had ended (released, expired, taken over) before the crash.
+  // Either way the promoted server lost nothing of it.
+  const endedBeforeCrash = (g: GrantRecord) =>
+    surviving.some(
+      (row) =>
+        row.targetKey === g.key &&
+        ((row.leaseToken === null && row.fencingToken === g.fencingToken) || row.fencingToken > g.fencingToken),
+    );
+  const cutOff = heldAtCrash.filter((g) => !survived(g) && !endedBeforeCrash(g));
   const cutOffEndedBy = { lost: 0, released: 0, never: 0 };
   const notToldInTime: string[] = [];
   const cutOffDetails: string[] = [];

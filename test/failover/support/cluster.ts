@@ -140,7 +140,7 @@ export interface PairOptions {
  * Files may change or vanish while they are copied; the backup label makes the standby replay WAL from the start of
  * the backup, which repairs torn pages (full_page_writes is on by default).
  */
-function copyDataDirectory(from: string, to: string, user: EmbeddedBinaries['user'], top = true): void {
+export function copyDataDirectory(from: string, to: string, user: EmbeddedBinaries['user'], top = true): void {
   const emptied = new Set([
     'pg_wal',
     'pg_replslot',

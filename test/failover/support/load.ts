@@ -46,6 +46,13 @@ export interface LoadPlan {
   longLoops: number;
   longWorkMs: [number, number];
   shortWorkMs: [number, number];
+  /**
+   * Loops (by global index, counted from the last) that wait in the key's line (`acquire`, bounded by a signal after
+   * `waitMs`) instead of `tryAcquire`: grants by handoff to a waiter. @default 0
+   */
+  waitingLoops?: number;
+  /** @default 1000 */
+  waitMs?: number;
 }
 
 /** The tables of the checker: every committed fenced write appends one history row and bumps its key's counter. */
@@ -61,14 +68,17 @@ const between = ([min, max]: [number, number]) => min + Math.random() * (max - m
 export interface LoadStats {
   busy: number;
   errors: number;
+  /** Waits of the waiting loops that ended at their bound without a grant. */
+  waitTimeouts: number;
 }
 
 export class Load {
   readonly grants: GrantRecord[] = [];
-  readonly stats: LoadStats = { busy: 0, errors: 0 };
+  readonly stats: LoadStats = { busy: 0, errors: 0, waitTimeouts: 0 };
   private readonly services: Array<{ service: LeaseService; dataSource: DataSource }> = [];
   private readonly loops: Promise<void>[] = [];
   private stopping = false;
+  private readonly halted = new AbortController();
 
   constructor(
     private readonly url: string,
@@ -101,6 +111,7 @@ export class Load {
   /** Stops the loops, waits for them, and closes every process (releasing what they hold). */
   async stop(): Promise<void> {
     this.stopping = true;
+    this.halted.abort();
     await Promise.all(this.loops);
     for (const { service, dataSource } of this.services) {
       await service.close();
@@ -126,13 +137,21 @@ export class Load {
   private async loop(process: number, client: number): Promise<void> {
     const { service } = this.services[process];
     const long = client < this.plan.longLoops;
+    const clients = this.plan.processes * this.plan.loopsPerProcess;
+    const waiting = client >= clients - (this.plan.waitingLoops ?? 0);
     const keys = this.plan.keys;
     while (!this.stopping) {
       const key = keys[Math.floor(Math.random() * keys.length)];
       let lease: Lease | null;
       try {
-        lease = await service.tryAcquire(key);
-      } catch {
+        lease = waiting
+          ? await service.acquire(key, { signal: AbortSignal.timeout(this.plan.waitMs ?? 1_000) })
+          : await service.tryAcquire(key);
+      } catch (error) {
+        if (waiting && error instanceof DOMException && error.name === 'TimeoutError') {
+          this.stats.waitTimeouts++;
+          continue;
+        }
         // The database is away (crashed, not promoted yet): back off and try again.
         this.stats.errors++;
         await sleep(20 + Math.random() * 50);
@@ -149,6 +168,26 @@ export class Load {
       await this.write(lease, grant);
       await lease.release();
     }
+  }
+
+  /**
+   * A long job: `key` (one no loop uses) acquired now on `process`, held — heartbeating — until its lease is lost or
+   * the load stops, then a fenced write (refused when lost) and the release. Recorded like every grant, as client
+   * `processes × loopsPerProcess + n`. Resolves with its grant.
+   */
+  async hold(process: number, key: string, n: number): Promise<GrantRecord> {
+    const lease = await this.services[process].service.tryAcquire(key);
+    if (!lease) throw new Error(`hold: ${key} is busy`);
+    const grant = this.record(lease, process, this.plan.processes * this.plan.loopsPerProcess + n);
+    this.loops.push(
+      (async () => {
+        const until = AbortSignal.any([lease.signal, this.halted.signal]);
+        if (!until.aborted) await new Promise((resolve) => until.addEventListener('abort', resolve, { once: true }));
+        await this.write(lease, grant);
+        await lease.release();
+      })(),
+    );
+    return grant;
   }
 
   private record(lease: Lease, process: number, client: number): GrantRecord {

@@ -1,6 +1,6 @@
 /**
  * The checker: reads fault_history and fault_counter from the database and the workers' reports, and lists every
- * violation of the README's guarantees (Guarantees — and their limits) it can see. What is checked:
+ * violation of the guarantees (docs/guarantees.md) it can see. What is checked:
  *
  * 1. Fenced exclusion / monotonic fencing: per target, in commit order (`commit_seq`, taken inside the fenced
  *    transaction while the lease row is locked), fencing tokens never go down. A row whose token is lower than one

@@ -38,21 +38,6 @@ interface State {
   digest: { schedule: string; runs: DigestRun[] };
 }
 
-interface TimelineEntry {
-  at: string;
-  type: string;
-  owner: string;
-  fencingToken?: string;
-  detail?: string;
-}
-interface DrainEntry {
-  kind: 'key' | 'template';
-  subject: string;
-  actor: string;
-  reason: string;
-  at: string;
-}
-
 const REFRESH_MS = 300;
 const SHOWN_EVENTS = 40;
 
@@ -64,10 +49,6 @@ const events = new Map<string, Activity>();
 const lastSeq = new Map<string, number>();
 let leases: Snapshot[] = [];
 let digest: State['digest'] = { schedule: '', runs: [] };
-/** The console's view (own instance, /lease-console): the key whose timeline is shown, its entries, the drains. */
-let timelineKey = '';
-let timeline: TimelineEntry[] = [];
-let drains: DrainEntry[] = [];
 
 const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
 const escape = (text: string | number | null | undefined) =>
@@ -117,80 +98,7 @@ async function refresh(): Promise<void> {
   });
   // The lease and digest tables are the database's view: any live instance can tell them.
   if (fresh) ({ leases, digest } = fresh);
-  await refreshConsole();
   render();
-}
-
-const consoleHeaders = () => ({
-  'content-type': 'application/json',
-  'x-console-token': $<HTMLInputElement>('#console-token').value,
-  'x-operator': $<HTMLInputElement>('#console-operator').value,
-});
-
-/** The console's reads, on the instance serving the page; nothing without a token (the guard would say 403). */
-async function refreshConsole(): Promise<void> {
-  if (!$<HTMLInputElement>('#console-token').value) return;
-  const get = async <T>(path: string): Promise<T | undefined> => {
-    const response = await fetch(`/lease-console/${path}`, { headers: consoleHeaders() });
-    return response.ok ? ((await response.json()) as T) : undefined;
-  };
-  drains = (await get<DrainEntry[]>('drains')) ?? drains;
-  if (timelineKey)
-    timeline = (await get<TimelineEntry[]>(`history?key=${encodeURIComponent(timelineKey)}`)) ?? timeline;
-}
-
-async function consoleAct(path: string, body: Record<string, unknown>): Promise<void> {
-  const answer = $('#console-answer');
-  const response = await fetch(`/lease-console/${path}`, {
-    method: 'POST',
-    headers: consoleHeaders(),
-    body: JSON.stringify({
-      ...body,
-      by: $<HTMLInputElement>('#console-operator').value,
-      reason: $<HTMLInputElement>('#console-reason').value,
-    }),
-  });
-  answer.dataset.status = String(response.status);
-  answer.dataset.action = path;
-  answer.textContent = `${path}: ${response.status} ${response.statusText} — ${await response.text()}`;
-}
-
-function renderConsole(): void {
-  $('#timeline-key').textContent = timelineKey || '-';
-  $('#drains tbody').innerHTML =
-    drains
-      .map(
-        (d) => `<tr data-kind="${escape(d.kind)}" data-subject="${escape(d.subject)}"><td>${escape(d.kind)}</td>
-          <td>${escape(d.subject)}</td><td>${escape(d.actor)}</td><td>${escape(d.reason)}</td>
-          <td class="num">${escape(d.at.slice(11, 23))}</td></tr>`,
-      )
-      .join('') || '<tr><td colspan="5" class="muted">no drains</td></tr>';
-  // Each grant's span, from its acquisition (or takeover) to its end (release, loss, force-release, or now).
-  const start = timeline.length ? Date.parse(timeline[0].at) : 0;
-  const end = Math.max(Date.now(), start + 1);
-  $('#timeline tbody').innerHTML =
-    timeline
-      .map((entry, index) => {
-        let bar = '';
-        if (entry.type === 'acquired' || entry.type === 'taken-over') {
-          const ends = timeline.slice(index + 1).find(
-            // Its end: a release, loss or force-release of it, or the next grant (a takeover of a dead holder).
-            (later) =>
-              (later.fencingToken === entry.fencingToken &&
-                ['released', 'lost', 'force-release'].includes(later.type)) ||
-              ['acquired', 'taken-over'].includes(later.type),
-          );
-          const from = Date.parse(entry.at);
-          const to = ends ? Date.parse(ends.at) : end;
-          const width = Math.max(2, Math.round(((to - from) / (end - start)) * 240));
-          bar = `<span class="tl-bar" style="width:${width}px" title="${seconds(to - from)}"></span> ${seconds(to - from)}`;
-        }
-        return `<tr data-type="${escape(entry.type)}" data-owner="${escape(holderOf(entry.owner))}" data-token="${escape(entry.fencingToken)}" data-detail="${escape(entry.detail)}">
-          <td class="num">${escape(entry.at.slice(11, 23))}</td><td>${escape(entry.type)}</td><td title="${escape(entry.owner)}">${escape(holderOf(entry.owner))}</td>
-          <td class="num">${escape(entry.fencingToken)}</td><td>${escape(entry.detail)}</td><td>${bar}</td></tr>`;
-      })
-      .join('') ||
-    `<tr><td colspan="6" class="muted">${timelineKey ? 'nothing journaled for this key yet' : 'pick a key'}</td></tr>`;
 }
 
 function renderControls(): void {
@@ -221,11 +129,9 @@ function render(): void {
           <td>${escape(row.targetKey)}${row.slot === undefined ? '' : ` <span class="muted" data-slot="${row.slot}">slot ${row.slot}</span>`}</td><td title="${escape(row.owner)}">${escape(holderOf(row.owner))}</td>
           <td class="num">${escape(row.fencingToken)}</td><td class="num age">${seconds(row.ageMs)}</td>
           <td><span class="bar"><span class="${tone}" style="width:${fill}%" data-fill="${fill}"></span></span>
-          <span class="muted num">${seconds(row.sinceHeartbeatMs)} / ${seconds(row.timeoutMs)}${row.live ? '' : ' — expired, can be taken over'}</span></td>
-          <td>${row.slot === undefined ? `<button class="danger" data-force="${escape(row.targetKey)}">Force-release</button>` : ''}
-          <button data-timeline="${escape(row.targetKey)}">Timeline</button></td></tr>`;
+          <span class="muted num">${seconds(row.sinceHeartbeatMs)} / ${seconds(row.timeoutMs)}${row.live ? '' : ' — expired, can be taken over'}</span></td></tr>`;
       })
-      .join('') || '<tr><td colspan="6" class="muted">no leases held</td></tr>';
+      .join('') || '<tr><td colspan="5" class="muted">no leases held</td></tr>';
 
   const waiting = leases.filter((row) => row.state === 'waiting');
   $('#waiters tbody').innerHTML =
@@ -259,7 +165,6 @@ function render(): void {
         <td>${escape(event.targetKey)}</td><td class="num">${escape(event.fencingToken)}</td><td>${escape(event.detail)}</td></tr>`,
     )
     .join('');
-  renderConsole();
 }
 
 async function act(path: string, body?: unknown, via = $<HTMLSelectElement>('#via').value): Promise<void> {
@@ -295,18 +200,6 @@ document.addEventListener('click', (event) => {
   }
   if (target.id === 'start-sync') void act(`/api/users/${user()}/report/sync`, { latencyMs: latencyMs() });
   if (target.dataset.kill) void act('/api/kill', undefined, target.dataset.kill);
-  const key = () => $<HTMLInputElement>('#console-key').value;
-  const template = () => $<HTMLInputElement>('#console-template').value;
-  if (target.dataset.force) void consoleAct('force-release', { targetKey: target.dataset.force });
-  if (target.dataset.timeline) {
-    $<HTMLInputElement>('#console-key').value = target.dataset.timeline;
-    timelineKey = target.dataset.timeline;
-  }
-  if (target.id === 'show-timeline') timelineKey = key();
-  if (target.id === 'drain-key') void consoleAct('drain', { subject: key() });
-  if (target.id === 'undrain-key') void consoleAct('undrain', { subject: key() });
-  if (target.id === 'drain-template') void consoleAct('drain', { subject: template(), template: true });
-  if (target.id === 'undrain-template') void consoleAct('undrain', { subject: template(), template: true });
 });
 
 async function loop(): Promise<void> {

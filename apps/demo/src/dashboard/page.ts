@@ -22,11 +22,6 @@ export const DASHBOARD_HTML = `<!doctype html>
   #answer[data-status^="2"] { color: #067647; } #answer[data-status^="4"], #answer[data-status^="5"], #answer[data-status="error"] { color: #b42318; }
   tr[data-type="taken-over"], tr[data-type="lost"], tr[data-type="report-discarded"] { background: #fff6ed; }
   tr[data-type="busy"] { color: #667085; } tr[data-type="digest-saved"] { background: #f0f9ff; }
-  #timeline tr[data-type="force-release"] { background: #fef3f2; } #timeline tr[data-type="lost"] { background: #fff6ed; }
-  #timeline tr[data-type="taken-over"] { background: #fffaeb; } #timeline tr[data-type="acquired"] { background: #ecfdf3; }
-  .tl-bar { display: inline-block; height: 8px; border-radius: 4px; background: #1570ef; vertical-align: middle; }
-  #console-answer[data-status^="2"] { color: #067647; } #console-answer[data-status^="4"], #console-answer[data-status^="5"] { color: #b42318; }
-  .wide { width: 14rem; }
 </style>
 </head>
 <body>
@@ -53,30 +48,16 @@ export const DASHBOARD_HTML = `<!doctype html>
 
 <section>
   <h2>Leases</h2>
-  <table id="leases"><thead><tr><th>target</th><th>holder</th><th>fencing token</th><th>age</th><th>since heartbeat (bar fills toward the timeout)</th><th>operator</th></tr></thead><tbody></tbody></table>
+  <table id="leases"><thead><tr><th>target</th><th>holder</th><th>fencing token</th><th>age</th><th>since heartbeat (bar fills toward the timeout)</th></tr></thead><tbody></tbody></table>
   <h2>Waiters, in grant order</h2>
   <table id="waiters"><thead><tr><th>target</th><th>#</th><th>instance</th><th>priority</th><th>waiting for</th><th>live</th></tr></thead><tbody></tbody></table>
 </section>
 
 <section id="console">
-  <h2>Operator's console <span class="muted">(LeaseConsoleModule at /lease-console, behind the app's guard)</span></h2>
-  <label>operator token <input id="console-token" class="wide" type="password" placeholder="CONSOLE_TOKEN"></label>
-  <label>operator <input id="console-operator" class="wide" value="on-call"></label>
-  <label>reason <input id="console-reason" class="wide" value="incident"></label>
-  <div style="margin-top:.6rem">
-    <label>key <input id="console-key" class="wide" value="report:user:1"></label>
-    <button id="show-timeline">Show timeline</button>
-    <button class="danger" id="drain-key">Drain key</button>
-    <button id="undrain-key">Undrain key</button>
-    <label>template <input id="console-template" class="wide" value="report:user:{0}"></label>
-    <button class="danger" id="drain-template">Drain template</button>
-    <button id="undrain-template">Undrain template</button>
-  </div>
-  <p>Console answer: <span id="console-answer">-</span></p>
-  <h2>Drains in force</h2>
-  <table id="drains"><thead><tr><th>kind</th><th>subject</th><th>by</th><th>reason</th><th>since</th></tr></thead><tbody></tbody></table>
-  <h2>Timeline of <code id="timeline-key">-</code> <span class="muted">(every instance's journal, oldest first)</span></h2>
-  <table id="timeline"><thead><tr><th>time</th><th>event</th><th>by</th><th>fencing token</th><th>detail</th><th>held</th></tr></thead><tbody></tbody></table>
+  <h2>Operator's console</h2>
+  <div class="muted">Holders, waiters, slots, leaders, drains, a key's timeline and force-release, with confirmation:
+    the page <code>LeaseConsoleModule</code> serves at <a href="/lease-console" id="console-link">/lease-console</a>
+    (token: <code>CONSOLE_TOKEN</code>, <code>demo-operator-token</code> by default).</div>
 </section>
 
 <section>

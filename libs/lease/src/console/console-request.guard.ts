@@ -1,5 +1,5 @@
 /**
- * The console's rule for its write routes (README: "Operator's console", cross-site requests): an action is a request
+ * The console's rule for its write routes (docs/console.md, cross-site requests): an action is a request
  * that a page of another origin cannot make the operator's browser send, whatever cookie the browser attaches.
  * Private: the console's controllers bind it before the app's guard.
  *

@@ -1,14 +1,16 @@
 /**
- * The console's HTTP routes (README: "Operator's console"), built for one `LeaseConsoleModule.forRoot()`: reads
+ * The console's HTTP routes (docs/console.md), built for one `LeaseConsoleModule.forRoot()`: reads
  * always (behind the app's guard, or public when the app says so); the actions only when asked for, and then always
  * behind the console's request rule (same origin, JSON: no cross-site request) and the app's guard. Private: the
  * module is the door.
  */
 import {
+  applyDecorators,
   Body,
   type CanActivate,
   Controller,
   Get,
+  Header,
   HttpCode,
   Inject,
   Post,
@@ -18,9 +20,12 @@ import {
   UseFilters,
   UseGuards,
 } from '@nestjs/common';
+import { engineOf } from '../engine-of.js';
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { LeaseService } from '../lease.service.js';
 import { LeaseExceptionFilter } from '../transport/lease-exception.filter.js';
+import { electionsOf } from '../leader/candidates.js';
+import { CONSOLE_PAGE_HEADERS, consolePage } from './console-page.js';
 import { ConsoleRequestGuard } from './console-request.guard.js';
 import { LeaseOperator } from './lease-operator.js';
 
@@ -32,6 +37,8 @@ export interface ConsoleRoutes {
   readonly actor?: (request: unknown) => string | undefined;
   /** Origins besides the console's own whose pages may send the actions (`URL.origin` form). */
   readonly trustedOrigins: ReadonlySet<string>;
+  /** The page at the root path, and the headers it asks the operator for (lower case); none when `false`. */
+  readonly page: false | { readonly headers: readonly string[] };
 }
 
 /** JSON has no bigint: fencing tokens travel as decimal strings. */
@@ -96,6 +103,12 @@ export function consoleControllers(routes: ConsoleRoutes): Type[] {
     capabilities() {
       return { actions: routes.actions };
     }
+
+    /** The elections this process takes part in (a lease row does not say which keys are leader keys). */
+    @Get('leaders')
+    leaders() {
+      return electionsOf(engineOf(this.leases));
+    }
   }
 
   class LeaseConsoleActions {
@@ -131,7 +144,31 @@ export function consoleControllers(routes: ConsoleRoutes): Type[] {
   });
   const templateOf = (body: ActionBody | undefined) => body?.template as boolean | undefined;
 
-  if (!routes.actions) return [guarded(LeaseConsoleReads)];
+  const controllers: Type[] = [guarded(LeaseConsoleReads)];
   // The actions' request rule runs before the app's guard: a forged request is refused whoever's cookie it carries.
-  return [guarded(LeaseConsoleReads), guarded(LeaseConsoleActions, new ConsoleRequestGuard(routes.trustedOrigins))];
+  if (routes.actions) controllers.push(guarded(LeaseConsoleActions, new ConsoleRequestGuard(routes.trustedOrigins)));
+  if (routes.page) controllers.push(pageController(routes.path, routes.actions, routes.page.headers));
+  return controllers;
+}
+
+/**
+ * The page at the console's root path (console-page.ts). Static — no key, no holder, nothing of the database in it —
+ * so it is served without the app's guard (a guard reading a header, not a cookie, could never let a browser's
+ * navigation through): every read and action the page makes goes through the guard, with the headers the operator
+ * typed into it.
+ */
+function pageController(path: string, actions: boolean, headers: readonly string[]): Type {
+  const html = consolePage({ actions, headers });
+  const served = applyDecorators(
+    Get(),
+    ...Object.entries(CONSOLE_PAGE_HEADERS).map(([name, value]) => Header(name, value)),
+  );
+  class LeaseConsolePage {
+    @served
+    page(): string {
+      return html;
+    }
+  }
+  Controller(path)(LeaseConsolePage);
+  return LeaseConsolePage;
 }

@@ -4,7 +4,7 @@ import { messages } from '../errors/lease.messages.js';
 import { trustedOriginsOf } from './console-request.guard.js';
 import { consoleControllers } from './lease-console.controller.js';
 
-/** `LeaseConsoleModule.forRoot()` (README: "Operator's console"). */
+/** `LeaseConsoleModule.forRoot()` (docs/console.md). */
 export interface LeaseConsoleOptions {
   /**
    * Route prefix of the console's endpoints.
@@ -26,7 +26,7 @@ export interface LeaseConsoleOptions {
   /**
    * Mounts the write actions: `POST force-release`, `drain`, `undrain`. Off by default; refused at bootstrap
    * (`LeaseConfigError`) without a `guard`. They take JSON only, from the console's own origin only (no cross-site
-   * request: README, "Operator's console").
+   * request: docs/console.md).
    * @default false
    */
   actions?: boolean;
@@ -41,8 +41,57 @@ export interface LeaseConsoleOptions {
    * @default []
    */
   trustedOrigins?: readonly string[];
+  /**
+   * The operator's page at the console's root path (`GET <path>`, docs/console.md): holders, waiters, semaphore slots,
+   * leaders, drains, a key's timeline, the audit trail and — with `actions` — force-release, drain and undrain, each
+   * confirmed first. One self-contained HTML document with a strict Content-Security-Policy; it holds no data and is
+   * served without the guard, every request it makes going through the guard. `headers`: request headers the guard
+   * reads (a token, say: `['authorization']`), which the page asks the operator for and sends with every request,
+   * kept in the browser tab's session storage; a guard that reads the session cookie needs none. `false`: no page.
+   * @default true
+   */
+  page?: boolean | { headers?: readonly string[] };
   /** Modules the guard class's dependencies come from. */
   imports?: ModuleMetadata['imports'];
+}
+
+/** A header name a page may send (RFC 9110 token), other than those a browser sets itself or refuses to send. */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-z-]+$/;
+const BROWSER_HEADERS = new Set([
+  'accept-charset',
+  'accept-encoding',
+  'access-control-request-headers',
+  'access-control-request-method',
+  'connection',
+  'content-length',
+  'content-type',
+  'cookie',
+  'cookie2',
+  'date',
+  'dnt',
+  'expect',
+  'host',
+  'keep-alive',
+  'origin',
+  'referer',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'via',
+]);
+
+/** The page option resolved: false, or the headers it asks for (lower case); undefined when it is invalid. */
+function pageOf(page: unknown): false | { headers: string[] } | undefined {
+  if (page === undefined || page === true) return { headers: [] };
+  if (page === false) return false;
+  if (typeof page !== 'object' || page === null || Array.isArray(page)) return undefined;
+  const { headers = [], ...rest } = page as { headers?: unknown };
+  if (Object.keys(rest).length > 0 || !Array.isArray(headers)) return undefined;
+  const names = headers.map((name: unknown) => (typeof name === 'string' ? name.toLowerCase() : ''));
+  const sendable = (name: string) =>
+    HEADER_NAME.test(name) && !BROWSER_HEADERS.has(name) && !name.startsWith('sec-') && !name.startsWith('proxy-');
+  return names.every(sendable) ? { headers: [...new Set(names)] } : undefined;
 }
 
 function assertBoolean(name: string, value: unknown): void {
@@ -50,9 +99,10 @@ function assertBoolean(name: string, value: unknown): void {
 }
 
 /**
- * The operator's console over HTTP: `GET <path>/leases`, `history?key=`, `drains`, `audit`, `capabilities`, and with
- * `actions: true` `POST <path>/force-release`, `drain`, `undrain`. Behind the app's `guard` (required; or `public:
- * true` for the reads alone). Needs `LeaseModule` (it uses the global `LeaseService` and `LeaseOperator`).
+ * The operator's console over HTTP: its page at `GET <path>` (see `page`), the reads `GET <path>/leases`,
+ * `history?key=`, `drains`, `audit`, `leaders`, `capabilities`, and with `actions: true` `POST <path>/force-release`,
+ * `drain`, `undrain`. Behind the app's `guard` (required; or `public: true` for the reads alone). Needs `LeaseModule`
+ * (it uses the global `LeaseService` and `LeaseOperator`).
  *
  * @example LeaseConsoleModule.forRoot({ guard: AdminGuard, actions: true, actor: (req) => req.user.email })
  */
@@ -61,6 +111,10 @@ export class LeaseConsoleModule {
   static forRoot(options: LeaseConsoleOptions = {}): DynamicModule {
     const { path = 'lease-console', guard, actions = false, public: isPublic = false, actor } = options;
     const { trustedOrigins = [], imports = [] } = options;
+    const page = pageOf(options.page);
+    if (page === undefined) {
+      throw new LeaseConfigError(messages.consolePage(JSON.stringify(options.page) ?? typeof options.page));
+    }
     if (typeof path !== 'string' || path.length === 0) throw new LeaseConfigError(messages.consolePath(typeof path));
     assertBoolean('actions', actions);
     assertBoolean('public', isPublic);
@@ -76,7 +130,7 @@ export class LeaseConsoleModule {
     return {
       module: LeaseConsoleModule,
       imports,
-      controllers: consoleControllers({ path, guard, actions, actor, trustedOrigins: trusted }),
+      controllers: consoleControllers({ path, guard, actions, actor, trustedOrigins: trusted, page }),
     };
   }
 }

@@ -33,7 +33,7 @@ function rows(limit: unknown, fallback: number): number {
 }
 
 /**
- * The operator's API (README: "Operator's console"): end a grant (`forceRelease`), stop new acquisitions of a key or
+ * The operator's API (docs/console.md): end a grant (`forceRelease`), stop new acquisitions of a key or
  * a key template (`drain` / `undrain`), read the audit trail and a key's timeline (`history`). Every action writes
  * its audit row in the same statement. Provided by `LeaseModule` (inject it); outside Nest, `new LeaseOperator(leases)`.
  * Guard it like any administrative power: whoever may call it may stop any holder's work.

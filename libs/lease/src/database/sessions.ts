@@ -53,7 +53,7 @@ export interface SessionBounds {
   readonly customPlans?: boolean;
 }
 
-/** A role or server default of `synchronous_commit = off` is raised to `on` (see the README, "Server defaults"). */
+/** A role or server default of `synchronous_commit = off` is raised to `on` (see docs/configuration.md, "Server defaults"). */
 const DURABLE = (local: boolean) =>
   `SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
     THEN set_config('synchronous_commit', 'on', ${local}) END`;

@@ -117,7 +117,7 @@ export class BootstrapChecks {
 
   /**
    * The preemption column and the slot column came with later migrations: the same rule as the join result table's.
-   * (Without the slot column the library's statements cannot run; a table of 0.3 must be converted first.)
+   * (Without the slot column the library's statements cannot run; a table from before it must be converted first.)
    */
   private async checkColumn(column: 'preempt_of' | 'slot'): Promise<void> {
     if (!(await this.store.schema.columnMissing(column))) return;
@@ -147,7 +147,7 @@ export class BootstrapChecks {
    * revoked, or refused as on Aurora; or tables holding tokens of a later timeline than the server's), said once here;
    * and the sequences, raised above the tables where they stood behind (a new server: a blue/green switchover, a
    * restore). A sequence that must be raised and cannot (the role lacks UPDATE on it) fails the bootstrap with what to
-   * run. See the README's "Failover" section for what holds where.
+   * run. See docs/failover.md for what holds where.
    */
   private async probeTimeline(): Promise<void> {
     const standing = await this.store.probeTimeline();
@@ -184,7 +184,7 @@ export class BootstrapChecks {
           `revoked): the timeline guard is off, fencing tokens carry the fixed timeline ${standing.fixed} (the ` +
           'largest in the tables) and rise within this server; leases still end when the system identifier changes ' +
           'where it is readable. Safe where replication is synchronous or at the storage layer (Aurora); see the ' +
-          'README "Failover" section',
+          'docs/failover.md',
       );
     } else if (standing.fixed !== null) {
       this.logger.warn(
@@ -192,7 +192,7 @@ export class BootstrapChecks {
           `(${standing.serverTimeline}): they were copied or restored from a server with a longer history (a ` +
           'blue/green switchover, a restore into a new cluster). Fencing tokens carry the fixed timeline ' +
           `${standing.fixed} so they stay above them; the timeline guard is off while this server's timeline is ` +
-          'below it. See the README "Failover" section',
+          'below it. See the docs/failover.md',
       );
     }
     for (const raise of standing.raises) {
@@ -215,7 +215,7 @@ export class BootstrapChecks {
       'switchover by logical replication, a restore), and the database role may not raise them (setval needs ' +
       `UPDATE on the sequence): new fencing tokens could be smaller than tokens already handed out. As the owner ` +
       `of the lease tables, with no process granting leases on this server, run: ${statements.join('; ')}; or ` +
-      `GRANT UPDATE ON SEQUENCE ${sequences} TO the application's role. See the README "Failover" section`
+      `GRANT UPDATE ON SEQUENCE ${sequences} TO the application's role. See the docs/failover.md`
     );
   }
 

@@ -1,5 +1,5 @@
 /**
- * The drains in force, as this process knows them (README: "Operator's console"). Checked before every acquisition
+ * The drains in force, as this process knows them (docs/console.md). Checked before every acquisition
  * from memory — the acquire statement is unchanged and pays nothing — and re-read from the drain table every
  * `DRAIN_REFRESH_MS`, so a drain made in another process takes effect here within that bound plus one statement; the
  * process that drains applies it at once (`LeaseOperator` calls `refresh`). A refresh that fails keeps the last view

@@ -37,6 +37,7 @@ import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
 import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './semaphore.js';
+import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow } from '../store/store.types.js';
 import type { StatementFaults } from '../store/sql/statement-faults.js';
@@ -89,9 +90,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private readonly telemetry: LeaseTelemetry;
   /** Drains and the journal (the operator's console); `LeaseOperator` uses them. */
   readonly operator: OperatorHooks;
+  /** When a refused caller may retry (`LeaseBusyError.retryAfterMs`), from this engine's events and refusals. */
+  private readonly estimates: RetryAfterEstimates;
 
   constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
+    this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs);
     const track = <T>(work: Promise<T>) => this.track(work);
     void loadTracing();
     this.database = new LeaseDatabase(dataSource, this.options);
@@ -135,6 +139,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
           }),
         ),
       this.logger,
+      ({ targetKey, keyTemplate, holdAtLeastMs: holdMs }) =>
+        this.estimates.estimate({ targetKey, keyTemplate: keyTemplateOf(keyTemplate), holdMs }),
     );
     this.preemption = new Preemption(this.store.preempt, this.options.owner, {
       held: this.held,
@@ -292,7 +298,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
           : this.tryOnce(request),
       signal,
     );
-    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.estimates.answer(request, call.retryAfter));
     return { lease, exit: () => lease.release() };
   }
 
@@ -334,7 +340,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
       (late) => {
         if (late) void late.release();
-        else if (waiter?.place) void this.store.dequeue(targetKey, waiter.id).catch(() => undefined);
+        else if (waiter?.place) void this.store.waiters.dequeue(targetKey, waiter.id).catch(() => undefined);
       },
     ).catch((error: unknown) => {
       if (waiter) this.queue.unreserve(waiter);
@@ -470,6 +476,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       throw unavailableOr(error, targetKey, ACQUIRE);
     });
     if ('refused' in row) {
+      this.estimates.refused(targetKey, row.holdLeftMs);
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
       if (queueAs && row.place) {
         queueAs.waiter.place = row.place;
@@ -527,6 +534,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   }
 
   emit(event: LeaseEvent): void {
+    this.estimates.observe(event);
     publish(event);
     if (!this.events.closed) this.events.next(event);
   }

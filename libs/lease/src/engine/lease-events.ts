@@ -65,7 +65,7 @@ export interface EndedGrant {
   readonly owner: string;
 }
 
-/** A preempting call's grant (`lease`, at `priority`, by `owner`) that ended `previous` (README: "Preemption"). */
+/** A preempting call's grant (`lease`, at `priority`, by `owner`) that ended `previous` (docs/preemption.md). */
 export function preemptedEvent(
   lease: EventLease,
   priority: number,

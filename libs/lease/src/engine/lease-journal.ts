@@ -1,6 +1,6 @@
 /**
  * The opt-in journal of this process's lease events (`journal: true`), which the operator's timeline is drawn from
- * (README: "Operator's console"). Best-effort and off the acquire path: events are buffered in memory (at most
+ * (docs/console.md). Best-effort and off the acquire path: events are buffered in memory (at most
  * `JOURNAL_BUFFER_ROWS`, the oldest dropped beyond, counted in the log) and written in one statement every
  * `JOURNAL_FLUSH_MS`; a failed write is logged and its rows dropped; never a call's failure. Rows older than
  * `JOURNAL_RETENTION_MS` are trimmed, a batch a minute. close() flushes what is buffered, within one statement's bound.

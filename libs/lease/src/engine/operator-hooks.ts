@@ -1,5 +1,5 @@
 /**
- * What the operator's features need of each engine (README: "Operator's console"): the drain cache every acquisition
+ * What the operator's features need of each engine (docs/console.md): the drain cache every acquisition
  * attempt is checked against, and the opt-in journal of its events. The operator's API (`LeaseOperator`) reaches the
  * statements through `store` and refreshes the drains after its own changes.
  */

@@ -1,5 +1,5 @@
 /**
- * Preemption (`onBusy: 'preempt'`, README "Preemption"): a waiting call that may take its target over from a running
+ * Preemption (`onBusy: 'preempt'`, docs/preemption.md): a waiting call that may take its target over from a running
  * holder of strictly lower priority. Its refused attempts ask the holder to stop (a request on the holder's row,
  * which the holder's next renewal or fenced transaction finds; a holder of this process is told at once), wait in
  * line for its release up to the grace, then take the target over regardless with a higher fencing token. The line

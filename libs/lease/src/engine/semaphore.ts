@@ -1,9 +1,10 @@
 /**
- * Semaphores in the engine (`limit` above 1; README "Semaphores: N holders per key"): a limited call's attempts ask
+ * Semaphores in the engine (`limit` above 1; docs/semaphores.md): a limited call's attempts ask
  * for a slot (`SemaphoreStore.tryAcquire`) instead of the key's own row, and a granted slot is an ordinary lease
  * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.row`). The waits of
  * limited calls are the key's ordinary line: only which statement an attempt sends differs.
  */
+import { slotLimitOf } from '../errors/busy-details.js';
 import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import { OWN_ROW_SLOT } from '../options/slot-limits.js';
@@ -49,7 +50,13 @@ export async function acquireRow(
 
 /** A call refused without waiting: the key is held, or (`limit` above 1) all its slots are. */
 export function busyError(targetKey: string, limit: number, retryAfterMs: number): LeaseBusyError {
-  return new LeaseBusyError(targetKey, retryAfterMs, limit > 1 ? messages.slotsBusy(targetKey, limit) : undefined);
+  const error = new LeaseBusyError(
+    targetKey,
+    retryAfterMs,
+    limit > 1 ? messages.slotsBusy(targetKey, limit) : undefined,
+  );
+  if (limit > 1) slotLimitOf.set(error, limit);
+  return error;
 }
 
 /** The row a grant took: the key's own, or a slot's. */

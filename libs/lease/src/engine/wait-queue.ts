@@ -85,6 +85,8 @@ export class WaitQueue {
     private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
+    /** The `retryAfterMs` of a waiter refused for a full line (see `RetryAfterEstimates`). */
+    private readonly retryAfterOf: (waiter: Waiter) => number = () => options.heartbeatIntervalMs,
   ) {}
 
   get size(): number {
@@ -165,7 +167,7 @@ export class WaitQueue {
         // dequeue's snapshot saw (a no-op without one).
         const gone = sent
           .catch(() => undefined)
-          .then(() => this.store.dequeue(targetKey, waiter.id))
+          .then(() => this.store.waiters.dequeue(targetKey, waiter.id))
           .then(() => this.store.release(ownRow(targetKey), waiter.id, this.graceMs));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
@@ -215,7 +217,7 @@ export class WaitQueue {
     // so must the rooms reserved by first attempts in flight (this waiter's own, if any, is its room).
     const others = this.occupied() - (this.reserved.has(waiter.id) ? 1 : 0);
     if (others >= this.options.maxWaitersPerProcess) {
-      throw new LeaseQueueFullError(targetKey, this.options.heartbeatIntervalMs, messages.processLineFull(others));
+      throw new LeaseQueueFullError(targetKey, this.retryAfterOf(waiter), messages.processLineFull(others));
     }
     this.register(waiter);
     let lastError: unknown;
@@ -227,15 +229,15 @@ export class WaitQueue {
         waiter.pending = false;
         try {
           if ((!waiter.place || waiter.evicted) && waiter.granted === undefined) {
-            // A row landing after this bound is born dead (see LeaseStore.enqueue): no later than the wait's cutoff.
+            // A row landing after this bound is born dead (see WaiterStore.enqueue): no later than the wait's cutoff.
             const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
-            const enqueueing = this.store.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
+            const enqueueing = this.store.waiters.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
             sending(enqueueing);
             const place = await settleBy(enqueueing, cutoff, stop, timeout);
             if (!place) {
               throw new LeaseQueueFullError(
                 targetKey,
-                this.options.heartbeatIntervalMs,
+                this.retryAfterOf(waiter),
                 messages.targetLineFull(this.options.maxWaitersPerTarget),
               );
             }
@@ -328,7 +330,7 @@ export class WaitQueue {
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
     // Then a release by each waiter id passes on any grant handed to them before their rows went (no-ops otherwise).
-    const leaving = this.store
+    const leaving = this.store.waiters
       .dequeueAll(queued)
       .then(() =>
         Promise.all(queued.map((waiter) => this.store.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
@@ -358,7 +360,7 @@ export class WaitQueue {
       this.options.waiterHeartbeatIntervalMs,
       () => [...this.waiters.values()].filter((candidate) => candidate.place && !candidate.evicted),
       (batch) =>
-        this.store.renewWaiters(
+        this.store.waiters.renew(
           batch.map((candidate) => candidate.targetKey),
           batch.map((candidate) => candidate.id),
           this.options.waiterHeartbeatIntervalMs,
@@ -411,12 +413,12 @@ export class WaitQueue {
 }
 
 /**
- * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`LeaseStore.confirmGrant`). A grant passed on
+ * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterStore.confirmGrant`). A grant passed on
  * meanwhile (it came too late) is a refusal, and the waiter queues again at its place at once.
  */
 export async function confirmGrant(store: LeaseStore, waiter: Waiter, holdMs: number): Promise<AcquiredRow | Refusal> {
   waiter.granted = undefined;
-  const row = await store.confirmGrant(waiter.targetKey, waiter.id, holdMs);
+  const row = await store.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
   if (row) return row;
   waiter.evicted = true;
   waiter.pending = true;

@@ -15,6 +15,16 @@ const lossCauses: Record<LeaseLossReason, string> = {
   preempted: 'a caller of higher priority preempted it',
 };
 
+/** Why a lease was lost, as a client of the interrupted work is told (no option, no internal mechanism named). */
+const clientLossCauses: Record<LeaseLossReason, string> = {
+  'taken-over': 'another instance took it over',
+  'renewal-deadline': 'the service lost touch with its database',
+  released: 'it had ended already',
+  failover: 'the database failed over',
+  'released-by-operator': 'an operator stopped it',
+  preempted: 'more urgent work took its place',
+};
+
 /** The messages, by what they are about. */
 export const messages = {
   busy: (targetKey: string) =>
@@ -27,9 +37,36 @@ export const messages = {
   drained: (targetKey: string, kind: 'key' | 'template', subject: string, reason: string) =>
     `Target "${targetKey}" is drained (${kind === 'key' ? 'the key' : `its template "${subject}"`}: ${reason}): no ` +
     'new acquisition is granted until an operator undrains it',
+  // What a client is told (the `message` of HTTP, WebSocket, RPC and GraphQL answers, transport/lease-answers.ts):
+  // what happened and when to try again. Never which option the developer could change: that advice is the error's
+  // own message, which goes to the log (transport/answer-advice.ts), once per key and kind per period.
+  answerBusy: (targetKey: string, seconds: number) =>
+    `"${targetKey}" is busy: another request is working on it. Try again in ${seconds} s`,
+  answerSlotsBusy: (targetKey: string, limit: number, seconds: number) =>
+    `All ${limit} slots of "${targetKey}" are in use. Try again in ${seconds} s`,
+  answerLineFull: (targetKey: string, seconds: number) =>
+    `Too many requests are waiting for "${targetKey}". Try again in ${seconds} s`,
+  answerDrained: (targetKey: string, seconds: number) =>
+    `"${targetKey}" is paused by an operator. Try again in ${seconds} s`,
+  answerLost: (targetKey: string, reason: LeaseLossReason) =>
+    `The work on "${targetKey}" was interrupted before it completed (${clientLossCauses[reason]}) and its result ` +
+    'was discarded: the request may be sent again',
+  answerWaitTimeout: (targetKey: string, waitedMs: number, seconds: number) =>
+    `Waited ${waitedMs} ms for a turn on "${targetKey}" without getting one. Try again in ${seconds} s`,
+  answerUnavailable: (targetKey: string | undefined, seconds: number) =>
+    `${targetKey === undefined ? 'The request' : `"${targetKey}"`} cannot be served now: the service's database ` +
+    `is unavailable. Try again in ${seconds} s`,
+  answerShutdown: (seconds: number) =>
+    `This instance is shutting down. Try again in ${seconds} s: another instance, or this one restarted, can serve ` +
+    'the request',
+  answerInternal: () => 'Internal server error',
+  /** The log line of an answer's developer advice (transport/answer-advice.ts). */
+  answerAdvice: (status: number, message: string, periodSeconds: number) =>
+    `Answered ${status}: ${message} (the client was told what happened and when to retry; this advice is logged once ` +
+    `per key and error every ${periodSeconds} s)`,
   operatorRightsMissing: (detail: string) =>
-    `The operator's tables are out of this role's rights (${detail}): as their owner, run the GRANT of the README ` +
-    'section "Database privileges"',
+    `The operator's tables are out of this role's rights (${detail}): as their owner, run the GRANT of the docs ` +
+    'page docs/privileges.md ("Database privileges")',
   operatorTablesMissing: (table: string) =>
     `The operator's tables are missing (${table}): run the library's migrations (leaseMigrations includes ` +
     'CreateLeaseConsoleTables) or set createSchema',
@@ -52,6 +89,10 @@ export const messages = {
   consoleTrustedOrigins: (got: string) =>
     'LeaseConsoleModule option trustedOrigins must be a list of origins, each scheme://host[:port] with http or ' +
     `https and no path (e.g. https://admin.example.com), got ${got}`,
+  consolePage: (got: string) =>
+    'LeaseConsoleModule option page must be true, false or { headers: [...] } naming request headers a page may ' +
+    "send (e.g. { headers: ['authorization'] }; not cookie, content-type, origin, host or another header the " +
+    `browser sets itself), got ${got}`,
   consoleForeignOrigin: (origin: string) =>
     `Refused: the console's actions take a request from its own origin only, and this one came from origin ` +
     `${origin} (a page of another origin must not act with the operator's session: CSRF). Nothing was done. An ` +
@@ -113,7 +154,7 @@ export const messages = {
     `The sequence ${sequence} has passed 2^47 (or the server's timeline 2^16): nest-pg-lease refuses to hand out ` +
     'numbers that would overflow into the timeline bits of its fencing tokens, and nothing was written. Tokens ' +
     'cannot grow further in these tables: move to new ones (tableName, waiterTableName) and let downstream systems ' +
-    'that compare fencing tokens start afresh; see the README section "Failover" (fencing token layout)',
+    'that compare fencing tokens start afresh; see docs/failover.md (fencing token layout)',
   batchOutOfOrder: (index: number) =>
     `nest-pg-lease: a batch answered out of order at row ${index} (a bug: please report it)`,
   processLineFull: (waiting: number) => `this process already has ${waiting} waiting calls (maxWaitersPerProcess)`,
@@ -264,7 +305,7 @@ export const messages = {
     'createSchema: true (it creates only what is missing), or, as the owner of the lease tables, run: ' +
     statements,
   tokenLayoutMissing: (sequences: string, migration: string, statement: string) =>
-    `The sequences ${sequences} are of the 40-bit fencing token layout of nest-pg-lease 0.2 (tokens ` +
+    `The sequences ${sequences} are of the 40-bit fencing token layout of an earlier nest-pg-lease (tokens ` +
     '(timeline << 40) | n): this version draws (timeline << 47) | n from sequences that start at 2^40. Stop every ' +
     `process of an earlier version, then run the migration ${migration} (in leaseMigrations / ` +
     'createLeaseMigrations()), or set createSchema: true, or, as the owner of the lease tables, run: ' +
@@ -272,7 +313,7 @@ export const messages = {
   createSchemaNotAllowed: (role: string | number, schema: string | number) =>
     `createSchema: the lease tables are missing and the role "${role}" lacks CREATE on schema ` +
     `"${schema}": run leaseMigrations as the schema's owner and grant this role the rights listed ` +
-    'in the README ("Database privileges"), or grant it CREATE on the schema',
+    'in docs/privileges.md ("Database privileges"), or grant it CREATE on the schema',
   privilegesMissing: (role: string | number, v2: string | number, v3: string | number) =>
     `The database role "${role}" lacks rights nest-pg-lease needs: ${v2}. ` +
     `As the owner of the lease tables, run: ${v3}`,

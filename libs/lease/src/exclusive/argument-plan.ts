@@ -160,7 +160,7 @@ function readPath(source: unknown, path: string): unknown {
 const absent = (value: unknown) => value === undefined || value === null || value === '';
 
 /**
- * The argument a placeholder reads, by the rule the README documents next to `@Exclusive`: `{0}` by position; a
+ * The argument a placeholder reads, by the rule docs/exclusive.md documents ("Keys"): `{0}` by position; a
  * name one parameter decorator declares; else a field of the whole-object arguments. Throws `LeaseConfigError` for
  * a placeholder the signature cannot fill.
  */

@@ -7,7 +7,7 @@ import { decorateMethod } from './decorated-method.js';
  * instance a candidate for `targetKey` (leader election); the instance elected keeps the lease across calls (renewed
  * between them) and runs the calls one at a time; on the other instances the call does not run until the owner dies
  * (lease timeout) or shuts down (released at once, or when its call in progress ends). Once per tick for a `@Cron`
- * job, without `holdAtLeastMs`. README: "Sticky scheduled jobs".
+ * job, without `holdAtLeastMs`. docs/scheduled-jobs.md.
  *
  * `onBusy` says what a call overlapping the owner's running call does: `'throw'` a `LeaseBusyError` (the default),
  * `'skip'` it (resolves `undefined`, a `busy` event), or `'wait'` its turn. On an instance that is not the owner the

@@ -1,5 +1,8 @@
 /** Options of `LeaseService.tryAcquire()`, `acquire()` and `run()`: the call's rank, its hold, and its busy policy. */
 import type { BusyPolicy } from './busy-policy.interface.js';
+import type { RefusableCallOptions } from './refusable-call.interface.js';
+
+export type { RetryAfterContext } from './refusable-call.interface.js';
 
 /** What every call takes (`tryAcquire`, `acquire`, `run`; `@Exclusive` all but `keyTemplate`). */
 interface CallOptions {
@@ -29,7 +32,7 @@ interface CallOptions {
 /** Options of `LeaseService.tryAcquire()`: one attempt, never a wait (so no `onBusy`). */
 export interface TryAcquireOptions extends CallOptions {
   /**
-   * How many may hold the key at once (a semaphore; README "Semaphores: N holders per key"): each holder gets a slot,
+   * How many may hold the key at once (a semaphore; docs/semaphores.md): each holder gets a slot,
    * a lease of its own (token, fencing token, heartbeat, `fenced()`), and the (limit + 1)-th caller is refused or
    * waits in the key's one priority line. Every caller of a key must ask the same limit (`LeaseLimitConflictError`).
    * An integer from 1 to 1000; 1 is the single-holder lease. @default 1
@@ -71,7 +74,7 @@ interface SemaphoreAcquireOptions extends CallOptions {
 export type AcquireOptions = SingleAcquireOptions | SemaphoreAcquireOptions;
 
 /** `run()` of a single-holder lease. */
-interface SingleRunOptions extends CallOptions {
+interface SingleRunOptions extends CallOptions, RefusableCallOptions {
   /** One holder (see `TryAcquireOptions.limit`). @default 1 */
   limit?: 1;
   /**
@@ -85,7 +88,7 @@ interface SingleRunOptions extends CallOptions {
 }
 
 /** `run()` under a semaphore's slot (`limit` above 1): it throws or waits, never joins or preempts. */
-interface SemaphoreRunOptions extends CallOptions {
+interface SemaphoreRunOptions extends CallOptions, RefusableCallOptions {
   /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
   limit: number;
   /** `'throw'` a `LeaseBusyError` when every slot is held, or `'wait'` in line for one. @default 'throw' */

@@ -3,7 +3,7 @@
  * are the object forms with their defaults (`'wait'` is `{ wait: {} }`).
  */
 
-/** Wait in the key's priority line (README "Waiting in line"). */
+/** Wait in the key's priority line (docs/waiting.md). */
 export interface WaitPolicy {
   /**
    * How long to wait in line before a `LeaseWaitTimeoutError`. A non-negative integer, at most 2147483647.
@@ -14,7 +14,7 @@ export interface WaitPolicy {
 
 /**
  * Settle with the outcome of the run that holds the key — the same value, or a `LeaseJoinedRunError` — instead of
- * running the work again (README "Joining the running call"). The run's value must be JSON.
+ * running the work again (docs/join.md). The run's value must be JSON.
  */
 export interface JoinPolicy {
   /**
@@ -25,7 +25,7 @@ export interface JoinPolicy {
 }
 
 /**
- * Take the key over from a running holder of strictly lower priority (README "Preemption"): its signal aborts with a
+ * Take the key over from a running holder of strictly lower priority (docs/preemption.md): its signal aborts with a
  * `LeaseLostError` of reason `'preempted'`, and this call waits for its release up to `graceMs`, then takes over
  * regardless with a higher fencing token. Never a holder of equal or higher priority, never past a live waiter ahead.
  */

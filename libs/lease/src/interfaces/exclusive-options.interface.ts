@@ -1,11 +1,12 @@
 /** What `@Exclusive` and `@Sticky` take. */
+import type { RefusableCallOptions } from './refusable-call.interface.js';
 import type { BusyPolicy } from './busy-policy.interface.js';
 
 /** A key template such as `'report:{id}'`, or a function of the method's arguments (after pipes, for handlers). */
 export type ExclusiveKey = string | ((...args: any[]) => string);
 
 /** What every `@Exclusive` declaration takes (the key template names its calls in traces and metrics). */
-interface DeclaredCall {
+interface DeclaredCall extends RefusableCallOptions {
   /**
    * The call's rank: its place in line when it waits, the rank a preemption compares, and the rank the no-barging
    * rule compares when it does not wait (see `RunOptions`). Never makes a call wait by itself: `onBusy` does (the

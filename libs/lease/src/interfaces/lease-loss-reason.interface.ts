@@ -17,7 +17,7 @@ export type LeaseLossReason =
    */
   | 'released-by-operator'
   /**
-   * A caller of higher priority took the target over (`preempt: true`, README: "Preemption"): told to stop, the
+   * A caller of higher priority took the target over (`preempt: true`, docs/preemption.md): told to stop, the
    * holder's lease ends at once (its fenced writes are refused); the row is given back when its work releases it, or
    * taken over regardless after the preemptor's grace.
    */

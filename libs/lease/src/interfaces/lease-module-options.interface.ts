@@ -93,7 +93,7 @@ interface LeaseConnectionOptions {
   /**
    * Connections of the library's own for its statements (acquisitions, releases, waiter changes, reads), opened as
    * needed and closed when idle, with the DataSource's connection settings: every statement on them is bounded on the
-   * server and durable whatever the role's defaults (see the README, "Bounds"). `fenced()` runs on the DataSource's
+   * server and durable whatever the role's defaults (see docs/bounds.md). `fenced()` runs on the DataSource's
    * own pool; heartbeats and LISTEN have one connection each besides.
    * @default 10
    */

@@ -1,4 +1,4 @@
-/** What the operator's API (`LeaseOperator`) and the console take and return (README: "Operator's console"). */
+/** What the operator's API (`LeaseOperator`) and the console take and return (docs/console.md). */
 
 /** Who acts and why: both recorded in the audit row (1–1000 characters each). */
 export interface OperatorAction {

@@ -55,3 +55,30 @@ export function stickyCandidate(
   if (!candidate) byKey.set(targetKey, (candidate = startCandidate(engine, targetKey, options)));
   return candidate;
 }
+
+/** One election this process takes part in, as the operator's console shows it. */
+export interface ElectionView {
+  readonly targetKey: string;
+  /** A `@Sticky` owner's election (its term carries the decorated calls), not `elect()` / `@LeaderElection`. */
+  readonly sticky: boolean;
+  /** This process leads it now. */
+  readonly leading: boolean;
+}
+
+/**
+ * The elections of `engine`'s running candidates, one per key (`elect()`, `@LeaderElection`, `@Sticky`): which keys
+ * are leader keys is known only to the processes that elect on them (a lease row does not say it).
+ */
+export function electionsOf(engine: ServiceEngine): ElectionView[] {
+  const stickyKeys = new Set(sticky.get(engine)?.keys() ?? []);
+  const byKey = new Map<string, ElectionView>();
+  for (const candidate of running.get(engine) ?? []) {
+    const known = byKey.get(candidate.targetKey);
+    byKey.set(candidate.targetKey, {
+      targetKey: candidate.targetKey,
+      sticky: stickyKeys.has(candidate.targetKey),
+      leading: (known?.leading ?? false) || candidate.isLeader,
+    });
+  }
+  return [...byKey.values()].sort((a, b) => a.targetKey.localeCompare(b.targetKey));
+}

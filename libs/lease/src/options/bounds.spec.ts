@@ -10,7 +10,7 @@ import {
   statementPoolBoundMs,
 } from './bounds.js';
 
-/** Every bound derived from the options, as the README's "Bounds" table says. */
+/** Every bound derived from the options, as docs/bounds.md table says. */
 describe('bounds', () => {
   const defaults = resolveLeaseOptions();
   const fast = resolveLeaseOptions({ timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000 } });

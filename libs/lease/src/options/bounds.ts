@@ -1,6 +1,6 @@
 /**
- * The bounds of every statement and connection of the library, derived from the options in one place (the README's
- * "Bounds" section is this file in words). Every bound holds on the client and on the server: the server ends a
+ * The bounds of every statement and connection of the library, derived from the options in one place (the page
+ * docs/bounds.md is this file in words). Every bound holds on the client and on the server: the server ends a
  * statement at its bound (statement_timeout, lock_timeout), and the client gives up a little later (`slackMs`).
  */
 import type { EngineSettings } from './engine-settings.js';
@@ -19,7 +19,7 @@ export function acquireBoundMs(o: Timings): number {
 
 /**
  * The least a release, a dequeue or a read is given, however short the heartbeat interval: room for a loaded server.
- * Measured (`bench/release-at-load.ts`, README "Bounds"): on 2 cores at load average 7 with three CPU hogs beside, a
+ * Measured (`bench/release-at-load.ts`, docs/bounds.md): on 2 cores at load average 7 with three CPU hogs beside, a
  * release took 4–21 ms at the median, 110–132 ms at p99.9 and 252 ms at worst (2,000 per row) — where one heartbeat
  * interval of the tests (100 ms; 300 ms behind the pooler) was its whole bound. Four times the worst.
  */
@@ -97,7 +97,7 @@ export const PURGE_AFTER_MS = 3_600_000;
 /**
  * An acquisition statement that has run longer than this fails on the server, after its writes and before its
  * commit, whatever the process's options: half the purge bound, so a token drawn before a key's row existed is never
- * inserted after a purge deleted a later grant's row (the argument: README, "Purging free rows").
+ * inserted after a purge deleted a later grant's row (the argument: docs/purging.md).
  */
 export function acquireRunCapMs(purgeAfterMs: number): number {
   return Math.floor(purgeAfterMs / 2);
@@ -109,7 +109,7 @@ export const PURGE_BATCH_ROWS = 1_000;
 /** How often a process runs the purge (and once at bootstrap), ± a tenth at random so processes spread out. */
 export const PURGE_INTERVAL_MS = 600_000;
 
-/** How often each process re-reads the drains in force (README: "Operator's console"): a drain made in another process
+/** How often each process re-reads the drains in force (docs/console.md): a drain made in another process
  * takes effect here within this, plus one statement. The process that drains applies it at once. */
 export const DRAIN_REFRESH_MS = 1_000;
 

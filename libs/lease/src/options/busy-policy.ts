@@ -11,6 +11,7 @@ import type { ExclusiveKey, ExclusiveOptions, StickyOptions } from '../interface
 import { type CallRule, callRequest, type LeaseRequest, RULES, requestOf } from './call-input.js';
 import type { EngineSettings } from './engine-settings.js';
 import { nearestName } from './nearest-name.js';
+import type { RetryAfter } from '../interfaces/refusable-call.interface.js';
 
 /** What a busy key does, as the engine runs it. An undefined bound is the module's default. */
 export type BusyPlan =
@@ -22,11 +23,15 @@ export type BusyPlan =
 
 type PolicyName = BusyPlan['kind'];
 
-/** One call as the engine takes it: the request, what a busy key does, and the caller's signal. */
+/**
+ * One call as the engine takes it: the request, what a busy key does, the caller's signal, and what a refusal tells
+ * the client (`retryAfterMs`; the engine's estimate when absent).
+ */
 export interface LeaseCall<Plan extends BusyPlan = BusyPlan> {
   readonly request: LeaseRequest;
   readonly busy: Plan;
   readonly signal?: AbortSignal;
+  readonly retryAfter?: RetryAfter;
 }
 
 /** A call that waits in line: `acquire`, and `run` / `@Exclusive` with `'wait'` or `'preempt'`. */
@@ -41,6 +46,8 @@ export interface ExclusiveMetadata {
   readonly busy: BusyPlan;
   /** `@Sticky`: the owner instance keeps the lease across calls (see exclusive/sticky-entry.ts). */
   readonly sticky: boolean;
+  /** `retryAfterMs`, when declared. */
+  readonly retryAfter?: RetryAfter;
 }
 
 /** The doors, as messages name them. */
@@ -57,11 +64,11 @@ const DOORS: Record<Door, { readonly keys: readonly string[]; readonly policies:
     policies: ['wait', 'preempt'],
   },
   'run()': {
-    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'onBusy', 'signal'],
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'onBusy', 'signal', 'retryAfterMs'],
     policies: ['throw', 'wait', 'join', 'preempt'],
   },
   '@Exclusive': {
-    keys: ['priority', 'holdAtLeastMs', 'limit', 'onBusy'],
+    keys: ['priority', 'holdAtLeastMs', 'limit', 'onBusy', 'retryAfterMs'],
     policies: ['throw', 'skip', 'wait', 'join', 'preempt'],
   },
   '@Sticky': { keys: ['priority', 'onBusy'], policies: ['throw', 'skip', 'wait'] },
@@ -194,6 +201,13 @@ function checkValues(options: { priority?: unknown; holdAtLeastMs?: unknown; lim
   if (options.limit !== undefined) checkRule('limit', options.limit, 'limit', refuse);
 }
 
+/** `retryAfterMs`: a duration, or a function of the estimate (see `RefusableCallOptions`). */
+function retryAfterOf(value: unknown, refuse: Refuse): RetryAfter | undefined {
+  if (value === undefined || typeof value === 'function') return value as RetryAfter | undefined;
+  checkRule('duration', value, 'retryAfterMs', refuse);
+  return value as number;
+}
+
 /** `tryAcquire(targetKey, options)`: the request (one attempt, no policy). */
 export function tryAcquireRequest(targetKey: unknown, options: TryAcquireOptions): LeaseRequest {
   checkKeys('tryAcquire()', options, perCall);
@@ -214,7 +228,13 @@ function doorCall(door: 'acquire()' | 'run()', targetKey: unknown, options: RunO
   checkKeys(door, options, perCall);
   const request = callRequest(targetKey, options);
   const busy = busyPlanOf(door, options.onBusy, request.limit, perCall);
-  return options.signal === undefined ? { request, busy } : { request, busy, signal: options.signal };
+  const retryAfter = 'retryAfterMs' in options ? retryAfterOf(options.retryAfterMs, perCall) : undefined;
+  return {
+    request,
+    busy,
+    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    ...(retryAfter === undefined ? {} : { retryAfter }),
+  };
 }
 
 /**
@@ -234,6 +254,7 @@ export function exclusiveDeclaration(
   checkKeys('@Exclusive', options, refuse);
   checkValues(options, refuse);
   const limit = options.limit ?? 1;
+  const retryAfter = retryAfterOf(options.retryAfterMs, refuse);
   return Object.freeze({
     targetKey,
     priority: options.priority ?? 0,
@@ -241,6 +262,7 @@ export function exclusiveDeclaration(
     limit,
     busy: busyPlanOf('@Exclusive', options.onBusy, limit, refuse),
     sticky: false,
+    ...(retryAfter === undefined ? {} : { retryAfter }),
   });
 }
 
@@ -263,9 +285,14 @@ export function declaredCall(
   keyTemplate: string,
   signal?: AbortSignal,
 ): LeaseCall {
-  const { priority, holdMs, limit, busy } = metadata;
+  const { priority, holdMs, limit, busy, retryAfter } = metadata;
   const request = requestOf(targetKey, priority, holdMs, keyTemplate, limit);
-  return signal === undefined ? { request, busy } : { request, busy, signal };
+  return {
+    request,
+    busy,
+    ...(signal === undefined ? {} : { signal }),
+    ...(retryAfter === undefined ? {} : { retryAfter }),
+  };
 }
 
 /** `elect()`'s and `@LeaderElection`'s options: only theirs (a `LeaseArgumentError` otherwise). */

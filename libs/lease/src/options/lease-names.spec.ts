@@ -67,7 +67,7 @@ describe('lease names and the schema they make', () => {
     expect(custom.join('\n')).toContain('WITH (fillfactor = 50)');
   });
 
-  it('createSchema makes the lease table keyed by (target_id, slot); the first migration keeps the table of 0.3', () => {
+  it('createSchema makes the lease table keyed by (target_id, slot); the first migration keeps the table from before the slot column', () => {
     const names = { schema: 'public', tableName: 'job_lease', waiterTableName: 'job_lease_waiter' };
     const lease = (statements: string[]) =>
       statements.find((statement) => statement.startsWith('CREATE TABLE IF NOT EXISTS "public"."job_lease" ('))!;

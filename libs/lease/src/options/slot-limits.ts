@@ -1,5 +1,5 @@
 /**
- * How a semaphore's slots are numbered (`limit` above 1, README "Semaphores: N holders per key"). A lease row is
+ * How a semaphore's slots are numbered (`limit` above 1, docs/semaphores.md). A lease row is
  * `(target_id, slot)`: slot 0 is a key's own row (its single holder), and slot `i` of a limited call (`Lease.slot`,
  * 0 … limit − 1) is the row `(key, i + 1)` — a column of its own, so any key (U+001F included) has every slot. The
  * purge's high-water row has the one negative slot (see store/sql/token-floor.sql.ts). Pure.

@@ -52,9 +52,9 @@ const LEASE_TABLE: Table = {
     { property: 'acquiredAt', name: 'acquired_at', type: 'timestamptz' },
     { property: 'updatedAt', name: 'updated_at', type: 'timestamptz' },
     { property: 'holdMs', name: 'hold_ms', type: 'integer', default: 0, check: 'hold_ms >= 0' },
-    // The limit a semaphore's slot row was granted under (README "Semaphores"); null on a key's own row.
+    // The limit a semaphore's slot row was granted under (docs/semaphores.md); null on a key's own row.
     { property: 'slotLimit', name: 'slot_limit', type: 'integer', nullable: true },
-    // The lease token of the grant a caller of higher priority asked to stop (README: "Preemption"): the holder's
+    // The lease token of the grant a caller of higher priority asked to stop (docs/preemption.md): the holder's
     // renewals and fenced transactions find it (before the takeover as after it) and end the lease as `preempted`.
     { property: 'preemptOf', name: 'preempt_of', type: 'uuid', nullable: true },
     // Last, where the migration that added it puts it (`slotColumnStatements`): new and migrated tables agree.
@@ -63,7 +63,7 @@ const LEASE_TABLE: Table = {
 };
 
 /**
- * The lease table as the first migration creates it, and as 0.2 and 0.3 had it: one row per name, `target_id` its
+ * The lease table as the first migration creates it, and as it was before the slot column: one row per name, `target_id` its
  * primary key (a semaphore's slots were rows named `<key>\u001f<slot>`). The slot column's migration
  * (`slotColumnStatements`) moves it to `LEASE_TABLE`; `createSchema` creates `LEASE_TABLE` directly.
  */
@@ -156,7 +156,7 @@ export function leaseObjectNames(names: LeaseNames) {
 }
 
 /**
- * The operator's tables (README: "Operator's console"), created by the second migration and by `createSchema`: the
+ * The operator's tables (docs/console.md), created by the second migration and by `createSchema`: the
  * audit trail of operator actions, the drains in force (read by every process), and the opt-in journal of lease
  * events the timeline is drawn from. Idempotent, like `schemaStatements`.
  */
@@ -232,7 +232,7 @@ export function schemaStatements(names: LeaseNames): string[] {
 }
 
 /**
- * The preemption column (`preempt_of`, README "Preemption"), added by its own migration to tables made before it;
+ * The preemption column (`preempt_of`, docs/preemption.md), added by its own migration to tables made before it;
  * idempotent (tables the first migration creates now have it).
  */
 export function preemptionStatements(names: LeaseNames): string[] {
@@ -274,14 +274,14 @@ export function slotLimitStatement(names: LeaseNames): string {
 
 /**
  * The slot column (the seventh migration, `AddLeaseSlotColumn`): a lease row becomes `(target_id, slot)`. Converts a
- * table of 0.2 or 0.3, in one transaction, once (a no-op on a table that has the column):
+ * table from before it, in one transaction, once (a no-op on a table that has the column):
  * - a semaphore's slot row `<key>\u001f<n>` becomes `(key, n + 1)` (slot 0 is the key's own row), its lease token,
  *   fencing token and limit kept: a slot held across the migration is renewed, fenced and released by its holder;
  * - the rows recording a key's limit (`<key>\u001f`) go: every slot row records the limit it was granted under, and
  *   the acquisition now reads all of a key's slot rows;
  * - the purge's high-water row (a lone U+001F) takes slot -1, so it no longer reserves a key: keys may contain U+001F;
  * - the primary key becomes `(target_id, slot)`.
- * Processes of 0.3 cannot acquire on the result (their `ON CONFLICT (target_id)` has no unique index to use: every
+ * Processes of a version before it cannot acquire on the result (their `ON CONFLICT (target_id)` has no unique index to use: every
  * acquisition fails) and lose the slots they held at their next renewal: stop them, or let them fail closed.
  */
 export function slotColumnStatements(names: LeaseNames): string[] {
@@ -309,9 +309,9 @@ $slots$`,
 }
 
 /**
- * The slot column's `down()`: 0.3's names back — slot rows `<key>\u001f<n>`, a row recording each such key's limit
+ * The slot column's `down()`: the names from before it back — slot rows `<key>\u001f<n>`, a row recording each such key's limit
  * (its latest grant's), the high-water row under its lone U+001F — and the primary key `(target_id)`. Refused,
- * changing nothing, while a key holds U+001F (0.3 could not tell it from a slot row) or is too long for its slot
+ * changing nothing, while a key holds U+001F (the names before it could not tell it from a slot row) or is too long for its slot
  * rows' names.
  */
 export function dropSlotColumnStatements(names: LeaseNames): string[] {
@@ -351,7 +351,7 @@ function literal(name: string): string {
 }
 
 /**
- * Moves sequences of the 40-bit token layout (0.2: `(timeline << 40) | n`, n < 2^40) to this one: both start at
+ * Moves sequences of the 40-bit token layout (`(timeline << 40) | n`, n < 2^40, before it) to this one: both start at
  * 2^40 (`SEQUENCE_FLOOR`, set as their MINVALUE), so every new token `(timeline << 47) | n` is above every old one
  * (an old timeline t < 128 gives tokens below `t << 47`, and the timeline never goes back), and a process of the
  * old version, which refuses values past 2^40, fails closed. Refuses, changing nothing, tables holding a token or
@@ -370,7 +370,7 @@ export function tokenLayoutStatement(names: LeaseNames): string {
 BEGIN
   IF (SELECT max(fencing_token) FROM ${n.lease}) >= ${limit} OR (SELECT max(seq) FROM ${n.waiter}) >= ${limit} THEN
     IF (SELECT seqmin FROM pg_catalog.pg_sequence WHERE seqrelid = ${literal(n.fencingSequence)}::regclass) < ${SEQUENCE_FLOOR} THEN
-      RAISE EXCEPTION 'nest-pg-lease: % holds fencing tokens of timeline 128 or more in the 40-bit layout, which the 47-bit layout cannot order new tokens above; see the README, "Fencing token layout"', ${literal(n.lease)};
+      RAISE EXCEPTION 'nest-pg-lease: % holds fencing tokens of timeline 128 or more in the 40-bit layout, which the 47-bit layout cannot order new tokens above; see docs/failover.md, "Fencing token layout"', ${literal(n.lease)};
     END IF;
   END IF;${move(n.fencingSequence)}${move(n.waiterSequence)}
 END

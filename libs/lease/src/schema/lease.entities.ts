@@ -5,7 +5,7 @@ import { type LeaseNames, resolveLeaseNames } from '../options/lease-names.js';
 /** A row of the lease table (for reading it with TypeORM; the library itself writes it with SQL). */
 export interface LeaseRow {
   targetId: string;
-  /** null once released: the row stays (until purged, see the README), with the last fencing token of its key. */
+  /** null once released: the row stays (until purged, see docs/purging.md), with the last fencing token of its key. */
   leaseToken: string | null;
   fencingToken: string;
   owner: string;

@@ -26,11 +26,11 @@ import {
 /**
  * TypeORM migrations for the given names (validated like the module's options; use the same names as in
  * `LeaseModule.forRoot()`), in order: the lease table, the waiter table and their sequences; the join result table
- * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: README "Operator's console"); then the 47-bit
- * fencing token layout (a no-op on tables the first one created; on tables of 0.2 it moves the sequences, see the
- * README's "Fencing token layout"); then the semaphores' `slot_limit` column (a no-op on tables the first one created),
- * then the preemption column (`preempt: true`, README "Preemption"); then the slot column, which makes a lease row
- * `(target_id, slot)` and converts the rows of 0.2 and 0.3 (see `slotColumnStatements`).
+ * (`onBusy: 'join'`); the operator's tables (audit, drains, journal: docs/console.md); then the 47-bit
+ * fencing token layout (a no-op on tables the first one created; on tables of the 40-bit layout before it, it moves the sequences, see
+ * docs/failover.md, "Fencing token layout"); then the semaphores' `slot_limit` column (a no-op on tables the first one created),
+ * then the preemption column (`preempt: true`, docs/preemption.md); then the slot column, which makes a lease row
+ * `(target_id, slot)` and converts the rows of the tables before it (see `slotColumnStatements`).
  */
 export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<new () => MigrationInterface> {
   const fixed: LeaseNames = resolveLeaseNames(names);
@@ -50,7 +50,7 @@ export function createLeaseMigrations(names: Partial<LeaseNames> = {}): Array<ne
       consoleSchemaStatements(fixed),
       dropConsoleSchemaStatements(fixed),
     ),
-    // One-way: the sequences stay past 2^40, so a process of 0.2 keeps failing closed instead of drawing lower tokens.
+    // One-way: the sequences stay past 2^40, so a process of the 40-bit layout keeps failing closed instead of drawing lower tokens.
     migration('LeaseTokenLayout', tokenLayoutMigrationName(fixed), [tokenLayoutStatement(fixed)], []),
     migration(
       'AddLeaseSlotLimit',

@@ -14,7 +14,7 @@ const JOIN_RESULTS_AT = 1764633600000;
 /** When the operator's tables (audit, drains, journal) were added. */
 const CONSOLE_TABLES_AT = 1764720000000;
 
-/** When the 47-bit fencing token layout came (0.3). */
+/** When the 47-bit fencing token layout came. */
 const TOKEN_LAYOUT_AT = 1796169600000;
 
 /** When the semaphores' slot_limit column came. */

@@ -24,7 +24,7 @@ export class FenceStore {
    * holder paused inside it cannot block a takeover for ever; it makes the transaction's commit durable whatever the
    * role's default. On a server in recovery: `LeaseUnavailableError`. `forced`: the row was released by an operator
    * (`LeaseOperator.forceRelease`), so a lease whose token is gone lost it that way. `preemptOf`: the lease token a
-   * preempting caller asked to stop (README: "Preemption"); a lease it names is lost, its token still there or not.
+   * preempting caller asked to stop (docs/preemption.md); a lease it names is lost, its token still there or not.
    */
   async lockForFence(
     manager: EntityManager | QueryRunner,

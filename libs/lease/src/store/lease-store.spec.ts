@@ -258,40 +258,40 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   renewWaiters: async (r) => {
     r.answer([{ waiter_id: WAITER_A }, { waiter_id: null }]);
-    return r.store.renewWaiters(['a', 'b'], [WAITER_A, WAITER_B], 1_000);
+    return r.store.waiters.renew(['a', 'b'], [WAITER_A, WAITER_B], 1_000);
   },
   'enqueue, new': async (r) => {
     r.answer([{ seq: '1099511627778', queued_at: QUEUED_AT }]);
-    return r.store.enqueue('report:1', WAITER_A, 2, undefined, 2_500);
+    return r.store.waiters.enqueue('report:1', WAITER_A, 2, undefined, 2_500);
   },
   'enqueue, at an old place, longer than the session bound': async (r) => {
     r.answer([]);
-    return r.store.enqueue('report:1', WAITER_A, 2, { seq: 1099511627778n, queuedAt: QUEUED_AT }, 10_000);
+    return r.store.waiters.enqueue('report:1', WAITER_A, 2, { seq: 1099511627778n, queuedAt: QUEUED_AT }, 10_000);
   },
   dequeue: async (r) => {
     r.answer([]);
-    return r.store.dequeue('report:1', WAITER_A);
+    return r.store.waiters.dequeue('report:1', WAITER_A);
   },
   // A release took the row with a grant committed while the dequeue waited: a release passes it on.
   'dequeue, its row taken by a grant': async (r) => {
     r.answer([{ row_taken: true }], [{ released: true }]);
-    return r.store.dequeue('report:1', WAITER_A);
+    return r.store.waiters.dequeue('report:1', WAITER_A);
   },
   dequeueAll: async (r) => {
     r.answer([{ woke: '0', target_id: 'report:2', waiter_id: WAITER_B }], [{ released: true }]);
-    await r.store.dequeueAll([]);
-    return r.store.dequeueAll([
+    await r.store.waiters.dequeueAll([]);
+    return r.store.waiters.dequeueAll([
       { targetKey: 'report:1', id: WAITER_A },
       { targetKey: 'report:2', id: WAITER_B },
     ]);
   },
   'confirmGrant, confirmed': async (r) => {
     r.answer([{ fencing_token: '141836999983106' }]);
-    return r.store.confirmGrant('report:1', WAITER_A, 0);
+    return r.store.waiters.confirmGrant('report:1', WAITER_A, 0);
   },
   'confirmGrant, passed on': async (r) => {
     r.answer([]);
-    return r.store.confirmGrant('report:1', WAITER_A, 250);
+    return r.store.waiters.confirmGrant('report:1', WAITER_A, 250);
   },
   'snapshot, all': async (r) => {
     r.answer([]);

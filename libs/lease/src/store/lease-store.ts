@@ -29,6 +29,7 @@ import { PurgeStore } from './purge-store.js';
 import { timelineOf } from './sql/fencing-token.js';
 import { SchemaStore } from './schema-store.js';
 import { SemaphoreStore } from './semaphore-store.js';
+import { WaiterStore } from './waiter-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import {
   acquireBatchItems,
@@ -36,8 +37,6 @@ import {
   acquireOutcome,
   acquireParameters,
   type AcquireRow,
-  type DequeueAllRow,
-  dequeueAllTaken,
   releaseBatchOutcomes,
   renewOutcome,
   type RenewRow,
@@ -55,7 +54,6 @@ import type {
   RowRef,
   ServerHistory,
   SnapshotRow,
-  WaiterPlace,
 } from './store.types.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
 
@@ -85,6 +83,8 @@ export class LeaseStore {
   readonly slots: SemaphoreStore;
   /** The statements of preemption (see `PreemptStore`). */
   readonly preempt: PreemptStore;
+  /** The statements of the waiters' line: enqueue, renew, dequeue, confirm a handed grant. */
+  readonly waiters: WaiterStore;
   /** What the statements are built for besides the names (see `buildStatements`). */
   private settings: StatementSettings;
   /** The prepared name of a hot statement (see `buildStatements`). */
@@ -151,6 +151,19 @@ export class LeaseStore {
       (name) => this.statement(name),
       () => this.acquireBounds,
       this.n.fencingSequence,
+    );
+    this.waiters = new WaiterStore(
+      (statement) => this.run(statement),
+      (statement) => runStatement(this.waiterHeartbeatDb, statement),
+      () => this.sql,
+      options,
+      (name) => this.statement(name),
+      {
+        notifyChannel: () => this.notifyChannel,
+        acquireBounds: () => this.acquireBounds,
+        release: (targetKey, leaseToken) => this.releaseOnce(targetKey, leaseToken, shortBoundMs(this.options)),
+        waiterSequence: this.n.waiterSequence,
+      },
     );
     this.purges = new PurgeStore(
       (statement) => this.run(statement),
@@ -453,101 +466,6 @@ export class LeaseStore {
   /** The head channel when NOTIFY is on, else null (the statements then notify nobody). */
   private get notifyChannel(): string | null {
     return this.options.notify ? this.headChannel : null;
-  }
-
-  /**
-   * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.
-   * Returns null when the target already has `maxWaitersPerTarget` live waiters.
-   *
-   * One statement. Its row is born with `timeoutMs` to live, counted from when the statement reached the server
-   * (`statement_timestamp()`), and the client gives up on it after `timeoutMs`: a row that lands after its caller gave
-   * up on it (a statement stalled in the server) is dead on arrival, so it never blocks the line. A wait that gives up
-   * while its enqueue is in flight removes the row once the statement has landed (see `WaitQueue`).
-   */
-  async enqueue(
-    targetKey: string,
-    waiterId: string,
-    priority: number,
-    place: WaiterPlace | undefined,
-    timeoutMs: number,
-  ): Promise<WaiterPlace | null> {
-    const { waiterSequence } = this.n;
-    const bound = Math.max(1, Math.min(Math.floor(timeoutMs), this.options.waiterTimeoutMs));
-    const { rows } = await this.run<{ seq: string; queued_at: Date }>({
-      ...this.statement('enqueue'),
-      boundMs: bound,
-      text: this.sql.enqueue,
-      values: [
-        targetKey,
-        waiterId,
-        this.options.owner,
-        priority,
-        this.options.waiterTimeoutMs,
-        place?.queuedAt ?? null,
-        place ? place.seq.toString() : null,
-        this.options.maxWaitersPerTarget,
-        bound,
-      ],
-    }).catch((error: unknown) => {
-      throw exhausted(error, 'seq', waiterSequence) ?? error;
-    });
-    const row = rows[0];
-    return row ? { seq: BigInt(row.seq), queuedAt: row.queued_at } : null;
-  }
-
-  /**
-   * Renews this process's waiters in one statement and removes dead waiters (not ours) of the same targets, waking
-   * the targets whose line moved. Returns the waiter ids still queued.
-   */
-  async renewWaiters(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
-    const { rows } = await runStatement<{ waiter_id: string | null }>(this.waiterHeartbeatDb, {
-      ...this.statement('renew_waiters'),
-      boundMs: timeoutMs,
-      customPlans: true,
-      text: this.sql.renewWaiters,
-      values: [targetKeys, waiterIds, this.notifyChannel, this.options.agingIntervalMs],
-    });
-    return new Set(rows.flatMap((row) => (row.waiter_id ? [row.waiter_id] : [])));
-  }
-
-  /**
-   * Removes a waiter that gives up, passing on a grant it was handed (see `dequeueSql`); wakes the next waiter when
-   * the target is free. A grant committed while the statement waited for the waiter's row is passed on by a release.
-   */
-  async dequeue(targetKey: string, waiterId: string): Promise<void> {
-    const { rows } = await retryingSerializationFailures(() =>
-      this.run<{ row_taken: boolean }>({
-        ...this.statement('dequeue'),
-        text: this.sql.dequeue,
-        values: [targetKey, waiterId, this.notifyChannel, this.options.agingIntervalMs],
-      }),
-    );
-    if (rows[0]?.row_taken) await this.releaseOnce(targetKey, waiterId, shortBoundMs(this.options));
-  }
-
-  /** Removes the given waiters (shutdown), passing on grants they never confirmed. */
-  async dequeueAll(waiters: ReadonlyArray<{ targetKey: string; id: string }>): Promise<void> {
-    if (waiters.length === 0) return;
-    const values = [waiters.map((w) => w.targetKey), waiters.map((w) => w.id), this.notifyChannel];
-    const { rows } = await this.run<DequeueAllRow>({
-      text: this.sql.dequeueAll,
-      values: [...values, this.options.agingIntervalMs],
-    });
-    // Rows a release took with a grant committed meanwhile (see `dequeue`): passed on by a release each.
-    const granted = dequeueAllTaken(rows);
-    await Promise.all(granted.map((w) => this.releaseOnce(w.targetKey, w.waiterId, shortBoundMs(this.options))));
-  }
-
-  /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */
-  async confirmGrant(targetKey: string, waiterId: string, holdMs: number): Promise<AcquiredRow | null> {
-    const { rows, sentAt } = await this.run<{ fencing_token: string }>({
-      ...this.statement('confirm_grant'),
-      ...this.acquireBounds,
-      text: this.sql.confirmGrant,
-      values: [targetKey, waiterId, this.options.leaseTimeoutMs, holdMs],
-    });
-    const row = rows[0];
-    return row ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: false, previousOwner: null } : null;
   }
 
   /** One purge of free rows (see `PurgeStore.purge`). */

@@ -1,5 +1,5 @@
 /**
- * The operator's statements on the statement pool (README: "Operator's console"): force-release, drains, the audit
+ * The operator's statements on the statement pool (docs/console.md): force-release, drains, the audit
  * trail, the journal. Each one statement, bounded like a release or a read; a missing operator table (the second
  * migration not run) is a `LeaseConfigError` that says so.
  */

@@ -1,5 +1,5 @@
 /**
- * The statements of preemption (README: "Preemption"; SQL in `sql/preempt.sql.ts`): the request on the holder's row
+ * The statements of preemption (docs/preemption.md; SQL in `sql/preempt.sql.ts`): the request on the holder's row
  * and the takeover at the end of the grace. On the statement pool, bounded like an acquisition.
  */
 import { retryingSerializationFailures } from '../database/sessions.js';

@@ -1,5 +1,5 @@
 /**
- * The purge of free lease rows (README: "Purging free rows"): which rows may go, and why no fencing token goes back
+ * The purge of free lease rows (docs/purging.md): which rows may go, and why no fencing token goes back
  * once they have (see `purge`). Statements on the statement pool, bounded like an acquisition.
  */
 import type { EngineSettings } from '../options/engine-settings.js';
@@ -29,7 +29,7 @@ export class PurgeStore {
    * the bound, so any acquisition that drew a smaller value than that grant's started more than the bound ago: its
    * insert either ran while the row still existed (it then takes the row under its lock with a new token, or waits for
    * this purge and is past its cap), or it fails. A new row of a purged key draws a later sequence value, so a larger
-   * token (same timeline, or a larger one). README: "Purging free rows".
+   * token (same timeline, or a larger one). docs/purging.md.
    */
   async purge(stop: () => boolean): Promise<number> {
     const bound = { boundMs: acquireBoundMs(this.options) };

@@ -211,7 +211,7 @@ export function missingObjectNames(row: ObjectsRow, n: LeaseObjectNames): string
   return missing;
 }
 
-/** The quoted names of the sequences still of the 40-bit token layout (0.2), which the layout migration moves. */
+/** The quoted names of the sequences still of the 40-bit token layout, which the layout migration moves. */
 export function oldLayoutSequences(row: ObjectsRow, n: LeaseObjectNames): string[] {
   const old: string[] = [];
   if (row.seq_layout === false) old.push(n.fencingSequence);

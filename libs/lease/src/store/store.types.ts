@@ -13,7 +13,7 @@ export interface RenewResult {
   expired: Set<string>;
   /** Freed by an operator (`LeaseOperator.forceRelease`) and not acquired since: lost, `released-by-operator`. */
   forced?: Set<string>;
-  /** Asked to stop by a preempting caller, or taken over by it (README: "Preemption"): lost, `preempted`. */
+  /** Asked to stop by a preempting caller, or taken over by it (docs/preemption.md): lost, `preempted`. */
   preempted?: Set<string>;
   /**
    * Acquired under another history of the database than the server now has (a failover): not renewed, lost. Set

@@ -12,6 +12,7 @@ import type { EntityManager } from 'typeorm';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from '../engine/held-lease.js';
 import { JoinRuns } from '../engine/join-runs.js';
 import { LeaseContext } from '../engine/lease-context.js';
+import { RetryAfterEstimates } from '../engine/retry-after.js';
 import { busyError } from '../engine/semaphore.js';
 import {
   type EndedGrant,
@@ -136,10 +137,13 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   /** The real engine's drain of `close()`, over this engine's leases (told whenever one is dropped). */
   private readonly drain = new ShutdownDrain(this.held, new Logger('LeaseService'));
   private readonly joins = new JoinRuns(this);
+  /** When a refused caller may retry, from this engine's events (as the PostgreSQL engine's, without hold tails). */
+  private readonly estimates: RetryAfterEstimates;
 
   constructor(options: LeaseTestingOptions = {}) {
     const { fencedTransaction, ...moduleOptions } = options;
     this.options = resolveLeaseOptions(moduleOptions);
+    this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs);
     this.fencedTransaction = fencedTransaction ?? ((work) => work(NO_MANAGER));
     this.events$ = this.events.asObservable();
     markServiceEngine(this);
@@ -156,7 +160,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   /**
-   * Refuses new calls and cancels every wait, then drains as the real engine does (README: "Shutdown: the drain"):
+   * Refuses new calls and cancels every wait, then drains as the real engine does (docs/shutdown.md):
    * the leases in use keep going until each is released or lost, or `shutdownGraceMs` passes; what is still held is
    * then released, its signal aborted with `LeaseShutdownError`. Idempotent.
    */
@@ -214,7 +218,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     const lease = waits(busy)
       ? await this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options))
       : await this.tryOnce(request);
-    if (!lease) throw busyError(request.targetKey, request.limit, this.options.heartbeatIntervalMs);
+    if (!lease) throw busyError(request.targetKey, request.limit, this.estimates.answer(request, call.retryAfter));
     return { lease, exit: () => lease.release() };
   }
 
@@ -404,7 +408,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     return Promise.resolve(this.grant(request));
   }
 
-  /** `waitInLine`; with `graceMs`, a preempting call (README: "Preemption"): see `preempt`. */
+  /** `waitInLine`; with `graceMs`, a preempting call (docs/preemption.md): see `preempt`. */
   private async waitFor(
     request: LeaseRequest,
     waitTimeoutMs: number,
@@ -464,14 +468,14 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
     if (this.waitingCount() >= this.options.maxWaitersPerProcess) {
       throw new LeaseQueueFullError(
         targetKey,
-        this.options.heartbeatIntervalMs,
+        this.estimates.estimate(request),
         messages.processLineFull(this.waitingCount()),
       );
     }
     if (line.length >= this.options.maxWaitersPerTarget) {
       throw new LeaseQueueFullError(
         targetKey,
-        this.options.heartbeatIntervalMs,
+        this.estimates.estimate(request),
         messages.targetLineFull(this.options.maxWaitersPerTarget),
       );
     }
@@ -578,6 +582,7 @@ export class InMemoryLeaseEngine implements ServiceEngine, LeaseHandleOwner {
   }
 
   emit(event: LeaseEvent): void {
+    this.estimates.observe(event);
     if (!this.events.closed) this.events.next(event);
   }
 }

@@ -4,6 +4,8 @@ import * as api from '../index.js';
 import { LeaseError } from '../errors/lease.errors.js';
 import { leaseErrorToHttp } from './lease-error-to-http.js';
 import { leaseErrorBody } from './transport-errors.js';
+import { answerOf } from './lease-answers.js';
+import { busyError } from '../engine/semaphore.js';
 
 /** One instance of every error class the package exports (the test fails when a new class is not listed here). */
 const samples: Record<string, LeaseError> = {
@@ -27,12 +29,12 @@ interface Row {
   wsFields: string[];
 }
 
-/** The README's "Errors and HTTP" table, by class name. */
-function readmeTable(): Map<string, Row> {
-  const readme = readFileSync(new URL('../../../../README.md', import.meta.url), 'utf8');
-  const section = readme.slice(readme.indexOf('## Errors and HTTP'));
+/** The table of docs/errors-and-http.md ("The answers"), by class name. */
+function docsTable(): Map<string, Row> {
+  const page = readFileSync(new URL('../../../../docs/errors-and-http.md', import.meta.url), 'utf8');
+  const section = page.slice(page.indexOf('| error | when |'));
   const rows = new Map<string, Row>();
-  for (const line of section.split('\n').slice(4)) {
+  for (const line of section.split('\n').slice(2)) {
     if (!line.startsWith('| `')) break;
     const [, name, , http, ws] = line.split(/\s*\|\s*/);
     rows.set(name.match(/^`(\w+)`/)![1], {
@@ -44,14 +46,14 @@ function readmeTable(): Map<string, Row> {
   return rows;
 }
 
-describe('lease errors over HTTP, WebSocket and RPC, class by class as the README says', () => {
-  const table = readmeTable();
+describe('lease errors over HTTP, WebSocket and RPC, class by class as docs/errors-and-http.md says', () => {
+  const table = docsTable();
   const exported = Object.entries(api)
     .filter(([, value]) => typeof value === 'function' && value.prototype instanceof Error)
     .map(([name]) => name)
     .filter((name) => name !== 'LeaseError');
 
-  it('lists every exported error class in the README table and here', () => {
+  it('lists every exported error class in the docs table and here', () => {
     expect([...table.keys()].sort()).toEqual([...exported].sort());
     expect(Object.keys(samples).sort()).toEqual([...exported].sort());
   });
@@ -67,7 +69,7 @@ describe('lease errors over HTTP, WebSocket and RPC, class by class as the READM
     // A joined run's failure answers what the original answered: Nest's answer to an error it does not know.
     if (name === 'LeaseJoinedRunError') {
       expect((http as HttpException).getResponse()).toEqual({ statusCode: 500, message: 'Internal server error' });
-    } else expect((http as HttpException).getResponse()).toMatchObject({ code: name, message: error.message });
+    } else expect((http as HttpException).getResponse()).toMatchObject({ code: name, message: clientMessage(error) });
 
     const body = leaseErrorBody(error);
     const base = ['status', 'code', 'message', 'targetKey'];
@@ -76,7 +78,36 @@ describe('lease errors over HTTP, WebSocket and RPC, class by class as the READM
         .filter((key) => !base.includes(key))
         .sort(),
     ).toEqual(row.wsFields);
-    expect(body).toMatchObject({ status: 'error', code: name, message: error.message });
+    expect(body).toMatchObject({ status: 'error', code: name, message: clientMessage(error) });
+  });
+
+  /** What the client is told: the input's problem for a 400; else what happened, no option or setting named. */
+  function clientMessage(error: LeaseError): string {
+    const { message } = answerOf(error);
+    if (error instanceof api.LeaseArgumentError) expect(message).toBe(error.message);
+    else if (error instanceof api.LeaseJoinedRunError) expect(message).toBe('Internal server error');
+    else
+      expect(message).not.toMatch(/onBusy|acquire\(|timeoutMs|timing\.|priority|createSchema|migration|wait in line/);
+    if (
+      'retryAfterMs' in error ||
+      error instanceof api.LeaseWaitTimeoutError ||
+      error instanceof api.LeaseShutdownError
+    ) {
+      expect(message).toMatch(/Try again in \d+ s/);
+    }
+    return message;
+  }
+
+  it('tells the client when to retry in the seconds of Retry-After, and names the slots of a semaphore', () => {
+    const headers: Record<string, string> = {};
+    const http = leaseErrorToHttp(samples.LeaseBusyError, { setHeader: (n: string, v: string) => (headers[n] = v) });
+    expect(headers['Retry-After']).toBe('3');
+    expect((http as HttpException).getResponse()).toMatchObject({
+      message: '"k" is busy: another request is working on it. Try again in 3 s',
+      retryAfterSeconds: 3,
+    });
+    expect(answerOf(busyError('pool', 3, 1_200)).message).toBe('All 3 slots of "pool" are in use. Try again in 2 s');
+    expect(answerOf(new api.LeaseConfigError('bad options: set timing.x')).message).toBe('Internal server error');
   });
 
   it('answers Retry-After in whole seconds, at least one', () => {

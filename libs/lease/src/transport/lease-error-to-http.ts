@@ -1,6 +1,7 @@
 import { HttpException } from '@nestjs/common';
 import { LeaseError, LeaseJoinedRunError } from '../errors/lease.errors.js';
-import { answerOf } from './lease-answers.js';
+import { adviseOnce } from './answer-advice.js';
+import { answerOf, retryAfterSeconds } from './lease-answers.js';
 
 function setHeader(response: unknown, name: string, value: string): void {
   const target = response as { setHeader?: (n: string, v: string) => void; header?: (n: string, v: string) => void };
@@ -10,7 +11,9 @@ function setHeader(response: unknown, name: string, value: string): void {
 
 /**
  * Maps a lease error to an HTTP exception (other errors pass through unchanged), with `Retry-After` on `response`
- * where the answer has one. The only place that knows about HTTP.
+ * where the answer has one. The body's `message` is for the client (what happened, when to retry); the error's own
+ * message, with its advice for the developer, is logged once per key and error class per minute. The only place that
+ * knows about HTTP.
  */
 export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
   if (!(error instanceof LeaseError) || error instanceof HttpException) return error;
@@ -22,18 +25,19 @@ export function leaseErrorToHttp(error: unknown, response?: unknown): unknown {
       : new HttpException(body as string | Record<string, unknown>, status, { cause: error });
   }
   const answer = answerOf(error);
+  adviseOnce(error, answer);
   const body: Record<string, unknown> = {
     statusCode: answer.status,
     error: answer.title,
-    message: error.message,
+    message: answer.message,
     code: error.name,
     targetKey: error.targetKey,
     ...answer.extra,
   };
   if (answer.retryAfterMs !== undefined) {
-    const retryAfterSeconds = Math.max(1, Math.ceil(answer.retryAfterMs / 1000));
-    setHeader(response, 'Retry-After', String(retryAfterSeconds));
-    body.retryAfterSeconds = retryAfterSeconds;
+    const seconds = retryAfterSeconds(answer.retryAfterMs);
+    setHeader(response, 'Retry-After', String(seconds));
+    body.retryAfterSeconds = seconds;
   }
   return new HttpException(body, answer.status, { cause: error });
 }

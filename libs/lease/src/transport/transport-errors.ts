@@ -4,16 +4,18 @@
  */
 import { IntrinsicException } from '@nestjs/common';
 import { LeaseError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
+import { adviseOnce } from './answer-advice.js';
 import { answerOf } from './lease-answers.js';
 import { leaseErrorToHttp } from './lease-error-to-http.js';
 
 /** What a WebSocket client or microservice caller receives for a lease error: the same facts, no HTTP status. */
 export function leaseErrorBody(error: LeaseError): Record<string, unknown> {
   const answer = answerOf(error);
+  adviseOnce(error, answer);
   const body: Record<string, unknown> = {
     status: 'error',
     code: error.name,
-    message: error.message,
+    message: answer.message,
     targetKey: error.targetKey,
   };
   if (answer.retryAfterMs !== undefined && !(error instanceof LeaseWaitTimeoutError)) {
@@ -40,9 +42,10 @@ class LeaseGraphQLError extends IntrinsicException {
   readonly extensions: Record<string, unknown>;
 
   constructor(error: LeaseError) {
-    super(error.message, { cause: error });
-    this.name = error.name;
     const answer = answerOf(error);
+    super(answer.message, { cause: error });
+    adviseOnce(error, answer);
+    this.name = error.name;
     this.extensions = {
       code: GRAPHQL_CODES[answer.status] ?? 'INTERNAL_SERVER_ERROR',
       leaseError: error.name,

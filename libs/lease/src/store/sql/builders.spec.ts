@@ -79,7 +79,7 @@ describe('SQL builders', () => {
   it('the token layout: (timeline << 47) | n, NULL past 47 bits or timeline 2^16', () => {
     expect(timelineOf((1n << 47n) | (1n << 40n))).toBe(1n);
     expect(timelineOf((5n << 47n) | 123n)).toBe(5n);
-    expect(timelineOf((127n << 40n) | 5n)).toBe(0n); // 0.2's tokens (40-bit layout, timelines below 128)
+    expect(timelineOf((127n << 40n) | 5n)).toBe(0n); // tokens of the 40-bit layout before it (timelines below 128)
     expect(timelineOf(42n)).toBe(0n);
     const token = historyToken('s.v');
     expect(token).toContain('s.v BETWEEN 0 AND 140737488355327');

@@ -1,5 +1,5 @@
 /**
- * The operator's statements (README: "Operator's console"): force-release, drains, the audit trail, the journal the
+ * The operator's statements (docs/console.md): force-release, drains, the audit trail, the journal the
  * timeline is drawn from. Pure: SQL text only; every value a bound parameter.
  */
 import { live, type LeaseObjectNames } from './fragments.js';

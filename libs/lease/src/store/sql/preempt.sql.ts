@@ -1,5 +1,5 @@
 /**
- * The statements of preemption (README: "Preemption"): the request a preempting caller writes on the holder's row,
+ * The statements of preemption (docs/preemption.md): the request a preempting caller writes on the holder's row,
  * and the takeover it commits when the holder has not released within the grace. Pure: SQL text only; every value a
  * bound parameter.
  *

@@ -35,7 +35,7 @@ export function renewSql(n: LeaseObjectNames, readSystemId: boolean, timeline: s
     )
     SELECT mine.lease_token::text AS lease_token,
       CASE WHEN c.lease_token IS NULL THEN 'failover'
-        -- Asked to stop by a preempting caller, or taken over by it since (README: "Preemption").
+        -- Asked to stop by a preempting caller, or taken over by it since (docs/preemption.md).
         WHEN l.preempt_of = mine.lease_token THEN 'preempted'
         WHEN r.lease_token IS NOT NULL THEN 'kept'
         WHEN ${forcedFree('l')} THEN 'forced'

@@ -1,5 +1,5 @@
 /**
- * The statements of semaphores (`limit` above 1; README "Semaphores: N holders per key"): the acquisition of a slot,
+ * The statements of semaphores (`limit` above 1; docs/semaphores.md): the acquisition of a slot,
  * and the release of one (waking as many of the key's waiters as slots are free). Slot `i` of a key is its lease row
  * `(key, i + 1)` (see options/slot-limits.ts), an ordinary lease row, so renewals, fenced transactions and `list()`
  * need no statement of their own; each records the limit it was granted under (`slot_limit`). Waiters queue in the

@@ -1,7 +1,7 @@
 /**
  * What keeps fencing tokens rising on a server whose sequences stand below the tokens in its tables: a new database
  * cluster the lease tables were copied to by logical replication (a blue/green switchover; PostgreSQL 10–18 copy rows,
- * never sequence values), or restored into. Pure: SQL text only. README: "Failover", "Blue/green switchover".
+ * never sequence values), or restored into. Pure: SQL text only. docs/failover.md, "Blue/green switchover".
  *
  * - Each grant is floored at the key's last token (`historyToken`'s `floor`: the row's own token), and a key's first
  *   row at the high-water mark the purge leaves (`highWaterToken`): per key, no token goes back, whatever the sequence.
@@ -13,8 +13,8 @@ import type { LeaseObjectNames } from './fragments.js';
 
 /**
  * The lease row that carries the high-water mark of purged rows: `(U+001F, -1)`. The slot makes it: -1 is no slot of
- * any key (a key's own row is 0, a semaphore's 1 … limit), so the key is free for callers; U+001F is the key 0.3 gave
- * it (the slot column's migration only sets its slot). It never holds a lease (its lease token is null), the purge
+ * any key (a key's own row is 0, a semaphore's 1 … limit), so the key is free for callers; U+001F is the key it had
+ * before the slot column (whose migration only set its slot). It never holds a lease (its lease token is null), the purge
  * never deletes it, `list()` never shows it.
  */
 export const HIGH_WATER_KEY = 'chr(31)';

@@ -5,7 +5,7 @@ import { givenUp, handoffCtes } from './handoff.sql.js';
 import { historyOrdered } from './fencing-token.js';
 
 /**
- * The enqueue statement (its contract: `LeaseStore.enqueue`). $1 target, $2 waiter id, $3 owner, $4 priority, $5 waiter
+ * The enqueue statement (its contract: `WaiterStore.enqueue`). $1 target, $2 waiter id, $3 owner, $4 priority, $5 waiter
  * timeout, $6 queued_at and $7 seq of an old place (re-queue), $8 maxWaitersPerTarget, $9 the statement's bound. The
  * place in line orders across failovers like a fencing token (see historyOrdered): a waiter queued after a failover
  * never passes one queued before it that re-queues at its old place.
@@ -47,7 +47,7 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
 }
 
 /**
- * A waiter leaves (its contract: `LeaseStore.dequeue`): $1 target, $2 waiter id, $3 head-only channel, $4 aging. A
+ * A waiter leaves (its contract: `WaiterStore.dequeue`): $1 target, $2 waiter id, $3 head-only channel, $4 aging. A
  * grant a handoff gave it meanwhile, never confirmed, goes on to the next in line in the same statement (the lease row
  * is locked before the waiter row, as everywhere).
  */
