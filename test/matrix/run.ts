@@ -181,10 +181,17 @@ async function runJest(
     ],
     { cwd: root, env: { ...process.env, DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
+  // Two sources into one file: neither may end it (a pipe's default would end the file when the first source ends,
+  // and the other's next chunk would then throw ERR_STREAM_WRITE_AFTER_END, seen in CI). The file is ended once the
+  // child's streams are closed, or a few seconds after its exit if a process it started still holds them.
   const out = createWriteStream(logFile);
-  child.stdout.pipe(out);
-  child.stderr.pipe(out);
+  child.stdout.pipe(out, { end: false });
+  child.stderr.pipe(out, { end: false });
+  const closed = once(child, 'close');
   const [code] = (await once(child, 'exit')) as [number | null];
+  await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 5_000).unref())]);
+  child.stdout.unpipe(out);
+  child.stderr.unpipe(out);
   await new Promise((resolve) => out.end(resolve));
   const report = existsSync(jsonFile) ? (JSON.parse(readFileSync(jsonFile, 'utf8')) as JestReport) : undefined;
   return { code, report, logFile: relative(root, logFile) };
