@@ -14,29 +14,26 @@
 //
 //   npm run test:consumer                                    the whole matrix
 //   npm run test:consumer -- --app nest11-cjs --node 20,22   a part of it
-import { execFileSync, spawn } from 'node:child_process';
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  realpathSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { dropDatabase, startPostgres } from '@app/pg-harness';
 import { proveApp } from './prove-app.mjs';
-
-/**
- * The Node.js releases of the matrix. This machine's own `node` serves its major; another major runs the binary of
- * the registry's `node-<platform>-<arch>` package at this version, installed once into .cache/node-<major>
- * (git-ignored). Every npm install runs on this machine's node and npm: the app's `node` is the matrix axis.
- */
-const NODE_RELEASES = { 20: '20.20.2', 22: '22.23.5', 24: '24.22.3' };
+import {
+  capture,
+  fileOf,
+  filesUnder,
+  installCommands,
+  log,
+  nodeBinary,
+  npmCli,
+  npmNoise,
+  readmeBlocks,
+  repo,
+  run,
+  runSplit,
+} from './tools.mjs';
 
 /** The applications, each written from its subsection of the README's Install section. */
 const APPS = [
@@ -55,10 +52,8 @@ for (const app of apps) app.nodes = app.nodes.filter((major) => !majors || major
 if (apps.length === 0 || apps.every((app) => app.nodes.length === 0))
   throw new Error('nothing to run: check --app and --node');
 
-const repo = execFileSync('git', ['rev-parse', '--show-toplevel'], { encoding: 'utf8' }).trim();
 const startedAt = performance.now();
 const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
-const log = (message) => console.log(`[consumer] ${message}`);
 const failures = [];
 /** The checks of one row of the summary (its failures are its result), printed with its label. */
 const checker = (row) => (ok, message) => {
@@ -70,105 +65,6 @@ const checker = (row) => (ok, message) => {
   }
 };
 const packageRow = { label: 'package', failures: [] };
-
-/**
- * Runs a command without holding up the rows that run beside it: its exit status, stdout and stderr (npm writes its
- * warnings there).
- */
-function capture(command, args, cwd) {
-  return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk) => (stderr += chunk));
-    child.on('error', (error) => resolve({ status: null, stdout, stderr: `${stderr}${error.message}` }));
-    child.on('close', (status) => resolve({ status, stdout, stderr }));
-  });
-}
-
-/** Same as capture; throws with the output when the command fails. */
-async function runSplit(command, args, cwd) {
-  const result = await capture(command, args, cwd);
-  if (result.status !== 0)
-    throw new Error(`${command} ${args.join(' ')} failed (${result.status}):\n${result.stdout}${result.stderr}`);
-  return result;
-}
-
-/** Runs a command, returns its output; throws with the output when it fails. */
-const run = async (command, args, cwd) => (await runSplit(command, args, cwd)).stdout;
-
-/** The lines of npm's output that are warnings or errors. */
-const npmNoise = (result) =>
-  `${result.stdout}\n${result.stderr}`.split('\n').filter((line) => /warn|EBADENGINE|ERR/i.test(line));
-
-/** The README's fenced code blocks of one section, with their language and the `###` subsection they are in. */
-function readmeBlocks(section) {
-  const readme = readFileSync(join(repo, 'README.md'), 'utf8');
-  const start = readme.indexOf(`\n## ${section}\n`);
-  if (start < 0) throw new Error(`README has no "## ${section}" section`);
-  const end = readme.indexOf('\n## ', start + 1);
-  const text = readme.slice(start, end < 0 ? undefined : end);
-  return [...text.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((match) => {
-    const headings = [...text.slice(0, match.index).matchAll(/\n### (.+)\n/g)];
-    return { lang: match[1], body: match[2], subsection: headings.at(-1)?.[1] };
-  });
-}
-
-/** A block whose first line is `// path` is the file at that path. */
-function fileOf(block) {
-  const first = /^\/\/ ([\w./-]+)\n/.exec(block.body);
-  return first ? first[1] : undefined;
-}
-
-/** The `npm install` commands of some README blocks, the package's name replaced by the tarball. */
-function installCommands(blocks, tarball) {
-  return blocks
-    .filter((block) => block.lang === 'bash')
-    .flatMap((block) => block.body.split('\n'))
-    .filter((line) => line.startsWith('npm install'))
-    .map((line) => ({
-      line,
-      args: line
-        .split(/\s+/)
-        .slice(1)
-        .map((arg) => (arg === 'nest-pg-lease' ? tarball : arg)),
-    }));
-}
-
-/** Every file under a directory, relative to it. */
-function filesUnder(dir) {
-  return readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((entry) => entry.isFile())
-    .map((entry) => relative(dir, join(entry.parentPath, entry.name)));
-}
-
-/** The `node` binary of a Node.js major (see NODE_RELEASES). */
-async function nodeBinary(major) {
-  if (Number(process.versions.node.split('.')[0]) === major) return process.execPath;
-  const release = NODE_RELEASES[major];
-  if (!release) throw new Error(`NODE_RELEASES has no Node ${major}`);
-  const name = `node-${process.platform}-${process.arch}`;
-  const prefix = join(repo, '.cache', `node-${major}`);
-  const manifest = join(prefix, 'node_modules', name, 'package.json');
-  const installed = existsSync(manifest) ? JSON.parse(readFileSync(manifest, 'utf8')).version : undefined;
-  if (installed !== release) {
-    log(`npm install --prefix .cache/node-${major} ${name}@${release} …`);
-    await run(
-      'npm',
-      ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', `${name}@${release}`],
-      repo,
-    );
-  }
-  return join(prefix, 'node_modules', name, 'bin', 'node');
-}
-
-/** npm's own script, to run npm under another Node.js (`<node> <npm-cli.js> …`). */
-function npmCli() {
-  const fromRun = process.env.npm_execpath;
-  if (fromRun && /npm-cli\.js$/.test(fromRun)) return fromRun;
-  return realpathSync(execFileSync('which', ['npm'], { encoding: 'utf8' }).trim());
-}
 
 /**
  * A file of the app that uses the testing kit's subpath (`nest-pg-lease/testing`): compiled with the app under strict
