@@ -6,7 +6,7 @@ import type { Lease } from '../interfaces/lease.interface.js';
 import { declaredCall, type ExclusiveMetadata } from '../options/busy-policy.js';
 import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
-import { leaseEngineFor } from './engine-registry.js';
+import { engines } from './engine-registry.js';
 import { notOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
@@ -42,7 +42,7 @@ export async function callExclusive(
   const call = claim(wrapped);
   const owner = self !== null && typeof self === 'object' ? self.constructor : declaringClass;
   const plan = planOf(owner, methodName, wrapped);
-  const leases = leaseEngineFor(self, plan.label);
+  const leases = engines.entryFor(self, plan.label).engine;
   const targetKey = targetKeyOf(metadata, plan, args);
   // Traces and metrics name the call by its template (a key function: by the method), never by the key.
   const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
