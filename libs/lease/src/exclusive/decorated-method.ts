@@ -7,7 +7,8 @@ import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { injectEngineInto } from './engine-registry.js';
-import { callExclusive } from './exclusive-call.js';
+import { callExclusive, type DecoratedMethod } from './exclusive-call.js';
+import { METHOD_PLANS, MethodPlans } from './call-plan.js';
 import { assertTargetKey } from '../options/call-input.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { fillKeyTemplate } from './argument-plan.js';
@@ -25,9 +26,16 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
     const declaringClass = typeof target === 'function' ? target : target.constructor;
     checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`, decorator);
     injectEngineInto(declaringClass);
-    const wrapped = function (this: unknown, ...args: unknown[]): Promise<unknown> {
-      return callExclusive(this, wrapped, original, metadata, declaringClass, methodName, args);
+    // The method's static call plans (see call-plan.ts), held by its wrapper; the explorer builds them at bootstrap.
+    const method: DecoratedMethod = {
+      wrapped: function (this: unknown, ...args: unknown[]): Promise<unknown> {
+        return callExclusive(this, method, args);
+      },
+      original,
+      declaringClass,
+      plans: new MethodPlans(metadata, methodName, () => method.wrapped),
     };
+    const { wrapped } = method;
     // Decorators applied before this one wrote their metadata on the original; those applied after write on the
     // wrapper.
     for (const key of Reflect.getOwnMetadataKeys(original)) {
@@ -36,6 +44,7 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
     Object.defineProperty(wrapped, 'name', { value: original.name });
     Object.defineProperty(wrapped, 'length', { value: original.length });
     Object.defineProperty(wrapped, ORIGINAL_METHOD, { value: original });
+    Object.defineProperty(wrapped, METHOD_PLANS, { value: method.plans });
     descriptor.value = wrapped;
     Reflect.defineMetadata(EXCLUSIVE_METADATA, metadata, wrapped);
     // The controller door: on HTTP, WebSocket, microservice and GraphQL handlers it maps errors for the transport and ends the

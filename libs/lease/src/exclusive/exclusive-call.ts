@@ -1,23 +1,20 @@
 import { isObservable, Observable } from 'rxjs';
-import { currentLeaseFactory } from './current-lease-factory.js';
 import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
-import { declaredCall, type ExclusiveMetadata } from '../options/busy-policy.js';
-import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
+import type { ExclusiveMetadata } from '../options/busy-policy.js';
+import type { CallPlan, MethodPlans } from './call-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { engines } from './engine-registry.js';
 import { notOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
-const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
-
-function planOf(owner: Function, methodName: string | symbol, wrapped: Function): ArgumentPlan {
-  let byMethod = plans.get(owner);
-  if (!byMethod) plans.set(owner, (byMethod = new Map()));
-  let plan = byMethod.get(methodName);
-  if (!plan) byMethod.set(methodName, (plan = argumentPlan(owner, methodName, doorOf(wrapped), currentLeaseFactory)));
-  return plan;
+/** A decorated method, as its wrapper knows it (built once, at decoration). */
+export interface DecoratedMethod {
+  readonly wrapped: Function;
+  readonly original: Function;
+  readonly declaringClass: Function;
+  readonly plans: MethodPlans;
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>
@@ -30,28 +27,19 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
  * key from the arguments, acquire (or wait, or skip), run the original in the lease's call context, release when it
  * settles. A handler call (from the interceptor) also ends at once when its lease is lost or its caller goes away.
  */
-export async function callExclusive(
-  self: unknown,
-  wrapped: Function,
-  original: Function,
-  metadata: ExclusiveMetadata,
-  declaringClass: Function,
-  methodName: string | symbol,
-  args: unknown[],
-): Promise<unknown> {
-  const call = claim(wrapped);
-  const owner = self !== null && typeof self === 'object' ? self.constructor : declaringClass;
-  const plan = planOf(owner, methodName, wrapped);
+export async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
+  const call = claim(method.wrapped);
+  const plan = method.plans.of(self !== null && typeof self === 'object' ? self.constructor : method.declaringClass);
   const leases = engines.entryFor(self, plan.label).engine;
-  const targetKey = targetKeyOf(metadata, plan, args);
-  // Traces and metrics name the call by its template (a key function: by the method), never by the key.
-  const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
+  const { metadata, keyTemplate } = plan;
+  const targetKey = plan.keyOf(args);
+  const { original } = method;
   let entry: LeaseEntry;
   try {
     if (metadata.sticky) {
       entry = await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal);
     } else {
-      const leaseCall = declaredCall(metadata, targetKey, keyTemplate, call?.signal);
+      const leaseCall = plan.call(targetKey, call?.signal);
       if (metadata.busy.kind === 'join') {
         return await leases
           .joinRun(leaseCall, (lease) => joinedWork(self, original, plan, args, lease))
@@ -102,7 +90,7 @@ function skips(metadata: ExclusiveMetadata, error: LeaseBusyError): boolean {
 }
 
 /** The method's work under a joinable run: a value (a promise's), never an Observable (not JSON). */
-async function joinedWork(self: unknown, original: Function, plan: ArgumentPlan, args: unknown[], lease: Lease) {
+async function joinedWork(self: unknown, original: Function, plan: CallPlan, args: unknown[], lease: Lease) {
   const callArgs = [...args];
   for (const index of plan.leaseSlots) callArgs[index] = lease;
   const result: unknown = await original.apply(self, callArgs);

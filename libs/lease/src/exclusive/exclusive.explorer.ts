@@ -5,7 +5,8 @@ import { LeaseConfigError } from '../errors/lease.errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 import { EngineRef, engines, LEASE_ENGINE_REF, wrappersOf } from './engine-registry.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
-import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
+import { argumentPlan, doorOf } from './argument-plan.js';
+import { CallPlan, plansOf } from './call-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
 import { messages } from '../errors/lease.messages.js';
 
@@ -65,18 +66,21 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
 
   private check(type: Function, name: string, method: Function, metadata: ExclusiveMetadata): void {
     const door = doorOf(method);
-    const plan = argumentPlan(type, name, door, currentLeaseFactory);
+    const label = `${type.name}.${name}`;
     // An HTTP handler must answer: a busy target is a 409, never a call that silently did not run.
     const { busy, sticky } = metadata;
     if (door === 'http' && (busy.kind === 'skip' || (sticky && busy.kind === 'wait'))) {
-      throw new LeaseConfigError(messages.skipOnHttpHandler(sticky ? '@Sticky' : '@Exclusive', plan.label, busy.kind));
+      throw new LeaseConfigError(messages.skipOnHttpHandler(sticky ? '@Sticky' : '@Exclusive', label, busy.kind));
     }
-    // (What the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time.)
-    if (door !== 'provider') checkKeyTemplate(metadata, plan);
+    // The method's static call plan, built now: every placeholder of the template is checked against the signature
+    // (what the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time).
+    const plans = plansOf(method);
+    if (plans) plans.of(type);
+    else new CallPlan(metadata, argumentPlan(type, name, door, currentLeaseFactory));
     const original = (method as { [ORIGINAL_METHOD]?: Function })[ORIGINAL_METHOD];
     if (door === 'provider' && original && !returnsAsync(type, name, original)) {
       this.logger.warn(
-        `@Exclusive on ${plan.label}: the method is synchronous, but decorated it returns a Promise ` +
+        `@Exclusive on ${label}: the method is synchronous, but decorated it returns a Promise ` +
           '(acquiring the lease takes a database round trip): declare it async and await it',
       );
     }
