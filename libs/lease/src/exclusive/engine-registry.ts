@@ -16,6 +16,7 @@ import { Inject, Optional } from '@nestjs/common';
 import type { ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { ServiceEngine } from '../engine/service-engine.js';
+import { LeaderCandidates } from '../leader/candidates.js';
 import { messages } from '../errors/lease.messages.js';
 
 /** Injection token of the application's `EngineRef` (provided and exported by LeaseModule). */
@@ -30,14 +31,21 @@ interface Wrapper {
 }
 
 /**
- * One application's entry in the registry: its engine, and the instances and classes its explorer found at module
- * init. Injected into the instances of decorated classes (shown briefly when they are logged).
+ * One application's entry in the registry: its engine and leader candidates, and the instances and classes its
+ * explorer found at module init. Injected into the instances of decorated classes (shown briefly when they are logged).
  */
 export class EngineRef {
   private readonly instances = new WeakSet<object>();
   private readonly classes = new WeakSet<Function>();
 
-  constructor(readonly engine: ServiceEngine) {}
+  /**
+   * @param candidates the application's leader candidates (its `@Sticky` owners among them): LeaseModule gives its
+   * `LeaderCandidates` provider; without one, the entry keeps its own.
+   */
+  constructor(
+    readonly engine: ServiceEngine,
+    readonly candidates: LeaderCandidates = new LeaderCandidates(engine),
+  ) {}
 
   /** Records the providers' and controllers' instances and classes of `modules` (the explorer, at module init). */
   fill(modules: ModulesContainer): void {

@@ -30,14 +30,15 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
 export async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
   const call = claim(method.wrapped);
   const plan = method.plans.of(self !== null && typeof self === 'object' ? self.constructor : method.declaringClass);
-  const leases = engines.entryFor(self, plan.label).engine;
+  const application = engines.entryFor(self, plan.label);
+  const leases = application.engine;
   const { metadata, keyTemplate } = plan;
   const targetKey = plan.keyOf(args);
   const { original } = method;
   let entry: LeaseEntry;
   try {
     if (metadata.sticky) {
-      entry = await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal);
+      entry = await stickyEntry(leases, application.candidates, targetKey, metadata, keyTemplate, call?.signal);
     } else {
       const leaseCall = plan.call(targetKey, call?.signal);
       if (metadata.busy.kind === 'join') {

@@ -1,7 +1,7 @@
 import { TurnLease } from '../engine/held-lease.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
+import type { LeaderCandidates } from '../leader/candidates.js';
 import { LeaseBusyError, LeaseShutdownError } from '../errors/lease.errors.js';
-import { stickyCandidate } from '../leader/candidates.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 
 /** The refusals of a call because another instance owns the key (`@Sticky` with `'wait'` skips those). */
@@ -16,6 +16,7 @@ export const notOwner = new WeakSet<LeaseBusyError>();
  */
 export async function stickyEntry(
   engine: ServiceEngine,
+  candidates: LeaderCandidates,
   targetKey: string,
   metadata: ExclusiveMetadata,
   keyTemplate: string,
@@ -24,7 +25,7 @@ export async function stickyEntry(
   signal?.throwIfAborted();
   const borrowed = engine.borrow(targetKey);
   if (borrowed) return { lease: borrowed, exit: () => Promise.resolve() };
-  const owner = stickyCandidate(engine, targetKey, { priority: metadata.priority, keyTemplate });
+  const owner = candidates.stickyOwner(targetKey, { priority: metadata.priority, keyTemplate });
   if (!owner) throw new LeaseShutdownError(targetKey);
   await owner.firstAttempt;
   const busy = (owned: boolean) => {
