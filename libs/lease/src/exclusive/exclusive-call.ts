@@ -6,7 +6,7 @@ import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import type { CallPlan, MethodPlans } from './call-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { engines } from './engine-registry.js';
-import { notOwner, stickyEntry } from './sticky-entry.js';
+import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 /** A decorated method, as its wrapper knows it (built once, at decoration). */
@@ -87,7 +87,9 @@ export async function callExclusive(self: unknown, method: DecoratedMethod, args
 
 /** Whether a refusal skips the call: `'skip'`; for `@Sticky` with `'wait'`, a refusal because another owns the key. */
 function skips(metadata: ExclusiveMetadata, error: LeaseBusyError): boolean {
-  return metadata.busy.kind === 'skip' || (metadata.sticky && metadata.busy.kind === 'wait' && notOwner.has(error));
+  return (
+    metadata.busy.kind === 'skip' || (metadata.sticky && metadata.busy.kind === 'wait' && refusedAsNotOwner(error))
+  );
 }
 
 /** The method's work under a joinable run: a value (a promise's), never an Observable (not JSON). */
