@@ -1,7 +1,7 @@
 /**
  * How `@Exclusive` finds a call's target key: the door a method is reached through (`doorOf`), where each placeholder
- * of its key template comes from (`argumentPlan`, `sourceOf`: decided by the signature, once per method, see
- * call-plan.ts), and the value a placeholder reads in one call (`readPlaceholder`).
+ * of its key template comes from (`argumentPlan`, `sourceOf`): decided by the signature, once per method (see
+ * call-plan.ts, which reads the values of each call).
  */
 import 'reflect-metadata';
 import {
@@ -10,7 +10,7 @@ import {
   PATH_METADATA,
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
-import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 
 /**
@@ -148,21 +148,10 @@ export function argumentPlan(
   return { door, label, named, wholes, positions, leaseSlots };
 }
 
-function readPath(source: unknown, path: string): unknown {
-  let value: unknown = source;
-  for (const part of path.split('.')) {
-    if (value === null || value === undefined || typeof value !== 'object') return undefined;
-    value = (value as Record<string, unknown>)[part];
-  }
-  return value;
-}
-
 /** Where one placeholder reads: an argument (a field of it with `path`), or the first whole object that has the field. */
 export type PlaceholderSource =
   | { readonly index: number; readonly path?: string }
   | { readonly wholes: readonly ArgumentSource[]; readonly path: string };
-
-const absent = (value: unknown) => value === undefined || value === null || value === '';
 
 /**
  * The argument a placeholder reads, by the rule docs/exclusive.md documents ("Keys"): `{0}` by position; a
@@ -196,56 +185,4 @@ export function sourceOf(plan: ArgumentPlan, name: string): PlaceholderSource {
           ? `@MessageBody('${head}'), or the whole data with @MessageBody()`
           : `@Payload('${head}'), or the whole data with @Payload()`;
   throw new LeaseConfigError(messages.placeholderUndeclared(plan.label, name, alternatives));
-}
-
-/** The part of a key one placeholder makes in one call, from the arguments the method received (after pipes). */
-export function readPlaceholder(
-  template: string,
-  name: string,
-  source: PlaceholderSource,
-  args: readonly unknown[],
-): string {
-  return keyPart(template, name, valueOf(source, args));
-}
-
-function valueOf(source: PlaceholderSource, args: readonly unknown[]): unknown {
-  if ('index' in source)
-    return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
-  for (const whole of source.wholes) {
-    const value = readPath(args[whole.index], source.path);
-    if (!absent(value)) return value;
-  }
-  return undefined;
-}
-
-/** A placeholder of a key template: `{id}`, `{0}`, `{order.id}`. */
-export const PLACEHOLDER = /\{([^{}]+)\}/g;
-
-/**
- * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
- * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
- * "report:undefined".
- */
-export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
-  // Not checked here: the call's key is checked once where its request is made (`requestOf`), and the decoration
-  // checks the template's own text (`checkTemplateText`).
-  return template.replace(PLACEHOLDER, (_, rawName: string) => {
-    const name = rawName.trim();
-    return keyPart(template, name, lookup(name));
-  });
-}
-
-/** A placeholder's value in a key: nothing (undefined, null, empty string, object) is a `LeaseKeyError`. */
-function keyPart(template: string, name: string, value: unknown): string {
-  if (
-    value === undefined ||
-    value === null ||
-    value === '' ||
-    (typeof value === 'object' && !(value instanceof Date))
-  ) {
-    throw new LeaseKeyError(messages.placeholderEmpty(template, name));
-  }
-  if (value instanceof Date) return value.toISOString();
-  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
-  return String(value);
 }

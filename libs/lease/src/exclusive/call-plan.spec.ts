@@ -2,8 +2,8 @@ import 'reflect-metadata';
 import { Body, Param } from '@nestjs/common';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { exclusiveDeclaration } from '../options/busy-policy.js';
-import { type ArgumentPlan, fillKeyTemplate } from './argument-plan.js';
-import { CallPlan, MethodPlans } from './call-plan.js';
+import type { ArgumentPlan } from './argument-plan.js';
+import { CallPlan, fillKeyTemplate, MethodPlans } from './call-plan.js';
 
 /** A provider method's plan: `{name}` reads a field of the first argument, `{0}` an argument by position. */
 const providerPlan: ArgumentPlan = {

@@ -3,7 +3,8 @@
  * parameter decorators are the class's): the argument plan, the key template parsed with the argument each
  * placeholder reads, the template a call's traces name it by, the declaration's checked values and busy policy. The
  * explorer builds it at bootstrap (which checks the template against the signature); a method no explorer saw builds
- * it on its first call. Per call, only the key is built and checked (`CallPlan.call`).
+ * it on its first call. Per call, only the key is built (`keyOf`: the values the placeholders read, filled by the
+ * rules of `fillKeyTemplate`) and checked (`CallPlan.call`).
  */
 import { LeaseKeyError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
@@ -14,8 +15,7 @@ import {
   argumentPlan,
   type Door,
   doorOf,
-  PLACEHOLDER,
-  readPlaceholder,
+  type PlaceholderSource,
   sourceOf,
 } from './argument-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
@@ -125,3 +125,61 @@ function keyFunction(metadata: ExclusiveMetadata, label: string): (args: readonl
     return key;
   };
 }
+
+/** The part of a key one placeholder makes in one call, from the arguments the method received (after pipes). */
+function readPlaceholder(template: string, name: string, source: PlaceholderSource, args: readonly unknown[]): string {
+  return keyPart(template, name, valueOf(source, args));
+}
+
+function valueOf(source: PlaceholderSource, args: readonly unknown[]): unknown {
+  if ('index' in source)
+    return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
+  for (const whole of source.wholes) {
+    const value = readPath(args[whole.index], source.path);
+    if (!absent(value)) return value;
+  }
+  return undefined;
+}
+
+/** A placeholder of a key template: `{id}`, `{0}`, `{order.id}`. */
+export const PLACEHOLDER = /\{([^{}]+)\}/g;
+
+/**
+ * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
+ * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
+ * "report:undefined".
+ */
+export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
+  // Not checked here: the call's key is checked once where its request is made (`requestOf`), and the decoration
+  // checks the template's own text (`checkTemplateText`).
+  return template.replace(PLACEHOLDER, (_, rawName: string) => {
+    const name = rawName.trim();
+    return keyPart(template, name, lookup(name));
+  });
+}
+
+/** A placeholder's value in a key: nothing (undefined, null, empty string, object) is a `LeaseKeyError`. */
+function keyPart(template: string, name: string, value: unknown): string {
+  if (
+    value === undefined ||
+    value === null ||
+    value === '' ||
+    (typeof value === 'object' && !(value instanceof Date))
+  ) {
+    throw new LeaseKeyError(messages.placeholderEmpty(template, name));
+  }
+  if (value instanceof Date) return value.toISOString();
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
+  return String(value);
+}
+
+function readPath(source: unknown, path: string): unknown {
+  let value: unknown = source;
+  for (const part of path.split('.')) {
+    if (value === null || value === undefined || typeof value !== 'object') return undefined;
+    value = (value as Record<string, unknown>)[part];
+  }
+  return value;
+}
+
+const absent = (value: unknown) => value === undefined || value === null || value === '';
