@@ -1,14 +1,14 @@
 /**
  * How `@Exclusive` and `@Sticky` put their wrapper in place at decoration time: the method replaced by one that runs
- * it under the lease (`callExclusive`), its metadata and name kept, the declaration recorded, the handler door's
+ * it under the lease (`wrapMethod`, exclusive-call.ts), its metadata and name kept, the declaration recorded, the handler door's
  * interceptor bound, and the declaring class told to receive its application's engine.
  */
 import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { injectEngineInto } from './engine-registry.js';
-import { callExclusive, type DecoratedMethod } from './exclusive-call.js';
-import { fillKeyTemplate, METHOD_PLANS, MethodPlans } from './call-plan.js';
+import { wrapMethod } from './exclusive-call.js';
+import { fillKeyTemplate, METHOD_PLANS } from './call-plan.js';
 import { assertTargetKey } from '../options/call-input.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
@@ -25,15 +25,7 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
     const declaringClass = typeof target === 'function' ? target : target.constructor;
     checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`, decorator);
     injectEngineInto(declaringClass);
-    // The method's static call plans (see call-plan.ts), held by its wrapper; the explorer builds them at bootstrap.
-    const method: DecoratedMethod = {
-      wrapped: function (this: unknown, ...args: unknown[]): Promise<unknown> {
-        return callExclusive(this, method, args);
-      },
-      original,
-      declaringClass,
-      plans: new MethodPlans(metadata, methodName, () => method.wrapped),
-    };
+    const method = wrapMethod(original, declaringClass, methodName, metadata);
     const { wrapped } = method;
     // Decorators applied before this one wrote their metadata on the original; those applied after write on the
     // wrapper.

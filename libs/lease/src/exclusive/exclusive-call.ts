@@ -3,7 +3,7 @@ import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError 
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
-import type { CallPlan, MethodPlans } from './call-plan.js';
+import { type CallPlan, MethodPlans } from './call-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
 import { engines } from './engine-registry.js';
 import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
@@ -11,10 +11,30 @@ import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 /** A decorated method, as its wrapper knows it (built once, at decoration). */
 export interface DecoratedMethod {
+  /** What replaces the method: runs `callExclusive` with the call's `this` and arguments. */
   readonly wrapped: Function;
   readonly original: Function;
   readonly declaringClass: Function;
+  /** Its static call plans (see call-plan.ts), held by the wrapper; the explorer builds them at bootstrap. */
   readonly plans: MethodPlans;
+}
+
+/** The wrapper of a decorated method (decorated-method.ts puts it in place). */
+export function wrapMethod(
+  original: Function,
+  declaringClass: Function,
+  methodName: string | symbol,
+  metadata: ExclusiveMetadata,
+): DecoratedMethod {
+  const method: DecoratedMethod = {
+    wrapped: function (this: unknown, ...args: unknown[]): Promise<unknown> {
+      return callExclusive(this, method, args);
+    },
+    original,
+    declaringClass,
+    plans: new MethodPlans(metadata, methodName, () => method.wrapped),
+  };
+  return method;
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>
@@ -27,7 +47,7 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
  * key from the arguments, acquire (or wait, or skip), run the original in the lease's call context, release when it
  * settles. A handler call (from the interceptor) also ends at once when its lease is lost or its caller goes away.
  */
-export async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
+async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
   const call = claim(method.wrapped);
   const plan = method.plans.of(self !== null && typeof self === 'object' ? self.constructor : method.declaringClass);
   const application = engines.entryFor(self, plan.label);
