@@ -102,7 +102,7 @@ function compiledTemplate(template: string, plan: ArgumentPlan): (args: readonly
     literals.push(template.slice(from, match.index));
     const name = match[1].trim();
     const source = sourceOf(plan, name);
-    readers.push((args) => readPlaceholder(template, name, source, args));
+    readers.push((args) => keyPart(template, name, valueOf(source, args)));
     from = match.index + match[0].length;
   }
   if (readers.length === 0) return () => template;
@@ -126,11 +126,7 @@ function keyFunction(metadata: ExclusiveMetadata, label: string): (args: readonl
   };
 }
 
-/** The part of a key one placeholder makes in one call, from the arguments the method received (after pipes). */
-function readPlaceholder(template: string, name: string, source: PlaceholderSource, args: readonly unknown[]): string {
-  return keyPart(template, name, valueOf(source, args));
-}
-
+/** The value one placeholder reads in one call, from the arguments the method received (after pipes). */
 function valueOf(source: PlaceholderSource, args: readonly unknown[]): unknown {
   if ('index' in source)
     return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
