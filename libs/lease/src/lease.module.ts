@@ -52,12 +52,8 @@ import { LeaderCandidates } from './leader/candidates.js';
     // The application's leader candidates (elect(), @LeaderElection, @Sticky): the ones its LeaseService holds.
     { provide: LeaderCandidates, inject: [LeaseService], useFactory: (leases: LeaseService) => candidatesOf(leases) },
     // The application's entry in the engine registry, which the injector hands every instance of a class with an
-    // @Exclusive method (see engine-registry.ts).
-    {
-      provide: LEASE_ENGINE_REF,
-      inject: [LeaseEngine, LeaderCandidates],
-      useFactory: (engine: LeaseEngine, candidates: LeaderCandidates) => new EngineRef(engine, candidates),
-    },
+    // @Exclusive method (see engine-registry.ts); the explorer attaches the service's candidates to it.
+    { provide: LEASE_ENGINE_REF, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new EngineRef(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,
     LeaderExplorer,

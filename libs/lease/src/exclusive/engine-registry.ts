@@ -37,15 +37,19 @@ interface Wrapper {
 export class EngineRef {
   private readonly instances = new WeakSet<object>();
   private readonly classes = new WeakSet<Function>();
+  private attached?: LeaderCandidates;
 
-  /**
-   * @param candidates the application's leader candidates (its `@Sticky` owners among them): LeaseModule gives its
-   * `LeaderCandidates` provider; without one, the entry keeps its own.
-   */
-  constructor(
-    readonly engine: ServiceEngine,
-    readonly candidates: LeaderCandidates = new LeaderCandidates(engine),
-  ) {}
+  constructor(readonly engine: ServiceEngine) {}
+
+  /** The application's leader candidates (its `@Sticky` owners among them): its LeaseService's, once attached. */
+  get candidates(): LeaderCandidates {
+    return (this.attached ??= new LeaderCandidates(this.engine));
+  }
+
+  /** Shares the application's LeaseService's candidates (the explorer, at construction). */
+  attach(candidates: LeaderCandidates): void {
+    this.attached = candidates;
+  }
 
   /** Records the providers' and controllers' instances and classes of `modules` (the explorer, at module init). */
   fill(modules: ModulesContainer): void {

@@ -1,9 +1,11 @@
 import 'reflect-metadata';
-import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit, Optional } from '@nestjs/common';
 import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 import { EngineRef, engines, LEASE_ENGINE_REF, wrappersOf } from './engine-registry.js';
+import { candidatesOf } from '../engine-of.js';
+import { LeaseService } from '../lease.service.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { argumentPlan, doorOf } from './argument-plan.js';
 import { CallPlan, plansOf } from './call-plan.js';
@@ -29,7 +31,10 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
     @Inject(ModulesContainer) private readonly modules: ModulesContainer,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
     @Inject(LEASE_ENGINE_REF) private readonly entry: EngineRef,
+    @Optional() @Inject(LeaseService) leases?: LeaseService,
   ) {
+    // One set of leader candidates per application: the LeaseService's (elect(), @LeaderElection, @Sticky).
+    if (leases) entry.attach(candidatesOf(leases));
     // Registered at construction: a provider may call a decorated method from its own onModuleInit.
     try {
       engines.register(entry, modules);
