@@ -11,6 +11,8 @@ import { ConfigurableLeaseModule, MODULE_OPTIONS_TOKEN } from './lease.module-de
 import type { LeaseModuleOptions } from './interfaces/lease-module-options.interface.js';
 import { LeaseService } from './lease.service.js';
 import { LeaseOperator } from './console/lease-operator.js';
+import { candidatesOf } from './engine-of.js';
+import { LeaderCandidates } from './leader/candidates.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows. Import it once, in the root module. It is global so that `LeaseService` can be
@@ -47,7 +49,10 @@ import { LeaseOperator } from './console/lease-operator.js';
     { provide: LeaseService, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new LeaseService(engine) },
     // The operator's API (force-release, drains, timeline): guard whoever may call it.
     { provide: LeaseOperator, inject: [LeaseService], useFactory: (leases: LeaseService) => new LeaseOperator(leases) },
-    // What the injector hands every instance of a class with an @Exclusive method (see engine-registry.ts).
+    // The application's leader candidates (elect(), @LeaderElection, @Sticky): the ones its LeaseService holds.
+    { provide: LeaderCandidates, inject: [LeaseService], useFactory: (leases: LeaseService) => candidatesOf(leases) },
+    // The application's entry in the engine registry, which the injector hands every instance of a class with an
+    // @Exclusive method (see engine-registry.ts); the explorer attaches the service's candidates to it.
     { provide: LEASE_ENGINE_REF, inject: [LeaseEngine], useFactory: (engine: LeaseEngine) => new EngineRef(engine) },
     ExclusiveInterceptor,
     ExclusiveExplorer,

@@ -3,13 +3,13 @@ import type { DataSource } from 'typeorm';
 import type { Lease } from './interfaces/lease.interface.js';
 import type { LeaseDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
-import { bindEngine, engineOf } from './engine-of.js';
+import { bindEngine, candidatesOf, engineOf } from './engine-of.js';
 import { isMarkedServiceEngine, type ServiceEngine } from './engine/service-engine.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
 import type { ElectOptions, Leadership } from './interfaces/leader-election.interface.js';
-import { closeWithCandidates } from './leader/candidates.js';
+import { LeaderCandidates } from './leader/candidates.js';
 import { elect } from './leader/elect.js';
 import { acquireCall, runCall, tryAcquireRequest } from './options/busy-policy.js';
 import { groupedOptions } from './options/option-groups.js';
@@ -34,7 +34,7 @@ export class LeaseService {
   constructor(source: ServiceEngine | DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
     const engine =
       source instanceof LeaseEngine || isMarkedServiceEngine(source) ? source : new LeaseEngine(source, options);
-    bindEngine(this, engine);
+    bindEngine(this, engine, new LeaderCandidates(engine));
     this.events$ = engine.events$;
     this.options = groupedOptions(engine.options);
   }
@@ -54,7 +54,7 @@ export class LeaseService {
    * its term over at once. Idempotent. Nest calls it at shutdown; call it yourself outside Nest.
    */
   close(): Promise<void> {
-    return closeWithCandidates(engineOf(this));
+    return candidatesOf(this).closeWithEngine();
   }
 
   /**
@@ -98,7 +98,7 @@ export class LeaseService {
    * when the lease is lost (then in line again) or released by `stop()`. Never rejects after its input is checked.
    */
   elect(targetKey: string, options: ElectOptions = {}): Leadership {
-    return elect(engineOf(this), targetKey, options);
+    return elect(candidatesOf(this), targetKey, options);
   }
 
   /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */

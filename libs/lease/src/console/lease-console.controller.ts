@@ -20,11 +20,10 @@ import {
   UseFilters,
   UseGuards,
 } from '@nestjs/common';
-import { engineOf } from '../engine-of.js';
+import { candidatesOf } from '../engine-of.js';
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { LeaseService } from '../lease.service.js';
 import { LeaseExceptionFilter } from '../transport/lease-exception.filter.js';
-import { electionsOf } from '../leader/candidates.js';
 import { CONSOLE_PAGE_HEADERS, consolePage } from './console-page.js';
 import { ConsoleRequestGuard } from './console-request.guard.js';
 import { LeaseOperator } from './lease-operator.js';
@@ -107,7 +106,7 @@ export function consoleControllers(routes: ConsoleRoutes): Type[] {
     /** The elections this process takes part in (a lease row does not say which keys are leader keys). */
     @Get('leaders')
     leaders() {
-      return electionsOf(engineOf(this.leases));
+      return candidatesOf(this.leases).elections();
     }
   }
 

@@ -1,6 +1,7 @@
 /**
- * How `@Exclusive` finds a call's target key: the door a method is reached through (`doorOf`), where each placeholder of its key template comes from (`argumentPlan`,
- * decided by the signature, checked at bootstrap by `checkKeyTemplate`), and the key of one call (`targetKeyOf`).
+ * How `@Exclusive` finds a call's target key: the door a method is reached through (`doorOf`), where each placeholder
+ * of its key template comes from (`argumentPlan`, `sourceOf`): decided by the signature, once per method (see
+ * call-plan.ts, which reads the values of each call).
  */
 import 'reflect-metadata';
 import {
@@ -9,8 +10,7 @@ import {
   PATH_METADATA,
   ROUTE_ARGS_METADATA,
 } from '@nestjs/common/constants.js';
-import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
-import type { ExclusiveMetadata } from '../options/busy-policy.js';
+import { LeaseConfigError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 
 /**
@@ -148,26 +148,17 @@ export function argumentPlan(
   return { door, label, named, wholes, positions, leaseSlots };
 }
 
-function readPath(source: unknown, path: string): unknown {
-  let value: unknown = source;
-  for (const part of path.split('.')) {
-    if (value === null || value === undefined || typeof value !== 'object') return undefined;
-    value = (value as Record<string, unknown>)[part];
-  }
-  return value;
-}
-
-const absent = (value: unknown) => value === undefined || value === null || value === '';
+/** Where one placeholder reads: an argument (a field of it with `path`), or the first whole object that has the field. */
+export type PlaceholderSource =
+  | { readonly index: number; readonly path?: string }
+  | { readonly wholes: readonly ArgumentSource[]; readonly path: string };
 
 /**
  * The argument a placeholder reads, by the rule docs/exclusive.md documents ("Keys"): `{0}` by position; a
  * name one parameter decorator declares; else a field of the whole-object arguments. Throws `LeaseConfigError` for
  * a placeholder the signature cannot fill.
  */
-function sourceOf(
-  plan: ArgumentPlan,
-  name: string,
-): { index: number; path?: string } | { wholes: readonly ArgumentSource[]; path: string } {
+export function sourceOf(plan: ArgumentPlan, name: string): PlaceholderSource {
   const [head, ...rest] = name.split('.');
   const path = rest.length > 0 ? rest.join('.') : undefined;
   if (/^\d+$/.test(head)) {
@@ -194,60 +185,4 @@ function sourceOf(
           ? `@MessageBody('${head}'), or the whole data with @MessageBody()`
           : `@Payload('${head}'), or the whole data with @Payload()`;
   throw new LeaseConfigError(messages.placeholderUndeclared(plan.label, name, alternatives));
-}
-
-/** Checks every placeholder of a template against a plan (at bootstrap, so a bad template fails early). */
-export function checkKeyTemplate(metadata: ExclusiveMetadata, plan: ArgumentPlan): void {
-  if (typeof metadata.targetKey !== 'string') return;
-  // The same parser as fillKeyTemplate, so that the check and the call agree on what a placeholder is.
-  fillKeyTemplate(metadata.targetKey, (name) => (sourceOf(plan, name), '0'));
-}
-
-/** The target key of one call: from the arguments the method received (after pipes, for handlers). */
-export function targetKeyOf(metadata: ExclusiveMetadata, plan: ArgumentPlan, args: readonly unknown[]): string {
-  if (typeof metadata.targetKey === 'function') {
-    const key = metadata.targetKey(...args);
-    if (typeof key !== 'string') {
-      throw new LeaseKeyError(messages.keyFunctionNotString(plan.label, key === null ? 'null' : typeof key));
-    }
-    return key;
-  }
-  return fillKeyTemplate(metadata.targetKey, (name) => {
-    const source = sourceOf(plan, name);
-    if ('index' in source)
-      return source.path === undefined ? args[source.index] : readPath(args[source.index], source.path);
-    for (const whole of source.wholes) {
-      const value = readPath(args[whole.index], source.path);
-      if (!absent(value)) return value;
-    }
-    return undefined;
-  });
-}
-
-const PLACEHOLDER = /\{([^{}]+)\}/g;
-
-/**
- * Fills a key template such as `'report:{id}'`. `lookup` returns the value of a placeholder or undefined; a
- * placeholder that resolves to nothing (undefined, null, empty string, object) is a `LeaseKeyError`, never a lease on
- * "report:undefined".
- */
-export function fillKeyTemplate(template: string, lookup: (name: string) => unknown): string {
-  const key = template.replace(PLACEHOLDER, (_, rawName: string) => {
-    const name = rawName.trim();
-    const value = lookup(name);
-    if (
-      value === undefined ||
-      value === null ||
-      value === '' ||
-      (typeof value === 'object' && !(value instanceof Date))
-    ) {
-      throw new LeaseKeyError(messages.placeholderEmpty(template, name));
-    }
-    if (value instanceof Date) return value.toISOString();
-    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- objects other than a Date were refused above
-    return String(value);
-  });
-  // Not checked here: the engine checks every call's key once (`LeaseEngine.request`), and the decoration checks the
-  // template's own text (`checkTemplateText`).
-  return key;
 }

@@ -1,16 +1,16 @@
 /**
  * How `@Exclusive` and `@Sticky` put their wrapper in place at decoration time: the method replaced by one that runs
- * it under the lease (`callExclusive`), its metadata and name kept, the declaration recorded, the handler door's
+ * it under the lease (`wrapMethod`, exclusive-call.ts), its metadata and name kept, the declaration recorded, the handler door's
  * interceptor bound, and the declaring class told to receive its application's engine.
  */
 import 'reflect-metadata';
 import { UseInterceptors } from '@nestjs/common';
 import { LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
 import { injectEngineInto } from './engine-registry.js';
-import { callExclusive } from './exclusive-call.js';
+import { wrapMethod } from './exclusive-call.js';
+import { fillKeyTemplate, METHOD_PLANS } from './call-plan.js';
 import { assertTargetKey } from '../options/call-input.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
-import { fillKeyTemplate } from './argument-plan.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
 import { messages } from '../errors/lease.messages.js';
@@ -25,9 +25,8 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
     const declaringClass = typeof target === 'function' ? target : target.constructor;
     checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`, decorator);
     injectEngineInto(declaringClass);
-    const wrapped = function (this: unknown, ...args: unknown[]): Promise<unknown> {
-      return callExclusive(this, wrapped, original, metadata, declaringClass, methodName, args);
-    };
+    const method = wrapMethod(original, declaringClass, methodName, metadata);
+    const { wrapped } = method;
     // Decorators applied before this one wrote their metadata on the original; those applied after write on the
     // wrapper.
     for (const key of Reflect.getOwnMetadataKeys(original)) {
@@ -36,6 +35,7 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
     Object.defineProperty(wrapped, 'name', { value: original.name });
     Object.defineProperty(wrapped, 'length', { value: original.length });
     Object.defineProperty(wrapped, ORIGINAL_METHOD, { value: original });
+    Object.defineProperty(wrapped, METHOD_PLANS, { value: method.plans });
     descriptor.value = wrapped;
     Reflect.defineMetadata(EXCLUSIVE_METADATA, metadata, wrapped);
     // The controller door: on HTTP, WebSocket, microservice and GraphQL handlers it maps errors for the transport and ends the

@@ -1,19 +1,10 @@
 import 'reflect-metadata';
 import { inspect } from 'node:util';
-import { OPTIONAL_PROPERTY_DEPS_METADATA, PROPERTY_DEPS_METADATA } from '@nestjs/common/constants.js';
-import type { ModulesContainer } from '@nestjs/core';
+import { Injectable, Module, Scope } from '@nestjs/common';
+import { ContextIdFactory, type ModulesContainer, NestFactory } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import type { LeaseEngine } from '../engine/lease-engine.js';
-import {
-  ENGINE_PROPERTY,
-  EngineRef,
-  injectEngineInto,
-  LEASE_ENGINE_REF,
-  leaseEngineFor,
-  register,
-  type Registration,
-  unregister,
-} from './engine-registry.js';
+import { ENGINE_PROPERTY, EngineRef, EngineRegistry, injectEngineInto, LEASE_ENGINE_REF } from './engine-registry.js';
 
 const engine = (owner: string) => ({ options: { owner } }) as unknown as LeaseEngine;
 /** A container of one module providing `instances` (and their classes). */
@@ -27,56 +18,82 @@ const container = (...instances: object[]) =>
       },
     ],
   ]) as unknown as ModulesContainer;
+/** An application's entry, filled as its explorer fills it at module init. */
+const entryOf = (owner: string, modules: ModulesContainer) => {
+  const entry = new EngineRef(engine(owner));
+  entry.fill(modules);
+  return entry;
+};
 
 /** Which application's engine an @Exclusive call runs under. */
 describe('engine registry', () => {
-  const registered: Registration[] = [];
-  const add = (registration: Registration) => {
-    register(registration);
-    registered.push(registration);
-  };
-  afterEach(() => {
-    for (const registration of registered.splice(0)) unregister(registration);
+  it("Nest's injector hands every instance of a decorated class its application's EngineRef, whatever its scope", async () => {
+    @Injectable()
+    class Singleton {}
+    @Injectable({ scope: Scope.REQUEST })
+    class PerRequest {}
+    injectEngineInto(Singleton);
+    injectEngineInto(Singleton);
+    injectEngineInto(PerRequest);
+    const entry = new EngineRef(engine('a'));
+    @Module({ providers: [Singleton, PerRequest, { provide: LEASE_ENGINE_REF, useValue: entry }] })
+    class AppModule {}
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    try {
+      const registry = new EngineRegistry();
+      expect(registry.entryFor(app.get(Singleton), 'Singleton.m')).toBe(entry);
+      expect(registry.entryFor(await app.resolve(PerRequest, ContextIdFactory.create()), 'PerRequest.m')).toBe(entry);
+    } finally {
+      await app.close();
+    }
   });
 
-  it('injectEngineInto declares one optional property dependency on the EngineRef, once', () => {
-    class Service {}
-    injectEngineInto(Service);
-    injectEngineInto(Service);
-    expect(Reflect.getMetadata(PROPERTY_DEPS_METADATA, Service)).toEqual([
-      { key: ENGINE_PROPERTY, type: LEASE_ENGINE_REF },
-    ]);
-    expect(Reflect.getMetadata(OPTIONAL_PROPERTY_DEPS_METADATA, Service)).toEqual([ENGINE_PROPERTY]);
-  });
-
-  it('an instance the injector gave an EngineRef runs under that engine', () => {
-    const mine = engine('a');
-    const instance = { [ENGINE_PROPERTY]: new EngineRef(mine) };
-    expect(leaseEngineFor(instance, 'X.m')).toBe(mine);
+  it('the property is optional: a class provided where no LeaseModule is imported is still made', async () => {
+    @Injectable()
+    class Alone {}
+    injectEngineInto(Alone);
+    @Module({ providers: [Alone] })
+    class AppModule {}
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    try {
+      expect(app.get<Alone, { [ENGINE_PROPERTY]?: unknown }>(Alone)[ENGINE_PROPERTY]).toBeUndefined();
+    } finally {
+      await app.close();
+    }
   });
 
   it('otherwise: the application that holds the instance, then the one that provides its class, then the only one', () => {
     class A {}
     class B {}
     const a = new A();
-    const first = engine('1');
-    const second = engine('2');
-    add({ leases: first, modules: container(a) });
-    add({ leases: second, modules: container(new B()) });
-    expect(leaseEngineFor(a, 'A.m')).toBe(first);
-    expect(leaseEngineFor(new B(), 'B.m')).toBe(second);
-    expect(() => leaseEngineFor({}, 'Plain.m')).toThrow(/none of the 2 Nest applications/);
+    const registry = new EngineRegistry();
+    const first = entryOf('1', container(a));
+    const second = entryOf('2', container(new B()));
+    registry.register(first, container());
+    expect(registry.entryFor({}, 'Plain.m')).toBe(first);
+    registry.register(second, container());
+    expect(registry.entryFor(a, 'A.m')).toBe(first);
+    expect(registry.entryFor(new B(), 'B.m')).toBe(second);
+    expect(() => registry.entryFor({}, 'Plain.m')).toThrow(/none of the 2 Nest applications/);
+    const both = entryOf('3', container(new A()));
+    registry.register(both, container());
+    expect(() => registry.entryFor(new A(), 'A.m')).toThrow(/several of the 3 Nest applications/);
+    registry.unregister(both);
+    registry.unregister(second);
+    expect(registry.entryFor({}, 'Plain.m')).toBe(first);
   });
 
   it('with no application running, a call names the method and says what to import', () => {
-    expect(() => leaseEngineFor({}, 'Lonely.m')).toThrow(LeaseConfigError);
-    expect(() => leaseEngineFor({}, 'Lonely.m')).toThrow(/@Exclusive on Lonely\.m: no LeaseService is running/);
+    const registry = new EngineRegistry();
+    expect(() => registry.entryFor({}, 'Lonely.m')).toThrow(LeaseConfigError);
+    expect(() => registry.entryFor({}, 'Lonely.m')).toThrow(/@Exclusive on Lonely\.m: no LeaseService is running/);
   });
 
   it('a second LeaseModule in one application is refused', () => {
+    const registry = new EngineRegistry();
     const modules = container();
-    add({ leases: engine('1'), modules });
-    expect(() => register({ leases: engine('2'), modules })).toThrow(/imported more than once/);
+    registry.register(new EngineRef(engine('1')), modules);
+    expect(() => registry.register(new EngineRef(engine('2')), modules)).toThrow(/imported more than once/);
   });
 
   it('an EngineRef shows its owner when logged, not the engine', () => {

@@ -1,23 +1,40 @@
 import { isObservable, Observable } from 'rxjs';
-import { currentLeaseFactory } from './current-lease-factory.js';
 import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
-import { declaredCall, type ExclusiveMetadata } from '../options/busy-policy.js';
-import { type ArgumentPlan, argumentPlan, doorOf, targetKeyOf } from './argument-plan.js';
+import type { ExclusiveMetadata } from '../options/busy-policy.js';
+import { type CallPlan, MethodPlans } from './call-plan.js';
 import { claim, type HandlerCall } from './handler-call.js';
-import { leaseEngineFor } from './engine-registry.js';
-import { notOwner, stickyEntry } from './sticky-entry.js';
+import { engines } from './engine-registry.js';
+import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
-const plans = new WeakMap<Function, Map<string | symbol, ArgumentPlan>>();
+/** A decorated method, as its wrapper knows it (built once, at decoration). */
+export interface DecoratedMethod {
+  /** What replaces the method: runs `callExclusive` with the call's `this` and arguments. */
+  readonly wrapped: Function;
+  readonly original: Function;
+  readonly declaringClass: Function;
+  /** Its static call plans (see call-plan.ts), held by the wrapper; the explorer builds them at bootstrap. */
+  readonly plans: MethodPlans;
+}
 
-function planOf(owner: Function, methodName: string | symbol, wrapped: Function): ArgumentPlan {
-  let byMethod = plans.get(owner);
-  if (!byMethod) plans.set(owner, (byMethod = new Map()));
-  let plan = byMethod.get(methodName);
-  if (!plan) byMethod.set(methodName, (plan = argumentPlan(owner, methodName, doorOf(wrapped), currentLeaseFactory)));
-  return plan;
+/** The wrapper of a decorated method (decorated-method.ts puts it in place). */
+export function wrapMethod(
+  original: Function,
+  declaringClass: Function,
+  methodName: string | symbol,
+  metadata: ExclusiveMetadata,
+): DecoratedMethod {
+  const method: DecoratedMethod = {
+    wrapped: function (this: unknown, ...args: unknown[]): Promise<unknown> {
+      return callExclusive(this, method, args);
+    },
+    original,
+    declaringClass,
+    plans: new MethodPlans(metadata, methodName, () => method.wrapped),
+  };
+  return method;
 }
 
 const isThenable = (value: unknown): value is PromiseLike<unknown> =>
@@ -30,28 +47,20 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
  * key from the arguments, acquire (or wait, or skip), run the original in the lease's call context, release when it
  * settles. A handler call (from the interceptor) also ends at once when its lease is lost or its caller goes away.
  */
-export async function callExclusive(
-  self: unknown,
-  wrapped: Function,
-  original: Function,
-  metadata: ExclusiveMetadata,
-  declaringClass: Function,
-  methodName: string | symbol,
-  args: unknown[],
-): Promise<unknown> {
-  const call = claim(wrapped);
-  const owner = self !== null && typeof self === 'object' ? self.constructor : declaringClass;
-  const plan = planOf(owner, methodName, wrapped);
-  const leases = leaseEngineFor(self, plan.label);
-  const targetKey = targetKeyOf(metadata, plan, args);
-  // Traces and metrics name the call by its template (a key function: by the method), never by the key.
-  const keyTemplate = (typeof metadata.targetKey === 'string' ? metadata.targetKey : plan.label).slice(0, 255);
+async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
+  const call = claim(method.wrapped);
+  const plan = method.plans.of(self !== null && typeof self === 'object' ? self.constructor : method.declaringClass);
+  const application = engines.entryFor(self, plan.label);
+  const leases = application.engine;
+  const { metadata, keyTemplate } = plan;
+  const targetKey = plan.keyOf(args);
+  const { original } = method;
   let entry: LeaseEntry;
   try {
     if (metadata.sticky) {
-      entry = await stickyEntry(leases, targetKey, metadata, keyTemplate, call?.signal);
+      entry = await stickyEntry(leases, application.candidates, targetKey, metadata, keyTemplate, call?.signal);
     } else {
-      const leaseCall = declaredCall(metadata, targetKey, keyTemplate, call?.signal);
+      const leaseCall = plan.call(targetKey, call?.signal);
       if (metadata.busy.kind === 'join') {
         return await leases
           .joinRun(leaseCall, (lease) => joinedWork(self, original, plan, args, lease))
@@ -98,11 +107,13 @@ export async function callExclusive(
 
 /** Whether a refusal skips the call: `'skip'`; for `@Sticky` with `'wait'`, a refusal because another owns the key. */
 function skips(metadata: ExclusiveMetadata, error: LeaseBusyError): boolean {
-  return metadata.busy.kind === 'skip' || (metadata.sticky && metadata.busy.kind === 'wait' && notOwner.has(error));
+  return (
+    metadata.busy.kind === 'skip' || (metadata.sticky && metadata.busy.kind === 'wait' && refusedAsNotOwner(error))
+  );
 }
 
 /** The method's work under a joinable run: a value (a promise's), never an Observable (not JSON). */
-async function joinedWork(self: unknown, original: Function, plan: ArgumentPlan, args: unknown[], lease: Lease) {
+async function joinedWork(self: unknown, original: Function, plan: CallPlan, args: unknown[], lease: Lease) {
   const callArgs = [...args];
   for (const index of plan.leaseSlots) callArgs[index] = lease;
   const result: unknown = await original.apply(self, callArgs);

@@ -6,6 +6,7 @@ import { LeaseBusyError, LeaseConfigError, LeaseKeyError } from '../errors/lease
 import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import type { LeaseEngine } from '../engine/lease-engine.js';
 import { ExclusiveExplorer } from './exclusive.explorer.js';
+import { EngineRef } from './engine-registry.js';
 import { Exclusive } from './exclusive.decorator.js';
 import type { LeaseCall } from '../options/busy-policy.js';
 
@@ -29,7 +30,11 @@ describe('@Exclusive', () => {
 
   beforeAll(() => {
     // Registers the stand-in as the running application's engine, as the real explorer does at bootstrap.
-    explorer = new ExclusiveExplorer(new Map() as unknown as ModulesContainer, new MetadataScanner(), engine);
+    explorer = new ExclusiveExplorer(
+      new Map() as unknown as ModulesContainer,
+      new MetadataScanner(),
+      new EngineRef(engine),
+    );
   });
   afterAll(() => explorer.onApplicationShutdown());
   beforeEach(() => {

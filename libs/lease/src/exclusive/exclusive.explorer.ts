@@ -1,19 +1,21 @@
 import 'reflect-metadata';
-import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit, Optional } from '@nestjs/common';
 import { MetadataScanner, ModulesContainer } from '@nestjs/core';
 import { LeaseConfigError } from '../errors/lease.errors.js';
 import { EXCLUSIVE_METADATA, ORIGINAL_METHOD } from '../lease.internal-constants.js';
-import { LeaseEngine } from '../engine/lease-engine.js';
-import type { ServiceEngine } from '../engine/service-engine.js';
-import { register, type Registration, unregister, wrappersOf } from './engine-registry.js';
+import { EngineRef, engines, LEASE_ENGINE_REF, wrappersOf } from './engine-registry.js';
+import { candidatesOf } from '../engine-of.js';
+import { LeaseService } from '../lease.service.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
-import { argumentPlan, checkKeyTemplate, doorOf } from './argument-plan.js';
+import { argumentPlan, doorOf } from './argument-plan.js';
+import { CallPlan, plansOf } from './call-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
 import { messages } from '../errors/lease.messages.js';
 
 /**
- * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. At
- * bootstrap this registers the application's LeaseService for the wrappers to find, and checks what can be checked
+ * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. It
+ * registers the application's entry (`EngineRef`) in the registry for the wrappers to find — at construction, filled
+ * with the application's instances and classes at module init — and checks what can be checked
  * before the first call: every key template of a handler can be filled from its parameters, `onBusy: 'skip'` is not
  * on an HTTP handler (nor a `@Sticky` `'wait'`, which skips on the instances that do not own the key), and a
  * synchronous provider method is reported (decorated, it returns a Promise).
@@ -21,21 +23,21 @@ import { messages } from '../errors/lease.messages.js';
 @Injectable()
 export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger(ExclusiveExplorer.name);
-  private readonly registration: Registration;
-
-  // Explicit tokens: toolchains without decorator metadata (esbuild, tsx, vitest) could not inject by type.
-  /** Set when this application already had a LeaseModule: bootstrap fails with it (see `register`). */
+  /** Set when this application already had a LeaseModule: bootstrap fails with it (see `EngineRegistry.register`). */
   private readonly refusal?: LeaseConfigError;
 
+  // Explicit tokens: toolchains without decorator metadata (esbuild, tsx, vitest) could not inject by type.
   constructor(
-    @Inject(ModulesContainer) modules: ModulesContainer,
+    @Inject(ModulesContainer) private readonly modules: ModulesContainer,
     @Inject(MetadataScanner) private readonly scanner: MetadataScanner,
-    @Inject(LeaseEngine) leases: ServiceEngine,
+    @Inject(LEASE_ENGINE_REF) private readonly entry: EngineRef,
+    @Optional() @Inject(LeaseService) leases?: LeaseService,
   ) {
+    // One set of leader candidates per application: the LeaseService's (elect(), @LeaderElection, @Sticky).
+    if (leases) entry.attach(candidatesOf(leases));
     // Registered at construction: a provider may call a decorated method from its own onModuleInit.
-    this.registration = { leases, modules };
     try {
-      register(this.registration);
+      engines.register(entry, modules);
     } catch (error) {
       this.refusal = error as LeaseConfigError;
     }
@@ -43,8 +45,9 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
 
   onModuleInit(): void {
     if (this.refusal) throw this.refusal;
+    this.entry.fill(this.modules);
     const seen = new Set<unknown>();
-    const types = wrappersOf(this.registration).flatMap((wrapper) => [
+    const types = wrappersOf(this.modules).flatMap((wrapper) => [
       wrapper.metatype,
       (wrapper.instance as object | undefined)?.constructor,
     ]);
@@ -63,23 +66,26 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
   }
 
   onApplicationShutdown(): void {
-    if (!this.refusal) unregister(this.registration);
+    if (!this.refusal) engines.unregister(this.entry);
   }
 
   private check(type: Function, name: string, method: Function, metadata: ExclusiveMetadata): void {
     const door = doorOf(method);
-    const plan = argumentPlan(type, name, door, currentLeaseFactory);
+    const label = `${type.name}.${name}`;
     // An HTTP handler must answer: a busy target is a 409, never a call that silently did not run.
     const { busy, sticky } = metadata;
     if (door === 'http' && (busy.kind === 'skip' || (sticky && busy.kind === 'wait'))) {
-      throw new LeaseConfigError(messages.skipOnHttpHandler(sticky ? '@Sticky' : '@Exclusive', plan.label, busy.kind));
+      throw new LeaseConfigError(messages.skipOnHttpHandler(sticky ? '@Sticky' : '@Exclusive', label, busy.kind));
     }
-    // (What the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time.)
-    if (door !== 'provider') checkKeyTemplate(metadata, plan);
+    // The method's static call plan, built now: every placeholder of the template is checked against the signature
+    // (what the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time).
+    const plans = plansOf(method);
+    if (plans) plans.of(type);
+    else new CallPlan(metadata, argumentPlan(type, name, door, currentLeaseFactory));
     const original = (method as { [ORIGINAL_METHOD]?: Function })[ORIGINAL_METHOD];
     if (door === 'provider' && original && !returnsAsync(type, name, original)) {
       this.logger.warn(
-        `@Exclusive on ${plan.label}: the method is synchronous, but decorated it returns a Promise ` +
+        `@Exclusive on ${label}: the method is synchronous, but decorated it returns a Promise ` +
           '(acquiring the lease takes a database round trip): declare it async and await it',
       );
     }

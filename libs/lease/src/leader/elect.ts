@@ -1,14 +1,13 @@
-import type { ServiceEngine } from '../engine/service-engine.js';
 import type { ElectOptions } from '../interfaces/leader-election.interface.js';
 import { checkElectionKeys } from '../options/busy-policy.js';
 import { assertPriority, assertTargetKey, keyTemplateOf } from '../options/call-input.js';
-import { startCandidate } from './candidates.js';
+import type { LeaderCandidates } from './candidates.js';
 import type { LeaderCandidate } from './leader-candidate.js';
 
 /** `LeaseService.elect`: checks the input (a `LeaseArgumentError`, nothing written), then starts a candidate. */
-export function elect(engine: ServiceEngine, targetKey: string, options: ElectOptions = {}): LeaderCandidate {
+export function elect(candidates: LeaderCandidates, targetKey: string, options: ElectOptions = {}): LeaderCandidate {
   checkElection(targetKey, options, 'elect()');
-  return startCandidate(engine, targetKey, options);
+  return candidates.start(targetKey, options);
 }
 
 /** What `elect()` and `@LeaderElection` accept (`LeaseArgumentError` / `LeaseKeyError` otherwise). */

@@ -1,11 +1,9 @@
-import type { ServiceEngine } from '../engine/service-engine.js';
 import 'reflect-metadata';
 import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationBootstrap } from '@nestjs/common';
 import { ModulesContainer } from '@nestjs/core';
-import { LeaseEngine } from '../engine/lease-engine.js';
 import { LEADER_METADATA } from '../lease.internal-constants.js';
 import type { LeaderElectionOptions, OnLeadership } from '../interfaces/leader-election.interface.js';
-import { closeWithCandidates, startCandidate } from './candidates.js';
+import { LeaderCandidates } from './candidates.js';
 
 /**
  * Finds the `@LeaderElection` providers and makes each a candidate once the application has bootstrapped (every
@@ -17,7 +15,7 @@ import { closeWithCandidates, startCandidate } from './candidates.js';
 export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplicationShutdown {
   constructor(
     @Inject(ModulesContainer) private readonly modules: ModulesContainer,
-    @Inject(LeaseEngine) private readonly engine: ServiceEngine,
+    @Inject(LeaderCandidates) private readonly candidates: LeaderCandidates,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -31,7 +29,7 @@ export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplication
           (LeaderElectionOptions & { targetKey: string }) | undefined;
         if (!metadata) continue;
         const { targetKey, ...options } = metadata;
-        startCandidate(this.engine, targetKey, {
+        this.candidates.start(targetKey, {
           ...options,
           onElected: (lease) => instance.onElected?.(lease),
           onRevoked: (reason) => instance.onRevoked?.(reason),
@@ -41,6 +39,6 @@ export class LeaderExplorer implements OnApplicationBootstrap, BeforeApplication
   }
 
   async beforeApplicationShutdown(): Promise<void> {
-    await closeWithCandidates(this.engine);
+    await this.candidates.closeWithEngine();
   }
 }

@@ -1,5 +1,5 @@
 import { LeaseArgumentError, LeaseKeyError } from '../errors/lease.errors.js';
-import { fillKeyTemplate } from '../exclusive/argument-plan.js';
+import { fillKeyTemplate } from '../exclusive/call-plan.js';
 import { assertTargetKey, callRequest, keyTemplateOf } from './call-input.js';
 
 describe('target keys', () => {
