@@ -8,8 +8,7 @@ import type { Subscription } from 'rxjs';
 import { errorText } from '../errors/lease.messages.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { RenewResult, ServerHistory } from '../store/store.types.js';
+import type { LeaseBackend, RenewResult, ServerHistory } from '../core/backend.js';
 import type { LoseLease } from './fenced-transaction.js';
 import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
@@ -25,7 +24,7 @@ export class LeaseHeartbeat {
   private failoverDetail?: string;
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly store: LeaseBackend,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly held: ReadonlyMap<string, HeldLease>,

@@ -17,7 +17,7 @@ import type { Lease } from '../interfaces/lease.interface.js';
 import type { AcquireOutcome, LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { holderSpan, type LeaseSpan, type SpanAttributes, startSpan } from '../observability/tracing.js';
-import type { LeaseStore } from '../store/lease-store.js';
+import type { LeaseBackend } from '../core/backend.js';
 import { HeldLease } from './held-lease.js';
 import type { Waiter } from './wait-queue.js';
 
@@ -31,7 +31,7 @@ export interface TracedCall {
 export class LeaseTelemetry {
   constructor(
     private readonly options: Pick<EngineSettings, 'traceTargetKeys'>,
-    private readonly store: LeaseStore,
+    private readonly store: Pick<LeaseBackend, 'snapshot'>,
     private readonly emit: (event: LeaseEvent) => void,
     /** Tracks background work for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,

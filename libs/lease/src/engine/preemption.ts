@@ -8,8 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { LeaseRequest } from '../options/call-input.js';
-import type { AskedGrant, PreemptStore, Preemptor } from '../store/preempt-store.js';
-import type { AcquiredRow } from '../store/store.types.js';
+import type { AcquiredRow, AskedGrant, PreemptBackend, Preemptor } from '../core/backend.js';
 import type { LoseLease } from './fenced-transaction.js';
 import type { HeldLease } from './held-lease.js';
 import { preemptedEvent } from './lease-events.js';
@@ -46,7 +45,7 @@ export class Preemption {
   private readonly calls = new WeakMap<Waiter, PreemptingCall>();
 
   constructor(
-    private readonly store: PreemptStore,
+    private readonly store: PreemptBackend,
     private readonly owner: string,
     private readonly host: PreemptionHost,
   ) {}

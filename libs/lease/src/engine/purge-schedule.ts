@@ -6,13 +6,13 @@
  */
 import type { Logger } from '@nestjs/common';
 import { PURGE_INTERVAL_MS } from '../options/bounds.js';
-import type { LeaseStore } from '../store/lease-store.js';
+import type { LeaseBackend } from '../core/backend.js';
 
 export class PurgeSchedule {
   private timer?: NodeJS.Timeout;
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly store: Pick<LeaseBackend, 'purge'>,
     private readonly logger: Logger,
     /** Tracks a run for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,

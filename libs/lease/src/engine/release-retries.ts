@@ -10,8 +10,7 @@ import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { shortBoundMs } from '../options/bounds.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { RowRef } from '../store/store.types.js';
+import type { LeaseBackend, RowRef } from '../core/backend.js';
 
 /** A release that failed, retried until it lands (see the module note). */
 interface Unreleased {
@@ -28,7 +27,7 @@ export class ReleaseRetries {
   private readonly unreleased = new Map<string, Unreleased>();
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly store: Pick<LeaseBackend, 'release'>,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly track: <T>(work: Promise<T>) => Promise<T>,

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
-import type pg from 'pg';
 import type { Subscription } from 'rxjs';
 import { unavailableOr } from '../errors/database-errors.js';
 import { errorText, messages } from '../errors/lease.messages.js';
@@ -14,9 +13,7 @@ import {
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { AcquiredRow, Refusal, WaiterPlace } from '../store/store.types.js';
-import { Notifier } from '../database/notifier.js';
+import type { AcquiredRow, LeaseBackend, Refusal, WaiterPlace, Wakeups } from '../core/backend.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
 import { ownRow } from '../options/slot-limits.js';
@@ -67,7 +64,7 @@ export class WaitQueue {
   /** Ids of waiters whose first attempt is in flight, each holding a room in the line (see `reserve`). */
   private readonly reserved = new Set<string>();
   private readonly byTarget = new Map<string, Set<Waiter>>();
-  private notifier?: Notifier;
+  private notifier?: Wakeups;
   private heartbeat?: Subscription;
   private closed = false;
   /** What a head-only NOTIFY does to the waiter it names: wakes it (a test may replace it, see `internal.ts`). */
@@ -80,9 +77,8 @@ export class WaitQueue {
   private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly store: LeaseBackend,
     private readonly options: EngineSettings,
-    private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
     /** The `retryAfterMs` of a waiter refused for a full line (see `RetryAfterEstimates`). */
@@ -196,18 +192,14 @@ export class WaitQueue {
     // Every statement of the wait is given up at once when the caller aborts or the service shuts down.
     const stop = signal ? AbortSignal.any([signal, this.shutdown.signal]) : this.shutdown.signal;
     if (this.options.notify) {
-      this.notifier ??= new Notifier(
-        this.connectionOptions,
-        this.store.channel,
-        (key) => this.wakeTarget(key),
-        () => this.wakeAll(),
-        this.logger,
-        Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
+      this.notifier ??= this.store.wakeups(
         {
-          channel: this.store.headChannel,
-          onHead: (waiterId, key, grant) =>
+          line: (key) => this.wakeTarget(key),
+          all: () => this.wakeAll(),
+          head: (waiterId, key, grant) =>
             this.onHead({ waiterId, targetKey: key, grant, deliver: () => this.wakeWaiter(waiterId, key, grant) }),
         },
+        Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
       );
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).
@@ -416,7 +408,11 @@ export class WaitQueue {
  * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterStore.confirmGrant`). A grant passed on
  * meanwhile (it came too late) is a refusal, and the waiter queues again at its place at once.
  */
-export async function confirmGrant(store: LeaseStore, waiter: Waiter, holdMs: number): Promise<AcquiredRow | Refusal> {
+export async function confirmGrant(
+  store: LeaseBackend,
+  waiter: Waiter,
+  holdMs: number,
+): Promise<AcquiredRow | Refusal> {
   waiter.granted = undefined;
   const row = await store.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
   if (row) return row;
