@@ -71,9 +71,18 @@ module.exports = {
     {
       name: 'core-builds-postgres-once',
       severity: 'error',
-      comment: 'Only lease-engine.ts names the PostgreSQL backend (the default backend of a DataSource).',
+      comment:
+        'Only lease-engine.ts names the PostgreSQL backend (the default backend of a DataSource); the core never ' +
+        'names the memory backend (the testing kit builds the engine over it).',
       from: { path: area('engine'), pathNot: `${SRC}engine/lease-engine\\.ts$` },
-      to: { path: area('core/postgres') },
+      to: { path: [area('core/postgres'), area('core/memory')] },
+    },
+    {
+      name: 'core-never-memory',
+      severity: 'error',
+      comment: "The memory backend is the testing kit's: the engine never imports it.",
+      from: { path: area('engine') },
+      to: { path: area('core/memory') },
     },
     {
       name: 'contract-is-types',
@@ -87,6 +96,7 @@ module.exports = {
         pathNot: [
           `${SRC}store/(store\\.types|join-store|operator-store|preempt-store|semaphore-store)\\.ts$`,
           `${SRC}store/sql/statement-faults\\.ts$`,
+          `${SRC}options/engine-settings\\.ts$`,
         ],
       },
     },
@@ -101,8 +111,8 @@ module.exports = {
       name: 'backend-not-core',
       severity: 'error',
       comment: 'A backend implements the contract; it never imports the core (engine/) or a door.',
-      from: { path: area('core/postgres') },
-      to: { path: [area('engine'), area('exclusive'), area('leader'), area('transport')] },
+      from: { path: [area('core/postgres'), area('core/memory')] },
+      to: { path: [area('engine'), area('exclusive'), area('leader'), area('transport'), area('testing')] },
     },
     {
       name: 'store-below-contract',

@@ -7,7 +7,9 @@
  *
  * The row types are the store's (type-only re-exports): they are the shapes both sides agree on.
  */
+import type { Logger } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
+import type { EngineSettings } from '../options/engine-settings.js';
 import type { OperatorStore } from '../store/operator-store.js';
 import type { AskedGrant, PreemptedRow, Preemptor } from '../store/preempt-store.js';
 import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
@@ -115,6 +117,9 @@ export interface Wakeups {
   close(): Promise<void>;
 }
 
+/** Builds an engine's backend from its resolved options (the testing kit's memory backend, say). */
+export type BackendFactory = (options: EngineSettings, logger: Logger) => LeaseBackend;
+
 export interface LeaseBackend {
   /** Bootstrap: connections, checks, tables; resolves with the system identifier the leases live under (or null). */
   open(): Promise<string | null>;
@@ -136,7 +141,8 @@ export interface LeaseBackend {
   release(row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean): Promise<boolean>;
   readonly fence: FenceBackend;
   readonly preempt: PreemptBackend;
-  readonly joins: RemoteJoins;
+  /** Other processes' outcomes for `onBusy: 'join'`; none: joins within this process only. */
+  readonly joins?: RemoteJoins;
   readonly operator: OperatorBackend;
   /** Holders and waiters, each key's waiters in grant order. */
   snapshot(targetKey?: string): Promise<SnapshotRow[]>;

@@ -34,14 +34,11 @@ import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-qu
 import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './semaphore.js';
 import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
-import type { AcquiredRow, LeaseBackend, StatementFaults } from '../core/backend.js';
-import { type LeaseDataSourceRef, PostgresBackend } from '../core/postgres/postgres-backend.js';
+import type { AcquiredRow, BackendFactory, LeaseBackend, StatementFaults } from '../core/backend.js';
+import { backendFor, type LeaseDataSourceRef } from '../core/postgres/postgres-backend.js';
 
 /** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
 const ACQUIRE = 'acquire a lease on';
-
-/** Builds the backend of an engine from its resolved options (the testing kit's memory backend, say). */
-export type BackendFactory = (options: EngineSettings, logger: Logger) => LeaseBackend;
 
 /**
  * The one engine behind every door (`LeaseService`'s methods, `@Exclusive` on controllers and on providers):
@@ -59,7 +56,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
-  private readonly backend: LeaseBackend;
+  /** Where the rows live (PostgreSQL, or the testing kit's memory). */
+  readonly backend: LeaseBackend;
   private readonly context = new LeaseContext();
   private readonly held = new Map<string, HeldLease>();
   private readonly drain = new ShutdownDrain(this.held, this.logger);
@@ -88,10 +86,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs);
     const track = <T>(work: Promise<T>) => this.track(work);
     void loadTracing();
-    this.backend =
-      typeof source === 'function'
-        ? source(this.options, this.logger)
-        : new PostgresBackend(source, this.options, this.logger);
+    this.backend = backendFor(source, this.options, this.logger);
     this.events$ = this.events.asObservable();
     this.queue = new WaitQueue(
       this.backend,
@@ -198,6 +193,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.inFlight.add(settled);
     void settled.then(() => this.inFlight.delete(settled));
     return work;
+  }
+
+  /** One renewal of the held leases now (the testing kit's controls: a loss is heard at once). */
+  renewNow(): Promise<void> {
+    return this.heartbeat.renewNow();
   }
 
   /** Whether the lease heartbeat runs (tests, through `internal.ts`). */

@@ -6,7 +6,7 @@
  */
 export { LeaseTestingModule, createTestingLeaseService } from './lease-testing.module.js';
 export { LeaseTestingController } from './lease-testing.controller.js';
-export type { FencedTransaction, LeaseTestingOptions } from './in-memory-engine.js';
+export type { FencedTransaction, LeaseTestingOptions } from './memory-leases.js';
 export { testLeaseOptions } from './test-lease-options.js';
 export { startTestPostgres, useLeaseDatabase, type TestDatabase, type TestPostgres } from './test-postgres.js';
 export { EmbeddedPostgresError, type StartPostgresOptions } from './embedded-postgres.js';

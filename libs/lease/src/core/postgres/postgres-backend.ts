@@ -20,6 +20,7 @@ import type {
   AcquiredRow,
   AcquiredSlot,
   AcquireRequest,
+  BackendFactory,
   FenceBackend,
   LeaseBackend,
   OperatorBackend,
@@ -37,6 +38,15 @@ import type {
 import { BootstrapChecks } from './bootstrap-checks.js';
 
 export type { LeaseDataSourceRef };
+
+/** The backend of an engine: over PostgreSQL (a DataSource, or the module's reference to one), or what `source` builds. */
+export function backendFor(
+  source: DataSource | LeaseDataSourceRef | BackendFactory,
+  options: EngineSettings,
+  logger: Logger,
+): LeaseBackend {
+  return typeof source === 'function' ? source(options, logger) : new PostgresBackend(source, options, logger);
+}
 
 export class PostgresBackend implements LeaseBackend {
   readonly waiters: WaiterBackend;
