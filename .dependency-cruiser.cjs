@@ -115,6 +115,13 @@ module.exports = {
       to: { path: [area('engine'), area('exclusive'), area('leader'), area('transport'), area('testing')] },
     },
     {
+      name: 'memory-backend-no-sql',
+      severity: 'error',
+      comment: 'The memory backend knows the contract, not the store, the database or the PostgreSQL backend.',
+      from: { path: area('core/memory') },
+      to: { path: [area('store'), area('database'), area('core/postgres')] },
+    },
+    {
       name: 'store-below-contract',
       severity: 'error',
       comment: 'The store and the database never import the core area, the contract excepted.',

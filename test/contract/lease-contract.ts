@@ -6,9 +6,11 @@
 import {
   type Lease,
   LeaseBusyError,
+  LeaseDrainedError,
   LeaseLimitConflictError,
   LeaseLostError,
   type LeaseModuleOptions,
+  LeaseOperator,
   type LeaseService,
   LeaseShutdownError,
   LeaseWaitTimeoutError,
@@ -239,6 +241,20 @@ export function leaseContract(subject: () => ContractSubject): void {
     letGo();
     await expect(Promise.all([first, duplicate])).resolves.toEqual([{ report: 42 }, { report: 42 }]);
     expect(runs).toBe(1);
+  });
+
+  it('a drained key refuses a call and a join at once (LeaseDrainedError); undrained, it runs', async () => {
+    const { service } = subject();
+    const key = freshKey('drained');
+    const operator = new LeaseOperator(service);
+    await operator.drain(key, { by: 'contract', reason: 'maintenance' });
+    try {
+      await expect(service.run(key, () => 'ran')).rejects.toBeInstanceOf(LeaseDrainedError);
+      await expect(service.run(key, () => 'ran', { onBusy: 'join' })).rejects.toBeInstanceOf(LeaseDrainedError);
+    } finally {
+      await operator.undrain(key, { by: 'contract', reason: 'done' });
+    }
+    await expect(service.run(key, () => 'ran', { onBusy: 'join' })).resolves.toBe('ran');
   });
 
   it('releases with the last fenced write when asked (fenced(work, { release: true }))', async () => {
