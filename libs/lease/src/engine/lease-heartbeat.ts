@@ -1,7 +1,7 @@
 /**
  * The lease heartbeat of one engine: one batched renewal per tick for every lease held, the server's history checked
  * in the same statement, and each lease confirmed, left to its local deadline, or lost. Collaborators given
- * explicitly: the store, the options, the logger, the held leases, `lose` and `emit` of the engine.
+ * explicitly: the backend, the options, the logger, the held leases, `lose` and `emit` of the engine.
  */
 import type { Logger } from '@nestjs/common';
 import { lastValueFrom, type Subscription } from 'rxjs';
@@ -24,7 +24,7 @@ export class LeaseHeartbeat {
   private failoverDetail?: string;
 
   constructor(
-    private readonly store: LeaseBackend,
+    private readonly backend: LeaseBackend,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly held: ReadonlyMap<string, HeldLease>,
@@ -60,7 +60,7 @@ export class LeaseHeartbeat {
   }
 
   private renew(batch: HeldLease[]): Promise<RenewResult> {
-    return this.store
+    return this.backend
       .renew(
         batch.map((lease) => lease.row),
         batch.map((lease) => lease.token),

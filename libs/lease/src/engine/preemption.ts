@@ -45,7 +45,7 @@ export class Preemption {
   private readonly calls = new WeakMap<Waiter, PreemptingCall>();
 
   constructor(
-    private readonly store: PreemptBackend,
+    private readonly backend: PreemptBackend,
     private readonly owner: string,
     private readonly host: PreemptionHost,
   ) {}
@@ -80,7 +80,7 @@ export class Preemption {
       waiterSeq: waiter.place?.seq,
     };
     if (!call.asked) {
-      const grant = await this.store.ask(caller);
+      const grant = await this.backend.ask(caller);
       if (grant) {
         const at = performance.now();
         call.asked = call.lastAsked = { grant, at, graceEnds: at + call.graceMs };
@@ -92,7 +92,7 @@ export class Preemption {
     const asked = call.asked;
     if (asked && performance.now() >= asked.graceEnds) {
       const leaseToken = randomUUID();
-      const row = await this.store.take(caller, leaseToken, holdMs, asked.grant);
+      const row = await this.backend.take(caller, leaseToken, holdMs, asked.grant);
       if (row) {
         const lease = await this.host.adopt(call.request, leaseToken, row);
         this.preempted(lease, call, asked, true);

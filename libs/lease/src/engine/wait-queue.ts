@@ -77,7 +77,7 @@ export class WaitQueue {
   private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
-    private readonly store: LeaseBackend,
+    private readonly backend: LeaseBackend,
     private readonly options: EngineSettings,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
@@ -163,8 +163,8 @@ export class WaitQueue {
         // dequeue's snapshot saw (a no-op without one).
         const gone = sent
           .catch(() => undefined)
-          .then(() => this.store.waiters.dequeue(targetKey, waiter.id))
-          .then(() => this.store.release(ownRow(targetKey), waiter.id, this.graceMs));
+          .then(() => this.backend.waiters.dequeue(targetKey, waiter.id))
+          .then(() => this.backend.release(ownRow(targetKey), waiter.id, this.graceMs));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(
@@ -192,7 +192,7 @@ export class WaitQueue {
     // Every statement of the wait is given up at once when the caller aborts or the service shuts down.
     const stop = signal ? AbortSignal.any([signal, this.shutdown.signal]) : this.shutdown.signal;
     if (this.options.notify) {
-      this.notifier ??= this.store.wakeups(
+      this.notifier ??= this.backend.wakeups(
         {
           line: (key) => this.wakeTarget(key),
           all: () => this.wakeAll(),
@@ -223,7 +223,7 @@ export class WaitQueue {
           if ((!waiter.place || waiter.evicted) && waiter.granted === undefined) {
             // A row landing after this bound is born dead (see WaiterStore.enqueue): no later than the wait's cutoff.
             const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
-            const enqueueing = this.store.waiters.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
+            const enqueueing = this.backend.waiters.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
             sending(enqueueing);
             const place = await settleBy(enqueueing, cutoff, stop, timeout);
             if (!place) {
@@ -322,10 +322,10 @@ export class WaitQueue {
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
     // Then a release by each waiter id passes on any grant handed to them before their rows went (no-ops otherwise).
-    const leaving = this.store.waiters
+    const leaving = this.backend.waiters
       .dequeueAll(queued)
       .then(() =>
-        Promise.all(queued.map((waiter) => this.store.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
+        Promise.all(queued.map((waiter) => this.backend.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
       );
     const removed = settleBy(leaving, performance.now() + this.graceMs, undefined, giveUp);
     await removed.catch((error: unknown) => {
@@ -352,7 +352,7 @@ export class WaitQueue {
       this.options.waiterHeartbeatIntervalMs,
       () => [...this.waiters.values()].filter((candidate) => candidate.place && !candidate.evicted),
       (batch) =>
-        this.store.waiters.renew(
+        this.backend.waiters.renew(
           batch.map((candidate) => candidate.targetKey),
           batch.map((candidate) => candidate.id),
           this.options.waiterHeartbeatIntervalMs,
@@ -405,16 +405,16 @@ export class WaitQueue {
 }
 
 /**
- * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterStore.confirmGrant`). A grant passed on
+ * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterBackend.confirmGrant`). A grant passed on
  * meanwhile (it came too late) is a refusal, and the waiter queues again at its place at once.
  */
 export async function confirmGrant(
-  store: LeaseBackend,
+  backend: LeaseBackend,
   waiter: Waiter,
   holdMs: number,
 ): Promise<AcquiredRow | Refusal> {
   waiter.granted = undefined;
-  const row = await store.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
+  const row = await backend.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
   if (row) return row;
   waiter.evicted = true;
   waiter.pending = true;
