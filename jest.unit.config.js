@@ -3,13 +3,12 @@
 // `npm test` (jest.config.js) runs them too, with everything else.
 import base from './jest.config.js';
 
+// CPU-bound specs: Jest's default worker count (cores − 1: in band on 2 cores), not the e2e tier's 3.
+const { maxWorkers: _e2eWorkers, ...shared } = base;
+
 /** @type {import('jest').Config} */
 export default {
-  ...base,
-  // Transpile only (the type check is `tsc --noEmit` in CI and `npm test`'s ts-jest): seconds, not a minute.
-  transform: {
-    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: 'tsconfig.unit.json' }],
-  },
+  ...shared,
   // The lease contract over the memory backend needs no PostgreSQL: it belongs here (test/contract/).
   testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/contract/memory.e2e-spec.ts'],
   globalSetup: undefined,

@@ -1,7 +1,9 @@
 // `npm run test:checkout`: the README's commands must work from a checkout under a private directory (mode 700, as a
 // root user's home is), where the embedded PostgreSQL's own user cannot reach the binaries in node_modules.
 // Clones this repository into a fresh mode-700 directory, installs it, and starts the embedded server from there —
-// the first step of `npm run demo` and `npm test` — then checks that nothing is left behind.
+// the first step of `npm run demo` and `npm test` — then checks that nothing is left behind. The server's temporary
+// files go to a directory of this run (TMPDIR), so what is left behind is told apart from the files and servers of
+// suites running beside it (CI may run another step alongside; a shared machine runs other people's suites).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -9,16 +11,21 @@ import { join } from 'node:path';
 
 const repo = execFileSync('git', ['rev-parse', '--show-toplevel'], { encoding: 'utf8' }).trim();
 const asRoot = process.getuid?.() === 0;
-const leftovers = () => readdirSync(tmpdir()).filter((name) => name.startsWith('nest-pg-lease-'));
+// Where the server's data directory and its copy of the binaries go: a directory of this run that the server's user
+// may enter (mode 755, as the system's temporary directory is), outside the private home.
+const scratch = mkdtempSync(join(tmpdir(), 'checkout-tmp-'));
+chmodSync(scratch, 0o755);
+const leftovers = () => readdirSync(scratch).filter((name) => name.startsWith('nest-pg-lease-'));
 const servers = () =>
-  spawnSync('pgrep', ['-f', 'nest-pg-lease-pg-'], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
+  spawnSync('pgrep', ['-f', `${scratch}/nest-pg-lease-pg-`], { encoding: 'utf8' })
+    .stdout.trim()
+    .split('\n')
+    .filter(Boolean);
 const fail = (message) => {
   console.error(`[checkout] FAIL: ${message}`);
   process.exitCode = 1;
 };
 
-const before = new Set(leftovers());
-const serversBefore = new Set(servers());
 const home = mkdtempSync(join(tmpdir(), 'private-home-'));
 chmodSync(home, 0o700);
 const checkout = join(home, 'nest-pg-lease');
@@ -57,7 +64,7 @@ try {
        await client.end();
        await server.destroy();`,
     ],
-    { cwd: checkout, encoding: 'utf8', env: { ...process.env, DATABASE_URL: '' } },
+    { cwd: checkout, encoding: 'utf8', env: { ...process.env, DATABASE_URL: '', TMPDIR: scratch } },
   );
   process.stdout.write(started.stdout);
   process.stderr.write(started.stderr);
@@ -68,8 +75,9 @@ try {
   rmSync(home, { recursive: true, force: true });
 }
 
-const left = leftovers().filter((name) => !before.has(name));
-if (left.length > 0) fail(`left behind in ${tmpdir()}: ${left.join(', ')}`);
-const running = servers().filter((pid) => !serversBefore.has(pid));
+const left = leftovers();
+if (left.length > 0) fail(`left behind in ${scratch}: ${left.join(', ')}`);
+const running = servers();
 if (running.length > 0) fail(`servers still running: ${running.join(', ')}`);
+rmSync(scratch, { recursive: true, force: true });
 if (!process.exitCode) console.log('[checkout] ok: started from a mode-700 checkout, nothing left behind');

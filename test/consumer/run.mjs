@@ -7,35 +7,33 @@
 // per application; then the built app is started with `node` of each Node.js major of the matrix on a real
 // PostgreSQL and proven over HTTP: a duplicate request refused with 409 + Retry-After by a decorated provider method
 // called from an undecorated controller while the first runs (its 2 s of work), one fenced save in the database with
-// its fencing token, the next build saved under a larger token, a clean SIGTERM.
+// its fencing token, the next build saved under a larger token, a clean SIGTERM (prove-app.mjs). The two applications
+// go side by side, and so do an application's Node.js majors (each row has a database and a port of its own): the
+// steps mostly wait on the registry and on child processes.
 // Prints a table (application, module system, Node → result, time) and writes it to artifacts/consumer/summary.md.
 //
 //   npm run test:consumer                                    the whole matrix
 //   npm run test:consumer -- --app nest11-cjs --node 20,22   a part of it
-import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  realpathSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { createDatabase, dropDatabase, freePort, startPostgres } from '@app/pg-harness';
-import pg from 'pg';
-
-/**
- * The Node.js releases of the matrix. This machine's own `node` serves its major; another major runs the binary of
- * the registry's `node-<platform>-<arch>` package at this version, installed once into .cache/node-<major>
- * (git-ignored). Every npm install runs on this machine's node and npm: the app's `node` is the matrix axis.
- */
-const NODE_RELEASES = { 20: '20.20.2', 22: '22.23.5', 24: '24.22.3' };
+import { dropDatabase, startPostgres } from '@app/pg-harness';
+import { proveApp } from './prove-app.mjs';
+import {
+  capture,
+  fileOf,
+  filesUnder,
+  installCommands,
+  log,
+  nodeBinary,
+  npmCli,
+  npmNoise,
+  readmeBlocks,
+  repo,
+  run,
+  runSplit,
+} from './tools.mjs';
 
 /** The applications, each written from its subsection of the README's Install section. */
 const APPS = [
@@ -54,135 +52,19 @@ for (const app of apps) app.nodes = app.nodes.filter((major) => !majors || major
 if (apps.length === 0 || apps.every((app) => app.nodes.length === 0))
   throw new Error('nothing to run: check --app and --node');
 
-const repo = execFileSync('git', ['rev-parse', '--show-toplevel'], { encoding: 'utf8' }).trim();
 const startedAt = performance.now();
 const seconds = (since) => ((performance.now() - since) / 1000).toFixed(1);
-const log = (message) => console.log(`[consumer] ${message}`);
 const failures = [];
-/** The row of the summary whose checks are running (its failures are its result). */
-const packageRow = { label: 'package', failures: [] };
-let row = packageRow;
-const check = (ok, message) => {
-  if (ok) log(`ok   ${message}`);
+/** The checks of one row of the summary (its failures are its result), printed with its label. */
+const checker = (row) => (ok, message) => {
+  if (ok) log(`ok   ${row.label}: ${message}`);
   else {
     failures.push(`${row.label}: ${message}`);
     row.failures.push(message);
     console.error(`[consumer] FAIL ${row.label}: ${message}`);
   }
 };
-
-/** Runs a command, returns its combined output; throws with the output when it fails. */
-function run(command, args, cwd, env = process.env) {
-  try {
-    return execFileSync(command, args, {
-      cwd,
-      env,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'pipe'],
-      maxBuffer: 64 << 20,
-    });
-  } catch (error) {
-    throw new Error(`${command} ${args.join(' ')} failed:\n${error.stdout ?? ''}${error.stderr ?? ''}`, {
-      cause: error,
-    });
-  }
-}
-
-function spawnSyncCapture(command, args, cwd) {
-  return spawnSync(command, args, { cwd, encoding: 'utf8', maxBuffer: 64 << 20 });
-}
-
-/** Same as run, keeping stderr apart (npm writes its warnings there). */
-function runSplit(command, args, cwd) {
-  const child = spawnSyncCapture(command, args, cwd);
-  if (child.status !== 0)
-    throw new Error(`${command} ${args.join(' ')} failed (${child.status}):\n${child.stdout}${child.stderr}`);
-  return child;
-}
-
-/** The lines of npm's output that are warnings or errors. */
-const npmNoise = (result) =>
-  `${result.stdout}\n${result.stderr}`.split('\n').filter((line) => /warn|EBADENGINE|ERR/i.test(line));
-
-/** The README's fenced code blocks of one section, with their language and the `###` subsection they are in. */
-function readmeBlocks(section) {
-  const readme = readFileSync(join(repo, 'README.md'), 'utf8');
-  const start = readme.indexOf(`\n## ${section}\n`);
-  if (start < 0) throw new Error(`README has no "## ${section}" section`);
-  const end = readme.indexOf('\n## ', start + 1);
-  const text = readme.slice(start, end < 0 ? undefined : end);
-  return [...text.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map((match) => {
-    const headings = [...text.slice(0, match.index).matchAll(/\n### (.+)\n/g)];
-    return { lang: match[1], body: match[2], subsection: headings.at(-1)?.[1] };
-  });
-}
-
-/** A block whose first line is `// path` is the file at that path. */
-function fileOf(block) {
-  const first = /^\/\/ ([\w./-]+)\n/.exec(block.body);
-  return first ? first[1] : undefined;
-}
-
-/** The `npm install` commands of some README blocks, the package's name replaced by the tarball. */
-function installCommands(blocks, tarball) {
-  return blocks
-    .filter((block) => block.lang === 'bash')
-    .flatMap((block) => block.body.split('\n'))
-    .filter((line) => line.startsWith('npm install'))
-    .map((line) => ({
-      line,
-      args: line
-        .split(/\s+/)
-        .slice(1)
-        .map((arg) => (arg === 'nest-pg-lease' ? tarball : arg)),
-    }));
-}
-
-/** Every file under a directory, relative to it. */
-function filesUnder(dir) {
-  return readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((entry) => entry.isFile())
-    .map((entry) => relative(dir, join(entry.parentPath, entry.name)));
-}
-
-/** The `node` binary of a Node.js major (see NODE_RELEASES). */
-function nodeBinary(major) {
-  if (Number(process.versions.node.split('.')[0]) === major) return process.execPath;
-  const release = NODE_RELEASES[major];
-  if (!release) throw new Error(`NODE_RELEASES has no Node ${major}`);
-  const name = `node-${process.platform}-${process.arch}`;
-  const prefix = join(repo, '.cache', `node-${major}`);
-  const manifest = join(prefix, 'node_modules', name, 'package.json');
-  const installed = existsSync(manifest) ? JSON.parse(readFileSync(manifest, 'utf8')).version : undefined;
-  if (installed !== release) {
-    log(`npm install --prefix .cache/node-${major} ${name}@${release} …`);
-    run(
-      'npm',
-      ['install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', '--loglevel=error', `${name}@${release}`],
-      repo,
-    );
-  }
-  return join(prefix, 'node_modules', name, 'bin', 'node');
-}
-
-/** npm's own script, to run npm under another Node.js (`<node> <npm-cli.js> …`). */
-function npmCli() {
-  const fromRun = process.env.npm_execpath;
-  if (fromRun && /npm-cli\.js$/.test(fromRun)) return fromRun;
-  return realpathSync(execFileSync('which', ['npm'], { encoding: 'utf8' }).trim());
-}
-
-async function request(url, init) {
-  const response = await fetch(url, init);
-  const text = await response.text();
-  let body = text;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    // plain text
-  }
-  return { status: response.status, retryAfter: response.headers.get('retry-after'), body };
-}
+const packageRow = { label: 'package', failures: [] };
 
 /**
  * A file of the app that uses the testing kit's subpath (`nest-pg-lease/testing`): compiled with the app under strict
@@ -197,10 +79,9 @@ import {
   LeaseTestingController,
   LeaseTestingModule,
   stallDatabase,
-  startTestPostgres,
   takeOver,
   testLeaseOptions,
-  type TestPostgres,
+  useLeaseDatabase,
 } from 'nest-pg-lease/testing';
 
 export function unitModule(): DynamicModule {
@@ -216,9 +97,11 @@ export function inMemory(): { service: LeaseService; controls: LeaseTestingContr
   return { service, controls: LeaseTestingController.of(service) };
 }
 
+export function database(): { readonly url: string } {
+  return useLeaseDatabase({ prefix: 'report', serverUrl: process.env.PG_URL });
+}
+
 export async function faults(dataSource: DataSource): Promise<bigint> {
-  const server: TestPostgres = await startTestPostgres();
-  await server.stop();
   await expire(dataSource, 'report:1');
   const stall = await stallDatabase(dataSource, 'report:1');
   await stall.release();
@@ -231,120 +114,231 @@ const work = mkdtempSync(join(tmpdir(), 'nest-pg-lease-consumer-'));
 const rows = [];
 const notes = [];
 let server;
-let child;
+/** What the rows started (databases; per row its app processes): ended at the latest at exit. */
 const databases = [];
+const started = [];
+const startedBy = () => {
+  const live = { databases, children: new Set() };
+  started.push(live);
+  return live;
+};
+const end = (live) => {
+  for (const child of live.children) child.kill('SIGKILL');
+  live.children.clear();
+};
+
+/** A module system's answer to "where does `specifier` resolve from `dir`?" (`import.meta.resolve`, `require.resolve`). */
+const resolveFrom = (modules, specifier, dir) =>
+  modules === 'ESM'
+    ? run(process.execPath, ['--input-type=module', '-e', `console.log(import.meta.resolve('${specifier}'))`], dir)
+    : run(process.execPath, ['-e', `console.log(require.resolve('${specifier}'))`], dir);
 
 /**
- * The built app of `dir`, started with `node` (the binary of one Node.js major) on a fresh database, proven over
- * HTTP, stopped with SIGTERM.
+ * One application of the matrix: a fresh app from its README subsection, installed and built once (3-5), then
+ * proven on each Node.js major side by side (6), then the README's file-type override judged on each (7).
  */
-async function proveApp(dir, node) {
-  const databaseUrl = await createDatabase(server.url, 'consumer');
-  databases.push(databaseUrl);
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  let output = '';
-  child = spawn(node, ['dist/main.js'], {
-    cwd: dir,
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl,
-      PORT: String(port),
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout.on('data', (chunk) => (output += chunk));
-  child.stderr.on('data', (chunk) => (output += chunk));
-  const exited = once(child, 'exit');
-  for (let started = Date.now(); ;) {
-    if (child.exitCode !== null) throw new Error(`the app exited (${child.exitCode}):\n${output}`);
-    const up = await fetch(`${base}/`).then(
-      () => true,
-      () => false,
-    );
-    if (up) break;
-    if (Date.now() - started > 60_000) throw new Error(`the app did not listen within 60 s:\n${output}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  log(`node dist/main.js is listening on ${base}`);
-
-  // Two concurrent requests for one user: one holds the lease through the example's 2 s of work, the other is refused
-  // meanwhile; then the holder saves, fenced.
-  const sentAt = performance.now();
-  const first = request(`${base}/reports/7`, { method: 'POST' });
-  const second = request(`${base}/reports/7`, { method: 'POST' });
-  const refused = await Promise.race([first, second]);
-  const refusedAfterMs = performance.now() - sentAt;
-  log(
-    `one answer while the other runs: ${refused.status} Retry-After: ${refused.retryAfter} ${JSON.stringify(refused.body)}`,
-  );
-  check(refused.status === 409, 'the duplicate request is refused with 409');
-  check(Number(refused.retryAfter) >= 1, 'the 409 carries Retry-After');
-  check(refused.body?.targetKey === 'report:7', 'the 409 body names the target report:7');
-  const [a, b] = await Promise.all([first, second]);
-  const ranForMs = performance.now() - sentAt;
-  log(`the 409 came after ${refusedAfterMs.toFixed(0)} ms, the run's answer after ${ranForMs.toFixed(0)} ms`);
-  check(ranForMs >= 2_000, `the running request took the example's 2 s of work (${ranForMs.toFixed(0)} ms)`);
-  const saved = a === refused ? b : a;
-  log(`the other answer: ${saved.status} ${JSON.stringify(saved.body)}`);
-  check(saved.status === 201, 'the running request answers 201');
-
-  const db = new pg.Client({ connectionString: databaseUrl });
-  await db.connect();
+async function appMatrix(app, { tarball, packed, nodes, installBlocks, usageBlocks }) {
+  const buildStarted = performance.now();
+  const buildRow = { label: `${app.id} install + build`, failures: [] };
+  const check = checker(buildRow);
+  const say = (message) => log(`${app.id}: ${message}`);
+  const appRows = app.nodes.map((major) => ({
+    label: `${app.id} on Node ${major}`,
+    app,
+    major,
+    node: nodes.get(major).version,
+    failures: [],
+  }));
+  rows.push(...appRows);
+  const dir = join(work, app.id);
+  const blocks = installBlocks.filter((block) => block.subsection === app.subsection);
+  const override = blocks.find((block) => block.lang === 'json' && block.body.includes('"overrides"'));
   try {
-    const results = (await db.query('SELECT user_id, builds, fencing_token::text AS fencing_token FROM report')).rows;
-    const leases = (await db.query('SELECT count(*)::int AS n FROM job_lease WHERE lease_token IS NOT NULL')).rows[0].n;
-    const last = (await db.query('SELECT last_value::text AS v FROM job_lease_fencing_seq')).rows[0].v;
-    log(`report: ${JSON.stringify(results)}; job_lease rows: ${leases}; fencing sequence at ${last}`);
-    check(
-      results.length === 1 && results[0].user_id === 7 && results[0].builds === 1,
-      'one fenced save is in report (builds: 1: the refused request never ran)',
+    // 3. A fresh app: package.json (the subsection's overrides, if it gives any), then its install commands.
+    say(`── ${app.subsection} ──`);
+    mkdirSync(dir);
+    if (blocks.length === 0) throw new Error(`README Install has no "### ${app.subsection}" subsection`);
+    const overrides = override ? JSON.parse(`{${override.body}}`) : {};
+    const manifest = { name: 'consumer-app', private: true, ...(app.type && { type: app.type }), ...overrides };
+    writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+    const commands = installCommands(blocks, tarball);
+    if (commands.length === 0) throw new Error(`README "### ${app.subsection}" shows no npm install command`);
+    for (const { line, args } of commands) {
+      say(line.replace('nest-pg-lease', packed.filename));
+      const noise = npmNoise(await runSplit('npm', [...args, '--no-audit', '--no-fund'], dir));
+      for (const text of noise) console.log(`  ${app.id}: ${text}`);
+      check(
+        !noise.some((text) => /EBADENGINE/.test(text)),
+        `install is free of EBADENGINE on Node ${process.versions.node}`,
+      );
+      check(noise.length === 0, `install is quiet (no npm warnings): ${line.split(' ').slice(0, 3).join(' ')} …`);
+    }
+    const installed = JSON.parse(await run('npm', ['ls', '--json', '--depth=0'], dir)).dependencies;
+    const version = (name) => installed[name]?.version ?? '?';
+    say(
+      `installed: ${Object.entries(installed)
+        .map(([name, info]) => `${name}@${info.version}`)
+        .join(', ')}`,
     );
-    // The token the service saw inside the fence: the server's timeline in the high bits, a value of the lease's
-    // sequence in the low 40 (docs/failover.md, Fencing token layout).
-    const savedToken = BigInt(results[0]?.fencing_token ?? 0);
-    check(
-      results[0]?.fencing_token === saved.body?.fencingToken &&
-        savedToken >> 47n === 1n &&
-        BigInt(last) >= (savedToken & ((1n << 47n) - 1n)),
-      'the row carries the fencing token of the lease that saved it',
-    );
-    check(leases === 0, 'the lease was released');
+    const fileType = JSON.stringify(
+      JSON.parse(await run('npm', ['ls', 'file-type', '--json'], dir)).dependencies ?? {},
+    ).match(/"file-type":\{"version":"([^"]+)"/)?.[1];
+    say(`file-type resolved: ${fileType}`);
+    Object.assign(app, {
+      nest: version('@nestjs/core'),
+      typeorm: version('typeorm'),
+      typescript: version('typescript'),
+    });
 
-    const again = await request(`${base}/reports/7`, { method: 'POST' });
-    log(`after the release: ${again.status} ${JSON.stringify(again.body)}`);
+    // 4. The installed package: which build each module system gets, and that neither build loads the other.
+    const pkg = join(dir, 'node_modules/nest-pg-lease/dist');
+    const esmFiles = filesUnder(join(pkg, 'esm')).filter((file) => file.endsWith('.js'));
+    const cjsFiles = filesUnder(join(pkg, 'cjs')).filter((file) => file.endsWith('.js'));
+    const text = (build, file) => readFileSync(join(pkg, build, file), 'utf8');
     check(
-      again.status === 201 &&
-        again.body.builds === 2 &&
-        BigInt(again.body.fencingToken) > BigInt(saved.body.fencingToken),
-      'the next run gets the lease with a larger fencing token and saves builds: 2',
+      esmFiles.every((file) => !/\brequire\(|\/cjs\//.test(text('esm', file))),
+      `dist/esm: ${esmFiles.length} ES modules, none requires anything or names dist/cjs`,
     );
-    const other = await request(`${base}/reports/8`, { method: 'POST' });
-    check(other.status === 201, `another user's report runs independently: ${other.status}`);
-  } finally {
-    await db.end();
+    check(
+      cjsFiles.every((file) => !/^(import|export)\s|\bimport\(|\/esm\//m.test(text('cjs', file))),
+      `dist/cjs: ${cjsFiles.length} CommonJS modules, none imports anything or names dist/esm`,
+    );
+    const resolved = await resolveFrom(app.modules, 'nest-pg-lease', dir);
+    const expected = app.modules === 'ESM' ? '/dist/esm/index.js' : '/dist/cjs/index.js';
+    check(resolved.trim().endsWith(expected), `the ${app.modules} app resolves nest-pg-lease to ${expected}`);
+    const kit = await resolveFrom(app.modules, 'nest-pg-lease/testing', dir);
+    const kitExpected = app.modules === 'ESM' ? '/dist/esm/testing/index.js' : '/dist/cjs/testing/index.js';
+    check(kit.trim().endsWith(kitExpected), `the ${app.modules} app resolves nest-pg-lease/testing to ${kitExpected}`);
+
+    // 5. The README's Usage (and its tsconfig), file by file; plain tsc, every .d.ts checked.
+    const written = [...installBlocks, ...usageBlocks].filter((block) => fileOf(block));
+    for (const block of written) {
+      const path = join(dir, fileOf(block));
+      mkdirSync(dirname(path), { recursive: true });
+      writeFileSync(path, block.body);
+    }
+    say(`wrote from the README: ${written.map(fileOf).join(', ')}`);
+    writeFileSync(join(dir, 'src/testing-kit.check.ts'), TESTING_KIT_CHECK);
+    say('wrote src/testing-kit.check.ts (imports nest-pg-lease/testing)');
+    const tsconfig = readFileSync(join(dir, 'tsconfig.json'), 'utf8');
+    check(
+      /"strict": true/.test(tsconfig) && !/skipLibCheck/.test(tsconfig),
+      'tsconfig is strict, without skipLibCheck',
+    );
+    check(written.map(fileOf).includes('src/main.ts'), 'the README gives src/main.ts');
+    const compile = async (args, what) => {
+      say(`npx tsc ${args.join(' ')} …`);
+      const tsc = await capture('npx', ['--no-install', 'tsc', ...args], dir);
+      if (tsc.stdout.trim()) console.log(tsc.stdout.trim().replace(/^/gm, `  ${app.id}: `));
+      check(
+        tsc.status === 0,
+        `tsc ${app.typescript} (strict, no skipLibCheck) compiles the app ${what}: exit ${tsc.status}`,
+      );
+      return tsc.status === 0;
+    };
+    if (!(await compile(['-p', 'tsconfig.json'], `as ${app.modules}`))) throw new Error('the app does not compile');
+    if (app.node10) {
+      // TypeScript 6 deprecates node10 resolution; the apps that still use it are on TypeScript 5.
+      const deprecated = Number(app.typescript.split('.')[0]) >= 6 ? ['--ignoreDeprecations', '6.0'] : [];
+      await compile(
+        ['-p', 'tsconfig.json', '--noEmit', '--module', 'commonjs', '--moduleResolution', 'node10', ...deprecated],
+        'with "module": "commonjs" (node10 resolution)',
+      );
+    }
+    const main = readFileSync(join(dir, 'dist/app.module.js'), 'utf8');
+    check(
+      app.modules === 'ESM'
+        ? /^import .* from 'nest-pg-lease';$/m.test(main) && !/\brequire\(/.test(main)
+        : /\brequire\("nest-pg-lease"\)/.test(main) && !/^import /m.test(main),
+      `tsc emitted ${app.modules} (dist/app.module.js ${app.modules === 'ESM' ? 'imports' : 'requires'} nest-pg-lease)`,
+    );
+    notes.push(
+      `${app.id}: install + build ${seconds(buildStarted)} s (@nestjs/core ${app.nest}, typeorm ${app.typeorm}, ` +
+        `typescript ${app.typescript}, file-type ${fileType})`,
+    );
+  } catch (error) {
+    check(false, String(error?.message ?? error));
+  }
+  if (buildRow.failures.length > 0) {
+    for (const appRow of appRows) appRow.skipped = `${buildRow.label} failed`;
+    return;
   }
 
-  // Shutdown hooks: SIGTERM ends the app cleanly.
-  child.kill('SIGTERM');
-  const [code, signal] = await Promise.race([
-    exited,
-    new Promise((_, reject) =>
-      setTimeout(() => reject(new Error(`the app did not exit on SIGTERM:\n${output}`)), 30_000),
-    ),
-  ]);
-  check(code === 0 || signal === 'SIGTERM', `the app exits on SIGTERM (code ${code}, signal ${signal})`);
-  child = undefined;
-  if (/error/i.test(output)) console.log(output);
-  check(!/\bERROR\b/.test(output), 'the app logged no errors');
+  // 6. The built app on each Node.js major, side by side.
+  await Promise.all(
+    appRows.map(async (appRow) => {
+      const rowCheck = checker(appRow);
+      const live = startedBy();
+      log(`── ${appRow.label} (${appRow.node}) ──`);
+      const runStarted = performance.now();
+      try {
+        await proveApp({
+          dir,
+          node: nodes.get(appRow.major).binary,
+          serverUrl: server.url,
+          check: rowCheck,
+          log: (message) => log(`${appRow.label}: ${message}`),
+          live,
+        });
+      } catch (error) {
+        rowCheck(false, String(error?.message ?? error));
+      } finally {
+        end(live);
+      }
+      appRow.seconds = seconds(runStarted);
+    }),
+  );
+
+  // 7. The README's Node 20 override of file-type: needed on Node 20, not on Node ≥ 22. npm resolves the same
+  //    install commands without the override (a lock file only, nothing downloaded) under each Node.js.
+  if (!override) return;
+  await Promise.all(
+    appRows.map(async (appRow) => {
+      const rowCheck = checker(appRow);
+      const scratch = join(work, `${app.id}-engines-${appRow.major}`);
+      mkdirSync(scratch);
+      writeFileSync(
+        join(scratch, 'package.json'),
+        `${JSON.stringify({ name: 'engines', private: true, type: app.type })}\n`,
+      );
+      const warned = new Set();
+      for (const { args } of installCommands(blocks, tarball)) {
+        const result = await capture(
+          nodes.get(appRow.major).binary,
+          [npmCli(), ...args, '--package-lock-only', '--no-audit', '--no-fund'],
+          scratch,
+        );
+        if (result.status !== 0) {
+          rowCheck(false, `npm (lock only) failed on Node ${appRow.node}:\n${result.stderr}`);
+          return;
+        }
+        for (const match of result.stderr.matchAll(/EBADENGINE\s+package: '([^']+)'/g)) warned.add(match[1]);
+      }
+      const names = [...warned];
+      log(
+        `${appRow.label}: without the override on Node ${appRow.node}: ` +
+          `${names.length > 0 ? `EBADENGINE for ${names.join(', ')}` : 'no EBADENGINE'}`,
+      );
+      rowCheck(
+        appRow.major < 22
+          ? names.length > 0 && names.every((name) => name.startsWith('file-type@'))
+          : names.length === 0,
+        appRow.major < 22
+          ? `without the README's override, npm warns EBADENGINE on Node ${appRow.node} for file-type alone (the override is needed)`
+          : `without the README's override, npm is free of EBADENGINE on Node ${appRow.node} (none needed)`,
+      );
+      appRow.override = appRow.major < 22 ? 'needed' : 'not needed';
+    }),
+  );
 }
 
+const check = checker(packageRow);
 try {
   // 1. The tarball, exactly as `npm publish` would make it (prepack builds a clean dist), checked once.
   const packStarted = performance.now();
   log(`npm pack libs/lease (prepack builds dist/esm and dist/cjs) …`);
   const packed = JSON.parse(
-    run('npm', ['pack', '--json', '--pack-destination', work, '--loglevel=error'], join(repo, 'libs/lease')),
+    await run('npm', ['pack', '--json', '--pack-destination', work, '--loglevel=error'], join(repo, 'libs/lease')),
   )[0];
   const tarball = join(work, packed.filename);
   const files = packed.files.map((file) => file.path).sort();
@@ -368,8 +362,12 @@ try {
   check(!files.some((file) => /\.spec\./.test(file)), 'tarball has no spec files');
   check(!files.some((file) => /tsconfig|^scripts\//.test(file)), 'tarball has no tsconfig or build script');
   check(!files.some((file) => file.endsWith('.ts') && !file.endsWith('.d.ts')), 'tarball has no TypeScript sources');
-  // Types for every entry point and every resolution mode: node10, node16 from CJS and from ESM, bundler.
-  const attw = spawnSyncCapture(
+  // Types for every entry point and every resolution mode: node10, node16 from CJS and from ESM, bundler. The
+  // Node.js binaries of the matrix download meanwhile.
+  const majors = [...new Set(apps.flatMap((app) => app.nodes))].sort();
+  const binaries = Promise.all(majors.map((major) => nodeBinary(major)));
+  binaries.catch(() => undefined); // awaited below
+  const attw = await capture(
     process.execPath,
     [
       join(repo, 'node_modules/@arethetypeswrong/cli/dist/index.js'),
@@ -388,218 +386,19 @@ try {
 
   // 2. The Node.js binaries of the matrix, and one PostgreSQL (DATABASE_URL or embedded) for every run.
   const nodes = new Map();
-  for (const major of [...new Set(apps.flatMap((app) => app.nodes))].sort()) {
-    const binary = nodeBinary(major);
-    nodes.set(major, { binary, version: run(binary, ['--version'], repo).trim() });
+  for (const [i, binary] of (await binaries).entries()) {
+    nodes.set(majors[i], { binary, version: (await run(binary, ['--version'], repo)).trim() });
   }
   log(`Node.js: ${[...nodes.values()].map((node) => `${node.version} (${node.binary})`).join(', ')}`);
   server = await startPostgres();
 
   const installBlocks = readmeBlocks('Install');
   const usageBlocks = readmeBlocks('Usage').filter((block) => fileOf(block));
-  for (const app of apps) {
-    const buildStarted = performance.now();
-    row = { label: `${app.id} install + build`, failures: [] };
-    const appRows = app.nodes.map((major) => ({
-      label: `${app.id} on Node ${major}`,
-      app,
-      major,
-      node: nodes.get(major).version,
-      failures: [],
-    }));
-    rows.push(...appRows);
-    const dir = join(work, app.id);
-    const blocks = installBlocks.filter((block) => block.subsection === app.subsection);
-    const override = blocks.find((block) => block.lang === 'json' && block.body.includes('"overrides"'));
-    try {
-      // 3. A fresh app: package.json (the subsection's overrides, if it gives any), then its install commands.
-      log(`── ${app.subsection} ──`);
-      mkdirSync(dir);
-      if (blocks.length === 0) throw new Error(`README Install has no "### ${app.subsection}" subsection`);
-      const overrides = override ? JSON.parse(`{${override.body}}`) : {};
-      const manifest = { name: 'consumer-app', private: true, ...(app.type && { type: app.type }), ...overrides };
-      writeFileSync(join(dir, 'package.json'), `${JSON.stringify(manifest, null, 2)}\n`);
-      const commands = installCommands(blocks, tarball);
-      if (commands.length === 0) throw new Error(`README "### ${app.subsection}" shows no npm install command`);
-      for (const { line, args } of commands) {
-        log(line.replace('nest-pg-lease', packed.filename));
-        const noise = npmNoise(runSplit('npm', [...args, '--no-audit', '--no-fund'], dir));
-        for (const text of noise) console.log(`  ${text}`);
-        check(
-          !noise.some((text) => /EBADENGINE/.test(text)),
-          `install is free of EBADENGINE on Node ${process.versions.node}`,
-        );
-        check(noise.length === 0, `install is quiet (no npm warnings): ${line.split(' ').slice(0, 3).join(' ')} …`);
-      }
-      const installed = JSON.parse(run('npm', ['ls', '--json', '--depth=0'], dir)).dependencies;
-      const version = (name) => installed[name]?.version ?? '?';
-      log(
-        `installed: ${Object.entries(installed)
-          .map(([name, info]) => `${name}@${info.version}`)
-          .join(', ')}`,
-      );
-      const fileType = JSON.stringify(
-        JSON.parse(run('npm', ['ls', 'file-type', '--json'], dir)).dependencies ?? {},
-      ).match(/"file-type":\{"version":"([^"]+)"/)?.[1];
-      log(`file-type resolved: ${fileType}`);
-      Object.assign(app, {
-        nest: version('@nestjs/core'),
-        typeorm: version('typeorm'),
-        typescript: version('typescript'),
-      });
-
-      // 4. The installed package: which build each module system gets, and that neither build loads the other.
-      const pkg = join(dir, 'node_modules/nest-pg-lease/dist');
-      const esmFiles = filesUnder(join(pkg, 'esm')).filter((file) => file.endsWith('.js'));
-      const cjsFiles = filesUnder(join(pkg, 'cjs')).filter((file) => file.endsWith('.js'));
-      const text = (build, file) => readFileSync(join(pkg, build, file), 'utf8');
-      check(
-        esmFiles.every((file) => !/\brequire\(|\/cjs\//.test(text('esm', file))),
-        `dist/esm: ${esmFiles.length} ES modules, none requires anything or names dist/cjs`,
-      );
-      check(
-        cjsFiles.every((file) => !/^(import|export)\s|\bimport\(|\/esm\//m.test(text('cjs', file))),
-        `dist/cjs: ${cjsFiles.length} CommonJS modules, none imports anything or names dist/esm`,
-      );
-      const resolved =
-        app.modules === 'ESM'
-          ? run(
-              process.execPath,
-              ['--input-type=module', '-e', "console.log(import.meta.resolve('nest-pg-lease'))"],
-              dir,
-            )
-          : run(process.execPath, ['-e', "console.log(require.resolve('nest-pg-lease'))"], dir);
-      const expected = app.modules === 'ESM' ? '/dist/esm/index.js' : '/dist/cjs/index.js';
-      check(resolved.trim().endsWith(expected), `the ${app.modules} app resolves nest-pg-lease to ${expected}`);
-      const kit =
-        app.modules === 'ESM'
-          ? run(
-              process.execPath,
-              ['--input-type=module', '-e', "console.log(import.meta.resolve('nest-pg-lease/testing'))"],
-              dir,
-            )
-          : run(process.execPath, ['-e', "console.log(require.resolve('nest-pg-lease/testing'))"], dir);
-      const kitExpected = app.modules === 'ESM' ? '/dist/esm/testing/index.js' : '/dist/cjs/testing/index.js';
-      check(
-        kit.trim().endsWith(kitExpected),
-        `the ${app.modules} app resolves nest-pg-lease/testing to ${kitExpected}`,
-      );
-
-      // 5. The README's Usage (and its tsconfig), file by file; plain tsc, every .d.ts checked.
-      const written = [...installBlocks, ...usageBlocks].filter((block) => fileOf(block));
-      for (const block of written) {
-        const path = join(dir, fileOf(block));
-        mkdirSync(dirname(path), { recursive: true });
-        writeFileSync(path, block.body);
-      }
-      log(`wrote from the README: ${written.map(fileOf).join(', ')}`);
-      writeFileSync(join(dir, 'src/testing-kit.check.ts'), TESTING_KIT_CHECK);
-      log('wrote src/testing-kit.check.ts (imports nest-pg-lease/testing)');
-      const tsconfig = readFileSync(join(dir, 'tsconfig.json'), 'utf8');
-      check(
-        /"strict": true/.test(tsconfig) && !/skipLibCheck/.test(tsconfig),
-        'tsconfig is strict, without skipLibCheck',
-      );
-      check(written.map(fileOf).includes('src/main.ts'), 'the README gives src/main.ts');
-      const compile = (args, what) => {
-        log(`npx tsc ${args.join(' ')} …`);
-        const tsc = spawnSyncCapture('npx', ['--no-install', 'tsc', ...args], dir);
-        if (tsc.stdout.trim()) console.log(tsc.stdout.trim().replace(/^/gm, '  '));
-        check(
-          tsc.status === 0,
-          `tsc ${app.typescript} (strict, no skipLibCheck) compiles the app ${what}: exit ${tsc.status}`,
-        );
-        return tsc.status === 0;
-      };
-      if (!compile(['-p', 'tsconfig.json'], `as ${app.modules}`)) throw new Error('the app does not compile');
-      if (app.node10) {
-        // TypeScript 6 deprecates node10 resolution; the apps that still use it are on TypeScript 5.
-        const deprecated = Number(app.typescript.split('.')[0]) >= 6 ? ['--ignoreDeprecations', '6.0'] : [];
-        compile(
-          ['-p', 'tsconfig.json', '--noEmit', '--module', 'commonjs', '--moduleResolution', 'node10', ...deprecated],
-          'with "module": "commonjs" (node10 resolution)',
-        );
-      }
-      const main = readFileSync(join(dir, 'dist/app.module.js'), 'utf8');
-      check(
-        app.modules === 'ESM'
-          ? /^import .* from 'nest-pg-lease';$/m.test(main) && !/\brequire\(/.test(main)
-          : /\brequire\("nest-pg-lease"\)/.test(main) && !/^import /m.test(main),
-        `tsc emitted ${app.modules} (dist/app.module.js ${app.modules === 'ESM' ? 'imports' : 'requires'} nest-pg-lease)`,
-      );
-      notes.push(
-        `${app.id}: install + build ${seconds(buildStarted)} s (@nestjs/core ${app.nest}, typeorm ${app.typeorm}, ` +
-          `typescript ${app.typescript}, file-type ${fileType})`,
-      );
-    } catch (error) {
-      check(false, String(error?.message ?? error));
-    }
-    if (row.failures.length > 0) {
-      for (const appRow of appRows) appRow.skipped = `${row.label} failed`;
-      continue;
-    }
-
-    // 6. The built app on each Node.js major.
-    for (const appRow of appRows) {
-      row = appRow;
-      log(`── ${appRow.label} (${appRow.node}) ──`);
-      const runStarted = performance.now();
-      try {
-        await proveApp(dir, nodes.get(appRow.major).binary);
-      } catch (error) {
-        check(false, String(error?.message ?? error));
-        child?.kill('SIGKILL');
-        child = undefined;
-      }
-      appRow.seconds = seconds(runStarted);
-    }
-
-    // 7. The README's Node 20 override of file-type: needed on Node 20, not on Node ≥ 22. npm resolves the same
-    //    install commands without the override (a lock file only, nothing downloaded) under each Node.js.
-    if (override) {
-      for (const appRow of appRows) {
-        row = appRow;
-        const scratch = join(work, `${app.id}-engines-${appRow.major}`);
-        mkdirSync(scratch);
-        writeFileSync(
-          join(scratch, 'package.json'),
-          `${JSON.stringify({ name: 'engines', private: true, type: app.type })}\n`,
-        );
-        const warned = new Set();
-        let failed;
-        for (const { args } of installCommands(blocks, tarball)) {
-          const result = spawnSyncCapture(
-            nodes.get(appRow.major).binary,
-            [npmCli(), ...args, '--package-lock-only', '--no-audit', '--no-fund'],
-            scratch,
-          );
-          if (result.status !== 0) failed ??= `npm (lock only) failed on Node ${appRow.node}:\n${result.stderr}`;
-          for (const match of result.stderr.matchAll(/EBADENGINE\s+package: '([^']+)'/g)) warned.add(match[1]);
-        }
-        if (failed) {
-          check(false, failed);
-          continue;
-        }
-        const names = [...warned];
-        log(
-          `without the override on Node ${appRow.node}: ${names.length > 0 ? `EBADENGINE for ${names.join(', ')}` : 'no EBADENGINE'}`,
-        );
-        check(
-          appRow.major < 22
-            ? names.length > 0 && names.every((name) => name.startsWith('file-type@'))
-            : names.length === 0,
-          appRow.major < 22
-            ? `without the README's override, npm warns EBADENGINE on Node ${appRow.node} for file-type alone (the override is needed)`
-            : `without the README's override, npm is free of EBADENGINE on Node ${appRow.node} (none needed)`,
-        );
-        appRow.override = appRow.major < 22 ? 'needed' : 'not needed';
-      }
-    }
-  }
+  await Promise.all(apps.map((app) => appMatrix(app, { tarball, packed, nodes, installBlocks, usageBlocks })));
 } catch (error) {
   check(false, String(error?.stack ?? error));
 } finally {
-  child?.kill('SIGKILL');
+  for (const live of started) end(live);
   for (const databaseUrl of databases) await dropDatabase(server.url, databaseUrl).catch(() => undefined);
   await server?.destroy();
   rmSync(work, { recursive: true, force: true });

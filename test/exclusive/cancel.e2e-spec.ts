@@ -192,7 +192,10 @@ describe('teardown during acquisition aborts the wait and releases a late lease'
         'nothing held',
       );
       await eventually(
-        () => db.admin.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event = 'PgSleep'`),
+        () =>
+          db.admin.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`,
+          ),
         (r) => r.rows[0].n === 0,
         'the stalled statement to finish',
       );

@@ -59,29 +59,30 @@ afterEach(async () => {
   await db?.drop();
 });
 
-// 32 loops × 20 leases × 4 writes = 2,560 fenced writes. On one key the loops wait in line (every lease is a
-// handoff); on 100 keys they try once and move on when busy. The duration is only a cap for a very loaded machine.
+// 32 loops × 10 leases × 4 writes = 1,280 fenced writes. On one key the loops wait in line (every lease is a
+// handoff: 320 of them, each judged by the checker as the 640 of a longer run would be); on 100 keys they try once
+// and move on when busy. The duration is only a cap for a very loaded machine.
 const contention = (keyCount: number): LoopPlan => ({
   loops: 8,
   keys: keys(keyCount),
-  iterations: 20,
+  iterations: 10,
   durationMs: 90_000,
   workMs: 2,
   writesPerLease: 4,
   waitTimeoutMs: keyCount === 1 ? 20_000 : 0,
 });
 
-test('contention on 1 key: 4 processes × 8 loops, ≥ 2,000 fenced writes, no violation', async () => {
+test('contention on 1 key: 4 processes × 8 loops, ≥ 1,000 fenced writes, no violation', async () => {
   const result = await scenario('contention 1 key', contention(1));
   expect(result.violations).toEqual([]);
-  expect(result.writes).toBeGreaterThanOrEqual(2_000);
+  expect(result.writes).toBeGreaterThanOrEqual(1_000);
   expect(result.acked).toBe(result.writes);
 });
 
-test('contention on 100 keys: 4 processes × 8 loops, ≥ 2,000 fenced writes, no violation', async () => {
+test('contention on 100 keys: 4 processes × 8 loops, ≥ 1,000 fenced writes, no violation', async () => {
   const result = await scenario('contention 100 keys', contention(100));
   expect(result.violations).toEqual([]);
-  expect(result.writes).toBeGreaterThanOrEqual(2_000);
+  expect(result.writes).toBeGreaterThanOrEqual(1_000);
   expect(result.acked).toBe(result.writes);
 });
 

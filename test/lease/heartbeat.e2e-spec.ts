@@ -162,8 +162,10 @@ describe('heartbeats and takeover', () => {
         (text) =>
           !/UPDATE .*job_lease.* SET updated_at/s.test(text) && !setup.includes(text) && !drainReads.includes(text),
       );
-      // Every tick is a single statement for all 200 leases (the count may be one ahead of the observed ticks).
-      expect(renewals.length).toBeGreaterThanOrEqual(5);
+      // Every tick is a single statement for all 200 leases. The count may be one ahead of the observed ticks (a
+      // statement sent after the last one counted), or one behind (a tick whose statement went out before the count
+      // began and was answered after: on a loaded machine, a round trip can span that moment).
+      expect(renewals.length).toBeGreaterThanOrEqual(ticks - 1);
       expect(renewals.length).toBeLessThanOrEqual(ticks + 1);
       expect(others).toEqual([]);
       // Other backends' statistics reach the shared view within a few seconds (PostgreSQL batches their flushes).

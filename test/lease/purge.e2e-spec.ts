@@ -45,7 +45,11 @@ describe('purging free rows', () => {
   });
 
   const sleeping = async () =>
-    (await db.admin.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'`)).rows.length;
+    (
+      await db.admin.query(
+        `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`,
+      )
+    ).rows.length;
 
   const tokenOf = async (key: string) => {
     const { rows } = await db.admin.query<{ t: string }>(

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import {
   type Lease,
   type LeaseEvent,
@@ -16,6 +17,28 @@ import { eventually, type OpenedService, useTestDatabase } from '../support/db.j
  * Semaphores (`limit`): up to n holders of one key, each slot a lease of its own (token, fencing token, heartbeat,
  * fenced writes, loss and takeover), the (n + 1)-th refused or waiting in the key's one priority line.
  */
+/**
+ * The slot attempts (`WITH key_slots …`) the connections named `applicationName` have had answered from now on: the
+ * services run in this Jest process, so a wrapper of pg's client sees their statements and answers.
+ */
+function slotAttemptsOf(applicationName: string): { readonly answered: number; stop(): void } {
+  const original = pg.Client.prototype.query;
+  const counter = { answered: 0, stop: () => void (pg.Client.prototype.query = original) };
+  pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
+    const text = typeof config === 'string' ? config : (config as { text?: string })?.text;
+    const from = (this as { connectionParameters?: { application_name?: string } }).connectionParameters
+      ?.application_name;
+    const result = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
+    if (from === applicationName && text?.trimStart().startsWith('WITH key_slots') && result instanceof Promise)
+      result.then(
+        () => counter.answered++,
+        () => undefined,
+      );
+    return result;
+  } as typeof original;
+  return counter;
+}
+
 describe('semaphores (limit)', () => {
   const db = useTestDatabase('semaphore');
   let a: OpenedService;
@@ -192,10 +215,16 @@ describe('semaphores (limit)', () => {
       (await a.service.tryAcquire(key, { limit: 2 }))!,
       (await a.service.tryAcquire(key, { limit: 2 }))!,
     ];
-    // A process whose waiter hears nothing (wake-ups dropped, poll slow): it stays queued while a slot is free.
-    const c = await db.open({ owner: 'c', timing: { waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 } });
+    // A process whose waiter hears nothing (wake-ups dropped, poll slow): it stays queued while a slot is free. One
+    // statement connection, named after an owner no other file has (its connections too), so `untilAsleep` can watch it.
+    const owner = `c-${randomBytes(3).toString('hex')}`;
+    const c = await db.open(
+      { owner, connections: { poolSize: 1 }, timing: { waitPollIntervalMs: 60_000, waiterTimeoutMs: 30_000 } },
+      owner,
+    );
     const woken: string[] = [];
     interceptHeadWakeups(c.service, (wakeup) => woken.push(wakeup.waiterId));
+    const attempts = slotAttemptsOf(`${owner}:statements`);
     const stop = new AbortController();
     const waiting = c.service.acquire(key, {
       limit: 2,
@@ -203,11 +232,15 @@ describe('semaphores (limit)', () => {
       onBusy: { wait: { timeoutMs: 30_000 } },
       signal: stop.signal,
     });
+    // Queued, and its first attempt as a waiter over (its second slot attempt answered: the one that queued it, then
+    // its first as a waiter): were that attempt still to come after the release, the waiter (the head of the line)
+    // would rightly take the freed slot itself.
     await eventually(
-      () => a.service.list(key),
-      (rows) => rows.some((row) => row.state === 'waiting'),
-      'queued',
+      () => attempts.answered,
+      (n) => n >= 2,
+      'the waiter asleep after its first attempt in line',
     );
+    attempts.stop();
     await holders[0].release();
     await eventually(
       () => woken,

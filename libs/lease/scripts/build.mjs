@@ -4,12 +4,13 @@
 // one line re-exporting its CommonJS twin — an ES module may import a CommonJS one, so TypeScript reads the same
 // declarations either way, and @arethetypeswrong/cli finds each entry point's types in its own module system. Both builds compile every file under src (tsconfig.lib.json's `include`), so the build does not depend on the
 // source layout; what it checks at the end is that every file package.json names (`main`, `types`, `exports`,
-// `typesVersions`) was built, and that `typesVersions` lists every subpath of `exports`.
+// `typesVersions`) was built, that `typesVersions` lists every subpath of `exports`, and that nothing built starts a
+// process (the PostgreSQL launcher of this repository's tests lives in libs/pg-harness, which is not published).
 //
 //   node scripts/build.mjs           the workspace's build (npm run build:lib): overwrites dist in place
 //   node scripts/build.mjs --clean   the package's build (prepack): removes dist first, so nothing stale is packed
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +51,14 @@ for (const subpath of Object.keys(manifest.exports)) {
   const name = subpath.slice(2);
   if (name && name !== 'package.json' && !manifest.typesVersions?.['*']?.[name]) {
     problems.push(`exports has ${subpath} but typesVersions["*"] has no "${name}"`);
+  }
+}
+// The package starts no process: `nest-pg-lease/testing` works on a PostgreSQL the application's tests provide. The
+// sources are read (what both builds compile: src without its specs), not dist, which the in-place build keeps.
+for (const file of readdirSync(join(lib, 'src'), { recursive: true, encoding: 'utf8' })) {
+  if (!/\.ts$/.test(file) || /\.spec\.ts$/.test(file)) continue;
+  if (/\bchild_process\b/.test(readFileSync(join(lib, 'src', file), 'utf8'))) {
+    problems.push(`src/${file} uses node:child_process: the published package starts no process`);
   }
 }
 if (problems.length > 0) {

@@ -1,6 +1,6 @@
 /**
- * A real PostgreSQL for this repository's tests, the demo and the benchmarks: the published testing kit's embedded
- * server (`nest-pg-lease/testing`), compiled here from its source so that plain `node` scripts and Jest's global
- * setup can load it before the library is built. After an edit there, `npm run build:harness`.
+ * A real PostgreSQL for this repository's tests, the demo and the benchmarks (not published: `nest-pg-lease/testing`
+ * starts no server, its users bring their own). Compiled on its own (`npm ci`, `npm run build:harness`) so that plain
+ * `node` scripts and Jest's global setup can load it before the library is built.
  */
-export * from '../../lease/src/testing/embedded-postgres.js';
+export * from './embedded-postgres.js';

@@ -350,6 +350,11 @@ export const messages = {
     "target is busy. Use onBusy 'throw', or call a provider method that has it",
   noLeaseRow: (helper: string, targetKey: string) =>
     `${helper}: no lease row for "${targetKey}" (acquire the lease first)`,
+  noTestRunnerHooks: (helper: string) =>
+    `${helper} needs the test runner's global beforeAll/afterAll (Jest; Vitest with globals)`,
+  noTestServer: (helper: string) =>
+    `${helper} needs a PostgreSQL server: set DATABASE_URL (a server of yours, a CI service, one testcontainers ` +
+    'starts) or pass { serverUrl }',
 };
 
 /** An error (or any thrown value) as one line of a log message. */

