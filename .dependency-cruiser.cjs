@@ -60,6 +60,75 @@ module.exports = {
       to: { path: [area('exclusive'), area('leader'), area('transport')] },
     },
     {
+      name: 'core-through-contract',
+      severity: 'error',
+      comment:
+        'The acquisition core (engine/) calls its backend only through core/backend.ts: it never imports the store ' +
+        "or the database (SQL, connections, group commit are the PostgreSQL backend's).",
+      from: { path: area('engine') },
+      to: { path: [area('store'), area('database')] },
+    },
+    {
+      name: 'core-builds-postgres-once',
+      severity: 'error',
+      comment:
+        'Only lease-engine.ts names the PostgreSQL backend (the default backend of a DataSource); the core never ' +
+        'names the memory backend (the testing kit builds the engine over it).',
+      from: { path: area('engine'), pathNot: `${SRC}engine/lease-engine\\.ts$` },
+      to: { path: [area('core/postgres'), area('core/memory')] },
+    },
+    {
+      name: 'core-never-memory',
+      severity: 'error',
+      comment: "The memory backend is the testing kit's: the engine never imports it.",
+      from: { path: area('engine') },
+      to: { path: area('core/memory') },
+    },
+    {
+      name: 'contract-is-types',
+      severity: 'error',
+      comment:
+        "The contract (core/backend.ts) holds no code of a backend: it imports the store's row types only, " +
+        'type-only, and nothing of the database, the engine or a backend.',
+      from: { path: `${SRC}core/backend\\.ts$` },
+      to: {
+        path: SRC,
+        pathNot: [
+          `${SRC}store/(store\\.types|join-store|operator-store|preempt-store|semaphore-store)\\.ts$`,
+          `${SRC}store/sql/statement-faults\\.ts$`,
+          `${SRC}options/engine-settings\\.ts$`,
+        ],
+      },
+    },
+    {
+      name: 'contract-types-only',
+      severity: 'error',
+      comment: 'What the contract takes from the store is types, never values.',
+      from: { path: `${SRC}core/backend\\.ts$` },
+      to: { path: area('store'), dependencyTypesNot: ['type-only'] },
+    },
+    {
+      name: 'backend-not-core',
+      severity: 'error',
+      comment: 'A backend implements the contract; it never imports the core (engine/) or a door.',
+      from: { path: [area('core/postgres'), area('core/memory')] },
+      to: { path: [area('engine'), area('exclusive'), area('leader'), area('transport'), area('testing')] },
+    },
+    {
+      name: 'memory-backend-no-sql',
+      severity: 'error',
+      comment: 'The memory backend knows the contract, not the store, the database or the PostgreSQL backend.',
+      from: { path: area('core/memory') },
+      to: { path: [area('store'), area('database'), area('core/postgres')] },
+    },
+    {
+      name: 'store-below-contract',
+      severity: 'error',
+      comment: 'The store and the database never import the core area, the contract excepted.',
+      from: { path: [area('store'), area('database')] },
+      to: { path: area('core'), pathNot: `${SRC}core/backend\\.ts$` },
+    },
+    {
       name: 'leader-not-door',
       severity: 'error',
       comment: 'Leader election builds on the engine; the door (sticky @Exclusive) uses it, never the reverse.',

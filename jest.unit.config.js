@@ -1,4 +1,5 @@
-// The unit tier: fast specs next to the code (libs/**/*.spec.ts), no PostgreSQL, no global setup. `npm run test:unit`.
+// The unit tier: fast specs next to the code (libs/**/*.spec.ts) and the memory half of the lease contract, no
+// PostgreSQL, no global setup. `npm run test:unit`.
 // `npm test` (jest.config.js) runs them too, with everything else.
 import base from './jest.config.js';
 
@@ -8,7 +9,8 @@ const { maxWorkers: _e2eWorkers, ...shared } = base;
 /** @type {import('jest').Config} */
 export default {
   ...shared,
-  testMatch: ['<rootDir>/libs/**/*.spec.ts'],
+  // The lease contract over the memory backend needs no PostgreSQL: it belongs here (test/contract/).
+  testMatch: ['<rootDir>/libs/**/*.spec.ts', '<rootDir>/test/contract/memory.e2e-spec.ts'],
   globalSetup: undefined,
   globalTeardown: undefined,
   testTimeout: 10_000,

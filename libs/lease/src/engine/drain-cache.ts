@@ -9,7 +9,7 @@ import type { Logger } from '@nestjs/common';
 import { LeaseDrainedError } from '../errors/lease.errors.js';
 import type { DrainEntry } from '../interfaces/lease-operator.interface.js';
 import { DRAIN_REFRESH_MS } from '../options/bounds.js';
-import { OperatorStore } from '../store/operator-store.js';
+import type { OperatorBackend } from '../core/backend.js';
 
 export class DrainCache {
   private keys = new Map<string, DrainEntry>();
@@ -21,7 +21,7 @@ export class DrainCache {
   private failing = false;
 
   constructor(
-    readonly store: OperatorStore,
+    readonly store: OperatorBackend,
     private readonly logger: Logger,
     /** Tracks a refresh for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
@@ -57,7 +57,7 @@ export class DrainCache {
           this.templates = new Map(drains.filter((d) => d.kind === 'template').map((d) => [d.subject, d]));
         },
         (error: unknown) => {
-          if (OperatorStore.missingTable(error)) {
+          if (this.store.missingTable(error)) {
             if (!this.warned) this.logger.warn(`Drains are off in this process: ${String(error)}`);
             this.warned = true;
             return;

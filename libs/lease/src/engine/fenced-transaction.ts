@@ -1,19 +1,17 @@
 /**
  * `fenced()`: the lease row locked and its token checked in the transaction that runs the work, and nested `fenced()`
- * calls of the same lease joined in savepoints. Its collaborators are given explicitly: the database (transactions),
- * the store (the locking statement) and `lose` (the engine's loss of a lease).
+ * calls of the same lease joined in savepoints. Its collaborators are given explicitly: the backend's fence (the transaction,
+ * the locking statement) and `lose` (the engine's loss of a lease).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
-import type { LeaseDatabase } from '../database/lease-database.js';
 import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
 import { LeaseArgumentError, LeaseLostError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { FencedOptions } from '../interfaces/lease.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
 import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import { timelineOf } from '../store/sql/fencing-token.js';
+import type { FenceBackend } from '../core/backend.js';
 import type { HeldLease } from './held-lease.js';
 
 /** How the engine loses a lease (its signal, its event, its log line). */
@@ -40,8 +38,7 @@ export class FencedTransactions {
   private readonly fences = new AsyncLocalStorage<ReadonlyMap<HeldLease, OpenFence>>();
 
   constructor(
-    private readonly database: LeaseDatabase,
-    private readonly store: LeaseStore,
+    private readonly fence: FenceBackend,
     private readonly lose: LoseLease,
     private readonly releasedBySave: ReleasedBySave,
   ) {}
@@ -91,19 +88,19 @@ export class FencedTransactions {
     release: boolean,
   ): Promise<T> {
     const onLockFailed = () => (step.lockFailed = true);
-    return this.database
+    return this.fence
       .transaction(async (manager) => {
-        let locked: Awaited<ReturnType<LeaseStore['fence']['lockForFence']>>;
+        let locked: Awaited<ReturnType<FenceBackend['lock']>>;
         try {
           // The row lock is waited for no longer than the lease may still be used.
-          locked = await this.store.fence.lockForFence(manager, lease.row, lease.deadline - performance.now());
+          locked = await this.fence.lock(manager, lease.row, lease.deadline - performance.now());
         } catch (error) {
           onLockFailed();
           throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
         }
         const { leaseToken: token, timeline, forced, preemptOf } = locked;
         // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
-        const acquiredIn = timelineOf(lease.fencingToken);
+        const acquiredIn = this.fence.timelineOf(lease.fencingToken);
         if (timeline !== acquiredIn) {
           const detail = `timeline ${acquiredIn} → ${timeline}`;
           this.lose(lease, 'failover', detail);
@@ -127,7 +124,7 @@ export class FencedTransactions {
         if (!lease.isHeld()) throw this.refuse(lease);
         // The release rides on this transaction: the row lock is ours, so it cannot find another holder's token.
         if (release) {
-          await this.store.fence.releaseWithin(manager, lease.row, lease.token);
+          await this.fence.releaseWithin(manager, lease.row, lease.token);
           lease.releasingWithSave = true;
         }
         return result;

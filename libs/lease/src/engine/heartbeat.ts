@@ -58,26 +58,29 @@ export function batchedHeartbeat<M>(
   return interval(intervalMs).pipe(
     map(() => members()),
     filter((batch) => batch.length > 0),
-    exhaustMap((batch) => {
-      const sentAt = performance.now();
-      return defer(() => renew(batch)).pipe(
-        map((outcome): HeartbeatTick<M> => {
-          const latencyMs = performance.now() - sentAt;
-          if (outcome instanceof Set) return { batch, sentAt, latencyMs, kept: outcome };
-          const {
-            kept,
-            skipped = NONE,
-            expired = NONE,
-            failover = NONE,
-            forced = NONE,
-            preempted = NONE,
-          } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
-          return { batch, sentAt, latencyMs, kept, skipped, expired, failover, forced, preempted };
-        }),
-        catchError((error: unknown) =>
-          of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error }),
-        ),
-      );
+    exhaustMap((batch) => renewTick(batch, renew)),
+  );
+}
+
+/** One renewal of `batch`, as a heartbeat tick (never rejecting: a failure is the tick's `error`). */
+export function renewTick<M>(batch: M[], renew: (batch: M[]) => Promise<RenewOutcome>): Observable<HeartbeatTick<M>> {
+  const sentAt = performance.now();
+  return defer(() => renew(batch)).pipe(
+    map((outcome): HeartbeatTick<M> => {
+      const latencyMs = performance.now() - sentAt;
+      if (outcome instanceof Set) return { batch, sentAt, latencyMs, kept: outcome };
+      const {
+        kept,
+        skipped = NONE,
+        expired = NONE,
+        failover = NONE,
+        forced = NONE,
+        preempted = NONE,
+      } = outcome as Exclude<RenewOutcome, ReadonlySet<string>>;
+      return { batch, sentAt, latencyMs, kept, skipped, expired, failover, forced, preempted };
     }),
+    catchError((error: unknown) =>
+      of<HeartbeatTick<M>>({ batch, sentAt, latencyMs: performance.now() - sentAt, error }),
+    ),
   );
 }

@@ -6,7 +6,7 @@ import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import type { HolderSpan } from '../observability/tracing.js';
 import { NO_KEY_TEMPLATE } from '../options/call-input.js';
 import { OWN_ROW_SLOT, slotOfRow } from '../options/slot-limits.js';
-import type { RowRef } from '../store/store.types.js';
+import type { RowRef } from '../core/backend.js';
 
 /** What a lease handle needs from the engine that made it. */
 export interface LeaseHandleOwner {

@@ -11,7 +11,7 @@ import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import type { LeaseCall } from '../options/busy-policy.js';
-import type { JoinOutcome, JoinWatch, RemoteJoins, SettledOutcome } from '../store/join-store.js';
+import type { JoinOutcome, JoinWatch, RemoteJoins, SettledOutcome } from '../core/backend.js';
 import { settleBy } from '../util/settle-by.js';
 
 /** A lease entered by the engine, and how to leave it (`LeaseEngine`'s `LeaseEntry`). */

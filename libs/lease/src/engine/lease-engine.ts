@@ -2,10 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { type BeforeApplicationShutdown, Logger, type OnModuleInit } from '@nestjs/common';
 import { type Observable, Subject } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { BootstrapChecks } from './bootstrap-checks.js';
 import { FencedTransactions } from './fenced-transaction.js';
 import { JoinRuns } from './join-runs.js';
-import { JoinResults } from '../store/join-store.js';
 import { LeaseHeartbeat } from './lease-heartbeat.js';
 import { snapshotsOf } from './lease-snapshot.js';
 import { grantedEvent, lostEvent, releasedEvent } from './lease-events.js';
@@ -19,16 +17,13 @@ import { failingAsUnavailable, unavailableOr } from '../errors/database-errors.j
 import { messages } from '../errors/lease.messages.js';
 import { LeaseShutdownError, LeaseUnavailableError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
-import { closeStepMs, connectBoundMs, connectionCloseMs } from '../options/bounds.js';
+import { closeStepMs } from '../options/bounds.js';
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import { BorrowedLease, HeldLease, type LeaseHandleOwner } from './held-lease.js';
-import { LeaseDatabase, type LeaseDataSourceRef } from '../database/lease-database.js';
 import { LeaseContext } from './lease-context.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
-import { LeaseStore } from '../store/lease-store.js';
-import { DedicatedConnection } from '../database/dedicated-connection.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
 import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
@@ -39,16 +34,11 @@ import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-qu
 import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './semaphore.js';
 import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
-import type { AcquiredRow } from '../store/store.types.js';
-import type { StatementFaults } from '../store/sql/statement-faults.js';
+import type { AcquiredRow, BackendFactory, LeaseBackend, StatementFaults } from '../core/backend.js';
+import { backendFor, type LeaseDataSourceRef } from '../core/postgres/postgres-backend.js';
 
 /** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
 const ACQUIRE = 'acquire a lease on';
-
-/** A call about to wait, queued by its first attempt when refused. */
-interface QueueAs {
-  readonly waiter: Waiter;
-}
 
 /**
  * The one engine behind every door (`LeaseService`'s methods, `@Exclusive` on controllers and on providers):
@@ -66,7 +56,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   // Named after the public class: that is the name users know from the log lines.
   private readonly logger = new Logger('LeaseService');
   private readonly events = new Subject<LeaseEvent>();
-  private readonly store: LeaseStore;
+  /** Where the rows live (PostgreSQL, or the testing kit's memory). */
+  readonly backend: LeaseBackend;
   private readonly context = new LeaseContext();
   private readonly held = new Map<string, HeldLease>();
   private readonly drain = new ShutdownDrain(this.held, this.logger);
@@ -78,11 +69,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly limits = new WaiterLimits();
   private readonly queue: WaitQueue;
-  private readonly heartbeatConnection: DedicatedConnection;
-  private readonly waiterHeartbeatConnection: DedicatedConnection;
   private closing?: Promise<void>;
-  private readonly database: LeaseDatabase;
-  private readonly checks: BootstrapChecks;
   private readonly heartbeat: LeaseHeartbeat;
   private readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
@@ -93,84 +80,50 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** When a refused caller may retry (`LeaseBusyError.retryAfterMs`), from this engine's events and refusals. */
   private readonly estimates: RetryAfterEstimates;
 
-  constructor(dataSource: DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
+  /** Over PostgreSQL (a DataSource, or the module's reference to one), or over the backend `source` builds. */
+  constructor(source: DataSource | LeaseDataSourceRef | BackendFactory, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
     this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs);
     const track = <T>(work: Promise<T>) => this.track(work);
     void loadTracing();
-    this.database = new LeaseDatabase(dataSource, this.options);
+    this.backend = backendFor(source, this.options, this.logger);
     this.events$ = this.events.asObservable();
-    // Outside a transaction pooler the heartbeat connections are sessions of their own: bounded by session settings,
-    // a renewal is one statement, one round trip. Through the pooler each renewal frames its own bounds.
-    const ownSessions = this.options.pooler !== 'transaction' || this.options.sessionUrl !== null;
-    const { heartbeatIntervalMs, waiterHeartbeatIntervalMs } = this.options;
-    const closeMs = connectionCloseMs(this.options);
-    // Opening a connection may take longer than a tick (a busy server's fork and authentication): the tick fails, the
-    // connection goes on opening within its own bound, and the next tick uses it. Cut at every tick instead, a
-    // connection slower than one interval would never open, and every lease would be lost.
-    const connectMs = connectBoundMs(this.options);
-    this.heartbeatConnection = new DedicatedConnection(
-      () => this.database.sessionConfig('heartbeat'),
-      connectMs,
-      ownSessions ? heartbeatIntervalMs : undefined,
-      closeMs,
-    );
-    // Waiters renew on a connection of their own: a slow or failing waiter renewal must never delay a lease renewal.
-    this.waiterHeartbeatConnection = new DedicatedConnection(
-      () => this.database.sessionConfig('waiters'),
-      connectMs,
-      ownSessions ? waiterHeartbeatIntervalMs : undefined,
-      closeMs,
-    );
-    this.store = new LeaseStore(
-      this.database.statements,
-      this.heartbeatConnection,
-      this.options,
-      this.waiterHeartbeatConnection,
-    );
     this.queue = new WaitQueue(
-      this.store,
+      this.backend,
       this.options,
-      () => this.database.sessionConfig('listen'),
-      (waiter) =>
-        this.preemption.attempt(waiter, () =>
-          this.attempt(waiter.targetKey, waiter.priority, waiter.holdAtLeastMs, waiter, undefined, waiter.keyTemplate, {
-            limit: this.limits.of(waiter),
-          }),
-        ),
+      (waiter) => this.preemption.attempt(waiter, () => this.attempt(this.requestOf(waiter), { waiter })),
       this.logger,
       ({ targetKey, keyTemplate, holdAtLeastMs: holdMs }) =>
         this.estimates.estimate({ targetKey, keyTemplate: keyTemplateOf(keyTemplate), holdMs }),
     );
-    this.preemption = new Preemption(this.store.preempt, this.options.owner, {
+    this.preemption = new Preemption(this.backend.preempt, this.options.owner, {
       held: this.held,
       lose: (lease, reason) => this.lose(lease, reason),
       emit: (event) => this.emit(event),
       adopt: (request, leaseToken, row) => this.track(this.adopt(request, leaseToken, row)),
     });
-    this.joins = new JoinRuns(this, new JoinResults(this.database, this.options, this.logger));
-    this.checks = new BootstrapChecks(this.database, this.store, this.options, this.logger);
-    this.telemetry = new LeaseTelemetry(this.options, this.store, (event) => this.emit(event), track);
-    this.purges = new PurgeSchedule(this.store, this.logger, track, () => this.closing !== undefined);
+    this.joins = new JoinRuns(this, this.backend.joins);
+    this.telemetry = new LeaseTelemetry(this.options, this.backend, (event) => this.emit(event), track);
+    this.purges = new PurgeSchedule(this.backend, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
     this.heartbeat = new LeaseHeartbeat(
-      this.store,
+      this.backend,
       this.options,
       this.logger,
       this.held,
       lose,
       (event) => this.emit(event),
-      () => void this.track(this.checks.settleAgain()),
+      () => void this.track(this.backend.settleAgain()),
     );
     const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
-    this.fencing = new FencedTransactions(this.database, this.store, lose, releasedBySave);
-    this.operator = new OperatorHooks(this.database.statements, this.options, this.logger, this.events$, track);
-    this.retries = new ReleaseRetries(this.store, this.options, this.logger, track, () => this.drain.ended);
+    this.fencing = new FencedTransactions(this.backend.fence, lose, releasedBySave);
+    this.operator = new OperatorHooks(this.backend.operator, this.options, this.logger, this.events$, track);
+    this.retries = new ReleaseRetries(this.backend, this.options, this.logger, track, () => this.drain.ended);
   }
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
   async init(): Promise<void> {
-    const [systemId] = await Promise.all([this.checks.run(), loadTracing()]);
+    const [systemId] = await Promise.all([this.backend.open(), loadTracing()]);
     this.heartbeat.systemId = systemId;
     await this.operator.start();
     this.purges.start();
@@ -183,7 +136,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** Test-only defects of the statements (the fault schedule's negative controls; through `internal.ts`). */
   useStatementFaults(faults: StatementFaults): void {
-    this.store.useStatementFaults(faults);
+    this.backend.useStatementFaults?.(faults);
   }
 
   async onModuleInit(): Promise<void> {
@@ -217,11 +170,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       const retried = this.retries.retryAll();
       await within('releases', Promise.all([...releases, ...retried, this.settled()]));
       this.heartbeat.stop();
-      await Promise.all([this.heartbeatConnection.close(), this.waiterHeartbeatConnection.close()]);
+      await this.backend.closeHeartbeats();
       this.retries.clear();
       await this.operator.stop();
       this.events.complete();
-      await this.database.close().catch((error: unknown) => this.logger.warn(`Shutdown: ${String(error)}`));
+      await this.backend.close().catch((error: unknown) => this.logger.warn(`Shutdown: ${String(error)}`));
     })();
     return this.closing;
   }
@@ -240,6 +193,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.inFlight.add(settled);
     void settled.then(() => this.inFlight.delete(settled));
     return work;
+  }
+
+  /** One renewal of the held leases now (the testing kit's controls: a loss is heard at once). */
+  renewNow(): Promise<void> {
+    return this.heartbeat.renewNow();
   }
 
   /** Whether the lease heartbeat runs (tests, through `internal.ts`). */
@@ -304,8 +262,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
   private async tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
-    const { targetKey, priority, holdMs, keyTemplate } = request;
-    const lease = await this.attempt(targetKey, priority, holdMs, undefined, undefined, keyTemplate, request);
+    const lease = await this.attempt(request);
     if (!lease) {
       this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
     }
@@ -329,8 +286,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const queues = waitTimeoutMs > 0 && request.limit === 1;
     const waiter = queues ? this.queue.reserve(targetKey, priority, holdMs, keyTemplate) : null;
     if (waiter && graceMs !== undefined) this.preemption.track(waiter, request, graceMs);
-    const first = () =>
-      this.attempt(targetKey, priority, holdMs, undefined, waiter ? { waiter } : undefined, keyTemplate, request);
+    const first = () => this.attempt(request, { queueAs: waiter ?? undefined });
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
     // up at its own deadline, and what the statement brings after that is given back (below).
     const lease = await settleBy(
@@ -340,7 +296,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
       (late) => {
         if (late) void late.release();
-        else if (waiter?.place) void this.store.waiters.dequeue(targetKey, waiter.id).catch(() => undefined);
+        else if (waiter?.place) void this.backend.waiters.dequeue(targetKey, waiter.id).catch(() => undefined);
       },
     ).catch((error: unknown) => {
       if (waiter) this.queue.unreserve(waiter);
@@ -383,7 +339,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** Holders and waiters (each target's waiters in grant order), for dashboards and health checks. */
   async list(targetKey?: string): Promise<LeaseSnapshot[]> {
-    const rows = await this.store.snapshot(targetKey).catch((error: unknown) => {
+    const rows = await this.backend.snapshot(targetKey).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, targetKey === undefined ? 'list leases' : 'list the leases of');
     });
     return snapshotsOf(rows, this.options.owner);
@@ -428,17 +384,21 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     });
   }
 
-  /** One acquire statement. A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
-  private attempt(
-    targetKey: string,
-    priority: number,
-    holdMs: number,
-    waiter?: Waiter,
-    queueAs?: QueueAs,
-    keyTemplate?: string,
-    slots?: { readonly limit: number },
-  ): Promise<HeldLease | null> {
-    return this.track(this.attemptOnce(targetKey, priority, holdMs, waiter, queueAs, keyTemplate, slots?.limit));
+  /** What a waiter of the line asks for (its limit as its call gave it). */
+  private requestOf(waiter: Waiter): LeaseRequest {
+    const { targetKey, priority, holdAtLeastMs: holdMs } = waiter;
+    return {
+      targetKey,
+      priority,
+      holdMs,
+      keyTemplate: keyTemplateOf(waiter.keyTemplate),
+      limit: this.limits.of(waiter),
+    };
+  }
+
+  /** One acquire statement, tracked for close(). A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */
+  private attempt(request: LeaseRequest, as: { waiter?: Waiter; queueAs?: Waiter } = {}): Promise<HeldLease | null> {
+    return this.track(this.attemptOnce(request, as));
   }
 
   /**
@@ -446,13 +406,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
    * to wait, is queued by the same statement when refused (its place set on it).
    */
   private async attemptOnce(
-    targetKey: string,
-    priority: number,
-    holdMs: number,
-    waiter?: Waiter,
-    queueAs?: QueueAs,
-    keyTemplate = keyTemplateOf(undefined),
-    limit = 1,
+    { targetKey, priority, holdMs, keyTemplate, limit }: LeaseRequest,
+    { waiter, queueAs }: { waiter?: Waiter; queueAs?: Waiter },
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
     this.operator.check(targetKey, keyTemplate);
@@ -465,13 +420,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       waiterId: waiter?.id,
       waiterSeq: waiter?.place?.seq,
       holdMs,
-      queueAs: queueAs && { waiterId: queueAs.waiter.id },
+      queueAs: queueAs && { waiterId: queueAs.id },
     };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await (
       waiter?.granted === undefined
-        ? acquireRow(this.store, request, limit, activeSpanSetter('lease.batch_size'))
-        : confirmGrant(this.store, waiter, holdMs)
+        ? acquireRow(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
+        : confirmGrant(this.backend, waiter, holdMs)
     ).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, ACQUIRE);
     });
@@ -479,8 +434,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       this.estimates.refused(targetKey, row.holdLeftMs);
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
       if (queueAs && row.place) {
-        queueAs.waiter.place = row.place;
-        queueAs.waiter.holdLeftMs = row.holdLeftMs ?? undefined;
+        queueAs.place = row.place;
+        queueAs.holdLeftMs = row.holdLeftMs ?? undefined;
       }
       return null;
     }

@@ -1,7 +1,6 @@
 /**
- * The events both engines (PostgreSQL's `LeaseEngine` and the testing kit's in-memory one) emit about one held lease
- * or one wait, built once so that the two stay the same shape: what a unit test on the in-memory service observes
- * is what production emits.
+ * The events the engine emits about one held lease or one wait (over PostgreSQL or the testing kit's memory backend),
+ * built once: what a unit test on the in-memory service observes is what production emits.
  */
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';

@@ -1,17 +1,16 @@
 /**
  * The lease heartbeat of one engine: one batched renewal per tick for every lease held, the server's history checked
  * in the same statement, and each lease confirmed, left to its local deadline, or lost. Collaborators given
- * explicitly: the store, the options, the logger, the held leases, `lose` and `emit` of the engine.
+ * explicitly: the backend, the options, the logger, the held leases, `lose` and `emit` of the engine.
  */
 import type { Logger } from '@nestjs/common';
-import type { Subscription } from 'rxjs';
+import { lastValueFrom, type Subscription } from 'rxjs';
 import { errorText } from '../errors/lease.messages.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { RenewResult, ServerHistory } from '../store/store.types.js';
+import type { LeaseBackend, RenewResult, ServerHistory } from '../core/backend.js';
 import type { LoseLease } from './fenced-transaction.js';
-import { batchedHeartbeat, type HeartbeatTick } from './heartbeat.js';
+import { batchedHeartbeat, type HeartbeatTick, renewTick } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
 
 export class LeaseHeartbeat {
@@ -25,7 +24,7 @@ export class LeaseHeartbeat {
   private failoverDetail?: string;
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly backend: LeaseBackend,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly held: ReadonlyMap<string, HeldLease>,
@@ -50,16 +49,25 @@ export class LeaseHeartbeat {
         if (this.held.size === 0) queueMicrotask(() => this.held.size === 0 && this.stop());
         return [...this.held.values()];
       },
-      (batch) =>
-        this.store
-          .renew(
-            batch.map((lease) => lease.row),
-            batch.map((lease) => lease.token),
-            this.options.heartbeatIntervalMs,
-            { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
-          )
-          .then((result) => this.noteHistory(result)),
+      (batch) => this.renew(batch),
     ).subscribe((tick) => this.onHeartbeat(tick));
+  }
+
+  /** One renewal of every held lease now, outside the interval (the testing kit's controls: a loss heard at once). */
+  async renewNow(): Promise<void> {
+    const batch = [...this.held.values()];
+    if (batch.length > 0) this.onHeartbeat(await lastValueFrom(renewTick(batch, (leases) => this.renew(leases))));
+  }
+
+  private renew(batch: HeldLease[]): Promise<RenewResult> {
+    return this.backend
+      .renew(
+        batch.map((lease) => lease.row),
+        batch.map((lease) => lease.token),
+        this.options.heartbeatIntervalMs,
+        { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },
+      )
+      .then((result) => this.noteHistory(result));
   }
 
   /**

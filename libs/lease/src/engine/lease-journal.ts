@@ -15,7 +15,7 @@ import {
   JOURNAL_RETENTION_MS,
   JOURNAL_TRIM_INTERVAL_MS,
 } from '../options/bounds.js';
-import { type JournalRow, OperatorStore } from '../store/operator-store.js';
+import type { JournalRow, OperatorBackend } from '../core/backend.js';
 
 /** The journal row of an event worth a timeline point, or null. */
 export function journalRowOf(event: LeaseEvent, owner: string): JournalRow | null {
@@ -56,7 +56,7 @@ export class LeaseJournal {
   private missing = false;
 
   constructor(
-    private readonly store: OperatorStore,
+    private readonly store: OperatorBackend,
     private readonly owner: string,
     private readonly logger: Logger,
     private readonly events$: Observable<LeaseEvent>,
@@ -107,7 +107,7 @@ export class LeaseJournal {
       }
     } catch (error) {
       this.buffer = [];
-      if (OperatorStore.missingTable(error)) this.missing = true;
+      if (this.store.missingTable(error)) this.missing = true;
       this.logger.warn(`Journal: a write failed, its rows are dropped: ${String(error)}`);
     }
   }

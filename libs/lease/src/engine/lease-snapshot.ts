@@ -1,6 +1,6 @@
 /** `LeaseService.list()`'s rows: the snapshot statement's rows as `LeaseSnapshot`s, with waiters' positions. */
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
-import type { SnapshotRow } from '../store/store.types.js';
+import type { SnapshotRow } from '../core/backend.js';
 import { slotOfRow } from '../options/slot-limits.js';
 
 /** `rows` in grant order per target (as the statement returns them); `owner`: this process's, for `mine`. */

@@ -17,7 +17,7 @@ import type { Lease } from '../interfaces/lease.interface.js';
 import type { AcquireOutcome, LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { holderSpan, type LeaseSpan, type SpanAttributes, startSpan } from '../observability/tracing.js';
-import type { LeaseStore } from '../store/lease-store.js';
+import type { LeaseBackend } from '../core/backend.js';
 import { HeldLease } from './held-lease.js';
 import type { Waiter } from './wait-queue.js';
 
@@ -31,7 +31,7 @@ export interface TracedCall {
 export class LeaseTelemetry {
   constructor(
     private readonly options: Pick<EngineSettings, 'traceTargetKeys'>,
-    private readonly store: LeaseStore,
+    private readonly backend: Pick<LeaseBackend, 'snapshot'>,
     private readonly emit: (event: LeaseEvent) => void,
     /** Tracks background work for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
@@ -142,7 +142,7 @@ export class LeaseTelemetry {
   private position(span: LeaseSpan, waiter: Waiter): void {
     const seq = waiter.place?.seq;
     if (seq === undefined) return;
-    const reading = this.store.snapshot(waiter.targetKey).then((rows) => {
+    const reading = this.backend.snapshot(waiter.targetKey).then((rows) => {
       let position = 0;
       for (const row of rows) {
         if (row.state !== 'waiting' || row.since_heartbeat_ms >= row.timeout_ms) continue;

@@ -5,26 +5,25 @@
  */
 import type { Logger } from '@nestjs/common';
 import type { Observable } from 'rxjs';
-import type { PoolLike } from '../database/sessions.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import { OperatorStore } from '../store/operator-store.js';
+import type { OperatorBackend } from '../core/backend.js';
 import { DrainCache } from './drain-cache.js';
 import { LeaseJournal } from './lease-journal.js';
 
 export class OperatorHooks {
-  readonly store: OperatorStore;
+  readonly store: OperatorBackend;
   readonly drains: DrainCache;
   private readonly journal?: LeaseJournal;
 
   constructor(
-    pool: PoolLike,
+    store: OperatorBackend,
     options: EngineSettings,
     logger: Logger,
     events$: Observable<LeaseEvent>,
     track: <T>(work: Promise<T>) => Promise<T>,
   ) {
-    this.store = new OperatorStore(pool, options);
+    this.store = store;
     this.drains = new DrainCache(this.store, logger, track, options.heartbeatIntervalMs);
     if (options.journal) this.journal = new LeaseJournal(this.store, options.owner, logger, events$);
   }

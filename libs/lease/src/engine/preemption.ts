@@ -8,8 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { LeaseRequest } from '../options/call-input.js';
-import type { AskedGrant, PreemptStore, Preemptor } from '../store/preempt-store.js';
-import type { AcquiredRow } from '../store/store.types.js';
+import type { AcquiredRow, AskedGrant, PreemptBackend, Preemptor } from '../core/backend.js';
 import type { LoseLease } from './fenced-transaction.js';
 import type { HeldLease } from './held-lease.js';
 import { preemptedEvent } from './lease-events.js';
@@ -46,7 +45,7 @@ export class Preemption {
   private readonly calls = new WeakMap<Waiter, PreemptingCall>();
 
   constructor(
-    private readonly store: PreemptStore,
+    private readonly backend: PreemptBackend,
     private readonly owner: string,
     private readonly host: PreemptionHost,
   ) {}
@@ -81,7 +80,7 @@ export class Preemption {
       waiterSeq: waiter.place?.seq,
     };
     if (!call.asked) {
-      const grant = await this.store.ask(caller);
+      const grant = await this.backend.ask(caller);
       if (grant) {
         const at = performance.now();
         call.asked = call.lastAsked = { grant, at, graceEnds: at + call.graceMs };
@@ -93,7 +92,7 @@ export class Preemption {
     const asked = call.asked;
     if (asked && performance.now() >= asked.graceEnds) {
       const leaseToken = randomUUID();
-      const row = await this.store.take(caller, leaseToken, holdMs, asked.grant);
+      const row = await this.backend.take(caller, leaseToken, holdMs, asked.grant);
       if (row) {
         const lease = await this.host.adopt(call.request, leaseToken, row);
         this.preempted(lease, call, asked, true);

@@ -6,13 +6,13 @@
  */
 import type { Logger } from '@nestjs/common';
 import { PURGE_INTERVAL_MS } from '../options/bounds.js';
-import type { LeaseStore } from '../store/lease-store.js';
+import type { LeaseBackend } from '../core/backend.js';
 
 export class PurgeSchedule {
   private timer?: NodeJS.Timeout;
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly backend: Pick<LeaseBackend, 'purge'>,
     private readonly logger: Logger,
     /** Tracks a run for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
@@ -27,7 +27,7 @@ export class PurgeSchedule {
   /** One run now; resolves with the count deleted (null: it failed). */
   now(): Promise<number | null> {
     return this.track(
-      this.store.purge(this.closing).catch((error: unknown) => {
+      this.backend.purge(this.closing).catch((error: unknown) => {
         this.logger.warn(`Purging free lease rows failed (retried later): ${String(error)}`);
         return null;
       }),

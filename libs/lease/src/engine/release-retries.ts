@@ -3,15 +3,14 @@
  * and token-guarded, and a row left naming this process would block its key until it expires, and then go on naming
  * this process (in `list()`, on dashboards) until someone takes it over. Retried past the row's expiry too, at most
  * once per heartbeat interval: after an outage longer than the lease timeout the row is released once the database
- * answers again. Collaborators given explicitly: the store, the options, the engine's logger, its tracking of work in
+ * answers again. Collaborators given explicitly: the backend, the options, the engine's logger, its tracking of work in
  * flight (for `close()`) and whether it is closing.
  */
 import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { shortBoundMs } from '../options/bounds.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { RowRef } from '../store/store.types.js';
+import type { LeaseBackend, RowRef } from '../core/backend.js';
 
 /** A release that failed, retried until it lands (see the module note). */
 interface Unreleased {
@@ -28,7 +27,7 @@ export class ReleaseRetries {
   private readonly unreleased = new Map<string, Unreleased>();
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly backend: Pick<LeaseBackend, 'release'>,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
@@ -41,7 +40,7 @@ export class ReleaseRetries {
    */
   releaseRow(row: RowRef, token: string, until: number, onReleased?: () => void, lone = false): Promise<void> {
     return this.track(
-      this.store.release(row, token, shortBoundMs(this.options), lone).then(
+      this.backend.release(row, token, shortBoundMs(this.options), lone).then(
         (released) => {
           if (released) onReleased?.();
         },
@@ -75,7 +74,7 @@ export class ReleaseRetries {
   retryNow(entry: Unreleased, onReleased?: () => void): Promise<void> {
     clearTimeout(entry.timer);
     return this.track(
-      this.store.release(entry.row, entry.token, shortBoundMs(this.options)).then(
+      this.backend.release(entry.row, entry.token, shortBoundMs(this.options)).then(
         (released) => {
           if (this.unreleased.delete(entry.token)) {
             this.logger.log(`Release of "${entry.row.targetKey}" landed once the database answered again`);

@@ -8,9 +8,15 @@ import { slotLimitOf } from '../errors/busy-details.js';
 import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import { OWN_ROW_SLOT } from '../options/slot-limits.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
-import type { AcquiredRow, AcquireRequest, Refusal, RowRef } from '../store/store.types.js';
+import type {
+  AcquiredRow,
+  AcquiredSlot,
+  AcquireRequest,
+  LeaseBackend,
+  Refusal,
+  RowRef,
+  SlotRefusal,
+} from '../core/backend.js';
 import type { HeldLease } from './held-lease.js';
 import type { Waiter } from './wait-queue.js';
 
@@ -34,14 +40,14 @@ export class WaiterLimits {
  * a slot's. A slot refused because another limit holds the key is the caller's `LeaseLimitConflictError`.
  */
 export async function acquireRow(
-  store: LeaseStore,
+  backend: Pick<LeaseBackend, 'attempt' | 'attemptSlot'>,
   request: AcquireRequest,
   limit: number,
   onBatch?: (size: number) => void,
 ): Promise<AcquiredRow | AcquiredSlot | Refusal> {
-  if (limit <= 1) return store.tryAcquire(request, onBatch);
+  if (limit <= 1) return backend.attempt(request, onBatch);
   onBatch?.(1);
-  const row: AcquiredSlot | SlotRefusal = await store.slots.tryAcquire(request, limit);
+  const row: AcquiredSlot | SlotRefusal = await backend.attemptSlot(request, limit);
   if ('refused' in row && row.heldLimit !== null) {
     throw new LeaseLimitConflictError(request.targetKey, limit, row.heldLimit);
   }

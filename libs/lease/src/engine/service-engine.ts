@@ -1,7 +1,7 @@
 /**
  * What the doors (`LeaseService`'s methods, `@Exclusive` through the explorer and the registry) need of an engine:
- * the real one (`LeaseEngine`, PostgreSQL rows) and the in-memory one of `nest-pg-lease/testing` implement it, each
- * on its own. Types and one brand only: the doors never depend on how an engine keeps its leases.
+ * `LeaseEngine` implements it, over PostgreSQL rows or (the testing kit) the memory backend. Types and one brand
+ * only: the doors never depend on how an engine keeps its leases.
  */
 import type { Observable } from 'rxjs';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
@@ -47,7 +47,7 @@ export interface ServiceEngine {
 /** Engines other than `LeaseEngine` that a `LeaseService` may face (`LeaseService`'s constructor tells them apart). */
 const engines = new WeakSet<object>();
 
-/** Marks `engine` as one a `LeaseService` may be built over (the in-memory engine's constructor calls it). */
+/** Marks `engine` as one a `LeaseService` may be built over (no caller since the kit runs `LeaseEngine` itself). */
 export function markServiceEngine(engine: ServiceEngine): void {
   engines.add(engine);
 }

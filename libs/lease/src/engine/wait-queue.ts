@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
-import type pg from 'pg';
 import type { Subscription } from 'rxjs';
 import { unavailableOr } from '../errors/database-errors.js';
 import { errorText, messages } from '../errors/lease.messages.js';
@@ -14,9 +13,7 @@ import {
 import { batchedHeartbeat } from './heartbeat.js';
 import type { HeldLease } from './held-lease.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { AcquiredRow, Refusal, WaiterPlace } from '../store/store.types.js';
-import { Notifier } from '../database/notifier.js';
+import type { AcquiredRow, LeaseBackend, Refusal, WaiterPlace, Wakeups } from '../core/backend.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
 import { ownRow } from '../options/slot-limits.js';
@@ -67,7 +64,7 @@ export class WaitQueue {
   /** Ids of waiters whose first attempt is in flight, each holding a room in the line (see `reserve`). */
   private readonly reserved = new Set<string>();
   private readonly byTarget = new Map<string, Set<Waiter>>();
-  private notifier?: Notifier;
+  private notifier?: Wakeups;
   private heartbeat?: Subscription;
   private closed = false;
   /** What a head-only NOTIFY does to the waiter it names: wakes it (a test may replace it, see `internal.ts`). */
@@ -80,9 +77,8 @@ export class WaitQueue {
   private readonly inFlight = new Set<Promise<void>>();
 
   constructor(
-    private readonly store: LeaseStore,
+    private readonly backend: LeaseBackend,
     private readonly options: EngineSettings,
-    private readonly connectionOptions: () => pg.ClientConfig,
     private readonly attempt: AttemptAsWaiter,
     private readonly logger: Logger,
     /** The `retryAfterMs` of a waiter refused for a full line (see `RetryAfterEstimates`). */
@@ -167,8 +163,8 @@ export class WaitQueue {
         // dequeue's snapshot saw (a no-op without one).
         const gone = sent
           .catch(() => undefined)
-          .then(() => this.store.waiters.dequeue(targetKey, waiter.id))
-          .then(() => this.store.release(ownRow(targetKey), waiter.id, this.graceMs));
+          .then(() => this.backend.waiters.dequeue(targetKey, waiter.id))
+          .then(() => this.backend.release(ownRow(targetKey), waiter.id, this.graceMs));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(
@@ -196,18 +192,14 @@ export class WaitQueue {
     // Every statement of the wait is given up at once when the caller aborts or the service shuts down.
     const stop = signal ? AbortSignal.any([signal, this.shutdown.signal]) : this.shutdown.signal;
     if (this.options.notify) {
-      this.notifier ??= new Notifier(
-        this.connectionOptions,
-        this.store.channel,
-        (key) => this.wakeTarget(key),
-        () => this.wakeAll(),
-        this.logger,
-        Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
+      this.notifier ??= this.backend.wakeups(
         {
-          channel: this.store.headChannel,
-          onHead: (waiterId, key, grant) =>
+          line: (key) => this.wakeTarget(key),
+          all: () => this.wakeAll(),
+          head: (waiterId, key, grant) =>
             this.onHead({ waiterId, targetKey: key, grant, deliver: () => this.wakeWaiter(waiterId, key, grant) }),
         },
+        Math.max(1_000, this.options.waiterHeartbeatIntervalMs),
       );
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).
@@ -231,7 +223,7 @@ export class WaitQueue {
           if ((!waiter.place || waiter.evicted) && waiter.granted === undefined) {
             // A row landing after this bound is born dead (see WaiterStore.enqueue): no later than the wait's cutoff.
             const limitMs = Math.min(cutoff - performance.now(), this.options.waiterTimeoutMs);
-            const enqueueing = this.store.waiters.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
+            const enqueueing = this.backend.waiters.enqueue(targetKey, waiter.id, priority, waiter.place, limitMs);
             sending(enqueueing);
             const place = await settleBy(enqueueing, cutoff, stop, timeout);
             if (!place) {
@@ -330,10 +322,10 @@ export class WaitQueue {
     this.heartbeat = undefined;
     const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
     // Then a release by each waiter id passes on any grant handed to them before their rows went (no-ops otherwise).
-    const leaving = this.store.waiters
+    const leaving = this.backend.waiters
       .dequeueAll(queued)
       .then(() =>
-        Promise.all(queued.map((waiter) => this.store.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
+        Promise.all(queued.map((waiter) => this.backend.release(ownRow(waiter.targetKey), waiter.id, this.graceMs))),
       );
     const removed = settleBy(leaving, performance.now() + this.graceMs, undefined, giveUp);
     await removed.catch((error: unknown) => {
@@ -360,7 +352,7 @@ export class WaitQueue {
       this.options.waiterHeartbeatIntervalMs,
       () => [...this.waiters.values()].filter((candidate) => candidate.place && !candidate.evicted),
       (batch) =>
-        this.store.waiters.renew(
+        this.backend.waiters.renew(
           batch.map((candidate) => candidate.targetKey),
           batch.map((candidate) => candidate.id),
           this.options.waiterHeartbeatIntervalMs,
@@ -413,12 +405,16 @@ export class WaitQueue {
 }
 
 /**
- * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterStore.confirmGrant`). A grant passed on
+ * A waiter's attempt when a NOTIFY brought it a grant: confirms it (`WaiterBackend.confirmGrant`). A grant passed on
  * meanwhile (it came too late) is a refusal, and the waiter queues again at its place at once.
  */
-export async function confirmGrant(store: LeaseStore, waiter: Waiter, holdMs: number): Promise<AcquiredRow | Refusal> {
+export async function confirmGrant(
+  backend: LeaseBackend,
+  waiter: Waiter,
+  holdMs: number,
+): Promise<AcquiredRow | Refusal> {
   waiter.granted = undefined;
-  const row = await store.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
+  const row = await backend.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
   if (row) return row;
   waiter.evicted = true;
   waiter.pending = true;

@@ -5,7 +5,7 @@
  */
 export { LeaseTestingModule, createTestingLeaseService } from './lease-testing.module.js';
 export { LeaseTestingController } from './lease-testing.controller.js';
-export type { FencedTransaction, LeaseTestingOptions } from './in-memory-engine.js';
+export type { FencedTransaction, LeaseTestingOptions } from './memory-leases.js';
 export { testLeaseOptions } from './test-lease-options.js';
 export { useLeaseDatabase } from './use-lease-database.js';
 export {

@@ -7,14 +7,15 @@ import { ExclusiveInterceptor } from '../exclusive/exclusive.interceptor.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import { LeaseModule } from '../lease.module.js';
 import { LeaseService } from '../lease.service.js';
-import { InMemoryLeaseEngine, type LeaseTestingOptions } from './in-memory-engine.js';
+import { type LeaseTestingOptions, MemoryLeases } from './memory-leases.js';
 import { LeaseTestingController } from './lease-testing.controller.js';
 import { testLeaseOptions } from './test-lease-options.js';
 import { mergeLeaseOptions } from '../options/option-groups.js';
 
 /**
- * Leases for an application's own tests. `forRoot()`: in memory, no PostgreSQL — `LeaseService` and every
- * `@Exclusive` method of the testing module use it, and `LeaseTestingController` plays the other processes.
+ * Leases for an application's own tests. `forRoot()`: in memory, no PostgreSQL — the library's engine over the
+ * memory backend; `LeaseService` and every `@Exclusive` method of the testing module use it, and
+ * `LeaseTestingController` plays the other processes.
  * `forPostgres(url)`: the real `LeaseModule` on a database of the test's, with short timings and `createSchema`.
  *
  * @example
@@ -29,18 +30,19 @@ export class LeaseTestingModule {
       global: true,
       imports: [DiscoveryModule],
       providers: [
-        { provide: InMemoryLeaseEngine, useFactory: () => new InMemoryLeaseEngine(options) },
-        // The doors' token: the explorer registers this engine for the @Exclusive methods to find.
-        { provide: LeaseEngine, useExisting: InMemoryLeaseEngine },
+        { provide: MemoryLeases, useFactory: () => new MemoryLeases(options) },
+        // The doors' token: the explorer registers this engine for the @Exclusive methods to find. Nest runs its
+        // lifecycle hooks (bootstrap, the drain at close).
+        { provide: LeaseEngine, inject: [MemoryLeases], useFactory: (leases: MemoryLeases) => leases.engine },
         {
           provide: LeaseService,
-          inject: [InMemoryLeaseEngine],
-          useFactory: (engine: InMemoryLeaseEngine) => new LeaseService(engine),
+          inject: [LeaseEngine],
+          useFactory: (engine: LeaseEngine) => new LeaseService(engine),
         },
         {
           provide: LEASE_ENGINE_REF,
-          inject: [InMemoryLeaseEngine],
-          useFactory: (engine: InMemoryLeaseEngine) => new EngineRef(engine),
+          inject: [LeaseEngine],
+          useFactory: (engine: LeaseEngine) => new EngineRef(engine),
         },
         LeaseTestingController,
         ExclusiveInterceptor,
@@ -63,5 +65,8 @@ export class LeaseTestingModule {
 
 /** An in-memory `LeaseService` outside Nest (`LeaseTestingController.of(service)` gives its controls). */
 export function createTestingLeaseService(options: LeaseTestingOptions = {}): LeaseService {
-  return new LeaseService(new InMemoryLeaseEngine(options));
+  const { engine } = new MemoryLeases(options);
+  // Outside Nest nothing runs the bootstrap: the memory backend's answers at once, the engine starts here.
+  void engine.init();
+  return new LeaseService(engine);
 }

@@ -1,7 +1,7 @@
-/** The lease contract (contract.ts) on the in-memory service of `nest-pg-lease/testing`: no PostgreSQL. */
+/** The lease contract (lease-contract.ts) on the in-memory service of `nest-pg-lease/testing`: no PostgreSQL. */
 import type { LeaseService } from 'nest-pg-lease';
 import { createTestingLeaseService, LeaseTestingController } from 'nest-pg-lease/testing';
-import { type ContractSubject, leaseContract } from './contract.js';
+import { type ContractSubject, leaseContract } from './lease-contract.js';
 
 describe('the lease contract, in memory', () => {
   let service: LeaseService;

@@ -1,10 +1,10 @@
 /**
- * The lease contract (contract.ts) on the real engine and PostgreSQL, the losses made by the testing kit's own
+ * The lease contract (lease-contract.ts) on the real engine and PostgreSQL, the losses made by the testing kit's own
  * helpers (`takeOver`, `expire`), as an application's integration test would.
  */
 import { expire, takeOver } from 'nest-pg-lease/testing';
 import { useTestDatabase } from '../support/db.js';
-import { type ContractSubject, leaseContract } from './contract.js';
+import { type ContractSubject, leaseContract } from './lease-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
   const db = useTestDatabase('contract');

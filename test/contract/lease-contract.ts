@@ -6,9 +6,11 @@
 import {
   type Lease,
   LeaseBusyError,
+  LeaseDrainedError,
   LeaseLimitConflictError,
   LeaseLostError,
   type LeaseModuleOptions,
+  LeaseOperator,
   type LeaseService,
   LeaseShutdownError,
   LeaseWaitTimeoutError,
@@ -144,6 +146,31 @@ export function leaseContract(subject: () => ContractSubject): void {
     }
   });
 
+  it('a wait that times out or is aborted leaves nothing behind: no waiter row, the next caller is not held back', async () => {
+    const { service } = subject();
+    const key = freshKey('leave');
+    const holder = (await service.tryAcquire(key))!;
+    try {
+      const timedOut = service.acquire(key, { onBusy: { wait: { timeoutMs: 200 } } }).catch((e: unknown) => e);
+      const controller = new AbortController();
+      const aborting = service
+        .acquire(key, { signal: controller.signal, onBusy: { wait: { timeoutMs: 30_000 } } })
+        .catch((e: unknown) => e);
+      await until(async () => (await waitingRows(service, key)) === 2, 'both waiters queued');
+      controller.abort(new Error('caller gave up'));
+      await expect(aborting).resolves.toMatchObject({ message: 'caller gave up' });
+      await expect(timedOut).resolves.toBeInstanceOf(LeaseWaitTimeoutError);
+      expect(service.waitingCount()).toBe(0);
+      await until(async () => (await waitingRows(service, key)) === 0, 'the waiter rows gone');
+    } finally {
+      await holder.release();
+    }
+    // No waiter left in line (a live one of priority 0 would keep a newcomer out): granted at once.
+    const next = await service.tryAcquire(key);
+    expect(next).not.toBeNull();
+    await next!.release();
+  });
+
   it('is reentrant within one call chain: the inner call shares the outer lease', async () => {
     const { service } = subject();
     const key = freshKey('reentrant');
@@ -214,6 +241,20 @@ export function leaseContract(subject: () => ContractSubject): void {
     letGo();
     await expect(Promise.all([first, duplicate])).resolves.toEqual([{ report: 42 }, { report: 42 }]);
     expect(runs).toBe(1);
+  });
+
+  it('a drained key refuses a call and a join at once (LeaseDrainedError); undrained, it runs', async () => {
+    const { service } = subject();
+    const key = freshKey('drained');
+    const operator = new LeaseOperator(service);
+    await operator.drain(key, { by: 'contract', reason: 'maintenance' });
+    try {
+      await expect(service.run(key, () => 'ran')).rejects.toBeInstanceOf(LeaseDrainedError);
+      await expect(service.run(key, () => 'ran', { onBusy: 'join' })).rejects.toBeInstanceOf(LeaseDrainedError);
+    } finally {
+      await operator.undrain(key, { by: 'contract', reason: 'done' });
+    }
+    await expect(service.run(key, () => 'ran', { onBusy: 'join' })).resolves.toBe('ran');
   });
 
   it('releases with the last fenced write when asked (fenced(work, { release: true }))', async () => {

@@ -4,9 +4,9 @@
  * under. Collaborators given explicitly.
  */
 import type { Logger } from '@nestjs/common';
-import type { LeaseDatabase } from '../database/lease-database.js';
-import { LeaseConfigError } from '../errors/lease.errors.js';
-import type { EngineSettings } from '../options/engine-settings.js';
+import type { LeaseDatabase } from '../../database/lease-database.js';
+import { LeaseConfigError } from '../../errors/lease.errors.js';
+import type { EngineSettings } from '../../options/engine-settings.js';
 import {
   grantStatements,
   joinResultStatements,
@@ -15,16 +15,16 @@ import {
   schemaStatements,
   slotColumnStatements,
   tokenLayoutStatement,
-} from '../schema/lease-schema.js';
+} from '../../schema/lease-schema.js';
 import {
   preemptionMigrationName,
   slotColumnMigrationName,
   tokenLayoutMigrationName,
-} from '../schema/migration-names.js';
-import type { LeaseStore } from '../store/lease-store.js';
-import type { SequenceRaise, TokenStanding } from '../store/server-history.js';
-import { ownerRaiseSql } from '../store/sql/token-floor.sql.js';
-import { messages } from '../errors/lease.messages.js';
+} from '../../schema/migration-names.js';
+import type { LeaseStore } from '../../store/lease-store.js';
+import type { SequenceRaise, TokenStanding } from '../../store/server-history.js';
+import { ownerRaiseSql } from '../../store/sql/token-floor.sql.js';
+import { messages } from '../../errors/lease.messages.js';
 
 export class BootstrapChecks {
   /** A settle after a renewal found another system, in flight (see `settleAgain`). */

@@ -1,0 +1,158 @@
+/**
+ * The contract between the acquisition core (`engine/`) and where the rows live (issue 39): what the core asks of a
+ * backend, and nothing of how it is done. The PostgreSQL backend (`core/postgres/postgres-backend.ts`) implements it
+ * over the store and the database classes — group commit, the lone path, the statement pool, the statements' bounds
+ * and the pooler's framing stay inside it. The core keeps the timers (heartbeats, polls), the local line, the
+ * leases' signals and events; a backend answers questions about rows and tells the core when a line may have moved.
+ *
+ * The row types are the store's (type-only re-exports): they are the shapes both sides agree on.
+ */
+import type { Logger } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import type { EngineSettings } from '../options/engine-settings.js';
+import type { OperatorStore } from '../store/operator-store.js';
+import type { AskedGrant, PreemptedRow, Preemptor } from '../store/preempt-store.js';
+import type { AcquiredSlot, SlotRefusal } from '../store/semaphore-store.js';
+import type {
+  AcquiredRow,
+  AcquireRequest,
+  LeaseHistory,
+  Refusal,
+  RenewResult,
+  RowRef,
+  ServerHistory,
+  SnapshotRow,
+  WaiterPlace,
+} from '../store/store.types.js';
+import type { StatementFaults } from '../store/sql/statement-faults.js';
+import type { RemoteJoins } from '../store/join-store.js';
+
+export type {
+  AcquiredRow,
+  AcquireRequest,
+  AcquiredSlot,
+  AskedGrant,
+  LeaseHistory,
+  PreemptedRow,
+  Preemptor,
+  Refusal,
+  RemoteJoins,
+  RenewResult,
+  RowRef,
+  ServerHistory,
+  SlotRefusal,
+  SnapshotRow,
+  StatementFaults,
+  WaiterPlace,
+};
+export type { JournalRow } from '../store/operator-store.js';
+export type { JoinLook, JoinOutcome, JoinWatch, SettledOutcome } from '../store/join-store.js';
+
+/** A waiting call as the backend knows it: its key and id (its lease token once granted). */
+export interface WaiterRef {
+  readonly targetKey: string;
+  readonly id: string;
+}
+
+/** The waiters' rows: a place in the key's line, kept alive by the core's waiter heartbeat. */
+export interface WaiterBackend {
+  /** Queues `waiterId` (at `place` again after an eviction); null when the key's line is full. */
+  enqueue(
+    targetKey: string,
+    waiterId: string,
+    priority: number,
+    place: WaiterPlace | undefined,
+    limitMs: number,
+  ): Promise<WaiterPlace | null>;
+  /** Removes a waiter's row (a grant handed to it meanwhile is passed on). */
+  dequeue(targetKey: string, waiterId: string): Promise<void>;
+  dequeueAll(waiters: readonly WaiterRef[]): Promise<void>;
+  /** Renews waiters' rows; the ids still queued (or granted). */
+  renew(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>>;
+  /** Confirms a grant a release handed the waiter (direct handoff); null when it was passed on meanwhile. */
+  confirmGrant(targetKey: string, waiterId: string, holdMs: number): Promise<AcquiredRow | null>;
+}
+
+/** A lease's fenced transaction: the work runs in the transaction that holds the lease row's lock. */
+export interface FenceBackend {
+  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
+  /** Locks the row within the transaction (waiting at most `lockWaitMs`): who holds it, and on which timeline. */
+  lock(
+    manager: EntityManager,
+    row: RowRef,
+    lockWaitMs: number,
+  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean; preemptOf: string | null }>;
+  /** Releases the row as the transaction's last statement (committed with the work). */
+  releaseWithin(manager: EntityManager, row: RowRef, leaseToken: string): Promise<boolean>;
+  /** The timeline a fencing token was issued on. */
+  timelineOf(fencingToken: bigint): bigint;
+}
+
+/** Preemption: ask the live holder to stop, then take the key once its grace ends. */
+export interface PreemptBackend {
+  ask(caller: Preemptor): Promise<AskedGrant | null>;
+  take(caller: Preemptor, leaseToken: string, holdMs: number, asked: AskedGrant): Promise<PreemptedRow | null>;
+}
+
+/** The operator's rows (drains, the journal, force-release, history): what `LeaseOperator` and the core use. */
+export type OperatorBackend = Pick<
+  OperatorStore,
+  'forceRelease' | 'drain' | 'undrain' | 'drains' | 'audit' | 'history' | 'writeJournal' | 'trimJournal'
+> & {
+  /** Whether `error` says the operator's tables are missing (an older schema): the features stay off. */
+  missingTable(error: unknown): boolean;
+};
+
+/** What a backend tells the core: a key's line may have moved, every line may have, a waiter was named. */
+export interface WakeupListener {
+  line(targetKey: string): void;
+  all(): void;
+  /** The head of a line was named (with the fencing token of a grant handed to it, if any). */
+  head(waiterId: string, targetKey: string, grant?: bigint): void;
+}
+
+/** A subscription to wake-ups: `start` resolves when listening (or when it failed: the core's polls cover it). */
+export interface Wakeups {
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Builds an engine's backend from its resolved options (the testing kit's memory backend, say). */
+export type BackendFactory = (options: EngineSettings, logger: Logger) => LeaseBackend;
+
+export interface LeaseBackend {
+  /** Bootstrap: connections, checks, tables; resolves with the system identifier the leases live under (or null). */
+  open(): Promise<string | null>;
+  /** A renewal found another system (a failover): settle what the new system needs (token floors). */
+  settleAgain(): Promise<void>;
+  /** One acquisition attempt for a single holder: a grant, or a refusal (queued as `queueAs` when asked). */
+  attempt(request: AcquireRequest, onBatch?: (size: number) => void): Promise<AcquiredRow | Refusal>;
+  /** One attempt on a key with `limit` slots (a semaphore). */
+  attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal>;
+  readonly waiters: WaiterBackend;
+  /** Renews this process's leases at once. */
+  renew(
+    rows: readonly RowRef[],
+    leaseTokens: string[],
+    timeoutMs: number,
+    history?: LeaseHistory,
+  ): Promise<RenewResult>;
+  /** Token-guarded release (idempotent); whether the row was released now. */
+  release(row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean): Promise<boolean>;
+  readonly fence: FenceBackend;
+  readonly preempt: PreemptBackend;
+  /** Other processes' outcomes for `onBusy: 'join'`; none: joins within this process only. */
+  readonly joins?: RemoteJoins;
+  readonly operator: OperatorBackend;
+  /** Holders and waiters, each key's waiters in grant order. */
+  snapshot(targetKey?: string): Promise<SnapshotRow[]>;
+  /** Removes free rows (until `stop` says so); how many. */
+  purge(stop: () => boolean): Promise<number>;
+  /** Wake-ups for the core's waiters (`retryMs`: how long a listening attempt may take). */
+  wakeups(listener: WakeupListener, retryMs: number): Wakeups;
+  /** Test-only defects of the statements (the fault schedule's negative controls). */
+  useStatementFaults?(faults: StatementFaults): void;
+  /** Closes the heartbeat connections; then, after the core's last flush, `close`. */
+  closeHeartbeats(): Promise<void>;
+  close(): Promise<void>;
+}
