@@ -414,4 +414,28 @@ export function leaseContract(subject: () => ContractSubject): void {
     expect(await refused).toBeInstanceOf(LeaseLostError);
     expect(service.heldLeases()).toHaveLength(0);
   });
+
+  it('a hold tail (holdAtLeastMs) keeps the key taken after the release until it ends; then the next caller gets it', async () => {
+    const { service } = subject();
+    const key = freshKey('hold-tail');
+    const holdMs = 1_000;
+    const asked = Date.now();
+    const lease = (await service.tryAcquire(key, { holdAtLeastMs: holdMs }))!;
+    expect(lease).not.toBeNull();
+    await lease.release();
+    expect(lease.isHeld()).toBe(false);
+    // Released, but its tail runs: the key stays taken for a newcomer and for a run.
+    await expect(service.tryAcquire(key)).resolves.toBeNull();
+    await expect(service.run(key, () => 'ran')).rejects.toBeInstanceOf(LeaseBusyError);
+    expect(Date.now() - asked).toBeLessThan(holdMs); // the checks above did fall within the tail
+    // A waiter is granted once the tail ends — not before.
+    const next = await service.acquire(key, { onBusy: { wait: { timeoutMs: 30_000 } } });
+    expect(Date.now() - asked).toBeGreaterThanOrEqual(holdMs);
+    expect(next.fencingToken > lease.fencingToken).toBe(true);
+    await next.release();
+    // Without a tail of its own, its release frees the key at once.
+    const after = await service.tryAcquire(key);
+    expect(after).not.toBeNull();
+    await after!.release();
+  });
 }
