@@ -5,6 +5,7 @@
  */
 import {
   type Lease,
+  type LeaseEvent,
   LeaseBusyError,
   LeaseDrainedError,
   LeaseLimitConflictError,
@@ -437,5 +438,65 @@ export function leaseContract(subject: () => ContractSubject): void {
     const after = await service.tryAcquire(key);
     expect(after).not.toBeNull();
     await after!.release();
+  });
+
+  it('events$: a grant, a release and a loss emit the documented events, with the documented fields', async () => {
+    const current = subject();
+    const { service } = current;
+    const key = freshKey('events');
+    const keyTemplate = 'contract:events:{id}';
+    const seen: LeaseEvent[] = [];
+    // Heartbeats ('renewed') come on their own timer: not part of this sequence.
+    const sub = service.events$.subscribe((event) => {
+      if ('targetKey' in event && event.targetKey === key && event.type !== 'renewed') seen.push(event);
+    });
+    const fields = (event: LeaseEvent) => [event.type, Object.keys(event).sort()];
+    try {
+      const first = (await service.tryAcquire(key, { priority: 3, keyTemplate }))!;
+      await first.release();
+      const second = (await service.tryAcquire(key, { priority: 3, keyTemplate }))!;
+      await current.takeOver(key);
+      await aborted(second.signal);
+      await until(() => seen.some((event) => event.type === 'lost'), 'the lost event');
+      await second.release();
+      const common = { targetKey: key, keyTemplate, at: expect.any(Date) };
+      const granted = { ...common, type: 'acquired', priority: 3, owner: service.options.owner };
+      const ended = {
+        ...common,
+        type: 'acquire-ended',
+        priority: 3,
+        outcome: 'acquired',
+        durationMs: expect.any(Number),
+      };
+      expect(seen).toEqual([
+        { ...granted, fencingToken: first.fencingToken },
+        ended,
+        { ...common, type: 'released', fencingToken: first.fencingToken, heldMs: expect.any(Number) },
+        { ...granted, fencingToken: second.fencingToken },
+        ended,
+        {
+          ...common,
+          type: 'lost',
+          fencingToken: second.fencingToken,
+          reason: 'taken-over',
+          heldMs: expect.any(Number),
+        },
+      ]);
+      // Exactly the documented fields (lease-event.interface.ts): no slot on a key's own row, no tokens.
+      expect(seen.map(fields)).toEqual([
+        ['acquired', ['at', 'fencingToken', 'keyTemplate', 'owner', 'priority', 'targetKey', 'type']],
+        ['acquire-ended', ['at', 'durationMs', 'keyTemplate', 'outcome', 'priority', 'targetKey', 'type']],
+        ['released', ['at', 'fencingToken', 'heldMs', 'keyTemplate', 'targetKey', 'type']],
+        ['acquired', ['at', 'fencingToken', 'keyTemplate', 'owner', 'priority', 'targetKey', 'type']],
+        ['acquire-ended', ['at', 'durationMs', 'keyTemplate', 'outcome', 'priority', 'targetKey', 'type']],
+        ['lost', ['at', 'fencingToken', 'heldMs', 'keyTemplate', 'reason', 'targetKey', 'type']],
+      ]);
+      for (const event of seen) {
+        if ('heldMs' in event) expect(event.heldMs).toBeGreaterThanOrEqual(0);
+        if (event.type === 'acquire-ended') expect(event.durationMs).toBeGreaterThanOrEqual(0);
+      }
+    } finally {
+      sub.unsubscribe();
+    }
   });
 }
