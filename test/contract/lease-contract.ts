@@ -499,4 +499,61 @@ export function leaseContract(subject: () => ContractSubject): void {
       sub.unsubscribe();
     }
   });
+
+  it('forced preemption: a holder that does not yield is taken over at the grace end; its fenced writes are refused', async () => {
+    const { service } = subject();
+    const key = freshKey('preempt-forced');
+    const graceMs = 300;
+    const preempted: LeaseEvent[] = [];
+    const grants: string[] = [];
+    const sub = service.events$.subscribe((event) => {
+      if (!('targetKey' in event) || event.targetKey !== key) return;
+      if (event.type === 'preempted') preempted.push(event);
+      if (['acquired', 'taken-over', 'lost', 'preempted', 'released'].includes(event.type)) grants.push(event.type);
+    });
+    const holder = await service.acquire(key, { priority: 1 });
+    let writes = 0;
+    let taken: Lease | undefined;
+    const save = async () => {
+      writes += 1;
+      return 'saved';
+    };
+    try {
+      await expect(holder.fenced(save)).resolves.toBe('saved');
+      const asked = Date.now();
+      // The holder never releases: only the end of the grace hands the key over.
+      taken = await service.acquire(key, { priority: 2, onBusy: { preempt: { graceMs } } });
+      expect(Date.now() - asked).toBeGreaterThanOrEqual(graceMs);
+      expect(holder.signal.aborted).toBe(true);
+      expect(holder.signal.reason).toMatchObject({ reason: 'preempted' });
+      expect(holder.isHeld()).toBe(false);
+      expect(taken.fencingToken > holder.fencingToken).toBe(true);
+      const refused = await holder.fenced(save).catch((error: unknown) => error);
+      expect(refused).toBeInstanceOf(LeaseLostError);
+      expect((refused as LeaseLostError).reason).toBe('preempted');
+      expect(writes).toBe(1);
+      expect(preempted).toEqual([
+        expect.objectContaining({
+          fencingToken: taken.fencingToken,
+          previousFencingToken: holder.fencingToken,
+          priority: 2,
+          previousPriority: 1,
+          forced: true,
+        }),
+      ]);
+      // A preemption is no takeover of an expired lease: the preemptor's grant is an `acquired` event, then `preempted`.
+      expect(grants).toEqual(['acquired', 'lost', 'acquired', 'preempted']);
+      // The old holder's late release leaves the preemptor's grant alone.
+      await holder.release();
+      expect(taken.isHeld()).toBe(true);
+      await expect(service.tryAcquire(key)).resolves.toBeNull();
+      await expect(taken.fenced(async () => 'written')).resolves.toBe('written');
+      const [row] = await service.list(key);
+      expect(row).toMatchObject({ state: 'held', fencingToken: taken.fencingToken, priority: 2 });
+    } finally {
+      sub.unsubscribe();
+      await holder.release();
+      await taken?.release();
+    }
+  });
 }

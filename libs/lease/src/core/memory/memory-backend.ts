@@ -480,7 +480,7 @@ export class MemoryBackend implements LeaseBackend {
     const granted = this.grant({ ...caller, leaseToken, holdMs }, OWN_ROW_SLOT, 1);
     return {
       ...granted,
-      tookOver: true,
+      tookOver: false, // as the statement answers: no takeover of an expired lease (`acquired`, then `preempted`)
       previousOwner: asked.owner,
       previousFencingToken: asked.fencingToken,
       previousPriority: asked.priority,
