@@ -556,4 +556,43 @@ export function leaseContract(subject: () => ContractSubject): void {
       await taken?.release();
     }
   });
+
+  it('aging (agingIntervalMs): a waiter gains one effective priority per interval waited and is served by it', async () => {
+    const agingIntervalMs = 100;
+    const { service, close } = await subject().open({ timing: { agingIntervalMs } });
+    const key = freshKey('aging');
+    const order: string[] = [];
+    const wait = async (name: string, priority: number) => {
+      const lease = await service.acquire(key, { priority, onBusy: { wait: { timeoutMs: 30_000 } } });
+      order.push(name);
+      await lease.release();
+    };
+    const holder = (await service.tryAcquire(key))!;
+    const waits: Promise<void>[] = [];
+    try {
+      waits.push(wait('old, priority 0', 0));
+      const effective = async () => (await service.list(key)).find((row) => row.state === 'waiting')?.effectivePriority;
+      // Three intervals waited: effective priority 3 (the database clock's, or the process's, the same rule).
+      await until(async () => ((await effective()) ?? 0) >= 3, 'the waiter to age to 3', 5_000);
+      waits.push(wait('new, priority 2', 2));
+      await until(async () => (await waitingRows(service, key)) === 2, 'both waiters in line');
+      const line = (await service.list(key)).filter((row) => row.state === 'waiting');
+      // Queued three intervals earlier, the old waiter stays ahead of the new one whatever both wait since.
+      expect(line.map((row) => [row.priority, row.position])).toEqual([
+        [0, 1],
+        [2, 2],
+      ]);
+      expect(line[0].effectivePriority).toBeGreaterThan(line[1].effectivePriority);
+      for (const row of line) {
+        // One per interval waited since it first queued (the row's age), within one interval's rounding.
+        const aged = row.priority + Math.floor(row.ageMs / agingIntervalMs);
+        expect(Math.abs(row.effectivePriority - aged)).toBeLessThanOrEqual(1);
+      }
+    } finally {
+      await holder.release();
+      await Promise.all(waits);
+      await close();
+    }
+    expect(order).toEqual(['old, priority 0', 'new, priority 2']);
+  });
 }
