@@ -440,7 +440,7 @@ export function leaseContract(subject: () => ContractSubject): void {
     await after!.release();
   });
 
-  it('events$: a grant, a release and a loss emit the documented events, with the documented fields', async () => {
+  it('events$: grants, a release, losses and a takeover emit the documented events, with the documented fields', async () => {
     const current = subject();
     const { service } = current;
     const key = freshKey('events');
@@ -455,10 +455,17 @@ export function leaseContract(subject: () => ContractSubject): void {
       const first = (await service.tryAcquire(key, { priority: 3, keyTemplate }))!;
       await first.release();
       const second = (await service.tryAcquire(key, { priority: 3, keyTemplate }))!;
-      await current.takeOver(key);
+      await current.expire(key);
       await aborted(second.signal);
-      await until(() => seen.some((event) => event.type === 'lost'), 'the lost event');
-      await second.release();
+      await until(() => seen.some((event) => event.type === 'lost'), 'the first lost event');
+      // The expired row, not released by its holder, is taken over by the next grant.
+      const third = (await service.tryAcquire(key, { priority: 3, keyTemplate }))!;
+      await second.release(); // too late: leaves the new grant alone
+      expect(third.isHeld()).toBe(true);
+      await current.takeOver(key);
+      await aborted(third.signal);
+      await until(() => seen.filter((event) => event.type === 'lost').length === 2, 'the second lost event');
+      await third.release();
       const common = { targetKey: key, keyTemplate, at: expect.any(Date) };
       const granted = { ...common, type: 'acquired', priority: 3, owner: service.options.owner };
       const ended = {
@@ -478,9 +485,12 @@ export function leaseContract(subject: () => ContractSubject): void {
           ...common,
           type: 'lost',
           fencingToken: second.fencingToken,
-          reason: 'taken-over',
+          reason: 'renewal-deadline',
           heldMs: expect.any(Number),
         },
+        { ...granted, type: 'taken-over', fencingToken: third.fencingToken, previousOwner: service.options.owner },
+        { ...ended, outcome: 'taken-over' },
+        { ...common, type: 'lost', fencingToken: third.fencingToken, reason: 'taken-over', heldMs: expect.any(Number) },
       ]);
       // Exactly the documented fields (lease-event.interface.ts): no slot on a key's own row, no tokens.
       expect(seen.map(fields)).toEqual([
@@ -488,6 +498,12 @@ export function leaseContract(subject: () => ContractSubject): void {
         ['acquire-ended', ['at', 'durationMs', 'keyTemplate', 'outcome', 'priority', 'targetKey', 'type']],
         ['released', ['at', 'fencingToken', 'heldMs', 'keyTemplate', 'targetKey', 'type']],
         ['acquired', ['at', 'fencingToken', 'keyTemplate', 'owner', 'priority', 'targetKey', 'type']],
+        ['acquire-ended', ['at', 'durationMs', 'keyTemplate', 'outcome', 'priority', 'targetKey', 'type']],
+        ['lost', ['at', 'fencingToken', 'heldMs', 'keyTemplate', 'reason', 'targetKey', 'type']],
+        [
+          'taken-over',
+          ['at', 'fencingToken', 'keyTemplate', 'owner', 'previousOwner', 'priority', 'targetKey', 'type'],
+        ],
         ['acquire-ended', ['at', 'durationMs', 'keyTemplate', 'outcome', 'priority', 'targetKey', 'type']],
         ['lost', ['at', 'fencingToken', 'heldMs', 'keyTemplate', 'reason', 'targetKey', 'type']],
       ]);
