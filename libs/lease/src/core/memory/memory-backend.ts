@@ -10,6 +10,8 @@
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
  */
 import type { EntityManager } from 'typeorm';
+import { LeaseConfigError } from '../../errors/lease.errors.js';
+import { messages } from '../../errors/lease.messages.js';
 import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interface.js';
 import type { DrainEntry } from '../../interfaces/lease-operator.interface.js';
 import { MAX_TIMER_MS } from '../../options/limits.js';
@@ -132,7 +134,7 @@ export class MemoryBackend implements LeaseBackend {
         if (at >= 0) this.drains.splice(at, 1);
         return Promise.resolve(at >= 0);
       },
-      forceRelease: () => Promise.reject(new Error('The memory backend has no operator console')),
+      forceRelease: () => Promise.reject(new LeaseConfigError(messages.memoryForceRelease())),
       audit: () => Promise.resolve([]),
       history: () => Promise.resolve([]),
       writeJournal: () => Promise.resolve(),
