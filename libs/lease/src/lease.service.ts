@@ -4,7 +4,6 @@ import type { Lease } from './interfaces/lease.interface.js';
 import type { LeaseDataSourceRef } from './database/lease-database.js';
 import { LeaseEngine } from './engine/lease-engine.js';
 import { bindEngine, candidatesOf, engineOf } from './engine-of.js';
-import { isMarkedServiceEngine, type ServiceEngine } from './engine/service-engine.js';
 import type { LeaseModuleOptions, ResolvedLeaseOptions } from './interfaces/lease-module-options.interface.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from './interfaces/acquire-options.interface.js';
 import type { LeaseEvent, LeaseSnapshot } from './interfaces/lease-event.interface.js';
@@ -29,11 +28,10 @@ export class LeaseService {
 
   /** A service of its own, outside Nest: call `init()` before use and `close()` at the end. */
   constructor(dataSource: DataSource, options?: LeaseModuleOptions);
-  /** @internal Nest's: the module's engine (or a DataSource resolved at bootstrap; or the testing kit's engine). */
-  constructor(source: ServiceEngine | DataSource | LeaseDataSourceRef, options?: LeaseModuleOptions);
-  constructor(source: ServiceEngine | DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
-    const engine =
-      source instanceof LeaseEngine || isMarkedServiceEngine(source) ? source : new LeaseEngine(source, options);
+  /** @internal Nest's: the module's engine (or a DataSource resolved at bootstrap; or the testing kit's engine over its memory backend). */
+  constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options?: LeaseModuleOptions);
+  constructor(source: LeaseEngine | DataSource | LeaseDataSourceRef, options: LeaseModuleOptions = {}) {
+    const engine = source instanceof LeaseEngine ? source : new LeaseEngine(source, options);
     bindEngine(this, engine, new LeaderCandidates(engine));
     this.events$ = engine.events$;
     this.options = groupedOptions(engine.options);

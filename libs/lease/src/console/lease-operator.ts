@@ -153,9 +153,9 @@ export class LeaseOperator {
   }
 }
 
-/** The PostgreSQL engine behind `leases`: the operator's tables live there (the testing kit's in-memory one has none). */
+/** The engine behind `leases` (over PostgreSQL, or the testing kit's memory backend). */
 function operatorEngineOf(leases: LeaseService): LeaseEngine {
   const engine = engineOf(leases);
-  if (!(engine instanceof LeaseEngine)) throw new LeaseConfigError(messages.operatorNeedsPostgres());
+  if (!(engine instanceof LeaseEngine)) throw new LeaseConfigError(messages.operatorNeedsEngine());
   return engine;
 }

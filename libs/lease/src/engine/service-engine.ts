@@ -1,6 +1,6 @@
 /**
  * What the doors (`LeaseService`'s methods, `@Exclusive` through the explorer and the registry) need of an engine:
- * `LeaseEngine` implements it, over PostgreSQL rows or (the testing kit) the memory backend. Types and one brand
+ * `LeaseEngine` implements it, over PostgreSQL rows or (the testing kit) the memory backend. Types
  * only: the doors never depend on how an engine keeps its leases.
  */
 import type { Observable } from 'rxjs';
@@ -42,16 +42,4 @@ export interface ServiceEngine {
   waitingCount(): number;
   /** Publishes an event on `events$` (and its diagnostics channel): leader election's `elected` / `revoked`. */
   emit(event: LeaseEvent): void;
-}
-
-/** Engines other than `LeaseEngine` that a `LeaseService` may face (`LeaseService`'s constructor tells them apart). */
-const engines = new WeakSet<object>();
-
-/** Marks `engine` as one a `LeaseService` may be built over (no caller since the kit runs `LeaseEngine` itself). */
-export function markServiceEngine(engine: ServiceEngine): void {
-  engines.add(engine);
-}
-
-export function isMarkedServiceEngine(value: unknown): value is ServiceEngine {
-  return typeof value === 'object' && value !== null && engines.has(value);
 }

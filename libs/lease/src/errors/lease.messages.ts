@@ -139,9 +139,11 @@ export const messages = {
     (typeof got === 'string' ? JSON.stringify(got) : String(got)),
   fencedOptionsArgument: (got: unknown) =>
     `fenced() options must be an object whose release is a boolean, got ${describeValue(got)}`,
-  operatorNeedsPostgres: () =>
-    'LeaseOperator works on the PostgreSQL lease service (its audit, drain and journal tables); the in-memory ' +
-    'service of nest-pg-lease/testing has none',
+  memoryForceRelease: () =>
+    'LeaseOperator.forceRelease needs PostgreSQL (the grant and its audit row end in one statement): the ' +
+    'in-memory service of nest-pg-lease/testing does not model it; end a grant there with the controls (free, lose)',
+  operatorNeedsEngine: () =>
+    'LeaseOperator works on a LeaseService made by LeaseModule, new LeaseService() or nest-pg-lease/testing',
   releaseInOpenFence: () =>
     'fenced(work, { release: true }) inside an open fenced() of the same lease: the release must ride on the ' +
     'outermost transaction (call it there), or it would commit before the outer work',

@@ -1,9 +1,8 @@
-import { LeaseArgumentError, LeaseConfigError, LeaseKeyError } from '../errors/lease.errors.js';
+import { LeaseArgumentError, LeaseConfigError } from '../errors/lease.errors.js';
 import type { ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
 import {
   acquireCall,
   checkElectionKeys,
-  declaredCall,
   exclusiveDeclaration,
   preemptGraceOf,
   runCall,
@@ -67,15 +66,6 @@ describe('the busy policy of a call: one place translates it for the engine', ()
       keyTemplate: '(none)',
       limit: 1,
     });
-  });
-
-  it('a declaration is checked once; each call checks only its key', () => {
-    const declared = exclusiveDeclaration('report:{id}', { priority: 1, holdAtLeastMs: 5, limit: 2, onBusy: 'wait' });
-    expect(declaredCall(declared, 'report:7', 'report:{id}')).toEqual({
-      request: { targetKey: 'report:7', priority: 1, holdMs: 5, keyTemplate: 'report:{id}', limit: 2 },
-      busy: { kind: 'wait' },
-    });
-    expect(() => declaredCall(declared, '', 'report:{id}')).toThrow(LeaseKeyError);
   });
 });
 

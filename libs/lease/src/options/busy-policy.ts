@@ -8,7 +8,7 @@ import { LeaseArgumentError, LeaseConfigError } from '../errors/lease.errors.js'
 import { messages } from '../errors/lease.messages.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { ExclusiveKey, ExclusiveOptions, StickyOptions } from '../interfaces/exclusive-options.interface.js';
-import { type CallRule, callRequest, type LeaseRequest, RULES, requestOf } from './call-input.js';
+import { type CallRule, callRequest, type LeaseRequest, RULES } from './call-input.js';
 import type { EngineSettings } from './engine-settings.js';
 import { nearestName } from './nearest-name.js';
 import type { RetryAfter } from '../interfaces/refusable-call.interface.js';
@@ -276,23 +276,6 @@ export function stickyDeclaration(targetKey: unknown, options: StickyOptions = {
   checkValues(options, refuse);
   const busy = busyPlanOf('@Sticky', options.onBusy, 1, refuse);
   return Object.freeze({ targetKey, priority: options.priority ?? 0, holdMs: 0, limit: 1, busy, sticky: true });
-}
-
-/** One call of a declaration: its key (checked here, per call), template and signal. */
-export function declaredCall(
-  metadata: ExclusiveMetadata,
-  targetKey: string,
-  keyTemplate: string,
-  signal?: AbortSignal,
-): LeaseCall {
-  const { priority, holdMs, limit, busy, retryAfter } = metadata;
-  const request = requestOf(targetKey, priority, holdMs, keyTemplate, limit);
-  return {
-    request,
-    busy,
-    ...(signal === undefined ? {} : { signal }),
-    ...(retryAfter === undefined ? {} : { retryAfter }),
-  };
 }
 
 /** `elect()`'s and `@LeaderElection`'s options: only theirs (a `LeaseArgumentError` otherwise). */

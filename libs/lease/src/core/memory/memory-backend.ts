@@ -2,14 +2,15 @@
  * The memory backend (`nest-pg-lease/testing`): `LeaseBackend` over Maps, for unit tests of an application's own code.
  * The same core (`LeaseEngine`) runs over it as over PostgreSQL — its waits, heartbeat, drain, preemption, joins and
  * semaphores — so the kit does what production does by construction. The rows follow the statements' rules (no
- * barging, effective priority (aging) then FIFO, hold tails, slots, takeovers, preemption's ask and take); answers
- * come at once and wake-ups are direct calls. Not modelled: direct handoff (a release wakes the line, whose head then
- * attempts), other processes' joins (one process only), the operator's journal.
+ * barging, aged priority then FIFO, hold tails, slots, takeovers, preemption's ask and take), answered at once;
+ * wake-ups are direct calls. Not modelled: direct handoff, other processes' joins, force-release, the journal.
  *
  * The test controls (`hold`, `takeOver`, `expire`, `lose`, `free`) are operations on these rows, standing in for
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
  */
 import type { EntityManager } from 'typeorm';
+import { LeaseConfigError } from '../../errors/lease.errors.js';
+import { messages } from '../../errors/lease.messages.js';
 import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interface.js';
 import type { DrainEntry } from '../../interfaces/lease-operator.interface.js';
 import { MAX_TIMER_MS } from '../../options/limits.js';
@@ -132,7 +133,7 @@ export class MemoryBackend implements LeaseBackend {
         if (at >= 0) this.drains.splice(at, 1);
         return Promise.resolve(at >= 0);
       },
-      forceRelease: () => Promise.reject(new Error('The memory backend has no operator console')),
+      forceRelease: () => Promise.reject(new LeaseConfigError(messages.memoryForceRelease())),
       audit: () => Promise.resolve([]),
       history: () => Promise.resolve([]),
       writeJournal: () => Promise.resolve(),
