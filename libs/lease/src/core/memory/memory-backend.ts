@@ -2,9 +2,8 @@
  * The memory backend (`nest-pg-lease/testing`): `LeaseBackend` over Maps, for unit tests of an application's own code.
  * The same core (`LeaseEngine`) runs over it as over PostgreSQL — its waits, heartbeat, drain, preemption, joins and
  * semaphores — so the kit does what production does by construction. The rows follow the statements' rules (no
- * barging, priority then FIFO, hold tails, slots, takeovers, preemption's ask and take); answers come at once and
- * wake-ups are direct calls. Not modelled: aging (an effective priority is the priority), direct handoff (a release
- * wakes the line, whose head then attempts), other processes' joins (one process only), the operator's journal.
+ * barging, aged priority then FIFO, hold tails, slots, takeovers, preemption's ask and take), answered at once;
+ * wake-ups are direct calls. Not modelled: direct handoff, other processes' joins, force-release, the journal.
  *
  * The test controls (`hold`, `takeOver`, `expire`, `lose`, `free`) are operations on these rows, standing in for
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
@@ -238,7 +237,7 @@ export class MemoryBackend implements LeaseBackend {
           slot: null,
           owner: this.options.owner,
           priority: waiter.priority,
-          effective_priority: String(waiter.priority),
+          effective_priority: String(this.aged(waiter)),
           fencing_token: null,
           seq: String(waiter.seq),
           age_ms: at - waiter.since,
@@ -375,20 +374,25 @@ export class MemoryBackend implements LeaseBackend {
   }
 
   private liveLine(targetKey: string): WaiterRow[] {
-    const at = now();
+    const [at, wall] = [now(), Date.now()];
     const line = (this.lines.get(targetKey) ?? []).filter((waiter) => waiter.expiresAt > at);
-    return line.sort((a, b) => b.priority - a.priority || Number(a.seq - b.seq));
+    return line.sort((a, b) => this.aged(b, wall) - this.aged(a, wall) || Number(a.seq - b.seq));
+  }
+
+  /** Effective priority: one more per `agingIntervalMs` waited since it first queued (the statements' `aged`). */
+  private aged(waiter: WaiterRow, wall = Date.now()): number {
+    const aging = this.options.agingIntervalMs;
+    return waiter.priority + (aging ? Math.floor((wall - waiter.queuedAt.getTime()) / aging) : 0);
   }
 
   /** Live waiters the request may not pass: at least as urgent, and (for a queued caller) queued before it. */
   private waitersAhead({ targetKey, priority, waiterId, waiterSeq }: AcquireRequest): number {
     const line = this.liveLine(targetKey);
-    if (waiterId === undefined) return line.filter((waiter) => waiter.priority >= priority).length;
+    if (waiterId === undefined) return line.filter((waiter) => this.aged(waiter) >= priority).length;
     const own = line.findIndex((waiter) => waiter.id === waiterId);
     if (own >= 0) return own;
     const seq = waiterSeq ?? this.lastSeq + 1n;
-    return line.filter((waiter) => waiter.priority > priority || (waiter.priority === priority && waiter.seq < seq))
-      .length;
+    return line.filter((w) => this.aged(w) > priority || (this.aged(w) === priority && w.seq < seq)).length;
   }
 
   private refuse(request: AcquireRequest, holdLeftMs: number | null): Refusal {
@@ -482,7 +486,7 @@ export class MemoryBackend implements LeaseBackend {
     const granted = this.grant({ ...caller, leaseToken, holdMs }, OWN_ROW_SLOT, 1);
     return {
       ...granted,
-      tookOver: true,
+      tookOver: false, // as the statement answers: no takeover of an expired lease (`acquired`, then `preempted`)
       previousOwner: asked.owner,
       previousFencingToken: asked.fencingToken,
       previousPriority: asked.priority,
