@@ -1,7 +1,7 @@
 /**
- * The lease contract: one set of cases run against the in-memory service of `nest-pg-lease/testing`
- * (contract-memory.e2e-spec.ts) and the real engine on PostgreSQL (contract-postgres.e2e-spec.ts), so that a unit
- * test on the in-memory service learns what production does. Each case waits for outcomes, never for time.
+ * The lease contract: one set of cases run against the one engine over each backend: the memory backend of
+ * `nest-pg-lease/testing` (memory.e2e-spec.ts, in the unit tier) and PostgreSQL (postgres.e2e-spec.ts), so that a
+ * unit test on the in-memory service learns what production does. Each case waits for outcomes, never for time.
  */
 import {
   type Lease,
