@@ -94,7 +94,7 @@ module.exports = {
       to: {
         path: SRC,
         pathNot: [
-          `${SRC}store/(store\\.types|join-store|operator-store|preempt-store|semaphore-store)\\.ts$`,
+          `${SRC}store/(store\\.types|remote-joins|operator-store|preempt-store|semaphore-store)\\.ts$`,
           `${SRC}store/sql/statement-faults\\.ts$`,
           `${SRC}options/engine-settings\\.ts$`,
         ],

@@ -25,7 +25,7 @@ import type {
   WaiterPlace,
 } from '../store/store.types.js';
 import type { StatementFaults } from '../store/sql/statement-faults.js';
-import type { RemoteJoins } from '../store/join-store.js';
+import type { RemoteJoins } from '../store/remote-joins.js';
 
 export type {
   AcquiredRow,
@@ -46,7 +46,7 @@ export type {
   WaiterPlace,
 };
 export type { JournalRow } from '../store/operator-store.js';
-export type { JoinLook, JoinOutcome, JoinWatch, SettledOutcome } from '../store/join-store.js';
+export type { JoinLook, JoinOutcome, JoinWatch, SettledOutcome } from '../store/remote-joins.js';
 
 /** A waiting call as the backend knows it: its key and id (its lease token once granted). */
 export interface WaiterRef {

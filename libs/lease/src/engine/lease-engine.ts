@@ -31,7 +31,7 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
-import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './semaphore.js';
+import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './acquisition-route.js';
 import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow, BackendFactory, LeaseBackend, StatementFaults } from '../core/backend.js';

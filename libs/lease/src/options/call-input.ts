@@ -96,7 +96,7 @@ export interface LeaseRequest {
   readonly holdMs: number;
   /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
   readonly keyTemplate: string;
-  /** How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/semaphore.ts). */
+  /** How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/acquisition-route.ts). */
   readonly limit: number;
 }
 

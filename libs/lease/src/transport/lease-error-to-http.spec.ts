@@ -5,7 +5,7 @@ import { LeaseError } from '../errors/lease.errors.js';
 import { leaseErrorToHttp } from './lease-error-to-http.js';
 import { leaseErrorBody } from './transport-errors.js';
 import { answerOf } from './lease-answers.js';
-import { busyError } from '../engine/semaphore.js';
+import { busyError } from '../engine/acquisition-route.js';
 
 /** One instance of every error class the package exports (the test fails when a new class is not listed here). */
 const samples: Record<string, LeaseError> = {

@@ -10,7 +10,7 @@ import { LeaseDatabase, type LeaseDataSourceRef } from '../../database/lease-dat
 import { Notifier } from '../../database/notifier.js';
 import { connectBoundMs, connectionCloseMs } from '../../options/bounds.js';
 import type { EngineSettings } from '../../options/engine-settings.js';
-import { JoinResults } from '../../store/join-store.js';
+import { JoinResults } from '../../store/remote-joins.js';
 import { LeaseStore } from '../../store/lease-store.js';
 import { OperatorStore } from '../../store/operator-store.js';
 import { timelineOf } from '../../store/sql/fencing-token.js';

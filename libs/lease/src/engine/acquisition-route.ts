@@ -1,5 +1,6 @@
 /**
- * Semaphores in the engine (`limit` above 1; docs/semaphores.md): a limited call's attempts ask
+ * Where every attempt goes: the key's own row (limit 1), or a slot of a semaphore (`limit` above 1;
+ * docs/semaphores.md); and a busy key's error, by limit. A limited call's attempts ask
  * for a slot (`SemaphoreStore.tryAcquire`) instead of the key's own row, and a granted slot is an ordinary lease
  * whose row is the slot's — renewed, fenced, lost and released like any other (see `HeldLease.row`). The waits of
  * limited calls are the key's ordinary line: only which statement an attempt sends differs.

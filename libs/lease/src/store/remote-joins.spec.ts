@@ -1,4 +1,4 @@
-import { type JoinWatch, type ResultRow, runSeen } from './join-store.js';
+import { type JoinWatch, type ResultRow, runSeen } from './remote-joins.js';
 
 /** A look's row: the target's fencing token, whether its holder is live, the outcome stored under it, a tail. */
 const row = (token: number, live: boolean, outcome: unknown = null, holdLeftMs: number | null = null): ResultRow => ({
