@@ -3,7 +3,8 @@
  * so a unit test gets the waits, the drain, preemption, joins and semaphores of production by construction.
  */
 import type { EntityManager } from 'typeorm';
-import { type FencedTransaction, MemoryBackend } from '../core/memory/memory-backend.js';
+import type { FencedTransaction } from '../core/memory/fenced-transaction.types.js';
+import { MemoryBackend } from '../core/memory/memory-backend.js';
 import { LeaseEngine } from '../engine/lease-engine.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 
@@ -31,7 +32,9 @@ const NO_MANAGER = new Proxy({} as EntityManager, {
 
 /** An engine over the memory backend, and that backend (whose rows the test controls change). */
 export class MemoryLeases {
+  /** @internal (kept out of the kit's declarations: the engine's types reach the PostgreSQL backend's) */
   readonly engine: LeaseEngine;
+  /** @internal */
   readonly backend: MemoryBackend;
 
   constructor(options: LeaseTestingOptions = {}) {

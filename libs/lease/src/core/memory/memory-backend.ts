@@ -8,7 +8,6 @@
  * The test controls (`hold`, `takeOver`, `expire`, `lose`, `free`) are operations on these rows, standing in for
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
  */
-import type { EntityManager } from 'typeorm';
 import { LeaseConfigError } from '../../errors/lease.errors.js';
 import { messages } from '../../errors/lease.messages.js';
 import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interface.js';
@@ -38,9 +37,7 @@ import type {
   WakeupListener,
   Wakeups,
 } from '../backend.js';
-
-/** Runs a fenced write's work in the test's transaction (`LeaseTestingOptions.fencedTransaction`). */
-export type FencedTransaction = <T>(work: (manager: EntityManager) => Promise<T>) => Promise<T>;
+import type { FencedTransaction } from './fenced-transaction.types.js';
 
 interface Row {
   leaseToken: string | null;
