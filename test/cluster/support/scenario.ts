@@ -94,6 +94,9 @@ export interface ClusterRun {
 
 async function asSuperuser(url: string, statements: string[]): Promise<void> {
   const client = new pg.Client({ connectionString: url, application_name: 'cluster-suite' });
+  // A node Patroni restarts (a demoted leader) ends its sessions with 57P01: a FATAL that arrives while the client
+  // is idle or ending is emitted as 'error', which without a listener throws (its query still rejects).
+  client.on('error', () => undefined);
   await client.connect();
   try {
     for (const statement of statements) await client.query(statement);
@@ -130,6 +133,9 @@ async function prepare(cluster: PatroniCluster, leader: PatroniNode, database: s
 
 async function read<R extends pg.QueryResultRow>(url: string, text: string): Promise<R[]> {
   const client = new pg.Client({ connectionString: url, application_name: 'cluster-checker' });
+  // A node Patroni restarts (a demoted leader) ends its sessions with 57P01: a FATAL that arrives while the client
+  // is idle or ending is emitted as 'error', which without a listener throws (its query still rejects).
+  client.on('error', () => undefined);
   await client.connect();
   try {
     return (await client.query<R>(text)).rows;
