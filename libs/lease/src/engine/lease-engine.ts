@@ -13,7 +13,7 @@ import { Preemption } from './preemption.js';
 import { PurgeSchedule } from './purge-schedule.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ShutdownDrain } from './shutdown-drain.js';
-import { failingAsUnavailable, unavailableOr } from '../errors/database-errors.js';
+import { unavailableOr } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import { LeaseShutdownError, LeaseUnavailableError, LeaseWaitTimeoutError } from '../errors/lease.errors.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
@@ -27,7 +27,7 @@ import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
 import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
-import { publish } from '../observability/diagnostics.js';
+import { listened, publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
@@ -103,7 +103,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       adopt: (request, leaseToken, row) => this.track(this.adopt(request, leaseToken, row)),
     });
     this.joins = new JoinRuns(this, this.backend.joins);
-    this.telemetry = new LeaseTelemetry(this.options, this.backend, (event) => this.emit(event), track);
+    this.telemetry = new LeaseTelemetry(
+      this.options,
+      this.backend,
+      (event) => this.emit(event),
+      track,
+      (type) => this.events.observed || listened(type),
+    );
     this.purges = new PurgeSchedule(this.backend, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
     this.heartbeat = new LeaseHeartbeat(
@@ -234,7 +240,10 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** An acquisition, tracked for close() and traced; no database failure in it rejects as a driver's error. */
   private acquiring<T extends Lease | null>(request: LeaseRequest, work: () => Promise<T>, signal?: AbortSignal) {
-    const classified = failingAsUnavailable(work, request.targetKey, ACQUIRE, signal);
+    const classified = () =>
+      work().catch((error: unknown) => {
+        throw signal?.aborted && error === signal.reason ? error : unavailableOr(error, request.targetKey, ACQUIRE);
+      });
     return this.track(this.telemetry.acquire(request, classified, signal));
   }
 
@@ -262,7 +271,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
 
   /** One attempt: the lease, or null (a `busy` event) when the target is held or a live waiter is ahead. */
   private async tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
-    const lease = await this.attempt(request);
+    // Not tracked on its own: the call (`acquiring`) is, and nothing gives up on this statement before it returns.
+    const lease = await this.attemptOnce(request, {});
     if (!lease) {
       this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
     }
@@ -425,7 +435,9 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await (
       waiter?.granted === undefined
-        ? acquireRow(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
+        ? limit <= 1
+          ? this.backend.attempt(request, activeSpanSetter('lease.batch_size'))
+          : acquireRow(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.backend, waiter, holdMs)
     ).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, ACQUIRE);

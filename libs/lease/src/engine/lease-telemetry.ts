@@ -16,7 +16,7 @@ import {
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { AcquireOutcome, LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import { holderSpan, type LeaseSpan, type SpanAttributes, startSpan } from '../observability/tracing.js';
+import { holderSpan, type LeaseSpan, type SpanAttributes, startSpan, tracing } from '../observability/tracing.js';
 import type { LeaseBackend } from '../core/backend.js';
 import { HeldLease } from './held-lease.js';
 import type { Waiter } from './wait-queue.js';
@@ -35,6 +35,8 @@ export class LeaseTelemetry {
     private readonly emit: (event: LeaseEvent) => void,
     /** Tracks background work for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
+    /** Whether anyone hears an event of this type (an `events$` subscriber, a diagnostics channel's): else none is built. */
+    private readonly heard: (type: LeaseEvent['type']) => boolean = () => true,
   ) {}
 
   /**
@@ -43,13 +45,20 @@ export class LeaseTelemetry {
    * caller's span is kept on the lease: heartbeat failures and the loss become its events. Ends with `acquire-ended`.
    */
   acquire<T extends Lease | null>(call: TracedCall, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    const holder = holderSpan();
-    const span = startSpan('lease.acquire', {
-      ...this.attributes(call.targetKey, call.keyTemplate),
-      'lease.priority': call.priority,
-    });
+    const traced = tracing();
+    const timed = this.heard('acquire-ended');
+    // Nobody records a span and nobody hears the timing event: the call is the work itself, nothing built around it.
+    if (!traced && !timed) return work();
+    const holder = traced ? holderSpan() : undefined;
+    const span = traced
+      ? startSpan('lease.acquire', {
+          ...this.attributes(call.targetKey, call.keyTemplate),
+          'lease.priority': call.priority,
+        })
+      : undefined;
     const started = performance.now();
-    const ended = (outcome: AcquireOutcome) =>
+    const ended = (outcome: AcquireOutcome) => {
+      if (!timed) return;
       this.emit({
         type: 'acquire-ended',
         targetKey: call.targetKey,
@@ -59,6 +68,7 @@ export class LeaseTelemetry {
         durationMs: performance.now() - started,
         at: new Date(),
       });
+    };
     return (span ? span.within(work) : work()).then(
       (lease) => {
         const outcome = lease instanceof HeldLease && lease.tookOver ? 'taken-over' : lease ? 'acquired' : 'busy';
@@ -101,6 +111,7 @@ export class LeaseTelemetry {
 
   /** A `fenced()` transaction in a `lease.fenced` span. */
   fenced<T>(lease: HeldLease, work: () => Promise<T>): Promise<T> {
+    if (!tracing()) return work();
     const span = startSpan('lease.fenced', {
       ...this.attributes(lease.targetKey, lease.keyTemplate),
       'lease.fencing_token': String(lease.fencingToken),
@@ -120,6 +131,10 @@ export class LeaseTelemetry {
 
   /** A release (`work` resolves whether it was confirmed) in a `lease.release` span. */
   async release(lease: HeldLease, heldMs: number, work: () => Promise<boolean>): Promise<void> {
+    if (!tracing()) {
+      await work();
+      return;
+    }
     const span = startSpan('lease.release', {
       ...this.attributes(lease.targetKey, lease.keyTemplate),
       'lease.fencing_token': String(lease.fencingToken),

@@ -114,20 +114,3 @@ export function unavailableOr(error: unknown, targetKey: string | undefined, ope
   if (!isDatabaseFailure(error)) return error;
   return new LeaseUnavailableError(targetKey, failureDetail(error), { cause: error, kind: 'failing', operation });
 }
-
-/**
- * `work`, whose database failure rejects as a `LeaseUnavailableError` (see `unavailableOr`): the net of a door that
- * runs no code of the caller's (an acquisition), so no statement it sends — an attempt, a preemption's request, a
- * slot's — rejects with a driver's error. The reason of the caller's own `signal` is left as it is.
- */
-export function failingAsUnavailable<T>(
-  work: () => Promise<T>,
-  targetKey: string,
-  operation: string,
-  signal?: AbortSignal,
-): () => Promise<T> {
-  return () =>
-    work().catch((error: unknown) => {
-      throw signal?.aborted && error === signal.reason ? error : unavailableOr(error, targetKey, operation);
-    });
-}

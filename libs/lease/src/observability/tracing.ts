@@ -25,6 +25,8 @@ interface Span {
 interface Api {
   context: { active(): Context; with<T>(context: Context, work: () => T): T };
   trace: {
+    /** The global provider: a proxy whose delegate an SDK sets (`getDelegateTracer` undefined: no SDK yet). */
+    getTracerProvider(): { getDelegateTracer?(name: string): unknown };
     getTracer(name: string): { startSpan(name: string, options: { attributes: Attributes }, context: Context): Span };
     setSpan(context: Context, span: Span): Context;
     getActiveSpan(): Span | undefined;
@@ -98,9 +100,20 @@ export class HolderSpan {
   }
 }
 
+/**
+ * Whether a span could record now: `@opentelemetry/api` is installed and an SDK registered a tracer provider (checked
+ * per call, one property read and a call: an SDK may register after the engine started). Callers skip building a span's
+ * attributes when not.
+ */
+export function tracing(): boolean {
+  if (!api) return false;
+  const provider = api.trace.getTracerProvider();
+  return typeof provider.getDelegateTracer !== 'function' || provider.getDelegateTracer(TRACER_NAME) !== undefined;
+}
+
 /** A span named `name`, child of the caller's active span; undefined when nothing would record it. */
 export function startSpan(name: string, attributes: SpanAttributes): LeaseSpan | undefined {
-  if (!api) return undefined;
+  if (!api || !tracing()) return undefined;
   const parent = api.context.active();
   const span = api.trace.getTracer(TRACER_NAME).startSpan(name, { attributes: defined(attributes) }, parent);
   if (!span.isRecording()) return undefined;
@@ -112,6 +125,7 @@ export function startSpan(name: string, attributes: SpanAttributes): LeaseSpan |
  * statement went (its batch size). Captured now, since the statement runs from another call's turn of the loop.
  */
 export function activeSpanSetter(name: string): ((value: number) => void) | undefined {
+  if (!tracing()) return undefined;
   const span = api?.trace.getActiveSpan();
   if (!span?.isRecording()) return undefined;
   return (value) => {
@@ -121,6 +135,7 @@ export function activeSpanSetter(name: string): ((value: number) => void) | unde
 
 /** The caller's active span, if one records. */
 export function holderSpan(): HolderSpan | undefined {
+  if (!tracing()) return undefined;
   const span = api?.trace.getActiveSpan();
   return span?.isRecording() ? new HolderSpan(span) : undefined;
 }
