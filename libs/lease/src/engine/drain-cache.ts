@@ -12,6 +12,11 @@ import { DRAIN_REFRESH_MS } from '../options/bounds.js';
 import type { OperatorBackend } from '../core/backend.js';
 
 export class DrainCache {
+  /**
+   * Whether any drain is in force: a plain field the engine reads before every attempt, so that a process with no
+   * drain (nearly always) makes no call for it.
+   */
+  active = false;
   private keys = new Map<string, DrainEntry>();
   private templates = new Map<string, DrainEntry>();
   private timer?: NodeJS.Timeout;
@@ -40,7 +45,7 @@ export class DrainCache {
     clearTimeout(this.timer);
   }
 
-  /** Refuses an acquisition of a drained key, or of a key whose template is drained. */
+  /** Refuses an acquisition of a drained key, or of a key whose template is drained (needed only when `active`). */
   check(targetKey: string, keyTemplate: string): void {
     const drain = this.keys.get(targetKey) ?? this.templates.get(keyTemplate);
     if (drain) throw new LeaseDrainedError(targetKey, this.retryAfterMs, drain);
@@ -55,6 +60,7 @@ export class DrainCache {
           this.failing = false;
           this.keys = new Map(drains.filter((d) => d.kind === 'key').map((d) => [d.subject, d]));
           this.templates = new Map(drains.filter((d) => d.kind === 'template').map((d) => [d.subject, d]));
+          this.active = this.keys.size > 0 || this.templates.size > 0;
         },
         (error: unknown) => {
           if (this.store.missingTable(error)) {

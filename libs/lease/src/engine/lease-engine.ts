@@ -26,9 +26,9 @@ import type { EngineSettings } from '../options/engine-settings.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
-import { type LeaseCall, preemptGraceOf, waitBoundMs, waits, type WaitingPlan } from '../options/busy-policy.js';
-import { listened, publish } from '../observability/diagnostics.js';
-import { activeSpanSetter, loadTracing } from '../observability/tracing.js';
+import { type LeaseCall, preemptGraceOf, waitBoundMs, type WaitingPlan } from '../options/busy-policy.js';
+import { publish } from '../observability/diagnostics.js';
+import { activeSpanSetter, loadTracing, tracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
 import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './acquisition-route.js';
@@ -103,13 +103,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       adopt: (request, leaseToken, row) => this.track(this.adopt(request, leaseToken, row)),
     });
     this.joins = new JoinRuns(this, this.backend.joins);
-    this.telemetry = new LeaseTelemetry(
-      this.options,
-      this.backend,
-      (event) => this.emit(event),
-      track,
-      (type) => this.events.observed || listened(type),
-    );
+    this.telemetry = new LeaseTelemetry(this.options, this.backend, (event) => this.emit(event), track);
     this.purges = new PurgeSchedule(this.backend, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
     this.heartbeat = new LeaseHeartbeat(
@@ -244,7 +238,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       work().catch((error: unknown) => {
         throw signal?.aborted && error === signal.reason ? error : unavailableOr(error, request.targetKey, ACQUIRE);
       });
-    return this.track(this.telemetry.acquire(request, classified, signal));
+    // Telemetry only when someone records a span or hears `acquire-ended` (checked without a call into it).
+    const traced = tracing();
+    const timed = this.events.observed || this.telemetry.acquireEnded.hasSubscribers;
+    return this.track(
+      traced || timed ? this.telemetry.acquire(request, classified, signal, { traced, timed }) : classified(),
+    );
   }
 
   /**
@@ -260,7 +259,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const lease = await this.acquiring(
       request,
       () =>
-        waits(busy)
+        // `waits(busy)`, spelled out: the lone call's path makes no call for its policy.
+        busy.kind === 'wait' || busy.kind === 'preempt'
           ? this.waitFor(request, waitBoundMs(busy, this.options), signal, preemptGraceOf(busy, this.options))
           : this.tryOnce(request),
       signal,
@@ -420,7 +420,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     { waiter, queueAs }: { waiter?: Waiter; queueAs?: Waiter },
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
-    this.operator.check(targetKey, keyTemplate);
+    // A drained key or template is refused (`LeaseDrainedError`); with no drain in force, nothing to look up.
+    if (this.operator.drains.active) this.operator.drains.check(targetKey, keyTemplate);
     // A waiter's lease token is its id: a release can hand it a grant it recognises (direct handoff).
     const leaseToken = waiter?.id ?? randomUUID();
     const request = {

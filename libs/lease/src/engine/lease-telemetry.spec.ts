@@ -1,33 +1,55 @@
+import diagnostics from 'node:diagnostics_channel';
 import { jest } from '@jest/globals';
+import { LEASE_CHANNELS } from '../lease.constants.js';
+import { MemoryLeases } from '../testing/memory-leases.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
-import { LeaseTelemetry } from './lease-telemetry.js';
+import type { LeaseTelemetry } from './lease-telemetry.js';
 
-/** What a call pays for its telemetry: nothing when nobody records a span and nobody hears its timing event. */
-describe('LeaseTelemetry', () => {
-  const call = { targetKey: 'report:1', priority: 0, keyTemplate: 'report:{id}' };
-  const backend = { snapshot: async () => [] };
-  const track = <T>(work: Promise<T>) => work;
+/**
+ * What a call pays for its telemetry: nothing when no SDK records spans and nobody hears `acquire-ended` (no
+ * `events$` subscriber, no subscriber of its diagnostics channel) — the engine does not even call the telemetry.
+ */
+describe('telemetry of an acquisition, paid only when someone listens', () => {
+  let leases: MemoryLeases;
+  let acquire: jest.SpiedFunction<LeaseTelemetry['acquire']>;
 
-  it('builds no acquire-ended event and wraps nothing when nobody hears it (no SDK, no subscriber)', async () => {
-    const emit = jest.fn<(event: LeaseEvent) => void>();
-    const heard = jest.fn(() => false);
-    const telemetry = new LeaseTelemetry({ traceTargetKeys: false }, backend, emit, track, heard);
-    const work = Promise.resolve(null);
-    // The work's own promise comes back: no `then` around it, no closure kept for its end.
-    expect(telemetry.acquire(call, () => work)).toBe(work);
-    await work;
-    expect(emit).not.toHaveBeenCalled();
-    expect(heard).toHaveBeenCalledWith('acquire-ended');
+  beforeEach(async () => {
+    leases = new MemoryLeases({});
+    await leases.engine.init();
+    const telemetry = (leases.engine as unknown as { telemetry: LeaseTelemetry }).telemetry;
+    acquire = jest.spyOn(telemetry, 'acquire');
+  });
+  afterEach(() => leases.engine.close());
+
+  const cycle = async (key: string) => (await leases.engine.tryAcquire(request(key)))?.release();
+
+  it('makes no telemetry call and builds no event for nobody', async () => {
+    await cycle('quiet:1');
+    expect(acquire).not.toHaveBeenCalled();
   });
 
-  it('emits acquire-ended with the outcome when someone hears it', async () => {
-    const emit = jest.fn<(event: LeaseEvent) => void>();
-    const telemetry = new LeaseTelemetry({ traceTargetKeys: false }, backend, emit, track, () => true);
-    await telemetry.acquire(call, async () => null);
-    expect(emit).toHaveBeenCalledWith(
-      expect.objectContaining({ type: 'acquire-ended', targetKey: 'report:1', outcome: 'busy' }),
-    );
-    await expect(telemetry.acquire(call, () => Promise.reject(new Error('boom')))).rejects.toThrow('boom');
-    expect(emit).toHaveBeenLastCalledWith(expect.objectContaining({ type: 'acquire-ended', outcome: 'error' }));
+  it('times the call for an events$ subscriber', async () => {
+    const seen: LeaseEvent[] = [];
+    const subscription = leases.engine.events$.subscribe((event) => seen.push(event));
+    await cycle('heard:1');
+    subscription.unsubscribe();
+    expect(acquire).toHaveBeenCalledTimes(1);
+    expect(seen.map((event) => event.type)).toContain('acquire-ended');
+  });
+
+  it('times the call for a subscriber of the acquire-ended channel', async () => {
+    const seen: unknown[] = [];
+    const listen = (message: unknown) => seen.push(message);
+    diagnostics.subscribe(LEASE_CHANNELS['acquire-ended'], listen);
+    try {
+      await cycle('channel:1');
+    } finally {
+      diagnostics.unsubscribe(LEASE_CHANNELS['acquire-ended'], listen);
+    }
+    expect(seen).toEqual([expect.objectContaining({ type: 'acquire-ended', outcome: 'acquired' })]);
   });
 });
+
+function request(targetKey: string) {
+  return { targetKey, priority: 0, holdMs: 0, keyTemplate: targetKey, limit: 1 };
+}

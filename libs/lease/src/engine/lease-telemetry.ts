@@ -4,7 +4,9 @@
  * the timing events (`acquire-ended`, `wait-ended`) that the metrics are made of. The engine calls it around each
  * step; it never changes a step's outcome.
  */
+import diagnostics from 'node:diagnostics_channel';
 import { waitEndedEvent } from './lease-events.js';
+import { LEASE_CHANNELS } from '../lease.constants.js';
 import {
   LeaseDrainedError,
   LeaseLostError,
@@ -35,20 +37,25 @@ export class LeaseTelemetry {
     private readonly emit: (event: LeaseEvent) => void,
     /** Tracks background work for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
-    /** Whether anyone hears an event of this type (an `events$` subscriber, a diagnostics channel's): else none is built. */
-    private readonly heard: (type: LeaseEvent['type']) => boolean = () => true,
   ) {}
+
+  /**
+   * The diagnostics channel of `acquire-ended`: with no subscriber there, no span recording and no `events$`
+   * subscriber, the engine does not call `acquire` at all (a property read, no call: see `LeaseEngine.acquiring`).
+   */
+  readonly acquireEnded = diagnostics.channel(LEASE_CHANNELS['acquire-ended']);
 
   /**
    * One call's acquisition in a `lease.acquire` span, child of the caller's active span (when an SDK records): its
    * outcome, fencing token and the batch its statement went in; a wait in line is its child `lease.wait`. The
    * caller's span is kept on the lease: heartbeat failures and the loss become its events. Ends with `acquire-ended`.
    */
-  acquire<T extends Lease | null>(call: TracedCall, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
-    const traced = tracing();
-    const timed = this.heard('acquire-ended');
-    // Nobody records a span and nobody hears the timing event: the call is the work itself, nothing built around it.
-    if (!traced && !timed) return work();
+  acquire<T extends Lease | null>(
+    call: TracedCall,
+    work: () => Promise<T>,
+    signal: AbortSignal | undefined,
+    { traced, timed }: { traced: boolean; timed: boolean },
+  ): Promise<T> {
     const holder = traced ? holderSpan() : undefined;
     const span = traced
       ? startSpan('lease.acquire', {

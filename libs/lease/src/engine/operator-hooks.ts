@@ -42,7 +42,7 @@ export class OperatorHooks {
 
   /** Refuses an attempt on a drained key or template (`LeaseDrainedError`). */
   check(targetKey: string, keyTemplate: string): void {
-    this.drains.check(targetKey, keyTemplate);
+    if (this.drains.active) this.drains.check(targetKey, keyTemplate);
   }
 
   /** Writes the buffered journal rows now (tests and the console, so a timeline is current). */

@@ -1,13 +1,48 @@
+/**
+ * The wrapper of a decorated method, and what it runs per call (`callExclusive`); the one channel from
+ * `ExclusiveInterceptor` to it — an AsyncLocalStorage of the handler call in progress, claimed by the wrapper of the
+ * handler it names.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { isObservable, Observable } from 'rxjs';
 import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { type CallPlan, MethodPlans } from './call-plan.js';
-import { claim, type HandlerCall } from './handler-call.js';
-import { engines } from './engine-registry.js';
+import { ENGINE_PROPERTY, EngineRef, engines } from './engine-registry.js';
+
+type EngineHolder = { [ENGINE_PROPERTY]?: unknown };
 import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
+
+/**
+ * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
+ * pipes, and the key must come from the piped arguments), so it leaves this for the method's wrapper: the signal
+ * aborts when the caller goes away (timeout interceptor, SSE or WebSocket client gone, cancelled RPC).
+ */
+export interface HandlerCall {
+  readonly handler: Function;
+  readonly signal: AbortSignal;
+  claimed: boolean;
+  /**
+   * Set by the wrapper when the call's own work has settled (and its lease was given back): an error arriving at the
+   * interceptor after that is the call's own; one arriving before it was raised inside (an interceptor listed above
+   * `@Exclusive`, such as a timeout) while the work still runs.
+   */
+  settled?: boolean;
+}
+
+/** The handler call in progress, set by the interceptor around `next.handle()`. */
+export const handlerCalls = new AsyncLocalStorage<HandlerCall>();
+
+/** The interceptor's call, if it is this method's own (not a decorated method the handler calls in turn). */
+export function claim(wrapped: Function): HandlerCall | undefined {
+  const call = handlerCalls.getStore();
+  if (!call || call.handler !== wrapped || call.claimed) return undefined;
+  call.claimed = true;
+  return call;
+}
 
 /** A decorated method, as its wrapper knows it (built once, at decoration). */
 export interface DecoratedMethod {
@@ -50,7 +85,9 @@ const isThenable = (value: unknown): value is PromiseLike<unknown> =>
 async function callExclusive(self: unknown, method: DecoratedMethod, args: unknown[]): Promise<unknown> {
   const call = claim(method.wrapped);
   const plan = method.plans.of(self !== null && typeof self === 'object' ? self.constructor : method.declaringClass);
-  const application = engines.entryFor(self, plan.label);
+  // The application's entry its injector set on the instance (nearly every call); else the registry finds it.
+  const own = self !== null && typeof self === 'object' ? (self as EngineHolder)[ENGINE_PROPERTY] : undefined;
+  const application = own instanceof EngineRef ? own : engines.entryFor(self, plan.label);
   const leases = application.engine;
   const { metadata, keyTemplate } = plan;
   const targetKey = plan.keyOf(args);

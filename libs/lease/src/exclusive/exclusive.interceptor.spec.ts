@@ -4,7 +4,7 @@ import { HttpException } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { firstValueFrom, NEVER, of, throwError } from 'rxjs';
 import { LeaseBusyError } from '../errors/lease.errors.js';
-import { handlerCalls } from './handler-call.js';
+import { handlerCalls } from './exclusive-call.js';
 import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import { ExclusiveInterceptor } from './exclusive.interceptor.js';
 

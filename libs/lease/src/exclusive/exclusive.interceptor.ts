@@ -1,7 +1,7 @@
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { catchError, defer, Observable } from 'rxjs';
-import { handlerCalls, type HandlerCall } from './handler-call.js';
+import { handlerCalls, type HandlerCall } from './exclusive-call.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import { leaseErrorToTransport } from '../transport/transport-errors.js';

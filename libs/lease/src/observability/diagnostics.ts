@@ -8,19 +8,9 @@ import { LEASE_CHANNELS } from '../lease.constants.js';
 
 const channels = new Map<LeaseEventType, diagnostics.Channel>();
 
-function channelOf(type: LeaseEventType): diagnostics.Channel {
-  let channel = channels.get(type);
-  if (!channel) channels.set(type, (channel = diagnostics.channel(LEASE_CHANNELS[type])));
-  return channel;
-}
-
 /** Publishes `event` on its channel when someone subscribes. */
 export function publish(event: LeaseEvent): void {
-  const channel = channelOf(event.type);
+  let channel = channels.get(event.type);
+  if (!channel) channels.set(event.type, (channel = diagnostics.channel(LEASE_CHANNELS[event.type])));
   if (channel.hasSubscribers) channel.publish(event);
-}
-
-/** Whether anyone subscribes to the channel of `type` now (an event nobody hears need not be built). */
-export function listened(type: LeaseEventType): boolean {
-  return channelOf(type).hasSubscribers;
 }

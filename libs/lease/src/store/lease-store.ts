@@ -98,6 +98,10 @@ export class LeaseStore {
   /** Group commit of acquisitions and of releases (see group-commit.ts); `maxBatchSize` 1 sends every call alone. */
   private readonly acquisitions: GroupCommit<AcquireRequest, AcquiredRow | Refusal | 'retry'>;
   private readonly releases: GroupCommit<ReleaseItem, boolean | 'retry'>;
+  /** The bound of a release or a read (`shortBoundMs`). */
+  private readonly shortBoundMs: number;
+  /** How an acquisition statement is bounded (see `tryAcquire`). */
+  private readonly acquireBounds: { readonly boundMs: number; readonly slackMs: number };
 
   /**
    * @param db the library's statement pool (a pool with `boundedMs` when its sessions are set up by
@@ -121,6 +125,9 @@ export class LeaseStore {
     this.settings = { purgeAfterMs };
     const statements = buildStatements(options, this.settings);
     ({ names: this.n, sql: this.sql, named: this.statement } = statements);
+    // Fixed by the options: computed once, not per statement.
+    this.shortBoundMs = shortBoundMs(options);
+    this.acquireBounds = { boundMs: acquireBoundMs(options), slackMs: slackMs(options) };
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
     this.slots = new SemaphoreStore(
       (statement) => this.run(statement),
@@ -193,7 +200,7 @@ export class LeaseStore {
   private run<R extends pg.QueryResultRow>(
     statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
   ): Promise<{ rows: R[]; sentAt: number }> {
-    return runStatement<R>(this.db, { boundMs: shortBoundMs(this.options), ...statement });
+    return runStatement<R>(this.db, { boundMs: this.shortBoundMs, ...statement });
   }
 
   get channel(): string {
@@ -239,11 +246,6 @@ export class LeaseStore {
   /** Batches sent so far and their sizes (tests, benchmarks). */
   get batchStats() {
     return { acquire: { ...this.acquisitions.stats }, release: { ...this.releases.stats } };
-  }
-
-  /** How an acquisition statement is bounded (see `tryAcquire`). */
-  private get acquireBounds(): { boundMs: number; slackMs: number } {
-    return { boundMs: acquireBoundMs(this.options), slackMs: slackMs(this.options) };
   }
 
   /**

@@ -16,20 +16,25 @@ import type { AcquiredRow, AcquireRequest, Refusal } from './store.types.js';
 export const lockWaitMs = (timeoutMs: number) => String(Math.max(1, Math.floor(timeoutMs)));
 
 export class LoneStore {
+  /** The statements' names (fixed by the options: looked up once). */
+  private readonly names: { readonly acquire: { name?: string }; readonly release: { name?: string } };
+
   constructor(
     private readonly run: RunStatement,
     /** The statement texts in use (rebuilt when the timeline is fixed at bootstrap). */
     private readonly sql: () => StatementTexts,
     private readonly options: EngineSettings,
-    private readonly statement: (name: string) => { name?: string },
+    statement: (name: string) => { name?: string },
     private readonly acquireBounds: () => { boundMs: number; slackMs: number },
     private readonly fencingSequence: string,
-  ) {}
+  ) {
+    this.names = { acquire: statement('acquire_lone'), release: statement('release_lone') };
+  }
 
   /** The lean acquisition; `full` when the key has a line (or an expired holder, or changed meanwhile). */
   async acquire(request: AcquireRequest): Promise<AcquiredRow | Refusal | 'full'> {
     const { rows, sentAt } = await this.run<LoneAcquireRow>({
-      ...this.statement('acquire_lone'),
+      ...this.names.acquire,
       ...this.acquireBounds(),
       text: this.sql().acquireLone,
       values: [
@@ -53,7 +58,7 @@ export class LoneStore {
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean | 'line'> {
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean; line: boolean }>({
-        ...this.statement('release_lone'),
+        ...this.names.release,
         boundMs: timeoutMs,
         text: this.sql().releaseLone,
         values: [targetKey, leaseToken, lockWaitMs(timeoutMs), this.options.asyncReleaseCommits],

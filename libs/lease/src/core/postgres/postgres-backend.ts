@@ -107,7 +107,13 @@ export class PostgresBackend implements LeaseBackend {
     const operator = new OperatorStore(this.database.statements, options);
     this.operator = Object.assign(operator, { missingTable: (error: unknown) => OperatorStore.missingTable(error) });
     this.checks = new BootstrapChecks(this.database, this.store, options, logger);
+    // Every call's two statements: the store's own methods, no forwarding frame in between.
+    this.attempt = this.store.tryAcquire.bind(this.store);
+    this.release = this.store.release.bind(this.store);
   }
+
+  readonly attempt: (request: AcquireRequest, onBatch?: (size: number) => void) => Promise<AcquiredRow | Refusal>;
+  readonly release: (row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean) => Promise<boolean>;
 
   open(): Promise<string | null> {
     return this.checks.run();
@@ -115,10 +121,6 @@ export class PostgresBackend implements LeaseBackend {
 
   settleAgain(): Promise<void> {
     return this.checks.settleAgain();
-  }
-
-  attempt(request: AcquireRequest, onBatch?: (size: number) => void): Promise<AcquiredRow | Refusal> {
-    return this.store.tryAcquire(request, onBatch);
   }
 
   attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal> {
@@ -132,10 +134,6 @@ export class PostgresBackend implements LeaseBackend {
     history?: LeaseHistory,
   ): Promise<RenewResult> {
     return this.store.renew(rows, leaseTokens, timeoutMs, history);
-  }
-
-  release(row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean): Promise<boolean> {
-    return this.store.release(row, leaseToken, timeoutMs, lone);
   }
 
   snapshot(targetKey?: string): Promise<SnapshotRow[]> {
