@@ -29,7 +29,11 @@ export interface ContractSubject {
 }
 
 /** Resolves once `predicate` holds, polling; rejects after `timeoutMs` (generous: the CPU is shared). */
-async function until(predicate: () => Promise<boolean> | boolean, what: string, timeoutMs = 20_000): Promise<void> {
+export async function until(
+  predicate: () => Promise<boolean> | boolean,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (!(await predicate())) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
@@ -37,18 +41,18 @@ async function until(predicate: () => Promise<boolean> | boolean, what: string, 
   }
 }
 
-const aborted = (signal: AbortSignal) =>
+export const aborted = (signal: AbortSignal) =>
   new Promise<unknown>((resolve) => {
     if (signal.aborted) resolve(signal.reason);
     else signal.addEventListener('abort', () => resolve(signal.reason), { once: true });
   });
 
-const waitingRows = async (service: LeaseService, key: string) =>
+export const waitingRows = async (service: LeaseService, key: string) =>
   (await service.list(key)).filter((row) => row.state === 'waiting').length;
 
 let keys = 0;
 /** A key of its own per case (the PostgreSQL subject shares one database across the cases). */
-const freshKey = (name: string) => `contract:${name}:${++keys}:${Date.now()}`;
+export const freshKey = (name: string) => `contract:${name}:${++keys}:${Date.now()}`;
 
 export function leaseContract(subject: () => ContractSubject): void {
   it('refuses a held key: tryAcquire answers null, run without a wait rejects with LeaseBusyError', async () => {

@@ -2,6 +2,7 @@
 import type { LeaseService } from 'nest-pg-lease';
 import { createTestingLeaseService, LeaseTestingController } from 'nest-pg-lease/testing';
 import { type ContractSubject, leaseContract } from './lease-contract.js';
+import { leaseTimeoutContract } from './lease-timeout-contract.js';
 
 describe('the lease contract, in memory', () => {
   let service: LeaseService;
@@ -26,4 +27,5 @@ describe('the lease contract, in memory', () => {
   afterAll(() => service.close());
 
   leaseContract(() => subject);
+  leaseTimeoutContract(() => subject);
 });

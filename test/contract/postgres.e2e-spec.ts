@@ -5,6 +5,7 @@
 import { expire, takeOver } from 'nest-pg-lease/testing';
 import { useTestDatabase } from '../support/db.js';
 import { type ContractSubject, leaseContract } from './lease-contract.js';
+import { leaseTimeoutContract } from './lease-timeout-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
   const db = useTestDatabase('contract');
@@ -21,4 +22,5 @@ describe('the lease contract, on PostgreSQL', () => {
   });
 
   leaseContract(() => subject);
+  leaseTimeoutContract(() => subject);
 });

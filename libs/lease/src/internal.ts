@@ -12,6 +12,7 @@ export {
   heartbeatRunning,
   interceptHeadWakeups,
   joinersWaiting,
+  pauseRenewals,
   purgeFreeRows,
   useStatementFaults,
 } from './service-probes.js';

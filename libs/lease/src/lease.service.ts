@@ -11,6 +11,7 @@ import type { ElectOptions, Leadership } from './interfaces/leader-election.inte
 import { LeaderCandidates } from './leader/candidates.js';
 import { elect } from './leader/elect.js';
 import { acquireCall, runCall, tryAcquireRequest } from './options/busy-policy.js';
+import { withinTiming } from './options/lease-timeout.js';
 import { groupedOptions } from './options/option-groups.js';
 
 /**
@@ -63,7 +64,7 @@ export class LeaseService {
    */
   async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
     const engine = engineOf(this);
-    const call = runCall(targetKey, options);
+    const call = withinTiming(runCall(targetKey, options), engine.options);
     if (call.busy.kind === 'join') return engine.joinRun(call, work);
     const { lease, exit } = await engine.enter(call);
     try {
@@ -79,7 +80,8 @@ export class LeaseService {
    * then `holdAtLeastMs` is the outer acquisition's).
    */
   async tryAcquire(targetKey: string, options: TryAcquireOptions = {}): Promise<Lease | null> {
-    return engineOf(this).tryAcquire(tryAcquireRequest(targetKey, options));
+    const engine = engineOf(this);
+    return engine.tryAcquire(withinTiming(tryAcquireRequest(targetKey, options), engine.options));
   }
 
   /**
@@ -88,7 +90,8 @@ export class LeaseService {
    * `onBusy: 'preempt'` takes the target over from a holder of lower priority instead (docs/preemption.md).
    */
   async acquire(targetKey: string, options: AcquireOptions = {}): Promise<Lease> {
-    return engineOf(this).acquire(acquireCall(targetKey, options));
+    const engine = engineOf(this);
+    return engine.acquire(withinTiming(acquireCall(targetKey, options), engine.options));
   }
 
   /**

@@ -43,3 +43,22 @@ export function purgeFreeRows(service: LeaseService): Promise<number | null> {
 export function useStatementFaults(service: LeaseService, faults: StatementFaults): void {
   pgEngineOf(service).useStatementFaults(faults);
 }
+
+/**
+ * The service's lease renewals stop reaching the database, as when its heartbeat is frozen or cut off (a paused
+ * process, a partition): each renewal waits, unsent, until `resume()` sends it. Its leases' rows expire by their own
+ * lease length, and the holder gives them up at its local deadline. The backend's other statements go on.
+ */
+export function pauseRenewals(service: LeaseService): { resume(): void } {
+  const { backend } = pgEngineOf(service);
+  const renew = backend.renew.bind(backend);
+  let resume!: () => void;
+  const resumed = new Promise<void>((resolve) => (resume = resolve));
+  backend.renew = (...args) => resumed.then(() => renew(...args));
+  return {
+    resume: () => {
+      backend.renew = renew;
+      resume();
+    },
+  };
+}

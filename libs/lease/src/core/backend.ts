@@ -18,6 +18,7 @@ import type {
   AcquireRequest,
   LeaseHistory,
   Refusal,
+  RenewedRow,
   RenewResult,
   RowRef,
   ServerHistory,
@@ -37,6 +38,7 @@ export type {
   Preemptor,
   Refusal,
   RemoteJoins,
+  RenewedRow,
   RenewResult,
   RowRef,
   ServerHistory,
@@ -69,8 +71,16 @@ export interface WaiterBackend {
   dequeueAll(waiters: readonly WaiterRef[]): Promise<void>;
   /** Renews waiters' rows; the ids still queued (or granted). */
   renew(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>>;
-  /** Confirms a grant a release handed the waiter (direct handoff); null when it was passed on meanwhile. */
-  confirmGrant(targetKey: string, waiterId: string, holdMs: number): Promise<AcquiredRow | null>;
+  /**
+   * Confirms a grant a release handed the waiter (direct handoff), with its call's lease length (absent: the module's);
+   * null when it was passed on meanwhile.
+   */
+  confirmGrant(
+    targetKey: string,
+    waiterId: string,
+    holdMs: number,
+    leaseTimeoutMs?: number,
+  ): Promise<AcquiredRow | null>;
 }
 
 /** A lease's fenced transaction: the work runs in the transaction that holds the lease row's lock. */
@@ -130,9 +140,9 @@ export interface LeaseBackend {
   /** One attempt on a key with `limit` slots (a semaphore). */
   attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal>;
   readonly waiters: WaiterBackend;
-  /** Renews this process's leases at once. */
+  /** Renews this process's leases at once, each row keeping its own lease length. */
   renew(
-    rows: readonly RowRef[],
+    rows: readonly RenewedRow[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,

@@ -38,6 +38,8 @@ export class HeldLease implements Lease {
    * row gone meanwhile is that release, not a takeover.
    */
   releasingWithSave = false;
+  /** Its row's lease length (its call's, else the module's): every renewal keeps it (see `LeaseHeartbeat`). */
+  leaseTimeoutMs?: number;
   /** The slot of the lease's row: 0, the key's own (a single holder), or a semaphore's (see options/slot-limits.ts). */
   rowSlot = OWN_ROW_SLOT;
   /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */

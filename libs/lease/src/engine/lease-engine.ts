@@ -289,12 +289,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     signal?: AbortSignal,
     graceMs?: number,
   ): Promise<Lease> {
-    const { targetKey, priority, holdMs, keyTemplate } = request;
+    const { targetKey, priority, keyTemplate } = request;
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
     // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
     const queues = waitTimeoutMs > 0 && request.limit === 1;
-    const waiter = queues ? this.queue.reserve(targetKey, priority, holdMs, keyTemplate) : null;
+    const waiter = queues ? this.queue.reserve(request) : null;
     if (waiter && graceMs !== undefined) this.preemption.track(waiter, request, graceMs);
     const first = () => this.attempt(request, { queueAs: waiter ?? undefined });
     // Bounded like every attempt (a statement waiting for a locked row waits within its bound); the wait itself gives
@@ -317,8 +317,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       return lease;
     }
     this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
-    const inLine =
-      waiter ?? this.limits.note(this.queue.newWaiter(targetKey, priority, holdMs, keyTemplate), request.limit);
+    const inLine = waiter ?? this.limits.note(this.queue.newWaiter(request), request.limit);
     if (!waiter && graceMs !== undefined) this.preemption.track(inLine, request, graceMs);
     return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
   }
@@ -403,6 +402,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       holdMs,
       keyTemplate: keyTemplateOf(waiter.keyTemplate),
       limit: this.limits.of(waiter),
+      leaseTimeoutMs: waiter.leaseTimeoutMs,
     };
   }
 
@@ -416,7 +416,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
    * to wait, is queued by the same statement when refused (its place set on it).
    */
   private async attemptOnce(
-    { targetKey, priority, holdMs, keyTemplate, limit }: LeaseRequest,
+    { targetKey, priority, holdMs, keyTemplate, limit, leaseTimeoutMs }: LeaseRequest,
     { waiter, queueAs }: { waiter?: Waiter; queueAs?: Waiter },
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
@@ -431,6 +431,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       waiterId: waiter?.id,
       waiterSeq: waiter?.place?.seq,
       holdMs,
+      leaseTimeoutMs,
       queueAs: queueAs && { waiterId: queueAs.id },
     };
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
@@ -452,28 +453,30 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       }
       return null;
     }
-    return this.adopt({ targetKey, priority, holdMs, keyTemplate, limit }, leaseToken, row);
+    return this.adopt({ targetKey, priority, holdMs, keyTemplate, limit, leaseTimeoutMs }, leaseToken, row);
   }
 
   /** The lease of a grant: given back when shutdown began or its answer came too late; else held and renewed. */
   private async adopt(request: LeaseRequest, leaseToken: string, row: AcquiredRow): Promise<HeldLease> {
     const { targetKey, priority, keyTemplate } = request;
+    const leaseTimeoutMs = request.leaseTimeoutMs ?? this.options.leaseTimeoutMs; // its row's (see lease-timeout.ts)
     if (this.closing) {
       // Shutdown began while the statement ran: give the row back at once (close() waits for this while the pool
       // exists), and never start a heartbeat.
-      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + leaseTimeoutMs);
       throw new LeaseShutdownError(targetKey);
     }
-    const localLimitMs = this.options.leaseTimeoutMs - this.options.safetyMarginMs;
+    const localLimitMs = leaseTimeoutMs - this.options.safetyMarginMs;
     if (performance.now() >= row.sentAt + localLimitMs) {
       // Granted, but answered past its local deadline (the statement ran to its bound): a lease nobody could use.
-      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + this.options.leaseTimeoutMs);
+      await this.retries.releaseRow(rowOf(row, targetKey), leaseToken, row.sentAt + leaseTimeoutMs);
       throw new LeaseUnavailableError(targetKey, messages.grantPastDeadline(localLimitMs), { kind: 'failing' });
     }
     const lease = new HeldLease(targetKey, leaseToken, row.fencingToken, row.sentAt, localLimitMs, this, (expired) =>
       this.lose(expired, 'renewal-deadline'),
     );
     lease.keyTemplate = keyTemplate;
+    lease.leaseTimeoutMs = leaseTimeoutMs;
     lease.tookOver = row.tookOver;
     lease.lone = row.lone === true;
     markSlot(lease, row);

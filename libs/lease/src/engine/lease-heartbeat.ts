@@ -62,7 +62,7 @@ export class LeaseHeartbeat {
   private renew(batch: HeldLease[]): Promise<RenewResult> {
     return this.backend
       .renew(
-        batch.map((lease) => lease.row),
+        batch.map((lease) => ({ ...lease.row, leaseTimeoutMs: lease.leaseTimeoutMs })),
         batch.map((lease) => lease.token),
         this.options.heartbeatIntervalMs,
         { fencingTokens: batch.map((lease) => lease.fencingToken), systemId: this.systemId },

@@ -72,12 +72,13 @@ export class Preemption {
   }
 
   private async afterRefusal(waiter: Waiter, call: PreemptingCall): Promise<HeldLease | null> {
-    const { targetKey, priority, holdMs } = call.request;
+    const { targetKey, priority, holdMs, leaseTimeoutMs } = call.request;
     const caller: Preemptor = {
       targetKey,
       priority,
       waiterId: waiter.place && waiter.id,
       waiterSeq: waiter.place?.seq,
+      leaseTimeoutMs,
     };
     if (!call.asked) {
       const grant = await this.backend.ask(caller);

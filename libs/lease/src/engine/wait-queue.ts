@@ -17,6 +17,10 @@ import type { AcquiredRow, LeaseBackend, Refusal, WaiterPlace, Wakeups } from '.
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
 import { ownRow } from '../options/slot-limits.js';
+import type { LeaseRequest } from '../options/call-input.js';
+
+/** What a waiter is made of: its call's request. */
+type WaiterRequest = Pick<LeaseRequest, 'targetKey' | 'priority' | 'holdMs' | 'keyTemplate' | 'leaseTimeoutMs'>;
 
 /** One waiting call of this process. */
 export interface Waiter {
@@ -27,6 +31,8 @@ export interface Waiter {
   readonly holdAtLeastMs: number;
   /** The call's key template (traces, metrics). */
   readonly keyTemplate?: string;
+  /** The call's own lease length (absent: the module's): its grant's row and its lease keep it. */
+  readonly leaseTimeoutMs?: number;
   place?: WaiterPlace;
   /** Set by a refused attempt when only a hold's tail is in the way: it ends in this many ms (no NOTIFY then). */
   holdLeftMs?: number;
@@ -104,9 +110,9 @@ export class WaitQueue {
    * queuing, and is refused before it writes a row). Its room is given back by `wait` (which counts it as its own) or
    * by `unreserve` (the call never waits).
    */
-  reserve(targetKey: string, priority: number, holdAtLeastMs: number, keyTemplate?: string): Waiter | null {
+  reserve(request: WaiterRequest): Waiter | null {
     if (this.closed || this.occupied() >= this.options.maxWaitersPerProcess) return null;
-    const waiter = this.newWaiter(targetKey, priority, holdAtLeastMs, keyTemplate);
+    const waiter = this.newWaiter(request);
     this.reserved.add(waiter.id);
     return waiter;
   }
@@ -122,8 +128,9 @@ export class WaitQueue {
   }
 
   /** A waiter for a call about to wait, without a room reserved (`wait` checks the bound). */
-  newWaiter(targetKey: string, priority: number, holdAtLeastMs: number, keyTemplate?: string): Waiter {
-    return { id: randomUUID(), targetKey, priority, holdAtLeastMs, keyTemplate, evicted: false, pending: false };
+  newWaiter({ targetKey, priority, holdMs, keyTemplate, leaseTimeoutMs }: WaiterRequest): Waiter {
+    const waiter = { id: randomUUID(), targetKey, priority, holdAtLeastMs: holdMs, keyTemplate, evicted: false };
+    return { ...waiter, pending: false, ...(leaseTimeoutMs === undefined ? {} : { leaseTimeoutMs }) };
   }
 
   /**
@@ -414,7 +421,7 @@ export async function confirmGrant(
   holdMs: number,
 ): Promise<AcquiredRow | Refusal> {
   waiter.granted = undefined;
-  const row = await backend.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs);
+  const row = await backend.waiters.confirmGrant(waiter.targetKey, waiter.id, holdMs, waiter.leaseTimeoutMs);
   if (row) return row;
   waiter.evicted = true;
   waiter.pending = true;

@@ -137,6 +137,29 @@ export const messages = {
   holdArgument: (got: unknown) =>
     'holdAtLeastMs must be a non-negative integer number of milliseconds (at most 2147483647), got ' +
     (typeof got === 'string' ? JSON.stringify(got) : String(got)),
+  leaseTimeoutArgument: (got: unknown) =>
+    'leaseTimeoutMs must be a positive integer number of milliseconds (at most 2147483647), got ' +
+    (typeof got === 'string' ? JSON.stringify(got) : String(got)),
+  leaseTimeoutBelowFloor: (
+    leaseTimeoutMs: number,
+    floorMs: number,
+    rule: 'heartbeat' | 'margin' | 'fenced',
+    o: { heartbeatIntervalMs: number; safetyMarginMs: number; fencedIdleTimeoutMs: number },
+  ) =>
+    `leaseTimeoutMs (${leaseTimeoutMs}) must be at least ${floorMs} under this module’s timing: ` +
+    {
+      heartbeat:
+        `3 × heartbeatIntervalMs ${o.heartbeatIntervalMs}, so a late heartbeat is not taken for a dead holder ` +
+        '(the heartbeat interval is the process’s, for every lease). Ask a longer lease, or shorten ' +
+        'timing.heartbeatIntervalMs',
+      margin:
+        `safetyMarginMs ${o.safetyMarginMs} + 2 × heartbeatIntervalMs ${o.heartbeatIntervalMs}, so a renewal (or ` +
+        'its retry) is confirmed before the local deadline. Ask a longer lease, or lower timing.safetyMarginMs',
+      fenced:
+        `(fencedIdleTimeoutMs ${o.fencedIdleTimeoutMs} + safetyMarginMs ${o.safetyMarginMs} + 2 × ` +
+        `heartbeatIntervalMs ${o.heartbeatIntervalMs}) / 2, so a takeover blocked behind a paused fenced ` +
+        'transaction still gets a usable lease. Ask a longer lease, or lower timing.fencedIdleTimeoutMs',
+    }[rule],
   fencedOptionsArgument: (got: unknown) =>
     `fenced() options must be an object whose release is a boolean, got ${describeValue(got)}`,
   memoryForceRelease: () =>
@@ -345,6 +368,7 @@ export const messages = {
   exclusiveNotOnMethod: (decorator: string, name: string) => `${decorator} goes on a method; ${name} is not one`,
   templateNeverValid: (decorator: string, label: string, message: string) =>
     `${decorator} on ${label}: its key template can never make a valid key: ${message}`,
+  declaredOn: (decorator: string, label: string, message: string) => `${decorator} on ${label}: ${message}`,
   skipOnHttpHandler: (decorator: string, label: string, onBusy: string) =>
     `${decorator} on ${label}: onBusy '${onBusy}' ` +
     (onBusy === 'wait' ? 'skips the call on an instance that does not own the key, which ' : '') +

@@ -55,9 +55,9 @@ export class CallPlan {
 
   /** One call of the key `targetKey`: the key checked (the call's one check: the rest was checked at decoration). */
   call(targetKey: string, signal?: AbortSignal): LeaseCall {
-    const { priority, holdMs, limit, busy, retryAfter } = this.metadata;
+    const { priority, holdMs, limit, leaseTimeoutMs, busy, retryAfter } = this.metadata;
     return {
-      request: requestOf(targetKey, priority, holdMs, this.keyTemplate, limit),
+      request: requestOf(targetKey, priority, holdMs, this.keyTemplate, limit, leaseTimeoutMs),
       busy,
       ...(signal === undefined ? {} : { signal }),
       ...(retryAfter === undefined ? {} : { retryAfter }),

@@ -9,6 +9,7 @@ import { LeaseArgumentError, LeaseBusyError, LeaseLostError, LeaseShutdownError 
 import { messages } from '../errors/lease.messages.js';
 import type { Lease } from '../interfaces/lease.interface.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
+import { withinTiming } from '../options/lease-timeout.js';
 import { type CallPlan, MethodPlans } from './call-plan.js';
 import { ENGINE_PROPERTY, EngineRef, engines } from './engine-registry.js';
 
@@ -97,7 +98,8 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
     if (metadata.sticky) {
       entry = await stickyEntry(leases, application.candidates, targetKey, metadata, keyTemplate, call?.signal);
     } else {
-      const leaseCall = plan.call(targetKey, call?.signal);
+      // Checked at bootstrap by the explorer; a method no explorer saw is checked here, before anything is written.
+      const leaseCall = withinTiming(plan.call(targetKey, call?.signal), leases.options);
       if (metadata.busy.kind === 'join') {
         return await leases
           .joinRun(leaseCall, (lease) => joinedWork(self, original, plan, args, lease))

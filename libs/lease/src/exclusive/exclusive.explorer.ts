@@ -11,6 +11,7 @@ import { argumentPlan, doorOf } from './argument-plan.js';
 import { CallPlan, plansOf } from './call-plan.js';
 import { currentLeaseFactory } from './current-lease-factory.js';
 import { messages } from '../errors/lease.messages.js';
+import { checkLeaseTimeout } from '../options/lease-timeout.js';
 
 /**
  * `@Exclusive` wraps methods where they are defined (at decoration time), so nothing needs replacing here. It
@@ -79,6 +80,11 @@ export class ExclusiveExplorer implements OnModuleInit, OnApplicationShutdown {
     }
     // The method's static call plan, built now: every placeholder of the template is checked against the signature
     // (what the template's own text decides — its length, NUL, lone surrogates — was checked at decoration time).
+    // Its lease length, against the module's timing (the value itself was checked at decoration time).
+    const { leaseTimeoutMs } = metadata;
+    const refusal =
+      leaseTimeoutMs === undefined ? undefined : checkLeaseTimeout(leaseTimeoutMs, this.entry.engine.options);
+    if (refusal !== undefined) throw new LeaseConfigError(messages.declaredOn('@Exclusive', label, refusal));
     const plans = plansOf(method);
     if (plans) plans.of(type);
     else new CallPlan(metadata, argumentPlan(type, name, door, currentLeaseFactory));

@@ -21,6 +21,17 @@ interface CallOptions {
    */
   holdAtLeastMs?: number;
   /**
+   * This call's lease length, instead of the module's `timing.leaseTimeoutMs`: its row expires this long after its
+   * last renewal (other processes take it over then), renewals keep it, and the holder gives the lease up locally at
+   * `leaseTimeoutMs − safetyMarginMs` without a confirmed renewal. Short for a quick job (a dead holder is taken over
+   * sooner), long for a long one (it rides out longer database stalls). The heartbeat interval stays the process's,
+   * so the value must satisfy the module's own timing rules (`LeaseArgumentError` otherwise, naming the floor):
+   * at least 3 × heartbeatIntervalMs, safetyMarginMs + 2 × heartbeatIntervalMs and
+   * (fencedIdleTimeoutMs + safetyMarginMs + 2 × heartbeatIntervalMs) / 2; at most 2147483647. A reentrant call
+   * borrows the outer lease, with its length. @default timing.leaseTimeoutMs
+   */
+  leaseTimeoutMs?: number;
+  /**
    * What the key is an instance of, e.g. `'report:{userId}'` for `report:42`: the `lease.key_template` attribute of
    * the call's spans (and the `key_template` label of its metrics). Never the key itself: it names a kind of work, so
    * traces group and metrics keep few series. `@Exclusive` sets it to its key template (or `Class.method` for a key

@@ -18,6 +18,12 @@ interface DeclaredCall extends RefusableCallOptions {
    * that finishes in milliseconds is not run again by an instance whose timer fires a little later. @default 0
    */
   holdAtLeastMs?: number;
+  /**
+   * The lease length of this method's calls, instead of the module's `timing.leaseTimeoutMs` (see
+   * `RunOptions.leaseTimeoutMs`). Not a positive integer: a `LeaseConfigError` at decoration; below what the
+   * module's timing keeps: a `LeaseConfigError` at bootstrap. @default timing.leaseTimeoutMs
+   */
+  leaseTimeoutMs?: number;
 }
 
 /** A single-holder `@Exclusive`: every busy policy. */

@@ -43,6 +43,8 @@ export interface ExclusiveMetadata {
   readonly priority: number;
   readonly holdMs: number;
   readonly limit: number;
+  /** The declaration's own lease length (`ExclusiveOptions.leaseTimeoutMs`); absent: the module's. */
+  readonly leaseTimeoutMs?: number;
   readonly busy: BusyPlan;
   /** `@Sticky`: the owner instance keeps the lease across calls (see exclusive/sticky-entry.ts). */
   readonly sticky: boolean;
@@ -58,17 +60,17 @@ const POLICY_FIELDS = { wait: ['timeoutMs'], join: ['timeoutMs'], preempt: ['gra
 
 /** What each door takes: its options, its busy policies (the first is its default). */
 const DOORS: Record<Door, { readonly keys: readonly string[]; readonly policies: readonly PolicyName[] }> = {
-  'tryAcquire()': { keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit'], policies: [] },
+  'tryAcquire()': { keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs'], policies: [] },
   'acquire()': {
-    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'onBusy', 'signal'],
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs', 'onBusy', 'signal'],
     policies: ['wait', 'preempt'],
   },
   'run()': {
-    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'onBusy', 'signal', 'retryAfterMs'],
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs', 'onBusy', 'signal', 'retryAfterMs'],
     policies: ['throw', 'wait', 'join', 'preempt'],
   },
   '@Exclusive': {
-    keys: ['priority', 'holdAtLeastMs', 'limit', 'onBusy', 'retryAfterMs'],
+    keys: ['priority', 'holdAtLeastMs', 'limit', 'leaseTimeoutMs', 'onBusy', 'retryAfterMs'],
     policies: ['throw', 'skip', 'wait', 'join', 'preempt'],
   },
   '@Sticky': { keys: ['priority', 'onBusy'], policies: ['throw', 'skip', 'wait'] },
@@ -103,7 +105,7 @@ function hintFor(door: Door, key: string): string {
   if (door === 'tryAcquire()' && (key === 'onBusy' || Object.hasOwn(RENAMED, key))) {
     return 'tryAcquire() attempts once and never waits: use acquire() or run() with an onBusy policy';
   }
-  if (door === '@Sticky' && (key === 'holdAtLeastMs' || key === 'limit' || key === 'sticky')) {
+  if (door === '@Sticky' && ['holdAtLeastMs', 'limit', 'sticky', 'leaseTimeoutMs'].includes(key)) {
     return 'a sticky owner keeps its one lease across calls: the options are priority, onBusy';
   }
   if (Object.hasOwn(RENAMED, key) && policies.length > 0 && key !== 'sticky') return `did you mean ${RENAMED[key]}?`;
@@ -194,11 +196,17 @@ function describePolicy(value: unknown): string {
   }
 }
 
-/** The priority, hold and limit of a door's options, checked by their rules. */
-function checkValues(options: { priority?: unknown; holdAtLeastMs?: unknown; limit?: unknown }, refuse: Refuse) {
+/** The priority, hold, limit and lease length of a door's options, checked by their rules. */
+function checkValues(
+  options: { priority?: unknown; holdAtLeastMs?: unknown; limit?: unknown; leaseTimeoutMs?: unknown },
+  refuse: Refuse,
+) {
   if (options.priority !== undefined) checkRule('priority', options.priority, 'priority', refuse);
   if (options.holdAtLeastMs !== undefined) checkRule('holdAtLeastMs', options.holdAtLeastMs, 'holdAtLeastMs', refuse);
   if (options.limit !== undefined) checkRule('limit', options.limit, 'limit', refuse);
+  if (options.leaseTimeoutMs !== undefined) {
+    checkRule('leaseTimeoutMs', options.leaseTimeoutMs, 'leaseTimeoutMs', refuse);
+  }
 }
 
 /** `retryAfterMs`: a duration, or a function of the estimate (see `RefusableCallOptions`). */
@@ -260,6 +268,7 @@ export function exclusiveDeclaration(
     priority: options.priority ?? 0,
     holdMs: options.holdAtLeastMs ?? 0,
     limit,
+    ...(options.leaseTimeoutMs === undefined ? {} : { leaseTimeoutMs: options.leaseTimeoutMs }),
     busy: busyPlanOf('@Exclusive', options.onBusy, limit, refuse),
     sticky: false,
     ...(retryAfter === undefined ? {} : { retryAfter }),

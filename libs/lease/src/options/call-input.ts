@@ -50,6 +50,14 @@ export const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
       ? undefined
       : messages.holdArgument(value),
+  /**
+   * A call's own lease length: a positive integer that fits the row's `integer` column (and a timer). Whether the
+   * module's heartbeat can keep it is checked against its timing where the call meets the engine (lease-timeout.ts).
+   */
+  leaseTimeoutMs: (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= INT32_MAX
+      ? undefined
+      : messages.leaseTimeoutArgument(value),
   /** How many may hold a key at once (semaphores): an integer from 1 to MAX_SLOT_LIMIT. */
   limit: (value: unknown) =>
     typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= MAX_SLOT_LIMIT
@@ -98,18 +106,22 @@ export interface LeaseRequest {
   readonly keyTemplate: string;
   /** How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/acquisition-route.ts). */
   readonly limit: number;
+  /** The call's own lease length (see options/lease-timeout.ts); absent: the module's `timing.leaseTimeoutMs`. */
+  readonly leaseTimeoutMs?: number;
 }
 
-/** The one check of a call's key, priority, hold and template (`LeaseKeyError` / `LeaseArgumentError`). */
+/** The one check of a call's key, priority, hold, template and lease length (`LeaseKeyError` / `LeaseArgumentError`). */
 export function callRequest(
   targetKey: unknown,
-  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string; limit?: number },
+  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string; limit?: number; leaseTimeoutMs?: number },
 ): LeaseRequest {
   if (options.priority !== undefined) assertPriority(options.priority);
   if (options.holdAtLeastMs !== undefined) checkCall('holdAtLeastMs', options.holdAtLeastMs);
   if (options.limit !== undefined) checkCall('limit', options.limit);
+  if (options.leaseTimeoutMs !== undefined) checkCall('leaseTimeoutMs', options.leaseTimeoutMs);
   const keyTemplate = keyTemplateOf(options.keyTemplate);
-  return requestOf(targetKey, options.priority ?? 0, options.holdAtLeastMs ?? 0, keyTemplate, options.limit ?? 1);
+  const { priority = 0, holdAtLeastMs = 0, limit = 1, leaseTimeoutMs } = options;
+  return requestOf(targetKey, priority, holdAtLeastMs, keyTemplate, limit, leaseTimeoutMs);
 }
 
 /** A request of values already checked (a declaration's): the key alone is checked, per call. */
@@ -119,7 +131,9 @@ export function requestOf(
   holdMs: number,
   keyTemplate: string,
   limit: number,
+  leaseTimeoutMs?: number,
 ): LeaseRequest {
   assertTargetKey(targetKey);
-  return { targetKey, priority, holdMs, keyTemplate, limit };
+  const request = { targetKey, priority, holdMs, keyTemplate, limit };
+  return leaseTimeoutMs === undefined ? request : { ...request, leaseTimeoutMs };
 }

@@ -50,6 +50,7 @@ import type {
   LeaseHistory,
   Refusal,
   ReleaseItem,
+  RenewedRow,
   RenewResult,
   RowRef,
   ServerHistory,
@@ -313,7 +314,7 @@ export class LeaseStore {
    * One round trip on the heartbeat's own connection (see `runStatement`), planned for its parameters.
    */
   async renew(
-    rows: readonly RowRef[],
+    rows: readonly RenewedRow[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
@@ -343,7 +344,7 @@ export class LeaseStore {
   }
 
   private async renewOnce(
-    leases: readonly RowRef[],
+    leases: readonly RenewedRow[],
     leaseTokens: string[],
     timeoutMs: number,
     history?: LeaseHistory,
@@ -358,7 +359,7 @@ export class LeaseStore {
         leaseTokens,
         history ? history.fencingTokens.map((token) => timelineOf(token).toString()) : null,
         history?.systemId ?? null,
-        this.options.leaseTimeoutMs,
+        leases.map((row) => row.leaseTimeoutMs ?? this.options.leaseTimeoutMs),
         leases.map((row) => row.slot),
       ],
     });

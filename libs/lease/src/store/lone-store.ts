@@ -42,7 +42,7 @@ export class LoneStore {
         request.leaseToken,
         this.options.owner,
         request.priority,
-        this.options.leaseTimeoutMs,
+        request.leaseTimeoutMs ?? this.options.leaseTimeoutMs,
         request.holdMs,
       ],
     }).catch((error: unknown) => {

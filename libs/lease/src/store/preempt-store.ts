@@ -24,6 +24,8 @@ export interface Preemptor {
   readonly priority: number;
   readonly waiterId?: string;
   readonly waiterSeq?: bigint;
+  /** The call's own lease length; absent: the module's. */
+  readonly leaseTimeoutMs?: number;
 }
 
 /** A takeover's grant, and what it ended. */
@@ -83,7 +85,7 @@ export class PreemptStore {
         leaseToken,
         this.options.owner,
         caller.priority,
-        this.options.leaseTimeoutMs,
+        caller.leaseTimeoutMs ?? this.options.leaseTimeoutMs,
         caller.waiterId ?? null,
         caller.waiterSeq?.toString() ?? null,
         this.aging,

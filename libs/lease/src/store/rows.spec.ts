@@ -20,10 +20,28 @@ describe('store rows', () => {
   it('the callers of a batch travel with 1-based positions, bigints as decimal strings, nulls for absent fields', () => {
     const items = acquireBatchItems([
       { targetKey: 'a', leaseToken: 't1', priority: 2, holdMs: 5 },
-      { targetKey: 'b', leaseToken: 't2', priority: 0, holdMs: 0, waiterId: 'w', waiterSeq: 9007199254740993n },
+      {
+        targetKey: 'b',
+        leaseToken: 't2',
+        priority: 0,
+        holdMs: 0,
+        waiterId: 'w',
+        waiterSeq: 9007199254740993n,
+        leaseTimeoutMs: 2_000,
+      },
     ]);
     expect(items).toEqual([
-      { i: 1, target_id: 'a', lease_token: 't1', priority: 2, waiter_id: null, waiter_seq: null, hold_ms: 5 },
+      {
+        i: 1,
+        target_id: 'a',
+        lease_token: 't1',
+        priority: 2,
+        waiter_id: null,
+        waiter_seq: null,
+        hold_ms: 5,
+        // The statement's own (the module's) then.
+        lease_timeout_ms: null,
+      },
       {
         i: 2,
         target_id: 'b',
@@ -32,6 +50,7 @@ describe('store rows', () => {
         waiter_id: 'w',
         waiter_seq: '9007199254740993',
         hold_ms: 0,
+        lease_timeout_ms: 2_000,
       },
     ]);
   });

@@ -47,7 +47,7 @@ export function acquireParameters(
     request.leaseToken,
     options.owner,
     request.priority,
-    options.leaseTimeoutMs,
+    request.leaseTimeoutMs ?? options.leaseTimeoutMs,
     request.waiterId ?? null,
     request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
     options.agingIntervalMs,
@@ -65,6 +65,7 @@ export function acquireBatchItems(requests: readonly AcquireRequest[]): AcquireB
     waiter_id: request.waiterId ?? null,
     waiter_seq: request.waiterSeq === undefined ? null : request.waiterSeq.toString(),
     hold_ms: request.holdMs,
+    lease_timeout_ms: request.leaseTimeoutMs ?? null,
   }));
 }
 

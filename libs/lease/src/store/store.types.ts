@@ -3,6 +3,13 @@
 /** A lease row (see options/slot-limits.ts). */
 export type { RowRef } from '../options/slot-limits.js';
 
+/** A held lease's row as a renewal names it, with the lease length its row keeps (absent: the module's). */
+export interface RenewedRow {
+  readonly targetKey: string;
+  readonly slot: number;
+  readonly leaseTimeoutMs?: number;
+}
+
 /** What one batched renewal found, by lease token (tokens in none of the sets are lost: another token, or no row). */
 export interface RenewResult {
   /** Renewed. */
@@ -57,6 +64,8 @@ export interface AcquireRequest {
   waiterSeq?: bigint;
   /** The target stays taken until this long after the acquisition, even once released (0: no hold). */
   holdMs: number;
+  /** The call's own lease length (its row's `lease_timeout_ms`); absent: the module's `leaseTimeoutMs`. */
+  leaseTimeoutMs?: number;
   /**
    * Queue the caller under this new waiter id when it is refused, in the same statement (the first attempt of a
    * call that will wait). Such an attempt is never batched.
@@ -124,6 +133,8 @@ export interface AcquireBatchItem {
   /** bigint as a decimal string */
   waiter_seq: string | null;
   hold_ms: number;
+  /** The call's own lease length; null: the statement's (the module's). */
+  lease_timeout_ms: number | null;
 }
 
 /** What each caller of an acquire batch gets back, by its position `i` (1-based). */

@@ -121,13 +121,21 @@ export class WaiterStore {
     await Promise.all(granted.map((w) => this.line.release(w.targetKey, w.waiterId)));
   }
 
-  /** A waiter confirms a grant a release handed it (see `confirmGrantSql`); null: it was passed on meanwhile. */
-  async confirmGrant(targetKey: string, waiterId: string, holdMs: number): Promise<AcquiredRow | null> {
+  /**
+   * A waiter confirms a grant a release handed it (see `confirmGrantSql`), with its call's lease length (absent: the
+   * module's); null: it was passed on meanwhile.
+   */
+  async confirmGrant(
+    targetKey: string,
+    waiterId: string,
+    holdMs: number,
+    leaseTimeoutMs = this.options.leaseTimeoutMs,
+  ): Promise<AcquiredRow | null> {
     const { rows, sentAt } = await this.run<{ fencing_token: string }>({
       ...this.named('confirm_grant'),
       ...this.line.acquireBounds(),
       text: this.sql().confirmGrant,
-      values: [targetKey, waiterId, this.options.leaseTimeoutMs, holdMs],
+      values: [targetKey, waiterId, leaseTimeoutMs, holdMs],
     });
     const row = rows[0];
     return row ? { fencingToken: BigInt(row.fencing_token), sentAt, tookOver: false, previousOwner: null } : null;

@@ -48,6 +48,7 @@ interface Row {
   limit: number;
   acquiredAt: number;
   expiresAt: number;
+  leaseTimeoutMs: number;
   holdUntil: number;
   /** The lease token a preempting caller asked to stop. */
   preemptOf: string | null;
@@ -190,7 +191,7 @@ export class MemoryBackend implements LeaseBackend {
       const loss = this.losses.get(token);
       if (row?.leaseToken === token && row.preemptOf === token) result.preempted!.add(token);
       else if (row?.leaseToken === token && this.live(row)) {
-        row.expiresAt = now() + this.options.leaseTimeoutMs;
+        row.expiresAt = now() + row.leaseTimeoutMs;
         result.kept.add(token);
       } else if (row?.leaseToken === token || loss === 'renewal-deadline') result.expired.add(token);
       else if (loss === 'preempted' || row?.preemptOf === token) result.preempted!.add(token);
@@ -224,7 +225,7 @@ export class MemoryBackend implements LeaseBackend {
           seq: null,
           age_ms: at - row.acquiredAt,
           since_heartbeat_ms: 0,
-          timeout_ms: this.options.leaseTimeoutMs,
+          timeout_ms: row.leaseTimeoutMs,
         });
       }
       for (const waiter of this.liveLine(key)) {
@@ -349,6 +350,7 @@ export class MemoryBackend implements LeaseBackend {
       limit,
       acquiredAt: at,
       expiresAt,
+      leaseTimeoutMs: this.options.leaseTimeoutMs,
       holdUntil: 0,
       preemptOf: null,
       forced: false,
@@ -406,7 +408,8 @@ export class MemoryBackend implements LeaseBackend {
     const before = slots.get(slot);
     const tookOver = before?.leaseToken != null;
     const row = this.fresh(leaseToken, this.options.owner, priority, limit);
-    row.expiresAt = row.acquiredAt + this.options.leaseTimeoutMs;
+    row.leaseTimeoutMs = request.leaseTimeoutMs ?? this.options.leaseTimeoutMs;
+    row.expiresAt = row.acquiredAt + row.leaseTimeoutMs;
     row.holdUntil = holdMs > 0 ? row.acquiredAt + holdMs : 0;
     if (holdMs > 0) setTimeout(() => this.wake(targetKey), Math.min(holdMs, MAX_TIMER_MS)).unref();
     slots.set(slot, row);

@@ -137,8 +137,9 @@ export function singleAcquireSql(
 
 /**
  * The set-based acquire: the rules of the single statement (`LeaseStore.tryAcquire`) applied to every caller of a
- * batch, in one statement and one commit. $1 jsonb array of `AcquireBatchItem` (i = 1 … n), $2 owner, $3 lease
- * timeout ms, $4 aging interval ms (NULL: off). One row per caller, ordered by i.
+ * batch, in one statement and one commit. $1 jsonb array of `AcquireBatchItem` (i = 1 … n), $2 owner, $3 the
+ * module's lease timeout ms (a caller without its own `lease_timeout_ms`), $4 aging interval ms (NULL: off). One row
+ * per caller, ordered by i.
  * - One candidate per key: the caller the no-barging rule would let through first. A duplicate key inside one batch
  *   has exactly one winner; if the candidate is refused, so is every other caller of the key in the batch.
  * - A key that is taken, or has a live waiter ahead of its candidate, is refused by a read-only pre-check: no row
@@ -161,7 +162,8 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
       SELECT ${timeline} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
     ), req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb)
-        AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int)
+        AS r(i int, target_id text, lease_token uuid, priority int, waiter_id uuid, waiter_seq bigint, hold_ms int,
+          lease_timeout_ms int)
       ${ONE_ROW_ESTIMATE}
     ), mine AS (
       -- Each caller's effective priority: a queued waiter ages from when it first queued; a newcomer has waited 0.
@@ -192,7 +194,7 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
       SELECT k.target_id, k.was_held, k.previous_owner, nextval(${nextvalArg}) AS v FROM locked k
     ), won_old AS (
       UPDATE ${lease} AS l SET lease_token = o.lease_token, fencing_token = ${historyToken('x.v', 'l.fencing_token')},
-        owner = $2, priority = o.priority, lease_timeout_ms = $3, acquired_at = clock_timestamp(),
+        owner = $2, priority = o.priority, lease_timeout_ms = coalesce(o.lease_timeout_ms, $3), acquired_at = clock_timestamp(),
         updated_at = clock_timestamp(), hold_ms = o.hold_ms
       FROM drawn x JOIN open o ON o.target_id = x.target_id, history h
       WHERE l.target_id = x.target_id AND l.slot = 0
@@ -200,8 +202,8 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
     ), won_new AS (
       INSERT INTO ${lease} AS l
         (target_id, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms)
-      SELECT f.target_id, f.lease_token, ${historyToken('f.v', highWaterToken(lease))}, $2, f.priority, $3,
-        clock_timestamp(), clock_timestamp(), f.hold_ms
+      SELECT f.target_id, f.lease_token, ${historyToken('f.v', highWaterToken(lease))}, $2, f.priority,
+        coalesce(f.lease_timeout_ms, $3), clock_timestamp(), clock_timestamp(), f.hold_ms
       FROM (SELECT o.*, nextval(${nextvalArg}) AS v FROM open o WHERE NOT o.has_row) f, history h
       ORDER BY f.target_id
       ON CONFLICT (target_id, slot) DO NOTHING
