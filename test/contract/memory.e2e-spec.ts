@@ -3,6 +3,7 @@ import type { LeaseService } from 'nest-pg-lease';
 import { createTestingLeaseService, LeaseTestingController } from 'nest-pg-lease/testing';
 import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
+import { lifecycleContract } from './lifecycle-contract.js';
 
 describe('the lease contract, in memory', () => {
   let service: LeaseService;
@@ -27,5 +28,6 @@ describe('the lease contract, in memory', () => {
   afterAll(() => service.close());
 
   leaseContract(() => subject);
+  lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
 });

@@ -6,6 +6,7 @@ import { expire, takeOver } from 'nest-pg-lease/testing';
 import { useTestDatabase } from '../support/db.js';
 import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
+import { lifecycleContract } from './lifecycle-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
   const db = useTestDatabase('contract');
@@ -22,5 +23,6 @@ describe('the lease contract, on PostgreSQL', () => {
   });
 
   leaseContract(() => subject);
+  lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
 });

@@ -8,6 +8,7 @@
 import { slotLimitOf } from '../errors/busy-details.js';
 import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
+import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
 import { OWN_ROW_SLOT } from '../options/slot-limits.js';
 import type {
   AcquiredRow,
@@ -33,6 +34,19 @@ export class WaiterLimits {
 
   of(waiter: Waiter): number {
     return this.limits.get(waiter) ?? 1;
+  }
+
+  /** What a waiter of the line asks for (its limit as its call gave it). */
+  requestOf(waiter: Waiter): LeaseRequest {
+    const { targetKey, priority, holdAtLeastMs: holdMs } = waiter;
+    return {
+      targetKey,
+      priority,
+      holdMs,
+      keyTemplate: keyTemplateOf(waiter.keyTemplate),
+      limit: this.of(waiter),
+      leaseTimeoutMs: waiter.leaseTimeoutMs,
+    };
   }
 }
 

@@ -91,7 +91,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.queue = new WaitQueue(
       this.backend,
       this.options,
-      (waiter) => this.preemption.attempt(waiter, () => this.attempt(this.requestOf(waiter), { waiter })),
+      (waiter) => this.preemption.attempt(waiter, () => this.attempt(this.limits.requestOf(waiter), { waiter })),
       this.logger,
       ({ targetKey, keyTemplate, holdAtLeastMs: holdMs }) =>
         this.estimates.estimate({ targetKey, keyTemplate: keyTemplateOf(keyTemplate), holdMs }),
@@ -391,19 +391,6 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       await (committed ? onReleased() : this.retries.releaseRow(lease.row, lease.token, until, onReleased, lease.lone));
       return released;
     });
-  }
-
-  /** What a waiter of the line asks for (its limit as its call gave it). */
-  private requestOf(waiter: Waiter): LeaseRequest {
-    const { targetKey, priority, holdAtLeastMs: holdMs } = waiter;
-    return {
-      targetKey,
-      priority,
-      holdMs,
-      keyTemplate: keyTemplateOf(waiter.keyTemplate),
-      limit: this.limits.of(waiter),
-      leaseTimeoutMs: waiter.leaseTimeoutMs,
-    };
   }
 
   /** One acquire statement, tracked for close(). A refused waiter learns when a hold's tail ends (no NOTIFY marks it). */

@@ -1,9 +1,9 @@
 import diagnostics from 'node:diagnostics_channel';
 import { jest } from '@jest/globals';
 import { LEASE_CHANNELS } from '../lease.constants.js';
-import { MemoryLeases } from '../testing/memory-leases.js';
+import { MemoryLeases } from './memory-leases.js';
 import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
-import type { LeaseTelemetry } from './lease-telemetry.js';
+import type { LeaseTelemetry } from '../engine/lease-telemetry.js';
 
 /**
  * What a call pays for its telemetry: nothing when no SDK records spans and nobody hears `acquire-ended` (no
@@ -14,6 +14,7 @@ describe('telemetry of an acquisition, paid only when someone listens', () => {
   let acquire: jest.SpiedFunction<LeaseTelemetry['acquire']>;
 
   beforeEach(async () => {
+    // The engine over the memory backend, as the testing kit builds it.
     leases = new MemoryLeases({});
     await leases.engine.init();
     const telemetry = (leases.engine as unknown as { telemetry: LeaseTelemetry }).telemetry;
