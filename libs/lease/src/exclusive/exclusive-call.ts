@@ -98,8 +98,10 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
     if (metadata.sticky) {
       entry = await stickyEntry(leases, application.candidates, targetKey, metadata, keyTemplate, call?.signal);
     } else {
-      // Checked at bootstrap by the explorer; a method no explorer saw is checked here, before anything is written.
-      const leaseCall = withinTiming(plan.call(targetKey, call?.signal), leases.options);
+      // A lease length of the declaration's own is checked against the application's timing at bootstrap by the
+      // explorer; a method no explorer saw is checked here, before anything is written. None: the module's.
+      const planned = plan.call(targetKey, call?.signal);
+      const leaseCall = metadata.leaseTimeoutMs === undefined ? planned : withinTiming(planned, leases.options);
       if (metadata.busy.kind === 'join') {
         return await leases
           .joinRun(leaseCall, (lease) => joinedWork(self, original, plan, args, lease))
