@@ -1,9 +1,9 @@
-import { leaseEntities, LeaseLostError, type LeaseModuleOptions } from 'nest-pg-lease';
+import { leaseEntities, LeaseError, LeaseLostError, type LeaseModuleOptions } from 'nest-pg-lease';
 import pg from 'pg';
 import { EntitySchema } from 'typeorm';
 import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { openService } from '../support/lease-service.js';
-import { FAST, ISOLATIONS, useTestDatabase } from '../support/db.js';
+import { adminClient, FAST, ISOLATIONS, useTestDatabase } from '../support/db.js';
 
 /**
  * The messages a fenced transaction sends on its own connection, counted on the wire side of `pg` (every
@@ -203,6 +203,30 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
       expect(neighbour.isHeld()).toBe(true);
       await neighbour.release();
     } finally {
+      await a.close();
+    }
+  });
+
+  test("a lock step that fails (the row held by another past the lease's deadline): nothing ran, rolled back", async () => {
+    const a = await open('trips-lock-fails');
+    const blocker = await adminClient(db.url);
+    try {
+      const lease = (await a.service.tryAcquire('trips:locked'))!;
+      await blocker.query('BEGIN');
+      await blocker.query(`SELECT 1 FROM job_lease WHERE target_id = 'trips:locked' FOR UPDATE`);
+      let ran = false;
+      const recording = recordStatements();
+      try {
+        // The lock waits until the lease's local deadline (leaseTimeoutMs 1 s), then fails: 55P03, or the lease lost.
+        await expect(lease.fenced(async () => (ran = true))).rejects.toBeInstanceOf(LeaseError);
+      } finally {
+        recording.stop();
+      }
+      expect(ran).toBe(false);
+      expect(recording.on("'trips:locked'")).toEqual([BEGIN_AND_LOCK, 'ROLLBACK']);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => undefined);
+      await blocker.end();
       await a.close();
     }
   });

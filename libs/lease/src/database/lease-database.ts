@@ -164,16 +164,16 @@ export class LeaseDatabase {
       throw error;
     }
     try {
+      // Told before BEGIN is sent: whatever fails from here on (the opening too, its BEGIN having run) is rolled back
+      // below, and the connection never goes back to the pool inside a transaction.
+      adoptOpenedTransaction(runner);
       let opened: Array<Record<string, unknown>>;
       try {
         const results: unknown = await client.query(`${this.begin()}; ${opening()}`);
         opened = (results as pg.QueryResult[])[1].rows;
       } catch (error) {
-        // BEGIN ran before the opening failed: its aborted transaction ends here, not in the next user's hands.
-        await client.query('ROLLBACK').catch(() => undefined);
         throw openingFailed(error);
       }
-      adoptOpenedTransaction(runner);
       const { result, closing } = await work(runner.manager, opened);
       if (closing === undefined) {
         await runner.commitTransaction();
