@@ -83,17 +83,35 @@ export interface WaiterBackend {
   ): Promise<AcquiredRow | null>;
 }
 
+/** What a fenced transaction's lock read of the lease row: who holds it, and on which timeline. */
+export interface FenceLock {
+  leaseToken: string | null;
+  timeline: bigint;
+  /** Released by an operator (`LeaseOperator.forceRelease`). */
+  forced: boolean;
+  /** The lease token a preempting caller asked to stop. */
+  preemptOf: string | null;
+}
+
+/** How a fenced transaction's work ended: its result, and the token whose row the COMMIT releases (`release: true`). */
+export interface FenceOutcome<T> {
+  result: T;
+  releaseToken?: string;
+}
+
 /** A lease's fenced transaction: the work runs in the transaction that holds the lease row's lock. */
 export interface FenceBackend {
-  transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T>;
-  /** Locks the row within the transaction (waiting at most `lockWaitMs`): who holds it, and on which timeline. */
-  lock(
-    manager: EntityManager,
+  /**
+   * Opens a transaction that locks `row` first (waiting at most `lockWaitMs()`, read when the lock is sent) and runs
+   * `work` with what the lock read; commits, releasing the row with the commit when `work` names a `releaseToken`
+   * (its token is the lock's: the row lock held since cannot find another holder's). Rejects with the lock's error
+   * before `work` runs when the lock step fails; with `work`'s own error unchanged, the transaction rolled back.
+   */
+  transaction<T>(
     row: RowRef,
-    lockWaitMs: number,
-  ): Promise<{ leaseToken: string | null; timeline: bigint; forced: boolean; preemptOf: string | null }>;
-  /** Releases the row as the transaction's last statement (committed with the work). */
-  releaseWithin(manager: EntityManager, row: RowRef, leaseToken: string): Promise<boolean>;
+    lockWaitMs: () => number,
+    work: (manager: EntityManager, locked: FenceLock) => Promise<FenceOutcome<T>>,
+  ): Promise<T>;
   /** The timeline a fencing token was issued on. */
   timelineOf(fencingToken: bigint): bigint;
 }

@@ -10,6 +10,15 @@ import type { EngineSettings } from '../options/engine-settings.js';
 import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
 import { messages } from '../errors/lease.messages.js';
+import { adoptCommittedTransaction, adoptOpenedTransaction } from './typeorm-transaction.js';
+
+/** The isolation levels a DataSource's `isolationLevel` may name (TypeORM's for PostgreSQL). */
+const ISOLATION_LEVELS: ReadonlySet<string> = new Set([
+  'READ UNCOMMITTED',
+  'READ COMMITTED',
+  'REPEATABLE READ',
+  'SERIALIZABLE',
+]);
 
 /** Where the lease engine gets its DataSource: a given one, or one resolved (or created) at bootstrap. */
 export interface LeaseDataSourceRef {
@@ -123,10 +132,19 @@ export class LeaseDatabase {
   }
 
   /**
-   * Runs `work` in a transaction of the application's DataSource. Getting its connection is bounded
+   * Runs `work` in a transaction of the application's DataSource that `opening` opens: `BEGIN; <opening>` in one
+   * simple-query message (one round trip; the statement's values written in it as literals), `work` given the manager
+   * and the opening's rows. `work` may hand back a `closing` statement: it travels with the COMMIT
+   * (`<closing>; COMMIT`). TypeORM is told of the transaction (`typeorm-transaction.ts`): the work's saves open none of
+   * their own, a nested `manager.transaction()` is a savepoint, an error of the work rolls it all back. An error of the
+   * opening message goes through `openingFailed`, the work not run. Getting the connection is bounded
    * (`connectBoundMs`): a connection that arrives after the caller gave up is given back unused.
    */
-  async transaction<T>(work: (manager: EntityManager) => Promise<T>): Promise<T> {
+  async transaction<T>(
+    opening: () => string,
+    work: (manager: EntityManager, opened: Array<Record<string, unknown>>) => Promise<{ result: T; closing?: string }>,
+    openingFailed: (error: unknown) => unknown = (error) => error,
+  ): Promise<T> {
     const runner = this.requireDataSource().createQueryRunner();
     const boundMs = connectBoundMs(this.options);
     let late = false;
@@ -134,10 +152,11 @@ export class LeaseDatabase {
       late = true;
       return new Error(`nest-pg-lease: no connection of the DataSource within ${boundMs} ms (connection timeout)`);
     };
+    let client: pg.ClientBase;
     try {
       // A connection arriving after the bound is released by the discard callback; releasing earlier would leave it
-      // checked out for ever.
-      await settleBy(runner.connect(), performance.now() + boundMs, undefined, giveUp, () => {
+      // checked out for ever. `PostgresQueryRunner.connect()` resolves with its pg client (typed `any` there).
+      client = await settleBy<pg.ClientBase>(runner.connect(), performance.now() + boundMs, undefined, giveUp, () => {
         void runner.release().catch(() => undefined);
       });
     } catch (error) {
@@ -145,9 +164,24 @@ export class LeaseDatabase {
       throw error;
     }
     try {
-      await runner.startTransaction();
-      const result = await work(runner.manager);
-      await runner.commitTransaction();
+      // Told before BEGIN is sent: whatever fails from here on (the opening too, its BEGIN having run) is rolled back
+      // below, and the connection never goes back to the pool inside a transaction.
+      adoptOpenedTransaction(runner);
+      let opened: Array<Record<string, unknown>>;
+      try {
+        const results: unknown = await client.query(`${this.begin()}; ${opening()}`);
+        opened = (results as pg.QueryResult[])[1].rows;
+      } catch (error) {
+        throw openingFailed(error);
+      }
+      const { result, closing } = await work(runner.manager, opened);
+      if (closing === undefined) {
+        await runner.commitTransaction();
+      } else {
+        // If `closing` fails, COMMIT does not run (the rest of a simple-query message is skipped): rolled back below.
+        await client.query(`${closing}; COMMIT`);
+        adoptCommittedTransaction(runner);
+      }
       return result;
     } catch (error) {
       if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
@@ -155,6 +189,16 @@ export class LeaseDatabase {
     } finally {
       await runner.release().catch(() => undefined);
     }
+  }
+
+  /** The BEGIN of a fenced transaction: the DataSource's own `isolationLevel` if set, as TypeORM's would. */
+  private begin(): string {
+    const level = this.requireDataSource().options.isolationLevel;
+    if (level === undefined) return 'BEGIN';
+    if (!ISOLATION_LEVELS.has(level)) {
+      throw new LeaseConfigError(messages.isolationLevelUnknown(String(level)));
+    }
+    return `BEGIN ISOLATION LEVEL ${level}`;
   }
 
   /**

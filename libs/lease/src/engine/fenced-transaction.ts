@@ -1,7 +1,7 @@
 /**
  * `fenced()`: the lease row locked and its token checked in the transaction that runs the work, and nested `fenced()`
- * calls of the same lease joined in savepoints. Its collaborators are given explicitly: the backend's fence (the transaction,
- * the locking statement) and `lose` (the engine's loss of a lease).
+ * calls of the same lease joined in savepoints. Its collaborators are given explicitly: the backend's fence (a
+ * transaction that opens with the row's lock and may close with its release) and `lose` (the engine's loss of a lease).
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
@@ -17,9 +17,12 @@ import type { HeldLease } from './held-lease.js';
 /** How the engine loses a lease (its signal, its event, its log line). */
 export type LoseLease = (lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string) => void;
 
-/** Where one attempt of a fenced transaction is: its lock failed; `work` is running (what fails is the work's). */
+/**
+ * Where one attempt of a fenced transaction is: the row is locked (a failure before is the connection's or the lock
+ * step's, sent with BEGIN); `work` is running (what fails is the work's).
+ */
 interface FenceStep {
-  lockFailed: boolean;
+  locked: boolean;
   inWork: boolean;
 }
 
@@ -64,17 +67,19 @@ export class FencedTransactions {
     // 40001; nothing of `work` has run yet, so the transaction simply starts again.
     // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
     for (let attempt = 1; ; attempt++) {
-      const step: FenceStep = { lockFailed: false, inWork: false };
+      const step: FenceStep = { locked: false, inWork: false };
       try {
         const result = await this.fencedOnce(lease, work, step, release);
         // Committed: the row was released with the work's writes.
         if (release) this.releasedBySave(lease);
         return result;
       } catch (error) {
-        if (!step.lockFailed || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
-          // The database failing around the work (its connection, BEGIN, COMMIT) is the library's 503; what the work
-          // itself throws is the work's, unchanged.
-          throw step.inWork ? error : unavailableOr(error, lease.targetKey, 'run the fenced transaction of');
+        // A serialization failure before the row is locked can only be the lock step's.
+        if (step.locked || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
+          // The database failing around the work (its connection, BEGIN and the lock, COMMIT) is the library's 503;
+          // what the work itself throws is the work's, unchanged.
+          const operation = step.locked ? 'run the fenced transaction of' : 'lock the lease of';
+          throw step.inWork ? error : unavailableOr(error, lease.targetKey, operation);
         }
         if (!lease.isHeld()) throw this.refuse(lease);
       }
@@ -87,17 +92,11 @@ export class FencedTransactions {
     step: FenceStep,
     release: boolean,
   ): Promise<T> {
-    const onLockFailed = () => (step.lockFailed = true);
+    // The row lock is waited for no longer than the lease may still be used (measured when the lock is sent).
+    const lockWaitMs = () => lease.deadline - performance.now();
     return this.fence
-      .transaction(async (manager) => {
-        let locked: Awaited<ReturnType<FenceBackend['lock']>>;
-        try {
-          // The row lock is waited for no longer than the lease may still be used.
-          locked = await this.fence.lock(manager, lease.row, lease.deadline - performance.now());
-        } catch (error) {
-          onLockFailed();
-          throw isSerializationFailure(error) ? error : unavailableOr(error, lease.targetKey, 'lock the lease of');
-        }
+      .transaction(lease.row, lockWaitMs, async (manager, locked) => {
+        step.locked = true;
         const { leaseToken: token, timeline, forced, preemptOf } = locked;
         // A lease of another timeline never writes on this one: its row there may be older than its holder believes.
         const acquiredIn = this.fence.timelineOf(lease.fencingToken);
@@ -122,12 +121,10 @@ export class FencedTransactions {
         // The row lock keeps others out until COMMIT; still, once we told the work the lease was lost, nothing of
         // it may commit.
         if (!lease.isHeld()) throw this.refuse(lease);
-        // The release rides on this transaction: the row lock is ours, so it cannot find another holder's token.
-        if (release) {
-          await this.fence.releaseWithin(manager, lease.row, lease.token);
-          lease.releasingWithSave = true;
-        }
-        return result;
+        if (!release) return { result };
+        // The release rides on this transaction's COMMIT: the row lock is ours, so it cannot find another holder's token.
+        lease.releasingWithSave = true;
+        return { result, releaseToken: lease.token };
       })
       .finally(() => (lease.releasingWithSave = false));
   }

@@ -307,6 +307,9 @@ export const messages = {
     `TypeOrmModule.forRoot(...)${v2}, or pass dataSource options to ` +
     'LeaseModule.forRoot() so it creates its own',
   serviceNotInitialized: () => 'LeaseService is not initialized: call init() (Nest does it at bootstrap) first',
+  isolationLevelUnknown: (level: string) =>
+    `The DataSource's isolationLevel "${level}" is not one of PostgreSQL's: use READ COMMITTED, REPEATABLE READ ` +
+    'or SERIALIZABLE (or leave it unset for the server default)',
   dataSourceNotInitialized: () =>
     'The DataSource is not initialized: initialize it (or let Nest do it) before using leases',
   tablesMissing: (v1: string | number) =>

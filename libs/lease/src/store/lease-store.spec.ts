@@ -360,7 +360,7 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
     expect({ sent: r.log, result: pinned(result) }).toMatchSnapshot();
   });
 
-  it('lockForFence (on the fenced transaction’s manager)', async () => {
+  it('the fenced transaction’s lock and release (sent with BEGIN and with COMMIT: values as literals)', async () => {
     const r = recorder(configuration);
     const sent: Array<{ text: string; values: unknown[] }> = [];
     const manager = {
@@ -369,9 +369,11 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
         return [{ lease_token: TOKEN_A, timeline: '1' }];
       },
     } as unknown as EntityManager;
-    const result = await r.store.fence.lockForFence(manager, { targetKey: 'report:1', slot: 2 }, 1_234.5);
+    const result = await r.store.fence.lockForFence(manager, { targetKey: `report:'1'`, slot: 2 }, 1_234.5);
+    const release = r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 0 }, TOKEN_A);
+    const slotRelease = r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 2 }, TOKEN_A);
     expect(r.log).toEqual([]);
-    expect({ sent, result }).toMatchSnapshot();
+    expect({ sent, result, release, slotRelease }).toMatchSnapshot();
   });
 
   it('names: the channel and the head channel', () => {

@@ -101,18 +101,19 @@ export class MemoryBackend implements LeaseBackend {
       confirmGrant: () => Promise.resolve(null),
     };
     this.fence = {
-      transaction: (work) => fencedTransaction(work),
-      lock: (_manager, row) => {
-        const held = this.rowAt(row);
-        const leaseToken = held && this.live(held) ? held.leaseToken : null;
-        return Promise.resolve({
-          leaseToken,
-          timeline: 0n,
-          forced: held?.forced ?? false,
-          preemptOf: held?.preemptOf ?? null,
-        });
-      },
-      releaseWithin: (_manager, row, leaseToken) => Promise.resolve(this.releaseRow(row, leaseToken)),
+      // The lock read and the release happen inside the test's transaction, around the work.
+      transaction: (row, _lockWaitMs, work) =>
+        fencedTransaction(async (manager) => {
+          const held = this.rowAt(row);
+          const { result, releaseToken } = await work(manager, {
+            leaseToken: held && this.live(held) ? held.leaseToken : null,
+            timeline: 0n,
+            forced: held?.forced ?? false,
+            preemptOf: held?.preemptOf ?? null,
+          });
+          if (releaseToken !== undefined) this.releaseRow(row, releaseToken);
+          return result;
+        }),
       timelineOf: () => 0n,
     };
     this.preempt = {

@@ -4,7 +4,7 @@
  * the pooler's framing are its own; the core sees only the contract.
  */
 import type { Logger } from '@nestjs/common';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { DedicatedConnection } from '../../database/dedicated-connection.js';
 import { LeaseDatabase, type LeaseDataSourceRef } from '../../database/lease-database.js';
 import { Notifier } from '../../database/notifier.js';
@@ -98,9 +98,19 @@ export class PostgresBackend implements LeaseBackend {
     this.preempt = this.store.preempt;
     const { fence } = this.store;
     this.fence = {
-      transaction: <T>(work: (manager: EntityManager) => Promise<T>) => this.database.transaction(work),
-      lock: (manager, row, lockWaitMs) => fence.lockForFence(manager, row, lockWaitMs),
-      releaseWithin: (manager, row, leaseToken) => fence.releaseWithin(manager, row, leaseToken),
+      // BEGIN and the lock in one message; the release, when asked, in the COMMIT's.
+      transaction: (row, lockWaitMs, work) =>
+        this.database.transaction(
+          () => fence.lockStatement(row, lockWaitMs()),
+          async (manager, opened) => {
+            const { result, releaseToken } = await work(manager, fence.locked(opened));
+            return {
+              result,
+              closing: releaseToken === undefined ? undefined : fence.releaseStatement(row, releaseToken),
+            };
+          },
+          (error) => fence.lockFailed(error, row),
+        ),
       timelineOf,
     };
     this.joins = new JoinResults(this.database, options, logger);

@@ -3,8 +3,9 @@ import type { LeaseObjectNames } from './fragments.js';
 import { forcedFree } from './operator.sql.js';
 
 /**
- * First statement of a fenced transaction (see `FenceStore.lockForFence`): $1 target and $4 the slot of its row, $2
- * the idle bound of the transaction, $3 how long the row lock may be waited for. The wait is bounded for this statement only: the
+ * First statement of a fenced transaction, sent in BEGIN's message with its values written in as literals (see
+ * `FenceStore.lockStatement`): $1 target and $4 the slot of its row, $2 the idle bound of the transaction, $3 how long
+ * the row lock may be waited for. The wait is bounded for this statement only: the
  * transaction's own `lock_timeout` is put back once the row is locked, so the work's statements keep the
  * application's settings. A role default of `synchronous_commit = off` is raised to `on` for the transaction: a
  * fenced write is the guarantee, and must be durable. `timeline` as `timelineSql`: the one new tokens carry.
