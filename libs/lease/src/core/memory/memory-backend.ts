@@ -325,8 +325,7 @@ export class MemoryBackend implements LeaseBackend {
     this.wake(targetKey);
   }
 
-  // ---- the rows' rules ----
-
+  /** The rows' rules, from here on. */
   private rowAt(ref: RowRef): Row | undefined {
     return this.rows.get(ref.targetKey)?.get(ref.slot);
   }
