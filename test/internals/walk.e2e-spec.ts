@@ -68,11 +68,15 @@ describe('the walk of an @Exclusive HTTP call to its first statement', () => {
     );
     const proto = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
     const query = proto.query;
-    let armed = false;
+    // The key of the measured call: the window ends at the first statement that names it (not at another file's
+    // leftover timer's statement, which may run in the same Jest worker meanwhile).
+    let armed: string | undefined;
     let seen: ScriptCoverage[] | undefined;
+    const names = (args: unknown[], key: string) =>
+      ((args[0] as { values?: unknown[] } | undefined)?.values ?? []).includes(key);
     proto.query = function (this: unknown, ...args: unknown[]) {
-      if (armed) {
-        armed = false;
+      if (armed !== undefined && names(args, armed)) {
+        armed = undefined;
         // An in-process session answers synchronously: the coverage is read before the statement leaves.
         session.post('Profiler.takePreciseCoverage', (error, result) => {
           if (!error) seen = result.result;
@@ -91,7 +95,7 @@ describe('the walk of an @Exclusive HTTP call to its first statement', () => {
       for (const id of ['1', '2']) {
         await post$('Profiler.takePreciseCoverage');
         seen = undefined;
-        armed = true;
+        armed = `walk:${id}`;
         expect((await post(`${url}/walk/${id}`)).status).toBe(201);
         expect(seen).toBeDefined();
         measured.push(filesRun(seen!));
