@@ -64,14 +64,12 @@ async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
 }
 
 /** `error` is a `LeaseUnavailableError` whose cause is the refused connection. */
-function expectRefused(error: unknown, what: string): void {
+function expectRefused(error: unknown, what: string, causes: readonly string[] = ['ECONNREFUSED']): void {
   const seen = `${what}: ${String(error)}`;
   expect({ what, leaseError: error instanceof LeaseError, seen }).toEqual({ what, leaseError: true, seen });
   expect({ what, name: (error as Error).name }).toEqual({ what, name: 'LeaseUnavailableError' });
-  expect({ what, cause: ((error as Error).cause as { code?: string } | undefined)?.code }).toEqual({
-    what,
-    cause: 'ECONNREFUSED',
-  });
+  const cause = ((error as Error).cause as { code?: string } | undefined)?.code;
+  expect({ what, cause, expected: causes.includes(cause ?? '') }).toEqual({ what, cause, expected: true });
 }
 
 /**
@@ -220,7 +218,10 @@ describe('the database refusing connections', () => {
         5_000,
       );
       await refuseConnections(proxy);
-      expectRefused(await joined, 'a join of another process’s run');
+      // Its next read may be the one that finds its pooled connection gone (reset) rather than a new one refused, when
+      // the client has not yet seen the proxy end it (a loaded machine: seen once in a full run). Either way the
+      // database is the cause, and the class is the one docs/errors-and-http.md gives.
+      expectRefused(await joined, 'a join of another process’s run', ['ECONNREFUSED', 'ECONNRESET']);
     } finally {
       finish();
       await running;
