@@ -52,10 +52,10 @@ describe('group commit', () => {
     return new LeaseStore(pool, pool, resolveLeaseOptions(options));
   }
 
-  /** Lets the calls made so far go (an idle queue sends at once, or at the end of the turn behind a batch of several). */
+  /** Occupies the batch slot of `s` with a slow acquisition, then runs `queued` while it is in flight. */
+  /** Lets the calls made so far go: an idle queue sends at the end of the current turn of the event loop. */
   const sent = () => new Promise((resolve) => setImmediate(resolve));
 
-  /** Occupies the batch slot of `s` with a slow acquisition, then runs `queued` while it is in flight. */
   async function behindStall<T>(s: LeaseStore, queued: () => Promise<T>): Promise<T> {
     const stalled = s.tryAcquire(request(`slow:${randomUUID()}`));
     await sent();
@@ -75,30 +75,13 @@ describe('group commit', () => {
     expect(s.batchStats.acquire).toMatchObject({ batches: 2, items: 2, largest: 1 });
   });
 
-  test('on an idle queue the first call goes at once; the calls of its turn go together behind it', async () => {
+  test('calls made in the same turn of the event loop go together even when nothing is in flight', async () => {
     const s = store();
     const keys = Array.from({ length: 5 }, (_, i) => `turn:${i}`);
     const outcomes = await Promise.all(keys.map((key) => s.tryAcquire(request(key))));
     expect(outcomes.every(won)).toBe(true);
-    // The first alone (a lone caller waits for no turn of the event loop), the other four in one statement.
-    expect(s.batchStats.acquire).toMatchObject({ batches: 2, items: 5, largest: 4 });
-  });
-
-  test('the callers of a batch of several, moving on to their releases in the same turn, release together', async () => {
-    const s = store();
-    const requests = Array.from({ length: 5 }, (_, i) => request(`moving:${i}`));
-    const before = s.batchStats.release.batches;
-    await behindStall(s, () =>
-      Promise.all(
-        requests.map(async (asked) => {
-          expect(won(await s.tryAcquire(asked))).toBe(true);
-          return s.release({ targetKey: asked.targetKey, slot: 0 }, asked.leaseToken, 1_000);
-        }),
-      ),
-    );
-    expect(s.batchStats.acquire.largest).toBe(5);
-    // One statement for the five releases, not the first alone and the four others behind it.
-    expect(s.batchStats.release.batches - before).toBe(1);
+    // One statement for all five (not the first alone, then the other four behind it).
+    expect(s.batchStats.acquire).toMatchObject({ batches: 1, items: 5, largest: 5 });
   });
 
   test('calls made while batches are in flight go in one statement, each with its own fencing token', async () => {

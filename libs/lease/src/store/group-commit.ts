@@ -3,10 +3,9 @@
  * group commit does for WAL flushes.
  *
  * While a batch is in flight, further calls queue; when it returns, everything queued (up to `maxBatch`) goes in the
- * next batch: one statement, one commit. A call on an idle queue is sent at once — a lone caller pays no turn of the
- * event loop — unless a batch of several has just returned (`ReturnedBatches`, shared by a store's acquisitions and
- * releases): its callers, each moving on to its next step in this turn, are about to call too, so the queue then
- * sends at the end of the turn (no timer) and they go together. Each caller gets its own result or its own error:
+ * next batch: one statement, one commit. An idle queue sends at the end of the current turn of the event loop (no
+ * timer): the calls made in that turn go together — typically the callers of the batch that just returned, each moving
+ * on to its next step — and a lone call goes alone, with no wait worth the name. Each caller gets its own result or its own error:
  * - the batch function returns one outcome per item (a refusal is a result, not an error);
  * - a batch that fails as a whole with a statement error (PostgreSQL rolled it back: nothing was written) is split,
  *   every item sent again alone, so a bad row fails only its own caller;
@@ -51,32 +50,6 @@ export interface GroupCommitStats {
   splits: number;
 }
 
-/**
- * Within this many ms of a batch of several returning, its callers are taken to be still moving on in the same turn of
- * the event loop (microseconds apart, or a little more on a loaded machine); a lone caller's next call comes a round
- * trip later at the earliest.
- */
-const SAME_TURN_MS = 1;
-
-/**
- * The last batch that returned, shared by the group commits whose callers go from one to the other (acquire, then
- * release): a call on an idle queue goes at once unless a batch of several returned within `SAME_TURN_MS`.
- */
-export class ReturnedBatches {
-  private size = 0;
-  private at = -Infinity;
-
-  note(size: number): void {
-    this.size = size;
-    this.at = performance.now();
-  }
-
-  /** Whether a call on an idle queue goes at once (no batch of several whose callers are still moving on). */
-  atOnce(): boolean {
-    return this.size <= 1 || performance.now() - this.at > SAME_TURN_MS;
-  }
-}
-
 /** A batch in flight; `counted` while it holds back the queue (until it returns or stalls). */
 interface InFlight {
   startedAt: number;
@@ -97,7 +70,6 @@ export class GroupCommit<I, O> {
   constructor(
     private readonly send: (items: I[]) => Promise<Array<ItemOutcome<O>>>,
     private readonly options: GroupCommitOptions,
-    private readonly returned = new ReturnedBatches(),
   ) {
     if (!Number.isInteger(options.maxBatch) || options.maxBatch < 1) throw new RangeError('maxBatch must be ≥ 1');
     if (!Number.isInteger(options.maxInFlight) || options.maxInFlight < 1) {
@@ -109,12 +81,11 @@ export class GroupCommit<I, O> {
   submit(item: I, onBatch?: (size: number) => void): Promise<O> {
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, onBatch, resolve, reject });
-      // An idle queue sends at once, unless the callers of a batch of several are moving on in this turn: then at the
-      // end of the turn, so that they go together. No timer: nothing waits when there is nothing to group.
+      // A free slot sends at the end of this turn of the event loop, not at once: calls made in the same turn (the
+      // callers of the batch that just returned, moving on to their next step) go together. No timer: nothing waits
+      // when there is nothing to group.
       if (this.inFlight >= this.options.maxInFlight) this.arm();
-      else if (this.scheduled) return;
-      else if (this.queue.length === 1 && this.running.size === 0 && this.returned.atOnce()) this.pump();
-      else {
+      else if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => {
           this.scheduled = false;
@@ -173,9 +144,7 @@ export class GroupCommit<I, O> {
     let outcomes: Array<ItemOutcome<O>>;
     try {
       outcomes = await this.send(batch.map((entry) => entry.item));
-      this.returned.note(batch.length);
     } catch (error) {
-      this.returned.note(batch.length);
       if (batch.length > 1 && this.options.splittable(error)) {
         // The statement wrote nothing: each item alone tells which one was bad, and the others still succeed.
         this.stats.splits++;

@@ -55,7 +55,6 @@ const OWNER = 'owner:pinned';
 const TOKEN_A = '00000000-0000-4000-8000-00000000000a';
 const TOKEN_B = '00000000-0000-4000-8000-00000000000b';
 const TOKEN_C = '00000000-0000-4000-8000-00000000000c';
-const TOKEN_D = '00000000-0000-4000-8000-00000000000d';
 const WAITER_A = '00000000-0000-4000-8000-0000000000a1';
 const WAITER_B = '00000000-0000-4000-8000-0000000000b1';
 const QUEUED_AT = new Date('2026-01-02T03:04:05.000Z');
@@ -165,7 +164,6 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   'tryAcquire, batched: won, refused, and a retry that goes alone': async (r) => {
     r.answer(
-      [{ ...grant, fencing_token: '1099511627782' }],
       [
         { i: 1, outcome: 'won', fencing_token: TOKEN_ON_TIMELINE_1, took_over: false, previous_owner: null },
         { i: 2, outcome: 'refused', fencing_token: null, hold_left_ms: 80 },
@@ -173,9 +171,8 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
       ],
       [{ ...grant, fencing_token: '1099511627779' }],
     );
-    // The first call goes at once, alone; the three made while it is in flight go as one batch.
+    // Called in one turn of the event loop: the group commit sends them as one batch.
     return Promise.all([
-      r.store.tryAcquire(request('lead', TOKEN_D)),
       r.store.tryAcquire(request('a', TOKEN_A, { priority: 1, holdMs: 10 })),
       r.store.tryAcquire(request('b', TOKEN_B, { priority: 2 })),
       r.store.tryAcquire(request('c', TOKEN_C)),
@@ -203,7 +200,6 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
   },
   'release, batched: released, gone, and a retry that goes alone': async (r) => {
     r.answer(
-      [{ released: true }],
       [
         { i: 1, outcome: 'released' },
         { i: 2, outcome: 'gone' },
@@ -211,9 +207,7 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
       ],
       [{ released: true }],
     );
-    // The first call goes at once, alone; the three made while it is in flight go as one batch.
     return Promise.all([
-      r.store.release(ownRow('lead'), TOKEN_D, 1_000),
       r.store.release(ownRow('a'), TOKEN_A, 1_000),
       r.store.release(ownRow('b'), TOKEN_B, 700),
       r.store.release(ownRow('c'), TOKEN_C, 900),

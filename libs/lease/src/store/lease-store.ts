@@ -20,7 +20,7 @@ import {
 import { exhausted, isStatementError, readOnly, systemIdRefused } from '../errors/database-errors.js';
 import { acquireBoundMs, PURGE_AFTER_MS, shortBoundMs, slackMs } from '../options/bounds.js';
 import type { EngineSettings } from '../options/engine-settings.js';
-import { GroupCommit, type ItemOutcome, ReturnedBatches } from './group-commit.js';
+import { GroupCommit, type ItemOutcome } from './group-commit.js';
 import { readHistoryOn, readServerHistory, settleTokens, type TokenStanding } from './server-history.js';
 import { FenceStore } from './fence-store.js';
 import { PreemptStore } from './preempt-store.js';
@@ -183,18 +183,11 @@ export class LeaseStore {
     // queued behind it: they go in a batch of their own (independence).
     const stallMs = Math.min(ONE_SECOND_MS, options.heartbeatIntervalMs);
     const batching = { maxBatch: options.maxBatchSize, maxInFlight: BATCHES_IN_FLIGHT, stallMs };
-    // Shared: the callers of a batch of acquisitions move on to their releases in the same turn (see GroupCommit).
-    const returned = new ReturnedBatches();
-    this.acquisitions = new GroupCommit(
-      (items) => this.sendAcquisitions(items),
-      { ...batching, splittable: isStatementError },
-      returned,
-    );
-    this.releases = new GroupCommit(
-      (items) => this.sendReleases(items),
-      { ...batching, splittable: isStatementError },
-      returned,
-    );
+    this.acquisitions = new GroupCommit((items) => this.sendAcquisitions(items), {
+      ...batching,
+      splittable: isStatementError,
+    });
+    this.releases = new GroupCommit((items) => this.sendReleases(items), { ...batching, splittable: isStatementError });
   }
 
   /** A statement on the statement pool, bounded by `boundMs` (default: the short bound of a release or a read). */
