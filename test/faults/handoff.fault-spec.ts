@@ -39,8 +39,8 @@ afterEach(async () => {
   await db.drop();
 });
 
-async function start(name: string): Promise<Worker> {
-  const worker = await startScripted(name, db.url, log, OPTIONS);
+async function start(name: string, options = OPTIONS): Promise<Worker> {
+  const worker = await startScripted(name, db.url, log, options);
   workers.push(worker);
   return worker;
 }
@@ -65,7 +65,9 @@ async function queuedAndListening(name: string, waiters: number): Promise<void> 
 test('SIGKILL between grant and confirmation: the grant passes on within waiterTimeoutMs, fencing holds', async () => {
   const started = performance.now();
   const holder = await start('handoff-holder');
-  const doomed = await start('handoff-doomed');
+  // The doomed waiter sees its grant only through the NOTIFY it dies on: a poll of its own (every 150 ms here) landing
+  // between the grant's commit and the kill would confirm the grant first, with the lease's 10 s (seen once in CI).
+  const doomed = await start('handoff-doomed', mergeLeaseOptions(OPTIONS, { timing: { waitPollIntervalMs: 30_000 } }));
   const next = await start('handoff-next');
   const tokenA = BigInt(await holder.command<string>({ op: 'acquire', key: KEY }));
   expect(await holder.command({ op: 'write', key: KEY, opId: randomUUID() })).toBe('ack');
