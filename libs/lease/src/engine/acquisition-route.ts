@@ -51,16 +51,16 @@ export class WaiterLimits {
 }
 
 /**
- * One acquisition statement: the single holder's (exactly today's path, batched by group commit) for `limit` 1, else
- * a slot's. A slot refused because another limit holds the key is the caller's `LeaseLimitConflictError`.
+ * A slot's acquisition statement (`limit` above 1; the engine sends a single holder's, `limit` 1, to the backend's
+ * `attempt` itself, batched by group commit). A slot refused because another limit holds the key is the caller's
+ * `LeaseLimitConflictError`.
  */
-export async function acquireRow(
-  backend: Pick<LeaseBackend, 'attempt' | 'attemptSlot'>,
+export async function acquireSlot(
+  backend: Pick<LeaseBackend, 'attemptSlot'>,
   request: AcquireRequest,
   limit: number,
   onBatch?: (size: number) => void,
-): Promise<AcquiredRow | AcquiredSlot | Refusal> {
-  if (limit <= 1) return backend.attempt(request, onBatch);
+): Promise<AcquiredSlot | Refusal> {
   onBatch?.(1);
   const row: AcquiredSlot | SlotRefusal = await backend.attemptSlot(request, limit);
   if ('refused' in row && row.heldLimit !== null) {

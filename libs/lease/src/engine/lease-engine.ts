@@ -31,7 +31,7 @@ import { publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing, tracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
-import { acquireRow, busyError, markSlot, rowOf, WaiterLimits } from './acquisition-route.js';
+import { acquireSlot, busyError, markSlot, rowOf, WaiterLimits } from './acquisition-route.js';
 import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
 import type { AcquiredRow, BackendFactory, LeaseBackend, StatementFaults } from '../core/backend.js';
@@ -426,7 +426,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       waiter?.granted === undefined
         ? limit <= 1
           ? this.backend.attempt(request, activeSpanSetter('lease.batch_size'))
-          : acquireRow(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
+          : acquireSlot(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.backend, waiter, holdMs)
     ).catch((error: unknown) => {
       throw unavailableOr(error, targetKey, ACQUIRE);
