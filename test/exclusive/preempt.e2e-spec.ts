@@ -70,7 +70,14 @@ describe('@Exclusive with preempt: true', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
+        // Roomy leases: the running holder must lose its lease to the preemption, not to a late renewal (1 s leases
+        // expired on a loaded machine in a full run: "renewal-deadline"). Nothing here waits for an expiry.
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            timing: { heartbeatIntervalMs: 250, leaseTimeoutMs: 5_000 },
+            tables: { createSchema: true },
+          }),
+        ),
       ],
       [RebuildController],
       [Nightly],

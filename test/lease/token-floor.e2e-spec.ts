@@ -187,9 +187,11 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     );
     expect(lost).toEqual([]);
     expect(await again.fenced(async () => 'written')).toBe('written');
-    // A place taken now is behind the copied one.
+    // A place taken now is behind the copied one. The wait ends when the test has seen the line (a short wait of its
+    // own could end before its row is read on a loaded machine: seen in a full run at load 8).
+    const seen = new AbortController();
     const waiting = a.service
-      .acquire('later:line', { priority: 0, onBusy: { wait: { timeoutMs: 300 } } })
+      .acquire('later:line', { priority: 0, onBusy: { wait: { timeoutMs: 60_000 } }, signal: seen.signal })
       .catch(() => undefined);
     const { rows: line } = await eventually(
       () =>
@@ -199,6 +201,7 @@ describe('tokens on a server whose sequences stand below its tables', () => {
       (result) => result.rows.length === 2,
       'the second waiter queued',
     );
+    seen.abort();
     expect(line.map((row) => row.owner)).toEqual(['elsewhere', expect.stringContaining('later')]);
     await waiting;
     await again.release();
