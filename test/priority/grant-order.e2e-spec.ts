@@ -16,7 +16,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     for (const [index, priority] of priorities.entries()) {
       const p = await proc(`w${index}-p${priority}`);
       const call = track(p.service.acquire(key, { priority, onBusy: { wait: { timeoutMs: 30_000 } } }));
-      await untilQueued(db.admin, key, p.owner);
+      await untilQueued(db.admin, key, p.owner, call);
       waiters.push({ proc: p, priority, call });
     }
     return { holder, held: held!, waiters };
@@ -106,7 +106,7 @@ describe.each(ISOLATIONS)('grant order (default_transaction_isolation = %s)', (i
     let current: Lease = (await holder.service.tryAcquire(key))!;
     const low = await proc('low-p0');
     const lowCall = track(low.service.acquire(key, { priority: 0, onBusy: { wait: { timeoutMs: 60_000 } } }));
-    await untilQueued(db.admin, key, low.owner);
+    await untilQueued(db.admin, key, low.owner, lowCall);
     const stream = await proc('stream-p1');
     for (let round = 0; round < 5; round++) {
       // Each newcomer queues after the low waiter, yet is served first.

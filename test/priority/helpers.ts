@@ -80,11 +80,26 @@ export async function rowsOf(admin: pg.Client, key: string, owner: string): Prom
   return (await waiterRows(admin, key)).filter((row) => row.owner === owner);
 }
 
-/** Resolves with the waiter row of `owner` once it is visible. */
-export async function untilQueued(admin: pg.Client, key: string, owner: string): Promise<WaiterRow> {
+/**
+ * Resolves with the waiter row of `owner` once it is visible. With the waiting `call`, a call that settled instead
+ * (an error on a loaded machine, say) fails at once with what it settled with, rather than after the timeout.
+ */
+export async function untilQueued(
+  admin: pg.Client,
+  key: string,
+  owner: string,
+  call?: { settled: () => boolean; error?: unknown },
+): Promise<WaiterRow> {
   const rows = await eventually(
     () => rowsOf(admin, key, owner),
-    (found) => found.length === 1,
+    (found) => {
+      if (found.length === 1) return true;
+      if (call?.settled())
+        throw new Error(`${owner}'s wait for ${key} settled before its row was seen`, {
+          cause: call.error,
+        });
+      return false;
+    },
     `${owner} queued for ${key}`,
   );
   return rows[0];
