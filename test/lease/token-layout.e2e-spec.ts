@@ -10,7 +10,11 @@ import { adminClient, createTestDatabase } from '../support/db.js';
  * token and every new place in line is above every old one, and a process of an earlier version, which builds its
  * token from a value below 2^40, fails closed on the migrated sequences instead of drawing a smaller token.
  */
-const OPTIONS = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, shutdownGraceMs: 0 } };
+/**
+ * Roomy leases: nothing here waits for an expiry (rows are aged by SQL), and 1 s leases bound a connect to a few
+ * hundred ms, which a loaded machine missed at bootstrap ("Connection terminated due to connection timeout").
+ */
+const OPTIONS = { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, shutdownGraceMs: 0 } };
 const FLOOR = 1n << 40n;
 
 /** Tables as the 40-bit layout left them: sequences without the floor, tokens and places of the 40-bit layout. */
