@@ -28,7 +28,7 @@ const VARIANTS = [
 
 const benchDir = dirname(dirname(fileURLToPath(import.meta.url)));
 
-async function startServer(databaseUrl: string): Promise<{ base: string; child: ChildProcess }> {
+export async function startServer(databaseUrl: string): Promise<{ base: string; child: ChildProcess }> {
   const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), join(benchDir, 'http-app.ts')], {
     cwd: dirname(benchDir),
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl },
