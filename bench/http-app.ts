@@ -84,6 +84,13 @@ class BenchController {
     return profile;
   }
 
+  /** CPU time (user + system) this process has used so far, in µs: the parent turns it into CPU per request. */
+  @Get('cpu')
+  cpu() {
+    const { user, system } = process.cpuUsage();
+    return { us: user + system };
+  }
+
   /** Statements this process has sent so far: the parent turns differences into round trips per request. */
   @Get('statements')
   statements() {
