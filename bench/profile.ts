@@ -16,11 +16,12 @@
  *
  * Prints a Markdown report and writes it to bench/results/profile.md.
  *
- *   npm run bench:profile -- --http [--seconds=5]
+ *   npm run bench:profile -- --http [--seconds=5] [--only=exclusive,plain]
  *
  * Instead: the HTTP scenario's server (bench/http-app.ts) under autocannon, one endpoint at a time, with a V8 CPU
  * profile of the server for each: its self time per request by package, and its top functions (the decorated
- * request's client CPU, next to the same handler undecorated). Written to artifacts/profile/http.md.
+ * request's client CPU, next to the same handler undecorated). Written to artifacts/profile/http.md, each profile to
+ * artifacts/profile/http-<endpoint>.cpuprofile.
  */
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
@@ -288,8 +289,12 @@ function summariseProfile(profile: {
 type CpuProfile = Parameters<typeof summariseProfile>[0];
 
 /** The HTTP server's CPU per request, endpoint by endpoint (see the module note). */
-async function profileHttp(seconds: number): Promise<void> {
-  const paths = ['plain', 'exclusive', 'plain-write', 'exclusive-write', 'exclusive-save'];
+async function profileHttp(seconds: number, only?: string[]): Promise<void> {
+  const paths = ['plain', 'exclusive', 'plain-write', 'exclusive-write', 'exclusive-save'].filter(
+    (path) => !only || only.includes(path),
+  );
+  const out = join(dirname(dirname(fileURLToPath(import.meta.url))), 'artifacts/profile');
+  await mkdir(out, { recursive: true });
   const db = await BenchDatabase.open();
   const report: string[] = [];
   const log = (line = '') => {
@@ -319,6 +324,7 @@ async function profileHttp(seconds: number): Promise<void> {
         await fetch(`${base}/profile/start`);
         const result = await load(path, seconds);
         const profile = (await (await fetch(`${base}/profile/stop`)).json()) as CpuProfile;
+        await writeFile(join(out, `http-${path}.cpuprofile`), JSON.stringify(profile));
         const requests = result.requests.total;
         const summary = summariseProfile(profile);
         const busy = summary.byPackage.filter(([pkg]) => pkg !== '(idle)').reduce((sum, [, us]) => sum + us, 0);
@@ -346,8 +352,6 @@ async function profileHttp(seconds: number): Promise<void> {
   } finally {
     await db.close();
   }
-  const out = join(dirname(dirname(fileURLToPath(import.meta.url))), 'artifacts/profile');
-  await mkdir(out, { recursive: true });
   await writeFile(join(out, 'http.md'), `${report.join('\n')}\n`);
   console.log('Wrote artifacts/profile/http.md');
 }
@@ -356,7 +360,10 @@ async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const flag = (name: string, fallback: number) =>
     Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
-  if (args.includes('--http')) return profileHttp(flag('seconds', 5));
+  if (args.includes('--http')) {
+    const only = args.find((a) => a.startsWith('--only='))?.slice('--only='.length);
+    return profileHttp(flag('seconds', 5), only?.split(','));
+  }
   const cycles = flag('cycles', 2_000);
   const rounds = flag('rounds', 4);
   const cpuProfile = args.includes('--cpu-profile');
