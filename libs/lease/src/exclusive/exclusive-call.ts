@@ -157,8 +157,12 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
     await entry.exit();
     throw call.reason;
   }
-  const callArgs = [...args];
-  for (const index of plan.leaseSlots) callArgs[index] = entry.lease;
+  // The arguments are copied only where `@CurrentLease()` puts the lease in them.
+  let callArgs = args;
+  if (plan.leaseSlots.length > 0) {
+    callArgs = [...args];
+    for (const index of plan.leaseSlots) callArgs[index] = entry.lease;
+  }
   let result: unknown;
   try {
     result = leases.within(entry.lease, () => original.apply(self, callArgs));

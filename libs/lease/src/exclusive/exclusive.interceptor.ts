@@ -31,7 +31,6 @@ export class ExclusiveInterceptor implements NestInterceptor {
     }
     if (!metadata) return next.handle();
     const type = context.getType<string>();
-    const response = type === 'http' ? context.switchToHttp().getResponse<unknown>() : undefined;
     // One Observable and one subscription of the handler's per request: no operator pipeline.
     return new Observable<unknown>((subscriber) => {
       const call = new HandlerCall(handler);
@@ -48,6 +47,8 @@ export class ExclusiveInterceptor implements NestInterceptor {
               ended = call.settled === true;
               subscriber.error(mapped);
             };
+            // The response is looked up only here: an HTTP error may set a header on it (Retry-After).
+            const response = type === 'http' ? context.switchToHttp().getResponse<unknown>() : undefined;
             leaseErrorToTransport(error, type, response).then(fail, fail);
           },
           complete: () => {
