@@ -98,7 +98,7 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           percentilesMs: { p50: result.latency.p50, p99: result.latency.p99 },
           statements,
           writeTransactions,
-          clientCpuUs: cpuUs / ops,
+          clientCpuUs: cpuUs,
           walBytes,
           deadTuples: 0,
           updates: 0,
