@@ -4,6 +4,7 @@
  * writes it as the lease's last fenced save with the release riding on it), on 127.0.0.1. Prints `listening <port>`.
  */
 import 'reflect-metadata';
+import { Session } from 'node:inspector/promises';
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { CurrentLease, Exclusive, type Lease, LeaseModule } from 'nest-pg-lease';
@@ -16,6 +17,7 @@ const url = process.env.BENCH_DATABASE_URL;
 if (!url) throw new Error('BENCH_DATABASE_URL is not set: this server is started by bench/run.ts');
 
 countStatements();
+let profiler = new Session();
 /** The handlers' own database work, on a pool of its own (the lease module owns its DataSource). */
 const appPool = new pg.Pool({ connectionString: url, max: 16 });
 const write = (k: string) =>
@@ -62,6 +64,31 @@ class BenchController {
       },
     );
     return { k };
+  }
+
+  /** A V8 CPU profile of this process between `start` and `stop` (`npm run bench:profile -- --http`). */
+  @Get('profile/start')
+  async profileStart() {
+    profiler = new Session();
+    profiler.connect();
+    await profiler.post('Profiler.enable');
+    await profiler.post('Profiler.setSamplingInterval', { interval: 100 });
+    await profiler.post('Profiler.start');
+    return { started: true };
+  }
+
+  @Get('profile/stop')
+  async profileStop() {
+    const { profile } = await profiler.post('Profiler.stop');
+    profiler.disconnect();
+    return profile;
+  }
+
+  /** CPU time (user + system) this process has used so far, in µs: the parent turns it into CPU per request. */
+  @Get('cpu')
+  cpu() {
+    const { user, system } = process.cpuUsage();
+    return { us: user + system };
   }
 
   /** Statements this process has sent so far: the parent turns differences into round trips per request. */

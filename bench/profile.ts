@@ -15,9 +15,17 @@
  *    artifacts/profile/library.cpuprofile (open it in Chrome DevTools).
  *
  * Prints a Markdown report and writes it to bench/results/profile.md.
+ *
+ *   npm run bench:profile -- --http [--seconds=5] [--only=exclusive,plain]
+ *
+ * Instead: the HTTP scenario's server (bench/http-app.ts) under autocannon, one endpoint at a time, with a V8 CPU
+ * profile of the server for each: its self time per request by package, and its top functions (the decorated
+ * request's client CPU, next to the same handler undecorated). Written to artifacts/profile/http.md, each profile to
+ * artifacts/profile/http-<endpoint>.cpuprofile.
  */
 import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
 import { dirname, join } from 'node:path';
@@ -25,6 +33,8 @@ import { fileURLToPath } from 'node:url';
 import { LeaseService } from 'nest-pg-lease';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import autocannon from 'autocannon';
+import { startServer } from './scenarios/http.js';
 import { seed } from './support/contenders.js';
 import { BenchDatabase } from './support/db.js';
 import { median } from './support/measure.js';
@@ -276,10 +286,84 @@ function summariseProfile(profile: {
   return { byPackage: sorted(byPackage), topFunctions: sorted(byFunction).slice(0, 20), totalMs: total / 1000 };
 }
 
+type CpuProfile = Parameters<typeof summariseProfile>[0];
+
+/** The HTTP server's CPU per request, endpoint by endpoint (see the module note). */
+async function profileHttp(seconds: number, only?: string[]): Promise<void> {
+  const paths = ['plain', 'exclusive', 'plain-write', 'exclusive-write', 'exclusive-save'].filter(
+    (path) => !only || only.includes(path),
+  );
+  const out = join(dirname(dirname(fileURLToPath(import.meta.url))), 'artifacts/profile');
+  await mkdir(out, { recursive: true });
+  const db = await BenchDatabase.open();
+  const report: string[] = [];
+  const log = (line = '') => {
+    console.log(line);
+    report.push(line);
+  };
+  try {
+    await db.createLeaseTables();
+    await db.query('CREATE TABLE bench_counter (id int PRIMARY KEY, n bigint NOT NULL)');
+    await db.query('INSERT INTO bench_counter SELECT g, 0 FROM generate_series(0, 63) g');
+    const { base, child } = await startServer(db.url);
+    let counter = 0;
+    const load = (path: string, duration: number) =>
+      autocannon({
+        url: base,
+        connections: 16,
+        duration,
+        requests: [{ method: 'GET', setupRequest: (request) => ({ ...request, path: `/${path}?k=${counter++}` }) }],
+      });
+    try {
+      log(`# CPU profile of the HTTP scenario's server, per request`);
+      log();
+      log(`${new Date().toISOString()} — Node ${process.version}; ${seconds} s per endpoint, 16 connections.`);
+      log();
+      for (const path of paths) await load(path, 1);
+      for (const path of paths) {
+        await fetch(`${base}/profile/start`);
+        const result = await load(path, seconds);
+        const profile = (await (await fetch(`${base}/profile/stop`)).json()) as CpuProfile;
+        await writeFile(join(out, `http-${path}.cpuprofile`), JSON.stringify(profile));
+        const requests = result.requests.total;
+        const summary = summariseProfile(profile);
+        const busy = summary.byPackage.filter(([pkg]) => pkg !== '(idle)').reduce((sum, [, us]) => sum + us, 0);
+        log(
+          `## /${path}: ${Math.round(requests / result.duration)} req/s, ${(busy / requests).toFixed(0)} µs CPU/request`,
+        );
+        log();
+        log('| where | µs/request | share |');
+        log('|---|---:|---:|');
+        for (const [pkg, us] of summary.byPackage.filter(([pkg]) => pkg !== '(idle)').slice(0, 12)) {
+          log(`| ${pkg} | ${(us / requests).toFixed(1)} | ${((100 * us) / busy).toFixed(1)} % |`);
+        }
+        log();
+        log('Top functions by self time:');
+        log();
+        for (const [name, us] of summary.topFunctions.filter(([name]) => !name.startsWith('(idle)'))) {
+          log(`- ${(us / requests).toFixed(1)} µs/request — \`${name}\``);
+        }
+        log();
+      }
+    } finally {
+      child.kill('SIGTERM');
+      if (child.exitCode === null) await once(child, 'exit');
+    }
+  } finally {
+    await db.close();
+  }
+  await writeFile(join(out, 'http.md'), `${report.join('\n')}\n`);
+  console.log('Wrote artifacts/profile/http.md');
+}
+
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   const flag = (name: string, fallback: number) =>
     Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
+  if (args.includes('--http')) {
+    const only = args.find((a) => a.startsWith('--only='))?.slice('--only='.length);
+    return profileHttp(flag('seconds', 5), only?.split(','));
+  }
   const cycles = flag('cycles', 2_000);
   const rounds = flag('rounds', 4);
   const cpuProfile = args.includes('--cpu-profile');

@@ -2,7 +2,8 @@
  * The same handler undecorated and under `@Exclusive('bench:{k}')`, each request with a fresh key so the lease is
  * never busy: the cost of acquire + release on an HTTP request, for a handler that returns at once (the goal) and for
  * one that writes a row. The server is a child process (bench/http-app.ts); autocannon drives it from here, 16
- * connections, the endpoints alternating round by round (order flipped every round).
+ * connections, the endpoints alternating round by round (order flipped every round). The server's CPU time per
+ * request (user + system, read before and after each round) is the row's client CPU.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -28,7 +29,7 @@ const VARIANTS = [
 
 const benchDir = dirname(dirname(fileURLToPath(import.meta.url)));
 
-async function startServer(databaseUrl: string): Promise<{ base: string; child: ChildProcess }> {
+export async function startServer(databaseUrl: string): Promise<{ base: string; child: ChildProcess }> {
   const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), join(benchDir, 'http-app.ts')], {
     cwd: dirname(benchDir),
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl },
@@ -46,6 +47,12 @@ async function startServer(databaseUrl: string): Promise<{ base: string; child: 
     throw new Error('bench/http-app.ts closed its output before listening');
   })();
   return { base: await Promise.race([listening, exited]), child };
+}
+
+/** The server's CPU time so far (user + system, µs). */
+async function cpuOf(base: string): Promise<number> {
+  const response = await fetch(`${base}/cpu`);
+  return ((await response.json()) as { us: number }).us;
 }
 
 async function statementsOf(base: string): Promise<number> {
@@ -72,9 +79,11 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
     for (let round = 0; round < rounds; round++) {
       for (const variant of round % 2 === 0 ? VARIANTS : [...VARIANTS].reverse()) {
         const statements0 = await statementsOf(base);
+        const cpu0 = await cpuOf(base);
         const wal0 = await ctx.db.walPosition();
         const xid0 = await ctx.db.nextTransactionId();
         const result = await load(variant.path, seconds);
+        const cpuUs = (await cpuOf(base)) - cpu0;
         const walBytes = Number((await ctx.db.walPosition()) - wal0);
         const writeTransactions = Number((await ctx.db.nextTransactionId()) - xid0);
         const statements = (await statementsOf(base)) - statements0;
@@ -89,7 +98,7 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           percentilesMs: { p50: result.latency.p50, p99: result.latency.p99 },
           statements,
           writeTransactions,
-          clientCpuUs: Number.NaN,
+          clientCpuUs: cpuUs,
           walBytes,
           deadTuples: 0,
           updates: 0,
@@ -97,7 +106,7 @@ export async function httpEndpoint(ctx: BenchContext): Promise<Row[]> {
           tableOps: ops,
         });
         ctx.log(
-          `    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms`,
+          `    round ${round + 1}/${rounds} /${variant.path}: ${Math.round(ops / result.duration)} req/s, p50 ${result.latency.p50} ms, server CPU ${Math.round(cpuUs / ops)} µs/req`,
         );
       }
     }

@@ -94,6 +94,65 @@ describe('HeldLease', () => {
     expect(release).not.toHaveBeenCalled();
     expect(borrowed.isHeld()).toBe(true);
   });
+
+  it('watchLoss hears the reason the signal aborts with, the same object; a watcher stopped hears nothing', () => {
+    const { held } = lease();
+    const heard: unknown[] = [];
+    const stopped = jest.fn();
+    held.watchLoss((reason) => heard.push(reason));
+    held.watchLoss(stopped)();
+    expect(held.markLost('taken-over')).toBe(true);
+    expect(heard).toHaveLength(1);
+    expect(heard[0]).toBeInstanceOf(LeaseLostError);
+    expect(held.signal.reason).toBe(heard[0]);
+    expect(stopped).not.toHaveBeenCalled();
+    // A lease lost already: told at once.
+    held.watchLoss((reason) => heard.push(reason));
+    expect(heard[1]).toBe(heard[0]);
+  });
+
+  it('watchLoss hears a release with a reason of its own (shutdown), not a plain release', () => {
+    const plain = lease().held;
+    const heard = jest.fn();
+    plain.watchLoss(heard);
+    plain.markReleased();
+    plain.watchLoss(heard);
+    expect(heard).not.toHaveBeenCalled();
+    const shutdown = lease().held;
+    const reason = new Error('shutdown');
+    shutdown.watchLoss(heard);
+    shutdown.markReleased(() => reason);
+    expect(heard).toHaveBeenCalledWith(reason);
+  });
+
+  it('an end nobody hears builds no abort reason (no DOMException per call)', () => {
+    const { held } = lease();
+    const reason = jest.fn(() => new Error('built'));
+    held.watchLoss(() => undefined)(); // watched while the work ran, then no more
+    expect(held.markReleased(reason)).toBe(true);
+    expect(reason).not.toHaveBeenCalled();
+    expect((held.signal.reason as Error).message).toBe('built'); // built on the first read of the signal
+    expect(reason).toHaveBeenCalledTimes(1);
+    // A plain release heard by a loss watcher only (a fenced save releasing while @Exclusive watches): none either.
+    const watched = lease().held;
+    watched.watchLoss(() => undefined);
+    const Original = globalThis.DOMException;
+    let built = 0;
+    globalThis.DOMException = class extends Original {
+      constructor(...args: ConstructorParameters<typeof DOMException>) {
+        super(...args);
+        built++;
+      }
+    };
+    try {
+      watched.markReleased();
+      expect(built).toBe(0);
+      expect((watched.signal.reason as DOMException).name).toBe('AbortError');
+      expect(built).toBe(1);
+    } finally {
+      globalThis.DOMException = Original;
+    }
+  });
 });
 
 describe('LeaseContext (the call chain’s leases)', () => {

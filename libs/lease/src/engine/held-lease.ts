@@ -22,6 +22,12 @@ export class HeldLease implements Lease {
   private controller?: AbortController;
   /** Why the signal is (or, once read, will be) aborted; set when the lease ends. */
   private endReason?: () => unknown;
+  /** That reason, built once someone hears it (the signal, a watcher). */
+  private endValue?: { readonly reason: unknown };
+  /** Lost, or released with a reason of its own (shutdown): what `watchLoss` tells. */
+  private endedWithReason = false;
+  /** Told the reason when the lease is lost, without a signal (see `watchLoss`). */
+  private watchers?: Set<(reason: unknown) => void>;
   private state: LeaseState = 'held';
   private lostReason?: LeaseLossReason;
   /** Monotonic time when the last confirmed renewal (or the acquisition) was sent. */
@@ -71,9 +77,24 @@ export class HeldLease implements Lease {
   get signal(): AbortSignal {
     if (!this.controller) {
       this.controller = new AbortController();
-      if (this.endReason) this.controller.abort(this.endReason());
+      if (this.endReason) this.controller.abort(this.reason());
     }
     return this.controller.signal;
+  }
+
+  /**
+   * Calls `onLoss` with the reason the lease is lost, or released with a reason of its own (shutdown's
+   * `LeaseShutdownError`) — the reason its signal aborts with — at once if that happened already, until the returned
+   * function is called. A plain release is not told. For the engine's own callers (`@Exclusive`): it costs no
+   * AbortController, no listener, and no abort reason built for a lease released the ordinary way.
+   */
+  watchLoss(onLoss: (reason: unknown) => void): () => void {
+    if (this.endReason) {
+      if (this.endedWithReason) onLoss(this.reason());
+      return () => undefined;
+    }
+    (this.watchers ??= new Set()).add(onLoss);
+    return () => this.watchers?.delete(onLoss);
   }
 
   isHeld(): boolean {
@@ -127,7 +148,7 @@ export class HeldLease implements Lease {
     this.state = 'lost';
     this.lostReason = reason;
     this.disarm();
-    this.end(() => new LeaseLostError(this.targetKey, reason, detail));
+    this.end(() => new LeaseLostError(this.targetKey, reason, detail), true);
     return true;
   }
 
@@ -141,15 +162,30 @@ export class HeldLease implements Lease {
     this.state = 'released';
     this.disarm();
     if (wasHeld) {
-      this.end(reason ?? (() => new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError')));
+      if (reason) this.end(reason, true);
+      else this.end(() => new DOMException(`Lease on "${this.targetKey}" was released`, 'AbortError'), false);
     }
     return true;
   }
 
-  /** Aborts the signal with `reason()` now if it was read, else when it is first read. */
-  private end(reason: () => unknown): void {
+  /**
+   * Aborts the signal with `reason()` now if it was read (and, `told`: tells the watchers), else when it is first
+   * read.
+   */
+  private end(reason: () => unknown, told: boolean): void {
     this.endReason = reason;
-    this.controller?.abort(reason());
+    this.endedWithReason = told;
+    const watchers = told ? this.watchers : undefined;
+    this.watchers = undefined;
+    if (!this.controller && !watchers?.size) return;
+    const value = this.reason();
+    this.controller?.abort(value);
+    for (const onLoss of watchers ?? []) onLoss(value);
+  }
+
+  private reason(): unknown {
+    this.endValue ??= { reason: this.endReason!() };
+    return this.endValue.reason;
   }
 
   private armDeadline(): void {

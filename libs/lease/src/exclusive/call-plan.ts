@@ -56,12 +56,13 @@ export class CallPlan {
   /** One call of the key `targetKey`: the key checked (the call's one check: the rest was checked at decoration). */
   call(targetKey: string, signal?: AbortSignal): LeaseCall {
     const { priority, holdMs, limit, leaseTimeoutMs, busy, retryAfter } = this.metadata;
-    return {
-      request: requestOf(targetKey, priority, holdMs, this.keyTemplate, limit, leaseTimeoutMs),
-      busy,
-      ...(signal === undefined ? {} : { signal }),
-      ...(retryAfter === undefined ? {} : { retryAfter }),
-    };
+    const request = requestOf(targetKey, priority, holdMs, this.keyTemplate, limit, leaseTimeoutMs);
+    // One object per call, no spread of optional parts: a call with neither (nearly all) is `{ request, busy }`.
+    if (signal === undefined && retryAfter === undefined) return { request, busy };
+    const call: { -readonly [K in keyof LeaseCall]: LeaseCall[K] } = { request, busy };
+    if (signal !== undefined) call.signal = signal;
+    if (retryAfter !== undefined) call.retryAfter = retryAfter;
+    return call;
   }
 }
 

@@ -15,23 +15,56 @@ import { ENGINE_PROPERTY, EngineRef, engines } from './engine-registry.js';
 
 type EngineHolder = { [ENGINE_PROPERTY]?: unknown };
 import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
+import { HeldLease } from '../engine/held-lease.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 /**
  * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
- * pipes, and the key must come from the piped arguments), so it leaves this for the method's wrapper: the signal
- * aborts when the caller goes away (timeout interceptor, SSE or WebSocket client gone, cancelled RPC).
+ * pipes, and the key must come from the piped arguments), so it leaves this for the method's wrapper: `leave` when
+ * the caller goes away (timeout interceptor, SSE or WebSocket client gone, cancelled RPC). Its signal is made on first
+ * read (a wait in line reads it): a call that never waits costs no AbortController and no listener.
  */
-export interface HandlerCall {
-  readonly handler: Function;
-  readonly signal: AbortSignal;
-  claimed: boolean;
+export class HandlerCall {
+  claimed = false;
   /**
    * Set by the wrapper when the call's own work has settled (and its lease was given back): an error arriving at the
    * interceptor after that is the call's own; one arriving before it was raised inside (an interceptor listed above
    * `@Exclusive`, such as a timeout) while the work still runs.
    */
   settled?: boolean;
+  /** The wrapper's one listener while the handler's work runs (see `settleHandler`): told when the caller left. */
+  onGone?: () => void;
+  private controller?: AbortController;
+  private leftWith?: { reason: unknown };
+
+  constructor(readonly handler: Function) {}
+
+  /** Aborts when the caller goes away. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.leftWith) this.controller.abort(this.leftWith.reason);
+    }
+    return this.controller.signal;
+  }
+
+  /** Whether the caller went away. */
+  get gone(): boolean {
+    return this.leftWith !== undefined;
+  }
+
+  /** Why the caller went away (meaningful once `gone`). */
+  get reason(): unknown {
+    return this.leftWith?.reason;
+  }
+
+  /** The caller went away: the signal aborts (if read) and the wrapper's listener hears it. */
+  leave(reason: unknown): void {
+    if (this.leftWith) return;
+    this.leftWith = { reason };
+    this.controller?.abort(reason);
+    this.onGone?.();
+  }
 }
 
 /** The handler call in progress, set by the interceptor around `next.handle()`. */
@@ -100,7 +133,10 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
     } else {
       // A lease length of the declaration's own is checked against the application's timing at bootstrap by the
       // explorer; a method no explorer saw is checked here, before anything is written. None: the module's.
-      const planned = plan.call(targetKey, call?.signal);
+      // One attempt needs no signal (it is not given up on): whether the caller left is checked around it.
+      const oneAttempt = metadata.busy.kind === 'throw' || metadata.busy.kind === 'skip';
+      if (oneAttempt && call?.gone) throw call.reason;
+      const planned = plan.call(targetKey, oneAttempt ? undefined : call?.signal);
       const leaseCall = metadata.leaseTimeoutMs === undefined ? planned : withinTiming(planned, leases.options);
       if (metadata.busy.kind === 'join') {
         return await leases
@@ -117,12 +153,16 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
     throw error;
   }
   // A lease that arrived after the caller left (a statement that committed late) is not kept.
-  if (call?.signal.aborted) {
+  if (call?.gone) {
     await entry.exit();
-    throw call.signal.reason;
+    throw call.reason;
   }
-  const callArgs = [...args];
-  for (const index of plan.leaseSlots) callArgs[index] = entry.lease;
+  // The arguments are copied only where `@CurrentLease()` puts the lease in them.
+  let callArgs = args;
+  if (plan.leaseSlots.length > 0) {
+    callArgs = [...args];
+    for (const index of plan.leaseSlots) callArgs[index] = entry.lease;
+  }
   let result: unknown;
   try {
     result = leases.within(entry.lease, () => original.apply(self, callArgs));
@@ -175,24 +215,35 @@ function settleHandler(work: PromiseLike<unknown>, entry: LeaseEntry, call: Hand
       if (settled) return;
       settled = true;
       call.settled = true;
-      lease.signal.removeEventListener('abort', onLost);
-      call.signal.removeEventListener('abort', onGone);
+      stopWatching();
+      call.onGone = undefined;
       void entry.exit().finally(finish);
     };
-    const onLost = () => {
-      const reason: unknown = lease.signal.reason;
+    const onLost = (reason: unknown) => {
       if (reason instanceof LeaseLostError || reason instanceof LeaseShutdownError) settle(() => reject(reason));
     };
-    const onGone = () => settle(() => reject(call.signal.reason as Error));
-    lease.signal.addEventListener('abort', onLost);
-    call.signal.addEventListener('abort', onGone);
-    if (lease.signal.aborted) onLost();
-    if (call.signal.aborted) onGone();
+    const stopWatching = watchLoss(lease, onLost);
+    call.onGone = () => settle(() => reject(call.reason));
+    if (call.gone) call.onGone();
     work.then(
       (value) => settle(() => resolve(value)),
       (error: unknown) => settle(() => reject(error)),
     );
   });
+}
+
+/**
+ * Calls `onLoss` with the reason the lease is lost (or ended by shutdown) until the returned function is called. A
+ * lease of the engine's own is watched without its signal (no AbortController, no listener, no abort reason built
+ * for a lease released the ordinary way); a borrowed one, through its signal.
+ */
+function watchLoss(lease: Lease, onLoss: (reason: unknown) => void): () => void {
+  if (lease instanceof HeldLease) return lease.watchLoss(onLoss);
+  const { signal } = lease;
+  const listener = () => onLoss(signal.reason);
+  signal.addEventListener('abort', listener);
+  if (signal.aborted) listener();
+  return () => signal.removeEventListener('abort', listener);
 }
 
 /**

@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { jest } from '@jest/globals';
 import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import { HttpException } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
@@ -84,6 +85,39 @@ describe('ExclusiveInterceptor', () => {
     subscription.unsubscribe();
     expect(signal?.aborted).toBe(true);
     expect((signal?.reason as DOMException).name).toBe('AbortError');
+  });
+
+  it('a call whose signal nobody read still tells its wrapper that the caller left, and its signal read late is aborted', () => {
+    const { execution } = context(decorated);
+    let call: ReturnType<typeof handlerCalls.getStore>;
+    const subscription = interceptor
+      .intercept(
+        execution,
+        handling(() => {
+          call = handlerCalls.getStore();
+          return NEVER;
+        }),
+      )
+      .subscribe();
+    const onGone = jest.fn();
+    call!.onGone = onGone;
+    expect(call!.gone).toBe(false);
+    subscription.unsubscribe();
+    expect(onGone).toHaveBeenCalledTimes(1);
+    expect(call!.gone).toBe(true);
+    expect(call!.signal.aborted).toBe(true);
+    expect(call!.signal.reason).toBe(call!.reason);
+    expect((call!.reason as DOMException).name).toBe('AbortError');
+  });
+
+  it('maps an error of the call once its mapping settled, on every transport', async () => {
+    const { execution } = context(decorated, 'ws');
+    const other = new Error('not a lease error');
+    const failing = interceptor.intercept(
+      execution,
+      handling(() => throwError(() => other)),
+    );
+    await expect(firstValueFrom(failing)).rejects.toBe(other);
   });
 
   it('a call that ended does not abort on the unsubscription that follows', async () => {

@@ -1,7 +1,7 @@
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { catchError, defer, Observable } from 'rxjs';
-import { handlerCalls, type HandlerCall } from './exclusive-call.js';
+import { Observable } from 'rxjs';
+import { HandlerCall, handlerCalls } from './exclusive-call.js';
 import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { EXCLUSIVE_METADATA } from '../lease.internal-constants.js';
 import { leaseErrorToTransport } from '../transport/transport-errors.js';
@@ -16,33 +16,40 @@ import { leaseErrorToTransport } from '../transport/transport-errors.js';
  */
 @Injectable()
 export class ExclusiveInterceptor implements NestInterceptor {
+  /** Each handler's `@Exclusive` metadata (null: none), read once: the reflection is not paid per request. */
+  private readonly handlers = new WeakMap<Function, ExclusiveMetadata | null>();
+
   // Explicit token: toolchains without decorator metadata (esbuild, tsx, vitest) could not inject by type.
   constructor(@Inject(Reflector) private readonly reflector: Reflector) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const metadata = this.reflector.get<ExclusiveMetadata | undefined>(EXCLUSIVE_METADATA, context.getHandler());
+    const handler = context.getHandler();
+    let metadata = this.handlers.get(handler);
+    if (metadata === undefined) {
+      metadata = this.reflector.get<ExclusiveMetadata | undefined>(EXCLUSIVE_METADATA, handler) ?? null;
+      this.handlers.set(handler, metadata);
+    }
     if (!metadata) return next.handle();
     const type = context.getType<string>();
-    const response = type === 'http' ? context.switchToHttp().getResponse<unknown>() : undefined;
+    // One Observable and one subscription of the handler's per request: no operator pipeline.
     return new Observable<unknown>((subscriber) => {
-      const caller = new AbortController();
-      const call: HandlerCall = { handler: context.getHandler(), signal: caller.signal, claimed: false };
+      const call = new HandlerCall(handler);
       let ended = false;
       // next.handle() binds the handler to the async context it is called in: the call's.
       const inner = handlerCalls
         .run(call, () => next.handle())
-        .pipe(
-          catchError((error: unknown) =>
-            defer(async () => Promise.reject(await leaseErrorToTransport(error, type, response))),
-          ),
-        )
         .subscribe({
           next: (value) => subscriber.next(value),
           error: (error: unknown) => {
             // An error before the call's work settled was raised inside this interceptor (one listed above
             // @Exclusive, such as a timeout): the caller hears it now, so the call is over — released below.
-            ended = call.settled === true;
-            subscriber.error(error);
+            const fail = (mapped: unknown) => {
+              ended = call.settled === true;
+              subscriber.error(mapped);
+            };
+            // The response is looked up only here: an HTTP error may set a header on it (Retry-After).
+            const response = type === 'http' ? context.switchToHttp().getResponse<unknown>() : undefined;
+            leaseErrorToTransport(error, type, response).then(fail, fail);
           },
           complete: () => {
             ended = true;
@@ -53,7 +60,7 @@ export class ExclusiveInterceptor implements NestInterceptor {
       // the call: its wait ends, a lease arriving late is released, a lease held is released (its signal aborts).
       return () => {
         if (!ended)
-          caller.abort(new DOMException('The caller went away before the @Exclusive call settled', 'AbortError'));
+          call.leave(new DOMException('The caller went away before the @Exclusive call settled', 'AbortError'));
         inner.unsubscribe();
       };
     });
