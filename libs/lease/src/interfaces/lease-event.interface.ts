@@ -149,6 +149,8 @@ export interface LeaseSnapshot {
   fencingToken?: bigint;
   /** Holders of a semaphore (`limit` above 1) only: the slot held (0 … limit − 1). */
   slot?: number;
+  /** Holders of a read-write lease only (docs/read-write.md): a reader's (`'shared'`) or the writer's. */
+  mode?: 'shared' | 'exclusive';
   /** Waiters only: 1 = granted next (among live waiters of the target). Dead waiters have no position. */
   position?: number;
   /** Since acquisition (holders) or first queueing (waiters). */

@@ -14,7 +14,9 @@ import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interfa
 import type { DrainEntry } from '../../interfaces/lease-operator.interface.js';
 import { MAX_TIMER_MS } from '../../options/limits.js';
 import type { EngineSettings } from '../../options/engine-settings.js';
-import { OWN_ROW_SLOT, rowSlotOf } from '../../options/slot-limits.js';
+import { OWN_ROW_SLOT, rowSlotOf, SHARED_LIMIT } from '../../options/slot-limits.js';
+import { memoryOperator } from './memory-operator.js';
+import { pickReadWrite } from './memory-read-write.js';
 import type {
   AcquiredRow,
   AcquiredSlot,
@@ -120,25 +122,7 @@ export class MemoryBackend implements LeaseBackend {
       ask: (caller) => Promise.resolve(this.ask(caller)),
       take: (...args) => Promise.resolve(this.take(...args)),
     };
-    this.operator = {
-      drains: () => Promise.resolve([...this.drains]),
-      drain: (kind, subject, actor, reason) => {
-        const at = new Date();
-        this.drains.push({ kind, subject, actor, reason, at });
-        return Promise.resolve(at);
-      },
-      undrain: (kind, subject) => {
-        const at = this.drains.findIndex((entry) => entry.kind === kind && entry.subject === subject);
-        if (at >= 0) this.drains.splice(at, 1);
-        return Promise.resolve(at >= 0);
-      },
-      forceRelease: () => Promise.reject(new LeaseConfigError(messages.memoryForceRelease())),
-      audit: () => Promise.resolve([]),
-      history: () => Promise.resolve([]),
-      writeJournal: () => Promise.resolve(),
-      trimJournal: () => Promise.resolve(0),
-      missingTable: () => false,
-    };
+    this.operator = memoryOperator(this.drains);
   }
 
   open(): Promise<string | null> {
@@ -164,6 +148,7 @@ export class MemoryBackend implements LeaseBackend {
 
   attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal> {
     const { targetKey } = request;
+    if (limit <= 0) return Promise.resolve(this.attemptReadWrite(request, limit));
     const heldLimit = this.heldLimit(targetKey);
     if (heldLimit !== null && heldLimit !== limit)
       return Promise.resolve({ refused: true, holdLeftMs: null, heldLimit });
@@ -175,6 +160,16 @@ export class MemoryBackend implements LeaseBackend {
       return Promise.resolve({ ...this.refuse(request, null), heldLimit: null });
     }
     return Promise.resolve({ ...this.grant(request, free[0], limit), rowSlot: free[0] });
+  }
+
+  /** A read-write call's grant (see memory-read-write.ts); a reader's wakes the line (the next may be a reader). */
+  private attemptReadWrite(request: AcquireRequest, limit: number): AcquiredSlot | SlotRefusal {
+    const taken = (row: Row) => this.live(row) || this.holdLeft(row) > 0;
+    const rules = { live: (row: Row) => this.live(row), taken, ahead: this.waitersAhead(request) };
+    const pick = pickReadWrite(this.rows.get(request.targetKey), limit, rules);
+    if ('heldLimit' in pick) return { ...this.refuse(request, null), heldLimit: pick.heldLimit };
+    if (limit === SHARED_LIMIT) this.wake(request.targetKey);
+    return { ...this.grant(request, pick.slot, limit), rowSlot: pick.slot };
   }
 
   renew(rows: readonly RowRef[], leaseTokens: string[]): Promise<RenewResult> {
@@ -219,6 +214,7 @@ export class MemoryBackend implements LeaseBackend {
           state: 'held',
           target_id: key,
           slot,
+          slot_limit: row.limit,
           owner: row.owner,
           priority: row.priority,
           effective_priority: String(row.priority),
