@@ -60,7 +60,10 @@ const POLICY_FIELDS = { wait: ['timeoutMs'], join: ['timeoutMs'], preempt: ['gra
 
 /** What each door takes: its options, its busy policies (the first is its default). */
 const DOORS: Record<Door, { readonly keys: readonly string[]; readonly policies: readonly PolicyName[] }> = {
-  'tryAcquire()': { keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs'], policies: [] },
+  'tryAcquire()': {
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs'],
+    policies: [],
+  },
   'acquire()': {
     keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs', 'onBusy', 'signal'],
     policies: ['wait', 'preempt'],

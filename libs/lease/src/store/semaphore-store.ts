@@ -63,7 +63,8 @@ export class SemaphoreStore {
     for (let attempt = 1; ; attempt++) {
       const outcome = await this.acquireOnce(request, limit);
       if (outcome !== 'raced') return outcome;
-      if (attempt >= (limit > 0 ? RACED_ATTEMPTS : READ_WRITE_RACED_ATTEMPTS)) return { refused: true, holdLeftMs: null, heldLimit: null };
+      if (attempt >= (limit > 0 ? RACED_ATTEMPTS : READ_WRITE_RACED_ATTEMPTS))
+        return { refused: true, holdLeftMs: null, heldLimit: null };
     }
   }
 

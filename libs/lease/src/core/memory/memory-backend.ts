@@ -290,13 +290,11 @@ export class MemoryBackend implements LeaseBackend {
     return row.fencingToken;
   }
 
-  /** The key's lease expires (its holder loses it, `renewal-deadline`); the next acquisition is a takeover. */
+  /** The key's leases expire (their holders lose them, `renewal-deadline`); the next acquisition is a takeover. */
   expire(targetKey: string): void {
-    const row = this.rowAt({ targetKey, slot: OWN_ROW_SLOT });
-    if (!row || !this.live(row)) return;
-    row.expiresAt = now();
-    row.holdUntil = 0;
-    this.wake(targetKey);
+    const held = [...(this.rows.get(targetKey)?.values() ?? [])].filter((row) => this.live(row));
+    for (const row of held) Object.assign(row, { expiresAt: now(), holdUntil: 0 });
+    if (held.length > 0) this.wake(targetKey);
   }
 
   /** The key's holder loses its lease for `reason`; the key is free (a lost row is an expired one). */
