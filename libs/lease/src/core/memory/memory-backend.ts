@@ -8,8 +8,6 @@
  * The test controls (`hold`, `takeOver`, `expire`, `lose`, `free`) are operations on these rows, standing in for
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
  */
-import { LeaseConfigError } from '../../errors/lease.errors.js';
-import { messages } from '../../errors/lease.messages.js';
 import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interface.js';
 import type { DrainEntry } from '../../interfaces/lease-operator.interface.js';
 import { MAX_TIMER_MS } from '../../options/limits.js';

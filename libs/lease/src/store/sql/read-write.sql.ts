@@ -77,9 +77,11 @@ export function sharedAcquireSql(n: LeaseObjectNames, timeline: string, capMs: n
             AND (SELECT count(*) FROM key_rows r WHERE r.slot > ${WRITER_ROW_SLOT} AND r.taken) < $11::int
         ), gate AS MATERIALIZED (
           -- The writer's row gets a new version while no writer holds it (its latest version, under the row lock): a
-          -- writer whose snapshot came before this grant sees it changed.
+          -- writer whose snapshot came before this grant sees it changed. A new one starts at the high-water mark,
+          -- the floor of the writer's first grant on it.
           INSERT INTO ${lease} AS l (${COLUMNS})
-          SELECT $1, ${WRITER_ROW_SLOT}, NULL, 0, $3, 0, $5, clock_timestamp(), clock_timestamp(), 0, ${EXCLUSIVE_LIMIT}
+          SELECT $1, ${WRITER_ROW_SLOT}, NULL, coalesce(${highWaterToken(lease)}, 0), $3, 0, $5, clock_timestamp(),
+            clock_timestamp(), 0, ${EXCLUSIVE_LIMIT}
           FROM open
           ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = NULL, preempt_of = NULL, slot_limit = ${EXCLUSIVE_LIMIT}
           WHERE NOT ${taken('l')}
