@@ -140,7 +140,7 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     largestToken: largestTokenSql(n),
     semaphoreAcquire: semaphoreAcquireSql(n, timeline, capMs),
     semaphoreRelease: semaphoreReleaseSql(n),
-    sharedAcquire: sharedAcquireSql(n, timeline, capMs),
+    sharedAcquire: sharedAcquireSql(n, timeline, capMs, faults),
     exclusiveAcquire: exclusiveAcquireSql(n, timeline, capMs),
   };
   // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.

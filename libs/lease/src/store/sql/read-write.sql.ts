@@ -27,6 +27,7 @@ import { notifyHeadSql } from '../../database/head-payload.js';
 import { EXCLUSIVE_LIMIT, OWN_ROW_SLOT, SHARED_LIMIT, WRITER_ROW_SLOT } from '../../options/slot-limits.js';
 import { aged, holding, live, liveWaiter, runCap, taken, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral } from './fencing-token.js';
+import { NO_FAULTS, type StatementFaults } from './statement-faults.js';
 import { highWaterToken } from './token-floor.sql.js';
 
 const COLUMNS =
@@ -66,14 +67,21 @@ function answer(won: string, extra: string): string {
 }
 
 /** A reader's grant (its contract: `SemaphoreStore.tryAcquire` with `SHARED_LIMIT`). */
-export function sharedAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
+export function sharedAcquireSql(
+  n: LeaseObjectNames,
+  timeline: string,
+  capMs: number,
+  faults: StatementFaults = NO_FAULTS,
+): string {
   const { lease, waiter, fencingSequence } = n;
+  // Off except in the read-write exclusion test's negative control (see statement-faults.ts).
+  const beside = faults.readerBesideWriter === true;
   const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
   return `WITH ${keyAndLine(lease, waiter)}, open AS MATERIALIZED (
           -- The read-only pre-check: no writer holds the key, no live waiter is ahead, a reader's row is left.
           SELECT 1 AS ok FROM other o, ahead a
           WHERE o.held_limit IS NULL AND a.n = 0
-            AND NOT EXISTS (SELECT 1 FROM key_rows r WHERE r.slot = ${WRITER_ROW_SLOT} AND r.taken)
+            AND ${beside ? 'true' : `NOT EXISTS (SELECT 1 FROM key_rows r WHERE r.slot = ${WRITER_ROW_SLOT} AND r.taken)`}
             AND (SELECT count(*) FROM key_rows r WHERE r.slot > ${WRITER_ROW_SLOT} AND r.taken) < $11::int
         ), gate AS MATERIALIZED (
           -- The writer's row gets a new version while no writer holds it (its latest version, under the row lock): a
@@ -83,8 +91,12 @@ export function sharedAcquireSql(n: LeaseObjectNames, timeline: string, capMs: n
           SELECT $1, ${WRITER_ROW_SLOT}, NULL, coalesce(${highWaterToken(lease)}, 0), $3, 0, $5, clock_timestamp(),
             clock_timestamp(), 0, ${EXCLUSIVE_LIMIT}
           FROM open
-          ON CONFLICT (target_id, slot) DO UPDATE SET lease_token = NULL, preempt_of = NULL, slot_limit = ${EXCLUSIVE_LIMIT}
-          WHERE NOT ${taken('l')}
+          ON CONFLICT (target_id, slot) DO UPDATE SET ${
+            beside
+              ? `slot_limit = ${EXCLUSIVE_LIMIT}`
+              : `lease_token = NULL, preempt_of = NULL, slot_limit = ${EXCLUSIVE_LIMIT}
+          WHERE NOT ${taken('l')}`
+          }
           RETURNING l.slot
         ), locked AS MATERIALIZED (
           SELECT l.slot, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
