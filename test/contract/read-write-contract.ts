@@ -7,6 +7,7 @@ import {
   type Lease,
   LeaseArgumentError,
   LeaseBusyError,
+  type LeaseEvent,
   LeaseLimitConflictError,
   LeaseLostError,
   LeaseWaitTimeoutError,
@@ -138,6 +139,25 @@ export function readWriteContract(subject: () => ContractSubject): void {
     } finally {
       await writer.release();
     }
+  });
+
+  it('events name the mode of a read-write lease', async () => {
+    const { service } = subject();
+    const key = freshKey('rw-events');
+    const seen: LeaseEvent[] = [];
+    const subscription = service.events$.subscribe((event) => {
+      if ('targetKey' in event && event.targetKey === key) seen.push(event);
+    });
+    try {
+      await service.run(key, () => 'read', shared);
+      await service.run(key, () => 'wrote', exclusive);
+    } finally {
+      subscription.unsubscribe();
+    }
+    const modes = seen
+      .filter((event) => event.type === 'acquired' || event.type === 'released')
+      .map((event) => `${event.type} ${'mode' in event ? event.mode : '-'}`);
+    expect(modes).toEqual(['acquired shared', 'released shared', 'acquired exclusive', 'released exclusive']);
   });
 
   it('a waiting reader gives up at its bound, leaving no row in line', async () => {
