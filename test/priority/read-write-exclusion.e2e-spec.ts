@@ -9,7 +9,7 @@
  * (`readerBesideWriter`, store/sql/statement-faults.ts) must show overlaps.
  */
 import { Logger } from '@nestjs/common';
-import type { LeaseService } from 'nest-pg-lease';
+import type { Lease, LeaseService } from 'nest-pg-lease';
 import { useStatementFaults } from '../../libs/lease/src/internal.js';
 import { useTestDatabase } from '../support/db.js';
 import { sleep } from '../support/sleep.js';
@@ -91,8 +91,45 @@ test('readers never overlap a writer, writers never overlap each other, under co
   expect(history.overlaps).toBe(0);
 }, 60_000);
 
+/** Opens a holder's interval (its first fenced write); the returned function closes it (its second). */
+async function interval(lease: Lease, key: string): Promise<() => Promise<unknown>> {
+  const id = await lease.fenced(async (manager) => {
+    const rows: Array<{ id: number }> = await manager.query(
+      `INSERT INTO rw_history (key, mode, token, started) VALUES ($1, $2, $3, clock_timestamp()) RETURNING id`,
+      [key, lease.mode, lease.fencingToken.toString()],
+    );
+    return rows[0].id;
+  });
+  return () =>
+    lease.fenced((manager) => manager.query(`UPDATE rw_history SET ended = clock_timestamp() WHERE id = $1`, [id]));
+}
+
 test('negative control: a reader let in beside a writer (a statement fault) is caught as overlaps', async () => {
   const history = await run({ key: 'rw-exclusion-control', ms: 4_000, faulty: true });
   console.log(`read-write exclusion, control: ${JSON.stringify(history)}`);
-  expect(history.overlaps).toBeGreaterThan(0);
+  // Aimed, whatever the workload's timing: a writer holds, a reader of a higher rank arrives (the fault lets it in).
+  const faulty = await proc('control', MODEL_OPTIONS, 4);
+  useStatementFaults(faulty.service, { tokenBeforeLock: false, readerBesideWriter: true });
+  const key = 'rw-exclusion-aimed';
+  const writer = (await faulty.service.tryAcquire(key, { mode: 'exclusive' }))!;
+  const reader = await faulty.service.tryAcquire(key, { mode: 'shared', priority: 1 });
+  expect(reader).not.toBeNull();
+  const closeWriter = await interval(writer, key);
+  const closeReader = await interval(reader!, key);
+  await closeWriter();
+  await closeReader();
+  await Promise.all([writer.release(), reader!.release()]);
+  const { rows } = await db.admin.query<{ overlaps: number }>(
+    `SELECT count(*)::int AS overlaps FROM rw_history a JOIN rw_history b ON a.id <> b.id AND b.key = a.key
+       AND a.started < b.ended AND b.started < a.ended WHERE a.key = $1 AND a.mode = 'exclusive'`,
+    [key],
+  );
+  expect(rows[0].overlaps).toBe(1);
 }, 60_000);
+
+test('without the fault, the aimed reader is refused while the writer holds', async () => {
+  const service = (await proc('aimed', MODEL_OPTIONS, 4)).service;
+  const writer = (await service.tryAcquire('rw-exclusion-aimed-clean', { mode: 'exclusive' }))!;
+  await expect(service.tryAcquire('rw-exclusion-aimed-clean', { mode: 'shared', priority: 1 })).resolves.toBeNull();
+  await writer.release();
+});
