@@ -90,8 +90,10 @@ export const CONSOLE_SCRIPT = String.raw`(function () {
     var held = state.leases.filter(function (l) { return l.state === 'held'; });
     var single = held.filter(function (l) { return l.slot === undefined; });
     fill('holders', single.map(function (l) {
-      return row([l.targetKey, el('span', l.owner, { title: l.owner }), l.fencingToken, seconds(l.ageMs), heartbeat(l),
-        group([config.actions ? button('Force-release', 'force-release', l.targetKey, { 'data-holder': l.owner,
+      // A read-write lease's holder shows its mode; force-release frees a key's own row, which it has not.
+      return row([l.mode ? l.targetKey + ' (' + l.mode + ')' : l.targetKey, el('span', l.owner, { title: l.owner }),
+        l.fencingToken, seconds(l.ageMs), heartbeat(l),
+        group([config.actions && !l.mode ? button('Force-release', 'force-release', l.targetKey, { 'data-holder': l.owner,
           'data-token': l.fencingToken, class: 'danger' }) : null, button('Timeline', 'timeline', l.targetKey),
         config.actions ? button('Drain', 'drain', l.targetKey) : null])],
         { 'data-key': l.targetKey, 'data-owner': l.owner, 'data-token': l.fencingToken, 'data-live': l.live });

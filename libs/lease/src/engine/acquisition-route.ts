@@ -9,7 +9,7 @@ import { slotLimitOf } from '../errors/busy-details.js';
 import { LeaseBusyError, LeaseLimitConflictError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
-import { OWN_ROW_SLOT } from '../options/slot-limits.js';
+import { modeOfLimit, OWN_ROW_SLOT } from '../options/slot-limits.js';
 import type {
   AcquiredRow,
   AcquiredSlot,
@@ -26,9 +26,9 @@ import type { Waiter } from './wait-queue.js';
 export class WaiterLimits {
   private readonly limits = new WeakMap<Waiter, number>();
 
-  /** `waiter` waits for one of `limit` slots (nothing to note for 1). */
+  /** `waiter` waits for one of `limit` slots, or in a read-write mode (nothing to note for 1). */
   note(waiter: Waiter, limit: number): Waiter {
-    if (limit > 1) this.limits.set(waiter, limit);
+    if (limit !== 1) this.limits.set(waiter, limit);
     return waiter;
   }
 
@@ -71,10 +71,11 @@ export async function acquireSlot(
 
 /** A call refused without waiting: the key is held, or (`limit` above 1) all its slots are. */
 export function busyError(targetKey: string, limit: number, retryAfterMs: number): LeaseBusyError {
+  const mode = modeOfLimit(limit);
   const error = new LeaseBusyError(
     targetKey,
     retryAfterMs,
-    limit > 1 ? messages.slotsBusy(targetKey, limit) : undefined,
+    mode ? messages.readWriteBusy(targetKey, mode) : limit > 1 ? messages.slotsBusy(targetKey, limit) : undefined,
   );
   if (limit > 1) slotLimitOf.set(error, limit);
   return error;
@@ -85,7 +86,8 @@ export function rowOf(row: AcquiredRow | AcquiredSlot, targetKey: string): RowRe
   return { targetKey, slot: 'rowSlot' in row ? row.rowSlot : OWN_ROW_SLOT };
 }
 
-/** Marks `lease` as the slot its grant took, if it took one. */
-export function markSlot(lease: HeldLease, row: AcquiredRow | AcquiredSlot): void {
+/** Marks `lease` as the slot its grant took, if it took one, and its read-write mode (`limit` 0 or -1). */
+export function markSlot(lease: HeldLease, row: AcquiredRow | AcquiredSlot, limit: number): void {
   if ('rowSlot' in row) lease.rowSlot = row.rowSlot;
+  lease.mode = modeOfLimit(limit);
 }

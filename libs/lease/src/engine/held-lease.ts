@@ -5,7 +5,7 @@ import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.
 import type { FencedOptions, Lease } from '../interfaces/lease.interface.js';
 import type { HolderSpan } from '../observability/tracing.js';
 import { NO_KEY_TEMPLATE } from '../options/call-input.js';
-import { OWN_ROW_SLOT, slotOfRow } from '../options/slot-limits.js';
+import { OWN_ROW_SLOT, SHARED_LIMIT, slotOfRow } from '../options/slot-limits.js';
 import type { RowRef } from '../core/backend.js';
 
 /** What a lease handle needs from the engine that made it. */
@@ -48,6 +48,8 @@ export class HeldLease implements Lease {
   leaseTimeoutMs?: number;
   /** The slot of the lease's row: 0, the key's own (a single holder), or a semaphore's (see options/slot-limits.ts). */
   rowSlot = OWN_ROW_SLOT;
+  /** A read-write lease's mode (its row is a reader's or the writer's, see options/slot-limits.ts). */
+  mode?: 'shared' | 'exclusive';
   /** The caller's span at acquisition (an HTTP request's, say): heartbeat failures and the loss are its events. */
   holder?: HolderSpan;
 
@@ -66,7 +68,7 @@ export class HeldLease implements Lease {
   }
 
   get slot(): number | undefined {
-    return slotOfRow(this.rowSlot);
+    return this.mode === undefined ? slotOfRow(this.rowSlot) : undefined;
   }
 
   /** The lease row: the key's own, or its slot's (renewals, fences and releases name it). */
@@ -206,7 +208,18 @@ export class HeldLease implements Lease {
 
 /** A reentrant view of a lease held further up the same call chain: releasing it is left to its owner. */
 export class BorrowedLease implements Lease {
-  constructor(private readonly held: Lease) {}
+  /** `asked`: the nested call's request; a reader's lease is never lent to a call that asks more (an upgrade). */
+  constructor(
+    private readonly held: Lease,
+    asked?: { limit: number },
+  ) {
+    if (held.mode === 'shared' && asked !== undefined && asked.limit !== SHARED_LIMIT) {
+      throw new LeaseArgumentError(messages.sharedNotUpgraded(held.targetKey), held.targetKey);
+    }
+  }
+  get mode() {
+    return this.held.mode;
+  }
   get targetKey() {
     return this.held.targetKey;
   }

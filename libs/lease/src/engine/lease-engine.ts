@@ -218,7 +218,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** `LeaseService.tryAcquire`: a lease borrowed from the call chain or one attempt. */
   async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const reentrant = this.context.find(request.targetKey);
-    return reentrant ? new BorrowedLease(reentrant) : this.acquiring(request, () => this.tryOnce(request));
+    return reentrant ? new BorrowedLease(reentrant, request) : this.acquiring(request, () => this.tryOnce(request));
   }
 
   /** `LeaseService.acquire`: a lease borrowed from the call chain, or a wait in line (or a preemption). */
@@ -228,7 +228,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const graceMs = preemptGraceOf(busy, this.options);
     signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
-    if (reentrant) return new BorrowedLease(reentrant);
+    if (reentrant) return new BorrowedLease(reentrant, request);
     return this.acquiring(request, () => this.waitFor(request, waitTimeoutMs, signal, graceMs), signal);
   }
 
@@ -255,7 +255,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     const { request, busy, signal } = call;
     signal?.throwIfAborted();
     const reentrant = this.context.find(request.targetKey);
-    if (reentrant) return { lease: new BorrowedLease(reentrant), exit: () => Promise.resolve() };
+    if (reentrant) return { lease: new BorrowedLease(reentrant, request), exit: () => Promise.resolve() };
     const lease = await this.acquiring(
       request,
       () =>
@@ -424,7 +424,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     // A database unreachable or failing is an outcome of its own (503 + Retry-After), with the pg error as cause.
     const row = await (
       waiter?.granted === undefined
-        ? limit <= 1
+        ? limit === 1
           ? this.backend.attempt(request, activeSpanSetter('lease.batch_size'))
           : acquireSlot(this.backend, request, limit, activeSpanSetter('lease.batch_size'))
         : confirmGrant(this.backend, waiter, holdMs)
@@ -466,7 +466,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     lease.leaseTimeoutMs = leaseTimeoutMs;
     lease.tookOver = row.tookOver;
     lease.lone = row.lone === true;
-    markSlot(lease, row);
+    markSlot(lease, row, request.limit);
     this.held.set(leaseToken, lease);
     this.acquiredAt.set(lease, row.sentAt);
     this.heartbeat.start();

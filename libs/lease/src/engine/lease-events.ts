@@ -12,10 +12,15 @@ interface EventLease {
   readonly fencingToken: bigint;
   /** A semaphore's slot (`limit` above 1). */
   readonly slot?: number;
+  /** A read-write lease's mode. */
+  readonly mode?: 'shared' | 'exclusive';
 }
 
-/** The slot field of an event about `lease`, when it is a semaphore's. */
-const slotOf = (lease: EventLease) => (lease.slot === undefined ? {} : { slot: lease.slot });
+/** The slot field of an event about `lease`, when it is a semaphore's; its mode, when it is a read-write lease's. */
+const slotOf = (lease: EventLease) => ({
+  ...(lease.slot === undefined ? {} : { slot: lease.slot }),
+  ...(lease.mode === undefined ? {} : { mode: lease.mode }),
+});
 
 /** What a wait event names of its call. */
 interface EventCall {

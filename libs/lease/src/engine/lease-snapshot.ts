@@ -1,15 +1,16 @@
 /** `LeaseService.list()`'s rows: the snapshot statement's rows as `LeaseSnapshot`s, with waiters' positions. */
 import type { LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { SnapshotRow } from '../core/backend.js';
-import { slotOfRow } from '../options/slot-limits.js';
+import { modeOfLimit, slotOfRow } from '../options/slot-limits.js';
 
 /** `rows` in grant order per target (as the statement returns them); `owner`: this process's, for `mine`. */
 export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseSnapshot[] {
   const positions = new Map<string, number>();
   return rows.map((row) => {
     const live = row.since_heartbeat_ms < row.timeout_ms;
-    // A semaphore's slot is a row of its key (see options/slot-limits.ts).
-    const slot = row.slot === null ? undefined : slotOfRow(row.slot);
+    // A semaphore's slot is a row of its key (see options/slot-limits.ts); so is a read-write lease's row.
+    const mode = modeOfLimit(row.slot_limit);
+    const slot = row.slot === null || mode ? undefined : slotOfRow(row.slot);
     const snapshot: LeaseSnapshot = {
       targetKey: row.target_id,
       state: row.state,
@@ -24,6 +25,7 @@ export function snapshotsOf(rows: readonly SnapshotRow[], owner: string): LeaseS
     };
     if (row.fencing_token !== null) snapshot.fencingToken = BigInt(row.fencing_token);
     if (slot !== undefined) snapshot.slot = slot;
+    if (mode !== undefined) snapshot.mode = mode;
     // JSON-safe as returned (a controller may answer `list()` as is): the fencing token serializes as a string.
     Object.defineProperty(snapshot, 'toJSON', { value: snapshotJson, enumerable: false });
     if (row.state === 'waiting' && live) {

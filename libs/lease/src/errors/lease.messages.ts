@@ -271,9 +271,20 @@ export const messages = {
     `The lease table "${tableName}" has no slot_limit column, which semaphores (limit above 1) need: run the ` +
     'AddLeaseSlotLimit migration of leaseMigrations (or start once with createSchema: true)',
   limitConflict: (targetKey: string, asked: number, held: number) =>
-    `"${targetKey}" is held with limit ${held}, but this call asked limit ${asked}: every caller of one key must ` +
-    'ask the same limit (declare it once, e.g. as a constant next to the key template); a call without limit ' +
-    'asks 1',
+    `"${targetKey}" is held ${limitName(held)}, but this call asked ${limitName(asked)}: every caller of one key must ` +
+    'ask the same limit (declare it once, e.g. as a constant next to the key template), or every one a mode; a ' +
+    'call without limit or mode asks limit 1',
+  modeArgument: (got: unknown) => `mode must be 'shared' or 'exclusive', got ${describeValue(got)}`,
+  modeWith: (option: string) =>
+    `mode (a read-write lease) cannot be combined with ${option}: a read-write key's holders are its readers and its ` +
+    'writer (docs/read-write.md)',
+  sharedNotUpgraded: (targetKey: string) =>
+    `This call chain holds "${targetKey}" in shared mode: a nested call of the key cannot ask more than a reader's ` +
+    'lease (no upgrade: release the reader, then acquire the writer)',
+  readWriteBusy: (targetKey: string, mode: 'shared' | 'exclusive') =>
+    mode === 'shared'
+      ? `"${targetKey}" is held by a writer, or a writer waits ahead: try again later, or wait in line (onBusy: 'wait')`
+      : `"${targetKey}" is held by readers or a writer: try again later, or wait in line (onBusy: 'wait')`,
   keyLoneSurrogate: () =>
     'A target key must be well-formed UTF-16 (it contains a lone surrogate, half of an emoji or similar): ' +
     'build keys from whole characters',
@@ -391,6 +402,13 @@ export function errorText(error: unknown): string {
   // Of any realm: Node's own errors are not `instanceof Error` in a vm context (a Jest suite).
   if (error instanceof Error || types.isNativeError(error)) return `${error.name}: ${error.message}`;
   return typeof error === 'string' ? error : (JSON.stringify(error) ?? typeof error);
+}
+
+/** A limit as the conflict names it: a semaphore's, a single holder's, or a read-write mode (0, -1). */
+function limitName(limit: number): string {
+  if (limit === 0) return 'in shared mode';
+  if (limit === -1) return 'in exclusive mode';
+  return `with limit ${limit}`;
 }
 
 /** A value as JSON where it has one (a cycle, a function, undefined: its type). */

@@ -49,6 +49,20 @@ export interface TryAcquireOptions extends CallOptions {
    * An integer from 1 to 1000; 1 is the single-holder lease. @default 1
    */
   limit?: number;
+  /**
+   * A read-write lease (docs/read-write.md): `'shared'` — many holders at once, each with a lease of its own — or
+   * `'exclusive'` — one holder, none shared. A writer waiting in line keeps readers that come after it out (no
+   * writer starvation); a writer's fencing token is above every reader's of the key, and a reader's `fenced()` is
+   * refused once a writer holds the key. Every caller of a read-write key passes a mode (not with `limit`, `join`,
+   * `preempt`, `holdAtLeastMs`). @default none: a single holder's lease
+   */
+  mode?: 'shared' | 'exclusive';
+}
+
+/** A read-write call: no semaphore's limit (not a member: an object literal with one is refused), no hold's tail. */
+interface ReadWriteCall extends Omit<CallOptions, 'holdAtLeastMs'> {
+  /** `'shared'` or `'exclusive'` (see `TryAcquireOptions.mode`). */
+  mode: 'shared' | 'exclusive';
 }
 
 /** `acquire` waits by definition: in line, or preempting a holder of lower priority. */
@@ -62,6 +76,7 @@ type RunPolicy = Exclude<BusyPolicy, 'skip'>;
 interface SingleAcquireOptions extends CallOptions {
   /** One holder (see `TryAcquireOptions.limit`). @default 1 */
   limit?: 1;
+  mode?: never;
   /**
    * What a busy key does: `'wait'` in line (`{ wait: { timeoutMs } }`), or `'preempt'` a holder of lower priority
    * (`{ preempt: { graceMs, waitTimeoutMs } }`). See `BusyPolicy`. @default 'wait'
@@ -75,19 +90,32 @@ interface SingleAcquireOptions extends CallOptions {
 interface SemaphoreAcquireOptions extends CallOptions {
   /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
   limit: number;
+  mode?: never;
   /** `'wait'` in line for a slot (`{ wait: { timeoutMs } }`). @default 'wait' */
   onBusy?: SemaphoreWait;
   /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
   signal?: AbortSignal;
 }
 
-/** Options of `LeaseService.acquire()`: it waits in line (or preempts); a semaphore's call only waits. */
-export type AcquireOptions = SingleAcquireOptions | SemaphoreAcquireOptions;
+/** `acquire()` of a read-write lease (`mode`): it waits in line, never preempts. */
+interface ReadWriteAcquireOptions extends ReadWriteCall {
+  /** `'wait'` in line (`{ wait: { timeoutMs } }`). @default 'wait' */
+  onBusy?: SemaphoreWait;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
+}
+
+/**
+ * Options of `LeaseService.acquire()`: it waits in line (or preempts); a semaphore's or a read-write call only
+ * waits.
+ */
+export type AcquireOptions = SingleAcquireOptions | SemaphoreAcquireOptions | ReadWriteAcquireOptions;
 
 /** `run()` of a single-holder lease. */
 interface SingleRunOptions extends CallOptions, RefusableCallOptions {
   /** One holder (see `TryAcquireOptions.limit`). @default 1 */
   limit?: 1;
+  mode?: never;
   /**
    * What a busy key does: `'throw'` a `LeaseBusyError`, `'wait'` in line, `'join'` the run holding it (its value must
    * be JSON, else a `LeaseArgumentError`), or `'preempt'` a holder of lower priority. See `BusyPolicy`.
@@ -102,11 +130,20 @@ interface SingleRunOptions extends CallOptions, RefusableCallOptions {
 interface SemaphoreRunOptions extends CallOptions, RefusableCallOptions {
   /** How many may hold the key at once (see `TryAcquireOptions.limit`). */
   limit: number;
+  mode?: never;
   /** `'throw'` a `LeaseBusyError` when every slot is held, or `'wait'` in line for one. @default 'throw' */
   onBusy?: 'throw' | SemaphoreWait;
   /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
   signal?: AbortSignal;
 }
 
-/** Options of `LeaseService.run()`: one busy policy; a semaphore's call cannot join or preempt. */
-export type RunOptions = SingleRunOptions | SemaphoreRunOptions;
+/** `run()` of a read-write lease (`mode`): it throws or waits, never joins or preempts. */
+interface ReadWriteRunOptions extends ReadWriteCall, RefusableCallOptions {
+  /** `'throw'` a `LeaseBusyError` when the mode cannot hold now, or `'wait'` in line. @default 'throw' */
+  onBusy?: 'throw' | SemaphoreWait;
+  /** Aborts the wait (the rejection is the signal's reason); the waiter row is removed first. */
+  signal?: AbortSignal;
+}
+
+/** Options of `LeaseService.run()`: one busy policy; a semaphore's or a read-write call cannot join or preempt. */
+export type RunOptions = SingleRunOptions | SemaphoreRunOptions | ReadWriteRunOptions;

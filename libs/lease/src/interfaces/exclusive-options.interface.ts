@@ -30,6 +30,7 @@ interface DeclaredCall extends RefusableCallOptions {
 interface SingleExclusiveOptions extends DeclaredCall {
   /** One holder. @default 1 */
   limit?: 1;
+  mode?: never;
   /**
    * What a busy target does to the call: `'throw'` a `LeaseBusyError` (HTTP 409); `'skip'` — the method does not run,
    * the call resolves `undefined`, `events$` emits `busy` (scheduled jobs, event listeners; not for HTTP handlers,
@@ -43,12 +44,21 @@ interface SingleExclusiveOptions extends DeclaredCall {
 interface SemaphoreExclusiveOptions extends DeclaredCall {
   /** Up to this many calls hold the key at once (a semaphore, see `TryAcquireOptions.limit`). */
   limit: number;
+  mode?: never;
   /** `'throw'`, `'skip'` or `'wait'` for a slot (see `BusyPolicy`). @default 'throw' */
   onBusy?: 'throw' | 'skip' | Extract<BusyPolicy, 'wait' | { wait: unknown }>;
 }
 
-/** Options of `@Exclusive(key, options)`: one busy policy; a semaphore's cannot join or preempt. */
-export type ExclusiveOptions = SingleExclusiveOptions | SemaphoreExclusiveOptions;
+/** A read-write `@Exclusive` (`mode`, docs/read-write.md): it throws, skips or waits, never joins or preempts. */
+interface ReadWriteExclusiveOptions extends Omit<DeclaredCall, 'holdAtLeastMs'> {
+  /** `'shared'` (many holders) or `'exclusive'` (one; see `TryAcquireOptions.mode`). */
+  mode: 'shared' | 'exclusive';
+  /** `'throw'`, `'skip'` or `'wait'` (see `BusyPolicy`). @default 'throw' */
+  onBusy?: 'throw' | 'skip' | Extract<BusyPolicy, 'wait' | { wait: unknown }>;
+}
+
+/** Options of `@Exclusive(key, options)`: one busy policy; a semaphore's or a read-write one cannot join or preempt. */
+export type ExclusiveOptions = SingleExclusiveOptions | SemaphoreExclusiveOptions | ReadWriteExclusiveOptions;
 
 /** Options of `@Sticky(key, options)`: an owner keeps the lease across calls, so no limit, join, preempt or hold. */
 export interface StickyOptions {

@@ -15,6 +15,8 @@ export type LeaseEvent =
       owner: string;
       /** A semaphore's slot (`limit` above 1). */
       slot?: number;
+      /** A read-write lease's mode (docs/read-write.md). */
+      mode?: 'shared' | 'exclusive';
       at: Date;
     }
   | {
@@ -27,6 +29,8 @@ export type LeaseEvent =
       previousOwner: string | null;
       /** A semaphore's slot (`limit` above 1). */
       slot?: number;
+      /** A read-write lease's mode (docs/read-write.md). */
+      mode?: 'shared' | 'exclusive';
       at: Date;
     }
   | { type: 'renewed'; targetKey: string; keyTemplate: string; fencingToken: bigint; latencyMs: number; at: Date }
@@ -41,6 +45,8 @@ export type LeaseEvent =
       heldMs: number;
       /** A semaphore's slot (`limit` above 1). */
       slot?: number;
+      /** A read-write lease's mode (docs/read-write.md). */
+      mode?: 'shared' | 'exclusive';
       at: Date;
     }
   | {
@@ -51,6 +57,8 @@ export type LeaseEvent =
       heldMs: number;
       /** A semaphore's slot (`limit` above 1). */
       slot?: number;
+      /** A read-write lease's mode (docs/read-write.md). */
+      mode?: 'shared' | 'exclusive';
       at: Date;
     }
   | {
@@ -149,6 +157,8 @@ export interface LeaseSnapshot {
   fencingToken?: bigint;
   /** Holders of a semaphore (`limit` above 1) only: the slot held (0 … limit − 1). */
   slot?: number;
+  /** Holders of a read-write lease only (docs/read-write.md): a reader's (`'shared'`) or the writer's. */
+  mode?: 'shared' | 'exclusive';
   /** Waiters only: 1 = granted next (among live waiters of the target). Dead waiters have no position. */
   position?: number;
   /** Since acquisition (holders) or first queueing (waiters). */

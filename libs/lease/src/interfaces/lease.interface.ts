@@ -29,6 +29,11 @@ export interface Lease extends AsyncDisposable {
    * orders the acquisitions of this slot. Undefined for a single-holder lease.
    */
   readonly slot?: number;
+  /**
+   * A read-write lease's mode (`mode` of the call, docs/read-write.md): `'shared'` (one of the key's readers) or
+   * `'exclusive'` (its writer). Undefined for a single holder's or a semaphore's lease.
+   */
+  readonly mode?: 'shared' | 'exclusive';
   /** True while the lease is ours by the local clock: not released, not lost, within the local safety deadline. */
   isHeld(): boolean;
   /**

@@ -231,3 +231,37 @@ describe('@Sticky', () => {
     expect((error as Error).message).toMatch(message);
   });
 });
+
+describe('read-write modes (docs/read-write.md)', () => {
+  it('a mode is a read-write request: a reader asks limit 0, a writer -1; throw or wait, at every door', () => {
+    expect(tryAcquireRequest('k', { mode: 'shared' }).limit).toBe(0);
+    expect(acquireCall('k', { mode: 'exclusive' }).request.limit).toBe(-1);
+    expect(runCall('k', { mode: 'shared', onBusy: 'wait', priority: 2 }).request).toMatchObject({
+      limit: 0,
+      priority: 2,
+    });
+    const declared = exclusiveDeclaration('report:{id}', { mode: 'exclusive', onBusy: 'skip' });
+    expect([declared.limit, declared.busy]).toEqual([-1, { kind: 'skip' }]);
+  });
+
+  it('refuses what a read-write key has no room for: join, preempt, a limit, a hold, an unknown mode', () => {
+    for (const options of [
+      { mode: 'shared', onBusy: 'join' },
+      { mode: 'exclusive', onBusy: { preempt: {} } },
+      { mode: 'shared', limit: 2 },
+      { mode: 'exclusive', limit: 1 },
+      { mode: 'shared', holdAtLeastMs: 0 },
+      { mode: 'read' },
+    ]) {
+      const perCall = thrown(() => runCall('k', loose(options)));
+      expect(perCall).toBeInstanceOf(LeaseArgumentError);
+      const declared = thrown(() => exclusiveDeclaration('k', loose(options)));
+      expect(declared).toBeInstanceOf(LeaseConfigError);
+      expect((declared as Error).message).toContain((perCall as Error).message);
+    }
+    expect((thrown(() => runCall('k', loose({ mode: 'shared', onBusy: 'join' }))) as Error).message).toMatch(
+      /^mode \(a read-write lease\) cannot be combined with onBusy 'join'/,
+    );
+    expect(thrown(() => stickyDeclaration('s', loose({ mode: 'shared' })))).toBeInstanceOf(LeaseConfigError);
+  });
+});

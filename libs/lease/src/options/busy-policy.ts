@@ -8,7 +8,7 @@ import { LeaseArgumentError, LeaseConfigError } from '../errors/lease.errors.js'
 import { messages } from '../errors/lease.messages.js';
 import type { AcquireOptions, RunOptions, TryAcquireOptions } from '../interfaces/acquire-options.interface.js';
 import type { ExclusiveKey, ExclusiveOptions, StickyOptions } from '../interfaces/exclusive-options.interface.js';
-import { type CallRule, callRequest, type LeaseRequest, RULES } from './call-input.js';
+import { type CallRule, callRequest, type LeaseRequest, limitOf, RULES } from './call-input.js';
 import type { EngineSettings } from './engine-settings.js';
 import { nearestName } from './nearest-name.js';
 import type { RetryAfter } from '../interfaces/refusable-call.interface.js';
@@ -60,17 +60,23 @@ const POLICY_FIELDS = { wait: ['timeoutMs'], join: ['timeoutMs'], preempt: ['gra
 
 /** What each door takes: its options, its busy policies (the first is its default). */
 const DOORS: Record<Door, { readonly keys: readonly string[]; readonly policies: readonly PolicyName[] }> = {
-  'tryAcquire()': { keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs'], policies: [] },
+  'tryAcquire()': {
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs'],
+    policies: [],
+  },
   'acquire()': {
-    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs', 'onBusy', 'signal'],
+    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs', 'onBusy', 'signal'],
     policies: ['wait', 'preempt'],
   },
   'run()': {
-    keys: ['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'leaseTimeoutMs', 'onBusy', 'signal', 'retryAfterMs'],
+    keys: [
+      ...['priority', 'holdAtLeastMs', 'keyTemplate', 'limit', 'mode', 'leaseTimeoutMs'],
+      ...['onBusy', 'signal', 'retryAfterMs'],
+    ],
     policies: ['throw', 'wait', 'join', 'preempt'],
   },
   '@Exclusive': {
-    keys: ['priority', 'holdAtLeastMs', 'limit', 'leaseTimeoutMs', 'onBusy', 'retryAfterMs'],
+    keys: ['priority', 'holdAtLeastMs', 'limit', 'mode', 'leaseTimeoutMs', 'onBusy', 'retryAfterMs'],
     policies: ['throw', 'skip', 'wait', 'join', 'preempt'],
   },
   '@Sticky': { keys: ['priority', 'onBusy'], policies: ['throw', 'skip', 'wait'] },
@@ -155,9 +161,10 @@ function busyPlanOf(door: Door, onBusy: unknown, limit: number, refuse: Refuse):
     }
   }
   if (!plan) return refuse(messages.onBusyInvalid(door, formsOf(policies), got));
-  // A semaphore's key has several holders: no one run to join, no one holder to preempt.
-  if (limit > 1 && (plan.kind === 'join' || plan.kind === 'preempt')) {
-    refuse(messages.limitWithSingleHolderOption(`onBusy '${plan.kind}'`));
+  // A semaphore's key has several holders: no one run to join, no one holder to preempt. So has a read-write key.
+  if (limit !== 1 && (plan.kind === 'join' || plan.kind === 'preempt')) {
+    const option = `onBusy '${plan.kind}'`;
+    refuse(limit > 1 ? messages.limitWithSingleHolderOption(option) : messages.modeWith(option));
   }
   return plan;
 }
@@ -261,12 +268,12 @@ export function exclusiveDeclaration(
     typeof priorityOrOptions === 'number' ? { priority: priorityOrOptions, onBusy: 'wait' } : (priorityOrOptions ?? {});
   checkKeys('@Exclusive', options, refuse);
   checkValues(options, refuse);
-  const limit = options.limit ?? 1;
+  const limit = limitOf(options, refuse);
   const retryAfter = retryAfterOf(options.retryAfterMs, refuse);
   return Object.freeze({
     targetKey,
     priority: options.priority ?? 0,
-    holdMs: options.holdAtLeastMs ?? 0,
+    holdMs: ('holdAtLeastMs' in options ? options.holdAtLeastMs : undefined) ?? 0,
     limit,
     ...(options.leaseTimeoutMs === undefined ? {} : { leaseTimeoutMs: options.leaseTimeoutMs }),
     busy: busyPlanOf('@Exclusive', options.onBusy, limit, refuse),

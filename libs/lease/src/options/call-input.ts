@@ -7,7 +7,7 @@ import { messages } from '../errors/lease.messages.js';
 import { INT32_MAX, INT32_MIN } from './limits.js';
 
 import { MAX_TARGET_KEY_BYTES } from '../lease.constants.js';
-import { MAX_SLOT_LIMIT } from './slot-limits.js';
+import { EXCLUSIVE_LIMIT, MAX_SLOT_LIMIT, SHARED_LIMIT } from './slot-limits.js';
 
 /** A UTF-16 surrogate without its other half: not encodable as UTF-8. */
 export const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -63,6 +63,8 @@ export const RULES = {
     typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= MAX_SLOT_LIMIT
       ? undefined
       : messages.limitArgument(value, MAX_SLOT_LIMIT),
+  /** A read-write lease's mode (docs/read-write.md). */
+  mode: (value: unknown) => (value === 'shared' || value === 'exclusive' ? undefined : messages.modeArgument(value)),
   /** A wait, a join's bound, a grace: a non-negative integer that a timer can wait (about 24.8 days at most). */
   duration: (value: unknown, path: string) =>
     typeof value === 'number' && Number.isInteger(value) && value >= 0 && value <= INT32_MAX
@@ -104,7 +106,10 @@ export interface LeaseRequest {
   readonly holdMs: number;
   /** What the key is an instance of: traces (and metrics) name the call by it, never by the key. */
   readonly keyTemplate: string;
-  /** How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/acquisition-route.ts). */
+  /**
+   * How many may hold the key at once: 1 is the single-holder path, more a semaphore (see engine/acquisition-route.ts);
+   * `SHARED_LIMIT` (0) and `EXCLUSIVE_LIMIT` (-1) a read-write lease's modes (see options/slot-limits.ts).
+   */
   readonly limit: number;
   /** The call's own lease length (see options/lease-timeout.ts); absent: the module's `timing.leaseTimeoutMs`. */
   readonly leaseTimeoutMs?: number;
@@ -113,15 +118,41 @@ export interface LeaseRequest {
 /** The one check of a call's key, priority, hold, template and lease length (`LeaseKeyError` / `LeaseArgumentError`). */
 export function callRequest(
   targetKey: unknown,
-  options: { priority?: number; holdAtLeastMs?: number; keyTemplate?: string; limit?: number; leaseTimeoutMs?: number },
+  options: {
+    priority?: number;
+    holdAtLeastMs?: number;
+    keyTemplate?: string;
+    limit?: number;
+    leaseTimeoutMs?: number;
+    mode?: unknown;
+  },
 ): LeaseRequest {
   if (options.priority !== undefined) assertPriority(options.priority);
   if (options.holdAtLeastMs !== undefined) checkCall('holdAtLeastMs', options.holdAtLeastMs);
   if (options.limit !== undefined) checkCall('limit', options.limit);
   if (options.leaseTimeoutMs !== undefined) checkCall('leaseTimeoutMs', options.leaseTimeoutMs);
   const keyTemplate = keyTemplateOf(options.keyTemplate);
-  const { priority = 0, holdAtLeastMs = 0, limit = 1, leaseTimeoutMs } = options;
+  const { priority = 0, holdAtLeastMs = 0, leaseTimeoutMs } = options;
+  const limit = limitOf(options, (message) => {
+    throw new LeaseArgumentError(message);
+  });
   return requestOf(targetKey, priority, holdAtLeastMs, keyTemplate, limit, leaseTimeoutMs);
+}
+
+/**
+ * The request's limit: a read-write mode's (`SHARED_LIMIT`, `EXCLUSIVE_LIMIT`), refused beside `limit` or
+ * `holdAtLeastMs`; else the call's limit (1 by default). `refuse` throws the door's error.
+ */
+export function limitOf(
+  options: { limit?: unknown; holdAtLeastMs?: unknown; mode?: unknown },
+  refuse: (message: string) => never,
+): number {
+  if (options.mode === undefined) return (options.limit as number | undefined) ?? 1;
+  const message = RULES.mode(options.mode);
+  if (message !== undefined) refuse(message);
+  if (options.limit !== undefined) refuse(messages.modeWith('limit'));
+  if (options.holdAtLeastMs !== undefined) refuse(messages.modeWith('holdAtLeastMs'));
+  return options.mode === 'shared' ? SHARED_LIMIT : EXCLUSIVE_LIMIT;
 }
 
 /** A request of values already checked (a declaration's): the key alone is checked, per call. */

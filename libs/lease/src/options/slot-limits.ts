@@ -11,6 +11,22 @@ export const MAX_SLOT_LIMIT = 1000;
 /** The row slot of a key's own row: a single holder's. */
 export const OWN_ROW_SLOT = 0;
 
+/**
+ * Read-write leases (docs/read-write.md) are rows of their key with a limit of their own: a reader's row records 0
+ * (no fixed limit), the writer's row -1, in the `slot_limit` column and as the request's `limit`. The writer's row is
+ * row slot 1 (`WRITER_ROW_SLOT`); readers' rows are row slots 2 … MAX_READERS + 1.
+ */
+export const SHARED_LIMIT = 0;
+export const EXCLUSIVE_LIMIT = -1;
+export const WRITER_ROW_SLOT = 1;
+/** How many may hold a key in shared mode at once (a bound, as `MAX_SLOT_LIMIT` is a semaphore's). */
+export const MAX_READERS = 1000;
+
+/** The mode of a read-write call or row of `limit`; undefined for a single holder's or a semaphore's. */
+export function modeOfLimit(limit: number | null | undefined): 'shared' | 'exclusive' | undefined {
+  return limit === SHARED_LIMIT ? 'shared' : limit === EXCLUSIVE_LIMIT ? 'exclusive' : undefined;
+}
+
 /** A lease row: `(target_id, slot)`, the slot 0 (a key's own row) or `i + 1` (slot `i` of a semaphore). */
 export interface RowRef {
   readonly targetKey: string;

@@ -7,6 +7,7 @@ import { exhausted, readOnly } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
+import { EXCLUSIVE_LIMIT, MAX_READERS, SHARED_LIMIT } from '../options/slot-limits.js';
 import { acquireParameters } from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
@@ -35,9 +36,12 @@ interface SemaphoreRow {
 
 /**
  * How many times an attempt that lost its slot to a concurrent acquisition (`raced`) is sent again: each loss means
- * another caller took a slot, so a few suffice for callers arriving together; past them the caller hears busy.
+ * another caller took a slot (or, on a read-write key, another grant changed it since the statement's snapshot), so
+ * a few suffice for callers arriving together; past them the caller hears busy.
  */
 const RACED_ATTEMPTS = 4;
+/** A read-write key's readers all write its writer's row, one after another: more of them may arrive together. */
+const READ_WRITE_RACED_ATTEMPTS = 8;
 
 export class SemaphoreStore {
   constructor(
@@ -59,18 +63,14 @@ export class SemaphoreStore {
     for (let attempt = 1; ; attempt++) {
       const outcome = await this.acquireOnce(request, limit);
       if (outcome !== 'raced') return outcome;
-      if (attempt >= RACED_ATTEMPTS) return { refused: true, holdLeftMs: null, heldLimit: null };
+      if (attempt >= (limit > 0 ? RACED_ATTEMPTS : READ_WRITE_RACED_ATTEMPTS))
+        return { refused: true, holdLeftMs: null, heldLimit: null };
     }
   }
 
   private async acquireOnce(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal | 'raced'> {
     const { rows, sentAt } = await retryingSerializationFailures(() =>
-      this.run<SemaphoreRow>({
-        ...this.named('semaphore_acquire'),
-        ...this.bounds(),
-        text: this.sql().semaphoreAcquire,
-        values: [...acquireParameters(request, this.options), limit],
-      }),
+      this.run<SemaphoreRow>({ ...this.statementOf(limit), ...this.bounds(), values: this.valuesOf(request, limit) }),
     ).catch((error: unknown) => {
       throw (
         unmigrated(error, this.options.tableName) ??
@@ -91,6 +91,20 @@ export class SemaphoreStore {
       tookOver: row.took_over === true,
       previousOwner: row.previous_owner,
     };
+  }
+
+  /** A semaphore's statement, or a read-write lease's (`limit` 0: a reader's, -1: a writer's; docs/read-write.md). */
+  private statementOf(limit: number): { name?: string; text: string } {
+    const sql = this.sql();
+    if (limit === SHARED_LIMIT) return { ...this.named('shared_acquire'), text: sql.sharedAcquire };
+    if (limit === EXCLUSIVE_LIMIT) return { ...this.named('exclusive_acquire'), text: sql.exclusiveAcquire };
+    return { ...this.named('semaphore_acquire'), text: sql.semaphoreAcquire };
+  }
+
+  private valuesOf(request: AcquireRequest, limit: number): unknown[] {
+    const values = acquireParameters(request, this.options);
+    if (limit === SHARED_LIMIT) return [...values, this.notifyChannel(), MAX_READERS];
+    return limit === EXCLUSIVE_LIMIT ? values : [...values, limit];
   }
 
   /**

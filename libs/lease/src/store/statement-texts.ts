@@ -26,6 +26,7 @@ import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import { semaphoreAcquireSql, semaphoreReleaseSql } from './sql/semaphore.sql.js';
+import { exclusiveAcquireSql, sharedAcquireSql } from './sql/read-write.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { NO_FAULTS, type StatementFaults } from './sql/statement-faults.js';
 import { dequeueAllSql, dequeueSql, enqueueSql, renewWaitersSql } from './sql/waiters.sql.js';
@@ -64,6 +65,8 @@ export interface StatementTexts {
   readonly mayCreateSchema: string;
   readonly semaphoreAcquire: string;
   readonly semaphoreRelease: string;
+  readonly sharedAcquire: string;
+  readonly exclusiveAcquire: string;
 }
 
 /** The statements of one set of names: their texts, the rights `missingPrivileges` checks, how they are named. */
@@ -137,6 +140,8 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     largestToken: largestTokenSql(n),
     semaphoreAcquire: semaphoreAcquireSql(n, timeline, capMs),
     semaphoreRelease: semaphoreReleaseSql(n),
+    sharedAcquire: sharedAcquireSql(n, timeline, capMs, faults),
+    exclusiveAcquire: exclusiveAcquireSql(n, timeline, capMs),
   };
   // Another text under the same name would fail on a connection that prepared the first: the fixed timeline is in it.
   // So is another purge bound (tests): its acquisitions' cap is in their text; and so are the faults (tests).

@@ -113,6 +113,8 @@ export interface SnapshotRow {
   target_id: string;
   /** A holder's row slot (0: the key's own; 1 … limit: a semaphore's); null for a waiter. */
   slot: number | null;
+  /** A holder's row's limit (`slot_limit`: a semaphore's; 0 a reader's, -1 a writer's; null the key's own). */
+  slot_limit?: number | null;
   owner: string;
   priority: number;
   effective_priority: string;

@@ -55,8 +55,9 @@ export async function takeOver(
 }
 
 /**
- * The lease on `targetKey` expires: its row's last heartbeat moves past its timeout. The holder's next heartbeat
- * finds it expired: its signal aborts with `LeaseLostError` (`'renewal-deadline'`); the key is free for others.
+ * The lease on `targetKey` expires: its row's last heartbeat moves past its timeout (so do the key's other held rows:
+ * a semaphore's slots, a read-write key's readers and writer). The holder's next heartbeat finds it expired: its
+ * signal aborts with `LeaseLostError` (`'renewal-deadline'`); the key is free for others.
  */
 export async function expire(dataSource: DataSource, targetKey: string, names: LeaseTableNames = {}): Promise<void> {
   assertTargetKey(targetKey);

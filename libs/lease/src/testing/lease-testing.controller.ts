@@ -48,7 +48,8 @@ export class LeaseTestingController {
 
   /**
    * The key's lease expires: this service's holder loses it (`'renewal-deadline'`, as when its heartbeats could not
-   * be confirmed in time), and the next acquisition is a takeover. Waiters are served.
+   * be confirmed in time), and the next acquisition is a takeover. Waiters are served. Every holder of the key
+   * expires: a semaphore's slots, a read-write key's readers and writer.
    */
   expire(targetKey: string): void {
     this.leases.backend.expire(targetKey);

@@ -8,13 +8,13 @@
  * The test controls (`hold`, `takeOver`, `expire`, `lose`, `free`) are operations on these rows, standing in for
  * the other processes; the core hears of them as from PostgreSQL: at its next renewal (the kit runs one at once).
  */
-import { LeaseConfigError } from '../../errors/lease.errors.js';
-import { messages } from '../../errors/lease.messages.js';
 import type { LeaseLossReason } from '../../interfaces/lease-loss-reason.interface.js';
 import type { DrainEntry } from '../../interfaces/lease-operator.interface.js';
 import { MAX_TIMER_MS } from '../../options/limits.js';
 import type { EngineSettings } from '../../options/engine-settings.js';
-import { OWN_ROW_SLOT, rowSlotOf } from '../../options/slot-limits.js';
+import { OWN_ROW_SLOT, rowSlotOf, SHARED_LIMIT } from '../../options/slot-limits.js';
+import { memoryOperator } from './memory-operator.js';
+import { pickReadWrite } from './memory-read-write.js';
 import type {
   AcquiredRow,
   AcquiredSlot,
@@ -120,25 +120,7 @@ export class MemoryBackend implements LeaseBackend {
       ask: (caller) => Promise.resolve(this.ask(caller)),
       take: (...args) => Promise.resolve(this.take(...args)),
     };
-    this.operator = {
-      drains: () => Promise.resolve([...this.drains]),
-      drain: (kind, subject, actor, reason) => {
-        const at = new Date();
-        this.drains.push({ kind, subject, actor, reason, at });
-        return Promise.resolve(at);
-      },
-      undrain: (kind, subject) => {
-        const at = this.drains.findIndex((entry) => entry.kind === kind && entry.subject === subject);
-        if (at >= 0) this.drains.splice(at, 1);
-        return Promise.resolve(at >= 0);
-      },
-      forceRelease: () => Promise.reject(new LeaseConfigError(messages.memoryForceRelease())),
-      audit: () => Promise.resolve([]),
-      history: () => Promise.resolve([]),
-      writeJournal: () => Promise.resolve(),
-      trimJournal: () => Promise.resolve(0),
-      missingTable: () => false,
-    };
+    this.operator = memoryOperator(this.drains);
   }
 
   open(): Promise<string | null> {
@@ -164,6 +146,7 @@ export class MemoryBackend implements LeaseBackend {
 
   attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal> {
     const { targetKey } = request;
+    if (limit <= 0) return Promise.resolve(this.attemptReadWrite(request, limit));
     const heldLimit = this.heldLimit(targetKey);
     if (heldLimit !== null && heldLimit !== limit)
       return Promise.resolve({ refused: true, holdLeftMs: null, heldLimit });
@@ -175,6 +158,16 @@ export class MemoryBackend implements LeaseBackend {
       return Promise.resolve({ ...this.refuse(request, null), heldLimit: null });
     }
     return Promise.resolve({ ...this.grant(request, free[0], limit), rowSlot: free[0] });
+  }
+
+  /** A read-write call's grant (see memory-read-write.ts); a reader's wakes the line (the next may be a reader). */
+  private attemptReadWrite(request: AcquireRequest, limit: number): AcquiredSlot | SlotRefusal {
+    const taken = (row: Row) => this.live(row) || this.holdLeft(row) > 0;
+    const rules = { live: (row: Row) => this.live(row), taken, ahead: this.waitersAhead(request) };
+    const pick = pickReadWrite(this.rows.get(request.targetKey), limit, rules);
+    if ('heldLimit' in pick) return { ...this.refuse(request, null), heldLimit: pick.heldLimit };
+    if (limit === SHARED_LIMIT) this.wake(request.targetKey);
+    return { ...this.grant(request, pick.slot, limit), rowSlot: pick.slot };
   }
 
   renew(rows: readonly RowRef[], leaseTokens: string[]): Promise<RenewResult> {
@@ -219,6 +212,7 @@ export class MemoryBackend implements LeaseBackend {
           state: 'held',
           target_id: key,
           slot,
+          slot_limit: row.limit,
           owner: row.owner,
           priority: row.priority,
           effective_priority: String(row.priority),
@@ -294,13 +288,11 @@ export class MemoryBackend implements LeaseBackend {
     return row.fencingToken;
   }
 
-  /** The key's lease expires (its holder loses it, `renewal-deadline`); the next acquisition is a takeover. */
+  /** The key's leases expire (their holders lose them, `renewal-deadline`); the next acquisition is a takeover. */
   expire(targetKey: string): void {
-    const row = this.rowAt({ targetKey, slot: OWN_ROW_SLOT });
-    if (!row || !this.live(row)) return;
-    row.expiresAt = now();
-    row.holdUntil = 0;
-    this.wake(targetKey);
+    const held = [...(this.rows.get(targetKey)?.values() ?? [])].filter((row) => this.live(row));
+    for (const row of held) Object.assign(row, { expiresAt: now(), holdUntil: 0 });
+    if (held.length > 0) this.wake(targetKey);
   }
 
   /** The key's holder loses its lease for `reason`; the key is free (a lost row is an expired one). */

@@ -12,7 +12,12 @@ export interface StatementFaults {
    * meanwhile. The batch statement is not affected: the control runs with `maxBatchSize: 1`.
    */
   readonly tokenBeforeLock: boolean;
+  /**
+   * A reader let in beside a writer (read-write leases, docs/read-write.md): a reader's grant no longer checks that
+   * the key's writer's row is free, and leaves it as it is. The read-write exclusion test must catch it.
+   */
+  readonly readerBesideWriter?: boolean;
 }
 
 /** The statements as the library sends them. */
-export const NO_FAULTS: StatementFaults = Object.freeze({ tokenBeforeLock: false });
+export const NO_FAULTS: StatementFaults = Object.freeze({ tokenBeforeLock: false, readerBesideWriter: false });

@@ -44,9 +44,11 @@ describe('token floors', () => {
         'batchRelease',
         'dequeue',
         'dequeueAll',
+        'exclusiveAcquire',
         'preemptTake',
         'release',
         'semaphoreAcquire',
+        'sharedAcquire',
       ].sort(),
     );
     for (const [key, text] of drawing) {
