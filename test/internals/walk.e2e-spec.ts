@@ -90,17 +90,23 @@ describe('the walk of an @Exclusive HTTP call to its first statement', () => {
       // Warm: the application's first call builds what later calls reuse.
       expect((await post(`${url}/walk/warm`)).status).toBe(201);
       // Twice, keeping the files both calls ran: in a Jest worker, timers an earlier test file left running (its
-      // heartbeats, say) may run library code during one window, never the same code in both.
-      const measured: Array<Map<string, string[]>> = [];
-      for (const id of ['1', '2']) {
-        await post$('Profiler.takePreciseCoverage');
-        seen = undefined;
-        armed = `walk:${id}`;
-        expect((await post(`${url}/walk/${id}`)).status).toBe(201);
-        expect(seen).toBeDefined();
-        measured.push(filesRun(seen!));
+      // heartbeats, say) may run library code during one window, never the same code in both. Such code can only add
+      // files, never remove one the call needs: on a loaded machine, where windows are long, the pair is measured
+      // again (at most three pairs) and the smallest walk is the one judged.
+      let files = new Map<string, string[]>();
+      for (let pair = 0; pair < 3 && (pair === 0 || files.size > 12); pair++) {
+        const measured: Array<Map<string, string[]>> = [];
+        for (const id of [`${pair}-1`, `${pair}-2`]) {
+          await post$('Profiler.takePreciseCoverage');
+          seen = undefined;
+          armed = `walk:${id}`;
+          expect((await post(`${url}/walk/${id}`)).status).toBe(201);
+          expect(seen).toBeDefined();
+          measured.push(filesRun(seen!));
+        }
+        const both = new Map([...measured[0]].filter(([file]) => measured[1].has(file)));
+        if (pair === 0 || both.size < files.size) files = both;
       }
-      const files = new Map([...measured[0]].filter(([file]) => measured[1].has(file)));
       const walk = [...files].map(([file, functions]) => `${file}: ${functions.join(', ')}`).join('\n');
       // The interceptor, where the walk starts, and the statement pool, where it ends: the measure sees both ends.
       expect(walk).toContain('exclusive/exclusive.interceptor.ts');
