@@ -4,6 +4,7 @@ import { createTestingLeaseService, LeaseTestingController } from 'nest-pg-lease
 import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
+import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, in memory', () => {
   let service: LeaseService;
@@ -30,4 +31,5 @@ describe('the lease contract, in memory', () => {
   leaseContract(() => subject);
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
+  multiKeyContract(() => subject);
 });

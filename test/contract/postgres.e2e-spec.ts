@@ -7,6 +7,7 @@ import { useTestDatabase } from '../support/db.js';
 import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
+import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
   const db = useTestDatabase('contract');
@@ -25,4 +26,5 @@ describe('the lease contract, on PostgreSQL', () => {
   leaseContract(() => subject);
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
+  multiKeyContract(() => subject);
 });

@@ -61,6 +61,8 @@ const EXPORTS = [
   'LeaseWaitTimeoutError',
   'LeaseWaiterRow',
   'MAX_TARGET_KEY_BYTES',
+  'MultiLease',
+  'MultiRunOptions',
   'OnLeadership',
   'PreemptPolicy',
   'ResolvedLeaseOptions',
