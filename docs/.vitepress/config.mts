@@ -27,6 +27,7 @@ const sidebar: DefaultTheme.SidebarItem[] = [
       { text: 'Joining the running call', link: '/join' },
       { text: 'Preemption', link: '/preemption' },
       { text: 'Semaphores', link: '/semaphores' },
+      { text: 'Several keys at once', link: '/multi-key' },
       { text: 'Leader election', link: '/leader-election' },
       { text: 'Scheduled jobs and @Sticky', link: '/scheduled-jobs' },
       { text: 'Shutdown: the drain', link: '/shutdown' },
