@@ -5,7 +5,8 @@
  * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
- * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore (a subset, for development).
+ * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore,multi-key (a subset, for
+ * development).
  */
 import 'reflect-metadata';
 import { writeFile, mkdir } from 'node:fs/promises';
@@ -20,6 +21,7 @@ import { heartbeats } from './scenarios/heartbeat.js';
 import { httpEndpoint } from './scenarios/http.js';
 import { priorityWakeUp } from './scenarios/priority.js';
 import { semaphoreCycles } from './scenarios/semaphore.js';
+import { multiKeyCycles } from './scenarios/multi-key.js';
 import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
@@ -35,6 +37,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   priority: priorityWakeUp,
   http: httpEndpoint,
   semaphore: semaphoreCycles,
+  'multi-key': multiKeyCycles,
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {
