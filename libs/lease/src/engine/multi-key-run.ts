@@ -22,8 +22,11 @@ import type { LeaseEntry } from './service-engine.js';
 /** At most this many keys in one call (docs/multi-key.md). */
 export const MAX_MULTI_KEYS = 16;
 
-/** The order keys are taken in. `'as-given'` is a test-only defect (the model test's negative control). */
-export type MultiKeyOrder = 'sorted' | 'as-given';
+/**
+ * The order keys are taken in. Test-only defects (negative controls): `'as-given'` takes them in the order given (the
+ * model test's), `'skip-last'` never takes the last one of the global order (the fault schedule's).
+ */
+export type MultiKeyOrder = 'sorted' | 'as-given' | 'skip-last';
 let order: MultiKeyOrder = 'sorted';
 
 /** Test-only (through `internal.ts`): take the keys in the order given, the deadlock the global order prevents. */
@@ -72,7 +75,9 @@ export function multiKeyCalls(targetKeys: unknown, options: MultiRunOptions, set
     seen.add(request.targetKey);
   }
   // The global order: code-unit order of the key strings (the default sort), the same in every process.
-  return order === 'sorted' ? calls.sort((a, b) => (a.request.targetKey < b.request.targetKey ? -1 : 1)) : calls;
+  if (order === 'as-given') return calls;
+  calls.sort((a, b) => (a.request.targetKey < b.request.targetKey ? -1 : 1));
+  return order === 'skip-last' && calls.length > 1 ? calls.slice(0, -1) : calls;
 }
 
 /**
