@@ -53,7 +53,7 @@ async function held(lease: MultiLease, keys: readonly string[], random: Random):
   const sampler = setInterval(sample, 20);
   try {
     await phase('holding', lease.leases[0]);
-    await sleep(random.int(10, 150), lease.signal).catch(() => undefined);
+    await sleep(random.int(20, 300), lease.signal).catch(() => undefined);
     sample();
     await fencedWriteAll(lease);
   } finally {
