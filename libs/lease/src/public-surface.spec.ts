@@ -61,6 +61,7 @@ const EXPORTS = [
   'LeaseWaitTimeoutError',
   'LeaseWaiterRow',
   'MAX_TARGET_KEY_BYTES',
+  'MultiExclusiveOptions',
   'MultiLease',
   'MultiRunOptions',
   'OnLeadership',

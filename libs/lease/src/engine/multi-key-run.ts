@@ -19,8 +19,7 @@ import { withinTiming } from '../options/lease-timeout.js';
 import { HeldLease } from './held-lease.js';
 import type { LeaseEntry } from './service-engine.js';
 
-/** At most this many keys in one call (docs/multi-key.md). */
-export const MAX_MULTI_KEYS = 16;
+import { MAX_MULTI_KEYS } from '../options/multi-keys.js';
 
 /**
  * The order keys are taken in. Test-only defects (negative controls): `'as-given'` takes them in the order given (the
@@ -68,13 +67,20 @@ export function multiKeyCalls(targetKeys: unknown, options: MultiRunOptions, set
   if (policy === 'join' || policy === 'preempt') {
     throw new LeaseArgumentError(messages.multiKeyOption(`onBusy '${policy}'`));
   }
-  const calls = targetKeys.map((targetKey) => withinTiming(runCall(targetKey, options), settings));
+  return orderedCalls(targetKeys.map((targetKey) => withinTiming(runCall(targetKey, options), settings)));
+}
+
+/**
+ * The calls of a set of keys in acquisition order: each key once (a `LeaseArgumentError` naming a key twice — a
+ * decorator's templates may fill to the same key), sorted in the global order, the code-unit order of the key
+ * strings (the default sort), the same in every process.
+ */
+export function orderedCalls(calls: LeaseCall[]): LeaseCall[] {
   const seen = new Set<string>();
   for (const { request } of calls) {
     if (seen.has(request.targetKey)) throw new LeaseArgumentError(messages.multiKeyDuplicate(request.targetKey));
     seen.add(request.targetKey);
   }
-  // The global order: code-unit order of the key strings (the default sort), the same in every process.
   if (order === 'as-given') return calls;
   calls.sort((a, b) => (a.request.targetKey < b.request.targetKey ? -1 : 1));
   return order === 'skip-last' && calls.length > 1 ? calls.slice(0, -1) : calls;

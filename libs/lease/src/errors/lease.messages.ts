@@ -401,6 +401,8 @@ export const messages = {
     `fenced() of several keys cannot open inside an open fenced() of "${targetKey}" (its row is locked by that ` +
     'transaction): call it outside, or write in the open one',
   multiFenceOptions: () => 'fenced() of several keys takes no options (no release rides on its commit)',
+  multiKeyObservable: (label: string) =>
+    `@Exclusive with several keys on ${label}: the method returned an Observable; return a value or a Promise`,
 };
 
 /** An error (or any thrown value) as one line of a log message. */

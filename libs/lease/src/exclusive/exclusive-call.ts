@@ -15,6 +15,7 @@ import { ENGINE_PROPERTY, EngineRef, engines } from './engine-registry.js';
 
 type EngineHolder = { [ENGINE_PROPERTY]?: unknown };
 import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
+import { callMultiExclusive } from './multi-exclusive-call.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
 
 /**
@@ -91,6 +92,11 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
   const application = own instanceof EngineRef ? own : engines.entryFor(self, plan.label);
   const leases = application.engine;
   const { metadata, keyTemplate } = plan;
+  if (plan.keysOf) {
+    return callMultiExclusive(self, method.original, plan, args, leases, call?.signal).finally(
+      () => call && (call.settled = true),
+    );
+  }
   const targetKey = plan.keyOf(args);
   const { original } = method;
   let entry: LeaseEntry;

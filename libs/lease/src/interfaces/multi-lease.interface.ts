@@ -52,3 +52,21 @@ export interface MultiLease {
   /** The lease of one of the keys. */
   lease(targetKey: string): Lease | undefined;
 }
+
+/**
+ * Options of `@Exclusive([template1, template2, …], options)`: the options of `MultiRunOptions` a declaration takes
+ * (no `signal`, no `keyTemplate`: the templates name the calls), and `'skip'` (the method does not run when a key is
+ * busy, the call resolves `undefined`).
+ */
+export interface MultiExclusiveOptions extends RefusableCallOptions {
+  /** Every key's rank in its line. @default 0 */
+  priority?: number;
+  /** Every key stays taken this long after its acquisition. @default 0 */
+  holdAtLeastMs?: number;
+  /** Every key's lease length. @default timing.leaseTimeoutMs */
+  leaseTimeoutMs?: number;
+  /** One holder per key. @default 1 */
+  limit?: 1;
+  /** `'throw'` (the default: HTTP 409), `'skip'`, or `'wait'` in each key's line in turn. @default 'throw' */
+  onBusy?: 'throw' | 'skip' | 'wait' | { wait: WaitPolicy; join?: never; preempt?: never };
+}
