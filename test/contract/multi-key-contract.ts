@@ -4,6 +4,8 @@
  * token, the work aborted when any lease is lost, every key released when the work settles.
  */
 import {
+  Exclusive,
+  type Lease,
   LeaseArgumentError,
   LeaseBusyError,
   LeaseLostError,
@@ -209,4 +211,23 @@ export function multiKeyContract(subject: () => ContractSubject): void {
       expect(await service.list(key)).toEqual([]);
     });
   });
+}
+
+/** What the overloads refuse at compile time (`tsc` checks each `@ts-expect-error`; never called). */
+export function refusedByTheCompiler(service: LeaseService): void {
+  // @ts-expect-error a set of keys has no one run to join
+  void service.run(['a', 'b'], () => 1, { onBusy: 'join' });
+  // @ts-expect-error nor one holder to preempt
+  void service.run(['a', 'b'], () => 1, { onBusy: { preempt: {} } });
+  // @ts-expect-error nor is it a semaphore
+  void service.run(['a', 'b'], () => 1, { limit: 2 });
+  // @ts-expect-error the work of several keys gets a MultiLease, not a Lease
+  void service.run(['a', 'b'], (lease: Lease) => lease.token);
+  // @ts-expect-error the work of one key gets a Lease
+  void service.run('a', (lease: MultiLease) => lease.targetKeys);
+  // @ts-expect-error the decorator form cannot join either
+  Exclusive(['a:{0}', 'b:{1}'], { onBusy: 'join' });
+  // The forms that are right compile.
+  void service.run(['a', 'b'], (lease: MultiLease) => lease.fencingTokens, { onBusy: { wait: { timeoutMs: 1 } } });
+  Exclusive(['a:{0}', 'b:{1}'], { onBusy: 'skip', priority: 2 });
 }
