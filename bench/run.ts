@@ -5,8 +5,8 @@
  * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
- * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore,read-write (a subset, for
- * development).
+ * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore,read-write,multi-key (a
+ * subset, for development).
  */
 import 'reflect-metadata';
 import { writeFile, mkdir } from 'node:fs/promises';
@@ -22,6 +22,7 @@ import { httpEndpoint } from './scenarios/http.js';
 import { priorityWakeUp } from './scenarios/priority.js';
 import { readWriteHolds } from './scenarios/read-write.js';
 import { semaphoreCycles } from './scenarios/semaphore.js';
+import { multiKeyCycles } from './scenarios/multi-key.js';
 import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
@@ -38,6 +39,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   http: httpEndpoint,
   semaphore: semaphoreCycles,
   'read-write': readWriteHolds,
+  'multi-key': multiKeyCycles,
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {

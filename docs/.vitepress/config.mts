@@ -28,6 +28,7 @@ const sidebar: DefaultTheme.SidebarItem[] = [
       { text: 'Preemption', link: '/preemption' },
       { text: 'Semaphores', link: '/semaphores' },
       { text: 'Read-write leases', link: '/read-write' },
+      { text: 'Several keys at once', link: '/multi-key' },
       { text: 'Leader election', link: '/leader-election' },
       { text: 'Scheduled jobs and @Sticky', link: '/scheduled-jobs' },
       { text: 'Shutdown: the drain', link: '/shutdown' },

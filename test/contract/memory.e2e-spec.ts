@@ -5,6 +5,7 @@ import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
 import { readWriteContract } from './read-write-contract.js';
+import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, in memory', () => {
   let service: LeaseService;
@@ -32,4 +33,5 @@ describe('the lease contract, in memory', () => {
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
   readWriteContract(() => subject);
+  multiKeyContract(() => subject);
 });

@@ -8,6 +8,7 @@ import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
 import { readWriteContract } from './read-write-contract.js';
+import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
   const db = useTestDatabase('contract');
@@ -27,4 +28,5 @@ describe('the lease contract, on PostgreSQL', () => {
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
   readWriteContract(() => subject);
+  multiKeyContract(() => subject);
 });

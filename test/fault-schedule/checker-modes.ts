@@ -25,7 +25,11 @@ const DRAIN_REACH_MS = 1_000 + 1_000;
 const LOAD_ALLOWANCE_MS = 1_000;
 
 export type ModesInvariant =
-  'sticky: one call at a time' | 'join: the run it waited for' | 'join: refused on a drained key' | 'local safety';
+  | 'sticky: one call at a time'
+  | 'join: the run it waited for'
+  | 'join: refused on a drained key'
+  | 'local safety'
+  | 'multi-key: no two holders overlap on a key';
 
 /** A drain the runner made: when it committed, and when its undrain was asked (system clock, ms). */
 export interface DrainWindow {
@@ -87,6 +91,38 @@ export function stickyOverlaps(log: ReadonlyArray<Received<ScheduleMessage>>): s
   return found;
 }
 
+/**
+ * Multi-key works (`multi` reports) whose held windows overlap on a key: per key, the works that held it, from their
+ * start to the last time their sampler saw every lease held (`wall()`, comparable between the processes of one
+ * machine). Local safety makes the windows of one key disjoint: a holder's window ends before its lease may be taken
+ * over, and a release ends it before the next grant. A work never seen held has no window. The runner's probe calls
+ * it too.
+ */
+export function multiOverlaps(log: ReadonlyArray<Received<ScheduleMessage>>): string[] {
+  const windows = new Map<string, Array<{ worker: string; token: string; from: number; to: number }>>();
+  for (const { worker, msg } of log) {
+    if (msg.t !== 'multi' || msg.lastHeldAt === undefined) continue;
+    msg.keys.forEach((key, at) => {
+      const window = { worker, token: msg.fencingTokens[at], from: msg.startedAt, to: msg.lastHeldAt! };
+      (windows.get(key) ?? windows.set(key, []).get(key)!).push(window);
+    });
+  }
+  const found: string[] = [];
+  for (const [key, list] of windows) {
+    list.sort((a, b) => a.from - b.from);
+    let last: (typeof list)[number] | undefined;
+    for (const window of list) {
+      if (last && window.from < last.to) {
+        found.push(
+          `${key}: ${window.worker}'s multi-key work (token ${window.token}) began ${Math.round(last.to - window.from)} ms before ${last.worker}'s (token ${last.token}) last saw its leases held`,
+        );
+      }
+      if (!last || window.to > last.to) last = window;
+    }
+  }
+  return found;
+}
+
 export function checkModes(
   log: ReadonlyArray<Received<ScheduleMessage>>,
   events: readonly ModesEvent[],
@@ -96,6 +132,7 @@ export function checkModes(
   const violations: Array<{ invariant: ModesInvariant; detail: string }> = [];
   const flag = (invariant: ModesInvariant, detail: string) => violations.push({ invariant, detail });
   for (const detail of stickyOverlaps(log)) flag('sticky: one call at a time', detail);
+  for (const detail of multiOverlaps(log)) flag('multi-key: no two holders overlap on a key', detail);
 
   // Each grant's run: from its grant to its end — its release, or the key's next grant (a takeover, a handoff).
   const runs = new Map<bigint, { key: string; owner: string; from: number; to: number }>();

@@ -335,6 +335,24 @@ test('sticky: one call at a time: two calls of one process that overlap are flag
   ]);
 });
 
+const multiWork = (worker: string, keys: string[], startedAt: number, lastHeldAt?: number) =>
+  report(worker, { t: 'multi', keys, fencingTokens: keys.map((_, at) => String(at + 1)), startedAt, lastHeldAt });
+
+test('multi-key: no two holders overlap on a key: overlapping windows on a shared key are flagged, others pass', async () => {
+  const log = [
+    multiWork('w0.1', ['h0', 'h1'], 1_000, 1_300),
+    multiWork('w1.1', ['h1', 'h2'], 1_300, 1_500), // begins on h1 as the one before last saw it held: one at a time
+    multiWork('w2.1', ['h3', 'h4'], 1_000, 1_600), // other keys
+    multiWork('w3.1', ['h0', 'h2'], 1_450, 1_700), // h2 while w1.1 still held it
+    multiWork('w0.1', ['h3', 'h5'], 1_100, undefined), // never saw its leases held: no window
+  ];
+  expect(await violations(log)).toEqual([
+    expect.stringMatching(
+      /^multi-key: no two holders overlap on a key: h2: w3.1's multi-key work \(token 2\) began 50 ms before w1.1's/,
+    ),
+  ]);
+});
+
 test('join: the run it waited for: a run that ended before the join, one granted after it, one never granted', async () => {
   const a = await as('w0.1');
   const b = await as('w1.1');

@@ -58,6 +58,7 @@ export const INVARIANTS: readonly Invariant[] = [
   'join: the run it waited for',
   'join: refused on a drained key',
   'local safety',
+  'multi-key: no two holders overlap on a key',
 ];
 
 export interface Violation {

@@ -42,6 +42,8 @@ export interface ScheduleWorkerConfig {
    * call), which the library treats as a nested call of the key — it borrows the term's lease and runs beside.
    */
   stickyOverlap: boolean;
+  /** Negative control: `useMultiKeyOrder('skip-last')` — a multi-key run never takes its last key. */
+  multiSkipLast: boolean;
   maxLifetimeMs: number;
 }
 
@@ -60,6 +62,7 @@ export type OpKind =
   | 'http-join'
   | 'run-hold'
   | 'sticky'
+  | 'multi'
   | 'release';
 
 /**
@@ -104,6 +107,12 @@ export type ScheduleMessage =
   /** A sticky call that ran (its body), on its owner: from its start to its end (`wall()` of the process). */
   | { t: 'sticky'; key: string; fencingToken: string; startedAt: number; endedAt: number }
   | ({ t: 'join' } & JoinRecord)
+  /**
+   * A multi-key run's work (`run([…])`): the keys it asked (global order), their fencing tokens, when the work began and
+   * the last time its 20 ms sampler saw every lease held (`wall()`; none: never). No other multi-key work may hold one
+   * of the keys within that window.
+   */
+  | { t: 'multi'; keys: string[]; fencingTokens: string[]; startedAt: number; lastHeldAt?: number }
   /**
    * A lease ended here (lost or released): the last time (`Date.now()`) a 50 ms sampler saw its `isHeld()` true,
    * the sample's time taken before the call. Local safety: nobody else may be granted the key before it.

@@ -16,7 +16,7 @@ import {
   type WorkerScript,
 } from '../faults/support/harness.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { stickyOverlaps } from './checker-modes.js';
+import { multiOverlaps, stickyOverlaps } from './checker-modes.js';
 import { closeAndCheck } from './close-check.js';
 import { checkRun, type Figures, type Violation } from './checker.js';
 import { armRacepoint, disarmRacepoints, installInstrumentation, probe, sleepingBackends } from './instrumentation.js';
@@ -36,7 +36,7 @@ import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const WORKER_SCRIPT = join(process.cwd(), 'test', 'fault-schedule', 'worker.ts');
 
-export const CONTROLS = ['fence-off', 'token-before-lock', 'sticky-overlap'] as const;
+export const CONTROLS = ['fence-off', 'token-before-lock', 'sticky-overlap', 'multi-skip-last'] as const;
 export type Control = (typeof CONTROLS)[number];
 
 export const WORKERS = 4;
@@ -161,7 +161,11 @@ export class ScheduleRun {
         records.push(record);
         this.faults[step.kind]++;
         this.say(`  ${describeStep(step)} → ${record.aim === 'none' ? '' : `${record.aim}; `}${record.effect}`);
-        const found = [...(await probe(this.admin)), ...stickyOverlaps(this.log).map((o) => `sticky: ${o}`)];
+        const found = [
+          ...(await probe(this.admin)),
+          ...stickyOverlaps(this.log).map((o) => `sticky: ${o}`),
+          ...multiOverlaps(this.log).map((o) => `multi-key: ${o}`),
+        ];
         if (found.length && !firstViolation) {
           firstViolation = { step: index, atMs: wall() - stepsFrom, what: found };
           this.say(`  ! probe after step #${index} (${((wall() - stepsFrom) / 1000).toFixed(1)} s): ${found[0]}`);
@@ -231,6 +235,7 @@ export class ScheduleRun {
         unfenced: this.spec.control === 'fence-off',
         tokenBeforeLock: this.spec.control === 'token-before-lock',
         stickyOverlap: this.spec.control === 'sticky-overlap',
+        multiSkipLast: this.spec.control === 'multi-skip-last',
         maxLifetimeMs: 60 * 60_000,
       };
       // A start can fail while the server restarts: try again (the same incarnation name, a fresh process).

@@ -58,6 +58,7 @@ import {
   work,
 } from './worker-kit.js';
 import { holdRun, join, JoinController, startSticky, StickyJob } from './worker-modes.js';
+import { multiRun } from './worker-multi.js';
 
 /** How often each call is drawn. */
 const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> = {
@@ -73,6 +74,8 @@ const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> 
   join: 8,
   'http-join': 3,
   'run-hold': 5,
+  // Its negative control draws them more often: two sets sharing a key then meet within seconds.
+  multi: config.multiSkipLast ? 40 : 6,
 };
 
 /**
@@ -132,6 +135,7 @@ class Loop {
       join: () => join(this.random, 'run', baseUrl),
       'http-join': () => join(this.random, 'http', baseUrl),
       'run-hold': () => holdRun(this.random),
+      multi: () => multiRun(this.random),
     };
     while (!closing) {
       const kind = this.random.weighted(CALL_MIX);

@@ -9,6 +9,7 @@ export * from './console/lease-console.module.js';
 export * from './interfaces/lease-operator.interface.js';
 export * from './lease.constants.js';
 export * from './interfaces/lease.interface.js';
+export * from './interfaces/multi-lease.interface.js';
 export * from './interfaces/lease-module-options.interface.js';
 export * from './interfaces/lease-module-async-options.interface.js';
 export * from './interfaces/acquire-options.interface.js';

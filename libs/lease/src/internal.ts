@@ -19,3 +19,4 @@ export {
 export type { StatementFaults } from './store/sql/statement-faults.js';
 export { DedicatedConnection } from './database/dedicated-connection.js';
 export { formatHeadPayload, parseHeadPayload } from './database/head-payload.js';
+export { useMultiKeyOrder } from './engine/multi-key-run.js';

@@ -13,6 +13,8 @@ import { elect } from './leader/elect.js';
 import { acquireCall, runCall, tryAcquireRequest } from './options/busy-policy.js';
 import { withinTiming } from './options/lease-timeout.js';
 import { groupedOptions } from './options/option-groups.js';
+import type { MultiLease, MultiRunOptions } from './interfaces/multi-lease.interface.js';
+import { multiKeyCalls, runMultiKey } from './engine/multi-key-run.js';
 
 /**
  * Heartbeat leases in PostgreSQL rows: `run`, `tryAcquire`, `acquire`, `current`, `list`, and the process's local
@@ -62,13 +64,35 @@ export class LeaseService {
    * `'join'` the run holding it (its outcome is this call's), `'preempt'` a holder of lower priority
    * (docs/preemption.md). See `RunOptions`.
    */
-  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options: RunOptions = {}): Promise<T> {
+  async run<T>(targetKey: string, work: (lease: Lease) => Promise<T> | T, options?: RunOptions): Promise<T>;
+  /**
+   * Runs `work` under a lease on every key of `targetKeys` (at most 16, each once), taken all or none in one global
+   * order (so callers with overlapping sets never deadlock), released together when `work` settles; the work's
+   * `MultiLease` aborts its signal when any lease is lost and fences writes with every token (docs/multi-key.md).
+   * `onBusy`: `'throw'` (the default; the keys taken are given back) or `'wait'`. See `MultiRunOptions`.
+   */
+  async run<T>(
+    targetKeys: readonly string[],
+    work: (lease: MultiLease) => Promise<T> | T,
+    options?: MultiRunOptions,
+  ): Promise<T>;
+  async run<T>(
+    target: string | readonly string[],
+    work: ((lease: Lease) => Promise<T> | T) | ((lease: MultiLease) => Promise<T> | T),
+    options: RunOptions | MultiRunOptions = {},
+  ): Promise<T> {
     const engine = engineOf(this);
-    const call = withinTiming(runCall(targetKey, options), engine.options);
-    if (call.busy.kind === 'join') return engine.joinRun(call, work);
+    if (Array.isArray(target)) {
+      const calls = multiKeyCalls(target, options as MultiRunOptions, engine.options);
+      return runMultiKey(engine, calls, work as (lease: MultiLease) => Promise<T> | T);
+    }
+    // A single key (checked as one: a value that is neither is refused with LeaseKeyError).
+    const call = withinTiming(runCall(target, options), engine.options);
+    const single = work as (lease: Lease) => Promise<T> | T;
+    if (call.busy.kind === 'join') return engine.joinRun(call, single);
     const { lease, exit } = await engine.enter(call);
     try {
-      return await engine.within(lease, () => work(lease));
+      return await engine.within(lease, () => single(lease));
     } finally {
       await exit();
     }

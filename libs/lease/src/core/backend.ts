@@ -114,6 +114,16 @@ export interface FenceBackend {
   ): Promise<T>;
   /** The timeline a fencing token was issued on. */
   timelineOf(fencingToken: bigint): bigint;
+  /**
+   * `transaction` over several rows (`MultiLease.fenced()`): locks `rows` one by one in the order given (the global key
+   * order of a multi-key run: two such transactions never wait for each other in a cycle) and runs `work` with one
+   * lock per row, in that order. No release rides on its COMMIT.
+   */
+  transactionAll<T>(
+    rows: readonly RowRef[],
+    lockWaitMs: () => number,
+    work: (manager: EntityManager, locked: readonly FenceLock[]) => Promise<T>,
+  ): Promise<T>;
 }
 
 /** Preemption: ask the live holder to stop, then take the key once its grace ends. */

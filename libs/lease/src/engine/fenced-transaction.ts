@@ -13,6 +13,7 @@ import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.
 import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 import type { FenceBackend } from '../core/backend.js';
 import type { HeldLease } from './held-lease.js';
+import { fencedAll } from './multi-fence.js';
 
 /** How the engine loses a lease (its signal, its event, its log line). */
 export type LoseLease = (lease: HeldLease, reason: Exclude<LeaseLossReason, 'released'>, detail?: string) => void;
@@ -155,6 +156,33 @@ export class FencedTransactions {
     );
     open.queue = part.catch(() => undefined);
     return part;
+  }
+
+  /**
+   * `MultiLease.fenced()`: every row locked and every token checked by one statement, then `work` in that
+   * transaction, as the open fence of each lease (a nested `fenced()` of one of them joins it). See multi-fence.ts.
+   */
+  fencedAll<T>(leases: readonly HeldLease[], work: (manager: EntityManager) => Promise<T>): Promise<T> {
+    for (const lease of leases) {
+      if (this.fences.getStore()?.get(lease)?.closed === false) {
+        return Promise.reject(new LeaseArgumentError(messages.multiFenceNested(lease.targetKey), lease.targetKey));
+      }
+    }
+    return fencedAll(
+      { fence: this.fence, lose: this.lose, refuse: (lease) => this.refuse(lease) },
+      leases,
+      (manager) => {
+        const fences = new Map(this.fences.getStore());
+        const opened = leases.map((lease) => {
+          const fence: OpenFence = { manager, queue: Promise.resolve(), closed: false };
+          fences.set(lease, fence);
+          return fence;
+        });
+        return this.fences
+          .run(fences, () => work(manager))
+          .finally(() => opened.forEach((fence) => (fence.closed = true)));
+      },
+    );
   }
 
   /**

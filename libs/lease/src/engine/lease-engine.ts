@@ -71,7 +71,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private readonly queue: WaitQueue;
   private closing?: Promise<void>;
   private readonly heartbeat: LeaseHeartbeat;
-  private readonly fencing: FencedTransactions;
+  readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
   private readonly purges: PurgeSchedule;
   private readonly telemetry: LeaseTelemetry;

@@ -9,6 +9,7 @@ import type { LeaseCall, WaitingPlan } from '../options/busy-policy.js';
 import type { LeaseRequest } from '../options/call-input.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import type { Lease } from '../interfaces/lease.interface.js';
+import type { FencedTransactions } from './fenced-transaction.js';
 
 /** A lease entered by `run` or `@Exclusive`, and how to leave it. */
 export interface LeaseEntry {
@@ -30,6 +31,8 @@ export interface ServiceEngine {
   enter(call: LeaseCall): Promise<LeaseEntry>;
   /** Runs `work` with `lease` as the current lease of its call chain. */
   within<T>(lease: Lease, work: () => T): T;
+  /** Fenced transactions; `fencedAll` is a multi-key run's `MultiLease.fenced()` (engine/multi-fence.ts). */
+  readonly fencing: Pick<FencedTransactions, 'fencedAll'>;
   /** A borrowed view of the lease the current call chain holds on `targetKey` (a nested call reuses it), if any. */
   borrow(targetKey: string): Lease | undefined;
   /** `run` and `@Exclusive` with `onBusy: 'join'`: the outcome of the run of the same key already going. */

@@ -395,6 +395,25 @@ export const messages = {
   noTestServer: (helper: string) =>
     `${helper} needs a PostgreSQL server: set DATABASE_URL (a server of yours, a CI service, one testcontainers ` +
     'starts) or pass { serverUrl }',
+  // Several keys at once (docs/multi-key.md).
+  multiKeysNotArray: (got: string) => `run() of several keys takes a non-empty array of target keys, got ${got}`,
+  multiKeysEmpty: () => 'run() of several keys takes at least one target key, got an empty array',
+  multiKeysTooMany: (max: number, got: number) =>
+    `run() of several keys takes at most ${max} target keys, got ${got}: split the work, or lock a parent key`,
+  multiKeyDuplicate: (targetKey: string) =>
+    `run() of several keys names "${targetKey}" twice: name each key once (the set is acquired all or none)`,
+  multiKeyOption: (what: string) =>
+    `run() of several keys takes onBusy 'throw' (the default) or 'wait' with one holder per key, got ${what}: ` +
+    'a set of keys has no one run to join and no one holder to preempt',
+  multiFenceBorrowed: (targetKey: string) =>
+    `fenced() of several keys needs every lease taken by its own run(): "${targetKey}" is borrowed from an ` +
+    'outer call; call fenced() of that lease there',
+  multiFenceNested: (targetKey: string) =>
+    `fenced() of several keys cannot open inside an open fenced() of "${targetKey}" (its row is locked by that ` +
+    'transaction): call it outside, or write in the open one',
+  multiFenceOptions: () => 'fenced() of several keys takes no options (no release rides on its commit)',
+  multiKeyObservable: (label: string) =>
+    `@Exclusive with several keys on ${label}: the method returned an Observable; return a value or a Promise`,
 };
 
 /** An error (or any thrown value) as one line of a log message. */

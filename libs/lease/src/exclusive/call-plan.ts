@@ -39,6 +39,8 @@ export class CallPlan {
   readonly keyTemplate: string;
   /** The target key of one call, from the arguments the method received (after pipes, for handlers). */
   readonly keyOf: (args: readonly unknown[]) => string;
+  /** `@Exclusive([t1, t2, …])`: every key of one call, one per template (each template compiled, so checked, here). */
+  readonly keysOf?: (args: readonly unknown[]) => string[];
 
   constructor(
     readonly metadata: ExclusiveMetadata,
@@ -51,6 +53,11 @@ export class CallPlan {
     this.keyTemplate = (typeof targetKey === 'string' ? targetKey : arguments_.label).slice(0, 255);
     this.keyOf =
       typeof targetKey === 'string' ? compiledTemplate(targetKey, arguments_) : keyFunction(metadata, this.label);
+    if (metadata.targetKeys) {
+      const keys = metadata.targetKeys.map((template) => compiledTemplate(template, arguments_));
+      this.keysOf = (args) => keys.map((keyOf) => keyOf(args));
+      this.keyTemplate = metadata.targetKeys.join(' + ').slice(0, 255);
+    }
   }
 
   /** One call of the key `targetKey`: the key checked (the call's one check: the rest was checked at decoration). */

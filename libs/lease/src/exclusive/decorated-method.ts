@@ -23,7 +23,9 @@ export function decorateMethod(metadata: ExclusiveMetadata, decorator: '@Exclusi
       throw new LeaseConfigError(messages.exclusiveNotOnMethod(decorator, String(methodName)));
     }
     const declaringClass = typeof target === 'function' ? target : target.constructor;
-    checkTemplateText(metadata.targetKey, `${declaringClass.name}.${String(methodName)}`, decorator);
+    for (const template of metadata.targetKeys ?? [metadata.targetKey]) {
+      checkTemplateText(template, `${declaringClass.name}.${String(methodName)}`, decorator);
+    }
     injectEngineInto(declaringClass);
     const method = wrapMethod(original, declaringClass, methodName, metadata);
     const { wrapped } = method;

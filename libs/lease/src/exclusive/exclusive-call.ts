@@ -12,11 +12,12 @@ import type { ExclusiveMetadata } from '../options/busy-policy.js';
 import { withinTiming } from '../options/lease-timeout.js';
 import { type CallPlan, MethodPlans } from './call-plan.js';
 import { ENGINE_PROPERTY, EngineRef, engines } from './engine-registry.js';
-
-type EngineHolder = { [ENGINE_PROPERTY]?: unknown };
 import { refusedAsNotOwner, stickyEntry } from './sticky-entry.js';
 import { HeldLease } from '../engine/held-lease.js';
+import { callMultiExclusive } from './multi-exclusive-call.js';
 import type { LeaseEntry, ServiceEngine } from '../engine/service-engine.js';
+
+type EngineHolder = { [ENGINE_PROPERTY]?: unknown };
 
 /**
  * One handler call that entered through `ExclusiveInterceptor`. The interceptor cannot acquire (it runs before the
@@ -124,6 +125,11 @@ async function callExclusive(self: unknown, method: DecoratedMethod, args: unkno
   const application = own instanceof EngineRef ? own : engines.entryFor(self, plan.label);
   const leases = application.engine;
   const { metadata, keyTemplate } = plan;
+  if (plan.keysOf) {
+    return callMultiExclusive(self, method.original, plan, args, leases, call?.signal).finally(
+      () => call && (call.settled = true),
+    );
+  }
   const targetKey = plan.keyOf(args);
   const { original } = method;
   let entry: LeaseEntry;

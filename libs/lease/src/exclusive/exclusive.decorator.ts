@@ -1,5 +1,7 @@
 import type { ExclusiveKey, ExclusiveOptions } from '../interfaces/exclusive-options.interface.js';
 import { exclusiveDeclaration } from '../options/busy-policy.js';
+import type { MultiExclusiveOptions } from '../interfaces/multi-lease.interface.js';
+import { multiExclusiveDeclaration } from '../options/multi-keys.js';
 import { decorateMethod } from './decorated-method.js';
 
 /**
@@ -31,6 +33,20 @@ import { decorateMethod } from './decorated-method.js';
  * @example @Exclusive('report:{id}', { onBusy: { wait: { timeoutMs: 5_000 } } })
  * @example @Exclusive('digest', { holdAtLeastMs: 5_000, onBusy: 'skip' })   // with @Cron: once per tick
  */
-export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | ExclusiveOptions): MethodDecorator {
-  return decorateMethod(exclusiveDeclaration(targetKey, priorityOrOptions), '@Exclusive');
+export function Exclusive(targetKey: ExclusiveKey, priorityOrOptions?: number | ExclusiveOptions): MethodDecorator;
+/**
+ * Runs the method under a lease on every key its templates make (at most 16), taken all or none in one global order,
+ * released together when it settles (docs/multi-key.md): `@Exclusive(['account:{id}', 'invoice:{invoiceId}'])`.
+ * `@CurrentLease()` is the call's `MultiLease`; `current()` inside is the last key's lease. The method's result must be
+ * a value or a Promise (an Observable is refused).
+ */
+export function Exclusive(targetKeys: readonly string[], options?: MultiExclusiveOptions): MethodDecorator;
+export function Exclusive(
+  targetKey: ExclusiveKey | readonly string[],
+  priorityOrOptions?: number | ExclusiveOptions | MultiExclusiveOptions,
+): MethodDecorator {
+  const metadata = Array.isArray(targetKey)
+    ? multiExclusiveDeclaration(targetKey, priorityOrOptions as MultiExclusiveOptions | undefined)
+    : exclusiveDeclaration(targetKey as ExclusiveKey, priorityOrOptions);
+  return decorateMethod(metadata, '@Exclusive');
 }

@@ -40,6 +40,8 @@ export type WaitingPlan = Extract<BusyPlan, { kind: 'wait' | 'preempt' }>;
 /** An `@Exclusive` / `@Sticky` declaration, checked once at decoration: all of a call but its key (filled per call). */
 export interface ExclusiveMetadata {
   readonly targetKey: ExclusiveKey;
+  /** `@Exclusive([t1, t2, …])`: every key template (the first is `targetKey`), taken all or none (options/multi-keys.ts). */
+  readonly targetKeys?: readonly string[];
   readonly priority: number;
   readonly holdMs: number;
   readonly limit: number;

@@ -47,6 +47,23 @@ export class FenceStore {
     ]);
   }
 
+  /**
+   * First statement of a fenced transaction over several leases (`MultiLease.fenced()`): locks `rows` in the order
+   * given (the multi-key run's global key order) and reads each one's token; bounds as `lockStatement`.
+   */
+  lockManyStatement(rows: readonly RowRef[], lockWaitMs: number): string {
+    return inlineParameters(this.sql().lockManyForFence, [
+      JSON.stringify(rows.map((row) => [row.targetKey, row.slot])),
+      String(this.options.fencedIdleTimeoutMs),
+      String(Math.max(1, Math.ceil(lockWaitMs))),
+    ]);
+  }
+
+  /** What the lock step over several rows read: one lock per row, in the order asked. */
+  lockedMany(rows: ReadonlyArray<Record<string, unknown>>): FenceLock[] {
+    return rows.map((row) => this.locked([row]));
+  }
+
   /** What the lock step read (its one row). */
   locked(rows: ReadonlyArray<Record<string, unknown>>): FenceLock {
     const locked = rows[0] as unknown as LockedRow;

@@ -370,6 +370,21 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
     expect({ sent, result, release, slotRelease }).toMatchSnapshot();
   });
 
+  it('the lock of a fenced transaction over several leases (every row, in the order given, one statement)', () => {
+    const r = recorder(configuration);
+    const rows = [
+      { targetKey: `account:'7'`, slot: 0 },
+      { targetKey: 'invoice:9', slot: 0 },
+    ];
+    const text = r.store.fence.lockManyStatement(rows, 1_234.5);
+    const locked = r.store.fence.lockedMany([
+      { lease_token: TOKEN_A, timeline: '1', forced: false, preempt_of: null },
+      { lease_token: null, timeline: '1', forced: true, preempt_of: null },
+    ]);
+    expect(r.log).toEqual([]);
+    expect({ text, locked }).toMatchSnapshot();
+  });
+
   it('names: the channel and the head channel', () => {
     const { store } = recorder(configuration);
     expect({ channel: store.channel, headChannel: store.headChannel }).toMatchSnapshot();

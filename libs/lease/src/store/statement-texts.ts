@@ -16,7 +16,7 @@ import {
   privilegeChecks,
   SYSTEM_ID_READABLE_SQL,
 } from './sql/bootstrap.sql.js';
-import { lockForFenceSql } from './sql/fence.sql.js';
+import { lockForFenceSql, lockManyForFenceSql } from './sql/fence.sql.js';
 import { serverHistorySql, tableTopsSql, timelineSql, WAL_PROBE_SQL, WAL_READABLE_SQL } from './sql/fencing-token.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
@@ -49,6 +49,7 @@ export interface StatementTexts {
   readonly confirmGrant: string;
   readonly snapshot: string;
   readonly lockForFence: string;
+  readonly lockManyForFence: string;
   readonly preemptAsk: string;
   readonly preemptTake: string;
   readonly serverHistory: string;
@@ -124,6 +125,7 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     confirmGrant: confirmGrantSql(n),
     snapshot: snapshotSql(n),
     lockForFence: lockForFenceSql(n, timeline),
+    lockManyForFence: lockManyForFenceSql(n, timeline),
     preemptAsk: preemptAskSql(n),
     preemptTake: preemptTakeSql(n, timeline, capMs),
     serverHistory: serverHistorySql(true, timeline),

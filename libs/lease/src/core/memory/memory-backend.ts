@@ -100,21 +100,21 @@ export class MemoryBackend implements LeaseBackend {
       // No direct handoff here: a waiter is never handed a grant to confirm.
       confirmGrant: () => Promise.resolve(null),
     };
+    const lockOf = (row: RowRef) => {
+      const held = this.rowAt(row);
+      const leaseToken = held && this.live(held) ? held.leaseToken : null;
+      return { leaseToken, timeline: 0n, forced: held?.forced ?? false, preemptOf: held?.preemptOf ?? null };
+    };
     this.fence = {
       // The lock read and the release happen inside the test's transaction, around the work.
       transaction: (row, _lockWaitMs, work) =>
         fencedTransaction(async (manager) => {
-          const held = this.rowAt(row);
-          const { result, releaseToken } = await work(manager, {
-            leaseToken: held && this.live(held) ? held.leaseToken : null,
-            timeline: 0n,
-            forced: held?.forced ?? false,
-            preemptOf: held?.preemptOf ?? null,
-          });
+          const { result, releaseToken } = await work(manager, lockOf(row));
           if (releaseToken !== undefined) this.releaseRow(row, releaseToken);
           return result;
         }),
       timelineOf: () => 0n,
+      transactionAll: (rows, _lockWaitMs, work) => fencedTransaction((manager) => work(manager, rows.map(lockOf))),
     };
     this.preempt = {
       ask: (caller) => Promise.resolve(this.ask(caller)),

@@ -112,6 +112,13 @@ export class PostgresBackend implements LeaseBackend {
           (error) => fence.lockFailed(error, row),
         ),
       timelineOf,
+      // Every row locked by the one statement sent with BEGIN, in the order given.
+      transactionAll: (rows, lockWaitMs, work) =>
+        this.database.transaction(
+          () => fence.lockManyStatement(rows, lockWaitMs()),
+          async (manager, opened) => ({ result: await work(manager, fence.lockedMany(opened)) }),
+          (error) => fence.lockFailed(error, rows[0]),
+        ),
     };
     this.joins = new JoinResults(this.database, options, logger);
     const operator = new OperatorStore(this.database.statements, options);

@@ -28,3 +28,36 @@ export function lockForFenceSql(n: LeaseObjectNames, timeline: string): string {
           ${timeline}::text AS timeline
         FROM prior p LEFT JOIN locked k ON true`;
 }
+
+/**
+ * First statement of a fenced transaction over several leases (`MultiLease.fenced()`), as `lockForFenceSql` for each
+ * row: $1 the rows as a JSON array of `[target, slot]` pairs, in the global key order of the multi-key run, $2 and $3 as
+ * there. The rows are locked one by one in that order (`ORDER BY` the array's ordinality under `FOR UPDATE`: the lock
+ * node runs above the sort), so two such transactions over overlapping keys cannot deadlock. One row per pair, in the
+ * array's order; a pair whose row is missing reads a null token.
+ */
+export function lockManyForFenceSql(n: LeaseObjectNames, timeline: string): string {
+  return `WITH prior AS MATERIALIZED (
+          SELECT current_setting('lock_timeout') AS lock_timeout, set_config('lock_timeout', $3, true) AS bounded
+        ), wanted AS MATERIALIZED (
+          SELECT w.pair->>0 AS target, (w.pair->>1)::integer AS slot, w.ord
+          FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY w(pair, ord)
+        ), locked AS MATERIALIZED (
+          -- Depends on prior, so the bound is set before the first row is locked; locks in the given order.
+          SELECT w.ord, l.lease_token::text AS lease_token, ${forcedFree('l')} AS forced, l.preempt_of::text AS preempt_of
+          FROM ${n.lease} l JOIN wanted w ON l.target_id = w.target AND l.slot = w.slot, prior
+          WHERE prior.bounded IS NOT NULL
+          ORDER BY w.ord
+          FOR UPDATE OF l
+        ), restored AS MATERIALIZED (
+          -- After every row is locked: the transaction's own bound put back.
+          SELECT set_config('lock_timeout', p.lock_timeout, true) AS restored,
+            set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
+            CASE WHEN current_setting('synchronous_commit') = 'off'
+              THEN set_config('synchronous_commit', 'on', true) END AS durable
+          FROM prior p WHERE (SELECT count(*) FROM locked) >= 0
+        )
+        SELECT k.lease_token, k.forced IS TRUE AS forced, k.preempt_of, r.restored, ${timeline}::text AS timeline
+        FROM wanted w CROSS JOIN restored r LEFT JOIN locked k ON k.ord = w.ord
+        ORDER BY w.ord`;
+}
