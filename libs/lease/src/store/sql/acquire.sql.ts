@@ -54,7 +54,9 @@ export function singleAcquireSql(
           RETURNING seq, queued_at`
     : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
   return `WITH held AS (
-          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND ${taken('l')}
+          -- Any row of the key: its own (slot 0), or a live slot of a semaphore or read-write holder (a plain call on
+          -- their key is busy while they hold it, never granted beside them).
+          SELECT 1 FROM ${lease} l WHERE l.target_id = $1 AND ${taken('l')}
         ), line AS MATERIALIZED (
           -- The target's line, read once (one index probe) for the rule below and for the clean-up after a grant.
           SELECT w.waiter_id, w.seq, ${aged('w.queued_at', '$8')} AS eff, ${liveWaiter('w')} AS live
@@ -176,7 +178,8 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
     ), open AS MATERIALIZED (
       SELECT c.*, EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND l.slot = 0) AS has_row
       FROM cand c
-      WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND l.slot = 0 AND ${taken('l')})
+      -- Any row of the key taken (its own, or a semaphore's or read-write holder's slot: see singleAcquireSql).
+      WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = c.target_id AND ${taken('l')})
         AND NOT EXISTS (
           SELECT 1 FROM ${waiter} w
           WHERE w.target_id = c.target_id AND w.waiter_id IS DISTINCT FROM c.waiter_id AND ${liveWaiter('w')}
@@ -268,7 +271,9 @@ export function loneAcquireSql(n: LeaseObjectNames, timeline: string, capMs: num
   return `WITH open AS MATERIALIZED (
           SELECT coalesce(NOT ${taken('l')}, true) AS free, l.target_id IS NOT NULL AS has_row,
             coalesce(l.lease_token IS NULL AND NOT ${holding('l')}, true)
-              AND NOT EXISTS (SELECT 1 FROM ${waiter} w WHERE w.target_id = $1) AS lone
+              AND NOT EXISTS (SELECT 1 FROM ${waiter} w WHERE w.target_id = $1)
+              -- A slot row of the key (a semaphore's, a read-write holder's): the single statement decides.
+              AND NOT EXISTS (SELECT 1 FROM ${lease} s WHERE s.target_id = $1 AND s.slot > 0 AND ${taken('s')}) AS lone
           FROM (SELECT 1) one LEFT JOIN ${lease} l ON l.target_id = $1 AND l.slot = 0
         ), locked AS MATERIALIZED (
           SELECT l.target_id FROM ${lease} l, open o
