@@ -10,8 +10,12 @@ import { execFileSync } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The budget (reached in issue 41: 432 files, 388,057 bytes packed, 1,868,497 unpacked, README.md 170 kB of it). */
-export const BUDGET = { files: 475, packedBytes: 427_000, unpackedBytes: 2_055_000 };
+/**
+ * The budget (reached in issue 41: 432 files, 388,057 bytes packed, 1,868,497 unpacked, README.md 170 kB of it). Files
+ * raised to 525 with issue 43 (477 files: read-write leases and several keys at once, each a few new modules and their
+ * declarations; bytes still under the issue-41 budget at 368.8 kB packed).
+ */
+export const BUDGET = { files: 525, packedBytes: 427_000, unpackedBytes: 2_055_000 };
 
 const lib = join(dirname(fileURLToPath(import.meta.url)), '../libs/lease');
 
