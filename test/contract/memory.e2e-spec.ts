@@ -5,6 +5,7 @@ import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
 import { readWriteContract } from './read-write-contract.js';
+import { readWriteLifecycleContract } from './read-write-lifecycle-contract.js';
 import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, in memory', () => {
@@ -33,5 +34,6 @@ describe('the lease contract, in memory', () => {
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
   readWriteContract(() => subject);
+  readWriteLifecycleContract(() => subject);
   multiKeyContract(() => subject);
 });

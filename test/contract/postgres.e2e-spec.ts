@@ -8,6 +8,7 @@ import { type ContractSubject, leaseContract } from './lease-contract.js';
 import { leaseTimeoutContract } from './lease-timeout-contract.js';
 import { lifecycleContract } from './lifecycle-contract.js';
 import { readWriteContract } from './read-write-contract.js';
+import { readWriteLifecycleContract } from './read-write-lifecycle-contract.js';
 import { multiKeyContract } from './multi-key-contract.js';
 
 describe('the lease contract, on PostgreSQL', () => {
@@ -28,5 +29,6 @@ describe('the lease contract, on PostgreSQL', () => {
   lifecycleContract(() => subject);
   leaseTimeoutContract(() => subject);
   readWriteContract(() => subject);
+  readWriteLifecycleContract(() => subject);
   multiKeyContract(() => subject);
 });
