@@ -32,8 +32,9 @@ const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 /**
  * Prometheus metrics of one `LeaseService`, fed by its `events$`: acquisitions, takeovers, busy refusals, losses,
  * renewal failures, heartbeat latency, wait outcomes, histograms of acquire, wait and hold durations, and gauges of
- * held leases, semaphore slots held and waiting calls. Labelled by key template (`key_template`: `@Exclusive`'s template, or a call's
- * `keyTemplate`), never by target key, so cardinality stays fixed however many targets there are.
+ * held leases, semaphore slots held, read-write leases held by mode, and waiting calls. Labelled by key template
+ * (`key_template`: `@Exclusive`'s template, or a call's `keyTemplate`), never by target key, so cardinality stays fixed
+ * however many targets there are.
  *
  * Optional integration (needs `prom-client`): import it from `nest-pg-lease/prometheus`, never from the main entry.
  */
@@ -138,6 +139,12 @@ export class LeaseMetrics implements OnModuleDestroy {
       labelNames: ['key_template'],
       registers,
     });
+    const readWrite = new Gauge({
+      name: metricName('read_write_held'),
+      help: 'Read-write leases this process holds now, by key template and mode (shared: readers; exclusive: writers)',
+      labelNames: ['key_template', 'mode'],
+      registers,
+    });
     const leader = new Gauge({
       name: metricName('leader'),
       help: 'Leader elections this process leads now: 1 while elected, 0 once revoked',
@@ -164,6 +171,13 @@ export class LeaseMetrics implements OnModuleDestroy {
         const held = event.type === 'acquired' || event.type === 'taken-over';
         if (held || event.type === 'released' || event.type === 'lost') {
           slots.inc({ key_template: event.keyTemplate }, held ? 1 : -1);
+        }
+      }
+      // So does a read-write lease, by its mode.
+      if ('mode' in event && event.mode !== undefined) {
+        const held = event.type === 'acquired' || event.type === 'taken-over';
+        if (held || event.type === 'released' || event.type === 'lost') {
+          readWrite.inc({ key_template: event.keyTemplate, mode: event.mode }, held ? 1 : -1);
         }
       }
       switch (event.type) {
