@@ -63,7 +63,13 @@ describe('independence', () => {
 
   test('a slow waiter renewal never costs a held lease', async () => {
     const holder = await startService(db.url, { owner: 'other' });
-    const a = await startService(db.url, { owner: 'slow-waiter' }, 'slow-waiter');
+    // Renewals bounded by 400 ms + slack: a renewal held up by the waiter's 1 s would fail, a loaded machine's
+    // 200 ms blip would not (the default 100 ms heartbeat failed one at 219 ms at load 6, no waiter involved).
+    const a = await startService(
+      db.url,
+      { owner: 'slow-waiter', timing: { heartbeatIntervalMs: 400, leaseTimeoutMs: 4_000 } },
+      'slow-waiter',
+    );
     // Test instrumentation: every waiter renewal of this owner takes a second (its heartbeat runs every 200 ms).
     await db.admin.query(`
       CREATE FUNCTION slow_waiter() RETURNS trigger LANGUAGE plpgsql AS $$
