@@ -28,7 +28,13 @@ await dataSource.initialize();
 const service = new LeaseService(dataSource, { ...config.options, owner: config.owner });
 await service.init();
 send({ type: 'ready', pid: process.pid });
-const lease = await service.acquire(config.key, { priority: config.priority, onBusy: { wait: { timeoutMs: 60_000 } } });
+const lease = await service
+  .acquire(config.key, { priority: config.priority, onBusy: { wait: { timeoutMs: 60_000 } } })
+  .catch((error: unknown) => {
+    // Said, not swallowed: the parent's log shows why no row appeared.
+    console.error(`waiter-child ${config.owner}: acquire failed: ${String(error)}`);
+    throw error;
+  });
 send({ type: 'granted', fencingToken: String(lease.fencingToken) });
 process.on('message', (message) => {
   if (message === 'release') void lease.release().then(() => send({ type: 'released' }));
