@@ -9,13 +9,16 @@ const proc = procsOf(db);
  * from before the release until the waiter holds the lease. Returns how often a newcomer won first.
  */
 async function raceNewcomers(key: string, newcomerPriority: number) {
-  const holder = await proc('holder');
+  // Roomy leases and waiter rows: a loaded machine (load 6) let the 600 ms waiter row of the test timings expire
+  // under the newcomers' loop, and an equal newcomer then rightly took the key. The race is release → grant.
+  const roomy = { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000, waiterTimeoutMs: 3_000 } };
+  const holder = await proc('holder', roomy);
   const held = (await holder.service.tryAcquire(key))!;
-  const waiter = await proc('waiter-p5');
+  const waiter = await proc('waiter-p5', roomy);
   const waiting = track(waiter.service.acquire(key, { priority: 5, onBusy: { wait: { timeoutMs: 30_000 } } }));
   await untilQueued(db.admin, key, waiter.owner);
 
-  const newcomers = await Promise.all([1, 2, 3].map((n) => proc(`newcomer${n}-p${newcomerPriority}`)));
+  const newcomers = await Promise.all([1, 2, 3].map((n) => proc(`newcomer${n}-p${newcomerPriority}`, roomy)));
   let stop = false;
   let attempts = 0;
   const wins: string[] = [];
