@@ -10,6 +10,7 @@ import {
   LeaseBusyError,
   LeaseLostError,
   type LeaseService,
+  LeaseShutdownError,
   LeaseWaitTimeoutError,
   type MultiLease,
 } from 'nest-pg-lease';
@@ -85,6 +86,25 @@ export function multiKeyContract(subject: () => ContractSubject): void {
       await holder.release();
       await expect(waiting).resolves.toEqual([a, b]);
       expect(await heldRows(service, [a, b])).toBe(0);
+    });
+
+    it('close() while a call waits for its second key: told LeaseShutdownError, its first key given back', async () => {
+      // One service holds the second key and closes: the grace ends the holder, the close tells the waiting call.
+      const { service, close } = await subject().open({ timing: { shutdownGraceMs: 200 } });
+      const a = freshKey('multi-close-a');
+      const b = `${a}~b`;
+      const holder = (await service.tryAcquire(b))!;
+      const released: string[] = [];
+      service.events$.subscribe((event) => event.type === 'released' && released.push(event.targetKey));
+      const waiting = service
+        .run([a, b], () => 'ran', { onBusy: { wait: { timeoutMs: 30_000 } } })
+        .catch((error: unknown) => error);
+      await until(async () => (await waitingRows(service, b)) === 1, 'the call in the line of the busy key');
+      expect(await heldRows(service, [a])).toBe(1);
+      await within(close(), 10_000, 'close()');
+      expect(await waiting).toBeInstanceOf(LeaseShutdownError);
+      expect(released).toContain(a);
+      expect({ held: service.heldLeases().length, holder: holder.isHeld() }).toEqual({ held: 0, holder: false });
     });
 
     it('two callers with overlapping sets in opposite orders both finish (no deadlock)', async () => {
