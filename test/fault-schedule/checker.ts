@@ -21,7 +21,9 @@
  *   the same priority and an earlier place (a newcomer comes after every queued waiter).
  *
  * The modes where two features meet are judged in `checker-modes.ts` (called from here): **sticky: one call at a
- * time**, **join: the run it waited for**, **join: refused on a drained key** and **local safety**.
+ * time**, **join: the run it waited for**, **join: refused on a drained key** and **local safety**; the read-write
+ * keys (`RW_PREFIX`, many holders at once: left out of the per-key checks above where they assume one holder) in
+ * `checker-read-write.ts`.
  *
  * The runner adds two more, which it checks itself: **close leaves nothing** (after `close()` while calls run) and
  * **settled: nothing left** (after everything is closed and killed rows have expired: no live lease row, no live
