@@ -2,7 +2,7 @@
  * Read-write leases (issue 43, item 1) in a workload process of the fault schedule (`worker.ts`): `run(key, work,
  * { mode })` on the read-write keys (`rw0`, `rw1`: keys of their own, which no other call takes, so the single
  * holder's checks leave them to checker-read-write.ts) — shared or exclusive, refusing (`'throw'`) or waiting
- * 300–2,000 ms. The work samples `isHeld()` every 20 ms (the last time it saw its lease held, taken before the call:
+ * 300–2,000 ms (the wait judged against its bound). The work samples `isHeld()` every 20 ms (the last time it saw its lease held, taken before the call:
  * local safety), holds 20–300 ms, makes one fenced write and reports its mode, token and held window (`rw`).
  *
  * Its fenced write goes to the lease's own history target, `<key>@<fencing token>` (its counter row made in the same
@@ -19,24 +19,38 @@ import { recordWrite } from '../faults/support/history.js';
 import type { WriteOutcome } from '../faults/support/protocol.js';
 import { sleep } from '../support/sleep.js';
 import { rwTarget } from './checker-read-write.js';
+import type { WaitRecord } from './protocol.js';
 import type { Random } from './schedule.js';
-import { config, leases, op, outcomeOf, phase, send, wall } from './worker-kit.js';
+import { config, leases, op, outcomeOf, phase, send, stalledMs, wall } from './worker-kit.js';
 
-/** A read-write call: a reader 60 % of the time, a writer otherwise; a priority of 0 or 1 (a reader may pass). */
+/**
+ * A read-write call: a reader 60 % of the time, a writer otherwise; a priority of 0 or 1 (a reader may pass). A call
+ * that waits reports its wait, judged against its bound like every wait (a writer waits for every reader to leave).
+ */
 export async function readWriteRun(random: Random): Promise<void> {
   const key = random.pick(config.rwKeys);
   const mode = random.chance(0.6) ? 'shared' : 'exclusive';
-  const waits = random.chance(0.6);
-  let ran = false;
+  const priority = random.int(0, 1);
+  const waitTimeoutMs = random.chance(0.6) ? random.int(300, 2_000) : undefined;
+  const startedAt = wall();
+  const stalledFrom = stalledMs;
+  let grantedAt: number | undefined;
+  let stalledAtGrant = 0;
+  const wait = (endedAt: number, stalled: number): WaitRecord | undefined =>
+    waitTimeoutMs === undefined
+      ? undefined
+      : { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt, stalledMs: stalled - stalledFrom };
   try {
-    await leases.run(key, (lease) => ((ran = true), held(lease, mode, random)), {
+    const work = (lease: Lease) => ((grantedAt = wall()), (stalledAtGrant = stalledMs), held(lease, mode, random));
+    await leases.run(key, work, {
       mode,
-      priority: random.int(0, 1),
-      onBusy: waits ? { wait: { timeoutMs: random.int(300, 2_000) } } : 'throw',
+      priority,
+      onBusy: waitTimeoutMs === undefined ? 'throw' : { wait: { timeoutMs: waitTimeoutMs } },
     });
-    op('rw', `${mode}-granted`);
+    op('rw', `${mode}-granted`, { wait: wait(grantedAt!, stalledAtGrant) });
   } catch (error) {
-    op('rw', ran ? 'work-failed' : outcomeOf(error), { error });
+    if (grantedAt !== undefined) op('rw', 'work-failed', { error });
+    else op('rw', outcomeOf(error), { wait: wait(wall(), stalledMs), error });
   }
 }
 
