@@ -353,6 +353,24 @@ test('multi-key: no two holders overlap on a key: overlapping windows on a share
   ]);
 });
 
+const rwWork = (worker: string, mode: 'shared' | 'exclusive', token: number, startedAt: number, lastHeldAt?: number) =>
+  report(worker, { t: 'rw', key: 'rw0', mode, fencingToken: String(token), startedAt, lastHeldAt });
+
+test('read-write: a writer overlaps no other holder: readers together pass, a writer beside anyone is flagged', async () => {
+  const log = [
+    rwWork('w0.1', 'shared', 1, 1_000, 1_300),
+    rwWork('w1.1', 'shared', 2, 1_100, 1_400), // readers together
+    rwWork('w2.1', 'exclusive', 3, 1_400, 1_600), // begins as the last reader last saw its lease held
+    rwWork('w3.1', 'shared', 4, 1_550, 1_700), // beside the writer
+    rwWork('w0.1', 'exclusive', 5, 1_690, 1_800), // beside that reader
+    rwWork('w1.1', 'exclusive', 6, 1_750, undefined), // never saw its lease held: no window
+  ];
+  expect(await violations(log)).toEqual([
+    "read-write: a writer overlaps no other holder: rw0: w3.1's reader (token 4) began 50 ms before w2.1's writer (token 3) last saw its lease held",
+    "read-write: a writer overlaps no other holder: rw0: w0.1's writer (token 5) began 10 ms before w3.1's reader (token 4) last saw its lease held",
+  ]);
+});
+
 test('join: the run it waited for: a run that ended before the join, one granted after it, one never granted', async () => {
   const a = await as('w0.1');
   const b = await as('w1.1');

@@ -21,7 +21,9 @@
  *   the same priority and an earlier place (a newcomer comes after every queued waiter).
  *
  * The modes where two features meet are judged in `checker-modes.ts` (called from here): **sticky: one call at a
- * time**, **join: the run it waited for**, **join: refused on a drained key** and **local safety**.
+ * time**, **join: the run it waited for**, **join: refused on a drained key** and **local safety**; the read-write
+ * keys (`RW_PREFIX`, many holders at once: left out of the per-key checks above where they assume one holder) in
+ * `checker-read-write.ts`.
  *
  * The runner adds two more, which it checks itself: **close leaves nothing** (after `close()` while calls run) and
  * **settled: nothing left** (after everything is closed and killed rows have expired: no live lease row, no live
@@ -32,6 +34,12 @@ import { check } from '../faults/support/checker.js';
 import type { Received } from '../faults/support/harness.js';
 import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/protocol.js';
 import { checkModes, type ModesContext, type ModesFigures, type ModesInvariant } from './checker-modes.js';
+import {
+  checkReadWrite,
+  isReadWriteKey,
+  type ReadWriteFigures,
+  type ReadWriteInvariant,
+} from './checker-read-write.js';
 import type { ScheduleMessage } from './protocol.js';
 
 export type Invariant =
@@ -43,7 +51,8 @@ export type Invariant =
   | 'priority order'
   | 'close leaves nothing'
   | 'settled: nothing left'
-  | ModesInvariant;
+  | ModesInvariant
+  | ReadWriteInvariant;
 
 export const INVARIANTS: readonly Invariant[] = [
   'fenced exclusion',
@@ -59,6 +68,9 @@ export const INVARIANTS: readonly Invariant[] = [
   'join: refused on a drained key',
   'local safety',
   'multi-key: no two holders overlap on a key',
+  'read-write: a writer overlaps no other holder',
+  "read-write: a writer's token above every earlier grant",
+  'read-write: no fenced write beside a writer',
 ];
 
 export interface Violation {
@@ -91,6 +103,7 @@ export interface Figures {
   stalls: { count: number; maxMs: number };
   /** Sticky calls that ran, joins by outcome, and grants handed over by a release (and confirmed by their owner). */
   modes: ModesFigures & { handoffs: number; confirmed: number };
+  readWrite: ReadWriteFigures;
 }
 
 /** Above the bound of docs/waiting.md (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
@@ -117,6 +130,7 @@ interface LeaseEventRow {
   old_fencing_token: string | null;
   old_expired_ms: number | null;
   old_held: boolean | null;
+  slot: number;
   waiters: Array<{
     id: string;
     owner: string;
@@ -151,18 +165,19 @@ export async function checkRun(
     await admin.query<LeaseEventRow>(`
       SELECT seq::text, kind, target_id, fencing_token::text, owner, priority, app, txid::text,
         (extract(epoch FROM at) * 1000000)::bigint::text AS at_us, old_owner, old_fencing_token::text, old_expired_ms,
-        waiters, old_held
+        waiters, old_held, slot
       FROM sched_lease_event e ORDER BY e.seq`)
   ).rows;
   const grants = events.filter((e) => e.kind === 'grant');
 
-  // Tokens rising per key, in grant order; one grant per token; the workers' grants are the server's.
+  // Tokens rising per key, in grant order (read-write keys: checker-read-write.ts); one grant per token; the workers'
+  // grants are the server's.
   const top = new Map<string, bigint>();
   const granted = new Map<string, LeaseEventRow>();
   for (const grant of grants) {
     const token = BigInt(grant.fencing_token);
     const before = top.get(grant.target_id);
-    if (before !== undefined && token <= before) {
+    if (before !== undefined && token <= before && !isReadWriteKey(grant.target_id)) {
       flag(
         'tokens rising per key',
         `${grant.target_id}: token ${token} granted to ${grant.owner} (#${grant.seq}) after token ${before}`,
@@ -193,7 +208,8 @@ export async function checkRun(
         (extract(epoch FROM at) * 1000000)::bigint::text AS at_us
       FROM fault_history ORDER BY at`)
   ).rows;
-  // One sweep per key over its grants, releases and writes in database-clock order.
+  // One sweep per key over its grants, releases and writes in database-clock order (not a read-write key's: its
+  // readers hold at once; their writes have targets of their own, judged by checker-read-write.ts).
   const timeline = new Map<string, Array<{ at: bigint; token: bigint; what: 'grant' | 'release' | number }>>();
   const entriesOf = (key: string) => timeline.get(key) ?? timeline.set(key, []).get(key)!;
   for (const e of events) {
@@ -207,6 +223,7 @@ export async function checkRun(
     entriesOf(write.target).push({ at: BigInt(write.at_us), token: BigInt(write.fencing_token), what: index }),
   );
   for (const [key, entries] of timeline) {
+    if (isReadWriteKey(key)) continue;
     // Writes first at equal times (the benefit of the doubt: a write and the end of its lease are lock-ordered).
     const rank = (what: 'grant' | 'release' | number) => (typeof what === 'number' ? 0 : 1);
     entries.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : rank(a.what) - rank(b.what)));
@@ -237,7 +254,9 @@ export async function checkRun(
           `${e.target_id}: ${e.app} renewed its lease (token ${e.fencing_token}) ${Math.round(e.old_expired_ms!)} ms after it had expired`,
         );
       }
-    } else if (e.kind === 'release' && e.app !== e.old_owner) {
+    } else if (e.kind === 'release' && e.app !== e.old_owner && !isReadWriteKey(e.target_id)) {
+      // A read-write key's rows are cleared by others by design: a writer's grant clears expired readers' tokens, a
+      // reader's grant a dead writer's (docs/read-write.md); its checks judge them (checker-read-write.ts).
       flag(
         'no stale hands',
         `${e.target_id}: ${e.old_owner}'s lease (token ${e.old_fencing_token}) released by ${e.app}`,
@@ -367,6 +386,22 @@ export async function checkRun(
     pauses,
   );
   for (const v of modes.violations) flag(v.invariant, v.detail);
+  const readWrite = checkReadWrite(
+    log,
+    events.map((e) => ({
+      seq: BigInt(e.seq),
+      kind: e.kind,
+      key: e.target_id,
+      slot: e.slot,
+      token: BigInt(e.fencing_token),
+      oldToken: e.old_fencing_token === null ? null : BigInt(e.old_fencing_token),
+      owner: e.owner,
+      app: e.app,
+      at: Number(BigInt(e.at_us)) / 1000,
+    })),
+    history.map((w) => ({ target: w.target, worker: w.worker, seq: w.seq, at: Number(BigInt(w.at_us)) / 1000 })),
+  );
+  for (const v of readWrite.violations) flag(v.invariant, v.detail);
   const { rows: handed } = await admin.query<{ handoffs: number; confirmed: number }>(
     `SELECT count(*)::int AS handoffs, count(confirmed_at)::int AS confirmed FROM sched_handoff`,
   );
@@ -390,6 +425,7 @@ export async function checkRun(
       { count: 0, maxMs: 0 },
     ),
     modes: { ...modes.figures, ...handed[0] },
+    readWrite: readWrite.figures,
   };
   return { violations, figures };
 }

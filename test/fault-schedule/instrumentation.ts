@@ -20,6 +20,7 @@
  *   fault of the harness, not of the schedule.
  */
 import type pg from 'pg';
+import { RW_PREFIX } from './checker-read-write.js';
 import type { Racepoint } from './schedule.js';
 
 const MS = `* interval '1 millisecond'`;
@@ -45,7 +46,9 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       -- how long before the statement began the old row had expired (positive: it had)
       old_expired_ms float8, waiters jsonb,
       -- a grant: whether the row it replaced still named a holder (a takeover or a handoff, not a free row)
-      old_held boolean);
+      old_held boolean,
+      -- the row of the key: 0 its own (a single holder's), 1 a read-write key's writer's, above a reader's
+      slot int NOT NULL DEFAULT 0);
     -- Grants made by another process than their owner's: a release (or a waiter leaving) handed the key over. The
     -- owner's first update of the grant is its confirmation.
     CREATE TABLE sched_handoff (target_id text NOT NULL, fencing_token bigint NOT NULL, owner text NOT NULL,
@@ -99,7 +102,7 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
             'landedMs', extract(epoch FROM statement_timestamp() - l.landed_at) * 1000)), '[]'::jsonb)
           FROM job_lease_waiter w LEFT JOIN sched_waiter_landed l ON l.waiter_id = w.waiter_id
           WHERE w.target_id = NEW.target_id) END,
-        CASE WHEN kind = 'grant' THEN TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL END);
+        CASE WHEN kind = 'grant' THEN TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL END, NEW.slot);
       RETURN NULL;
     END $$;
 
@@ -198,14 +201,17 @@ export async function sleepingBackends(admin: pg.Client, owner: string): Promise
 
 /**
  * The cheap part of the checker, run after every step: per key, a grant whose token is not above every earlier
- * grant's, and a fenced write whose token is below one already committed. The first few, as text.
+ * grant's, and a fenced write whose token is below one already committed. The first few, as text. Read-write keys
+ * (`RW_PREFIX`, many holders at once) are left to the read-write checks.
  */
 export async function probe(admin: pg.Client): Promise<string[]> {
-  const { rows } = await admin.query<{ what: string }>(`
+  const { rows } = await admin.query<{ what: string }>(
+    `
     SELECT format('tokens rising per key: %s granted token %s to %s at #%s after token %s',
       target_id, fencing_token, owner, seq, top) AS what
     FROM (SELECT target_id, fencing_token, owner, seq, max(fencing_token) OVER (PARTITION BY target_id ORDER BY seq
-      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS top FROM sched_lease_event WHERE kind = 'grant') g
+      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS top FROM sched_lease_event
+      WHERE kind = 'grant' AND NOT starts_with(target_id, $1)) g
     WHERE fencing_token <= top
     UNION ALL
     SELECT format('fenced exclusion: %s token %s (%s) committed at #%s after token %s', target, fencing_token, worker,
@@ -213,6 +219,8 @@ export async function probe(admin: pg.Client): Promise<string[]> {
     FROM (SELECT target, fencing_token, worker, commit_seq, max(fencing_token) OVER (PARTITION BY target
       ORDER BY commit_seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS top FROM fault_history) h
     WHERE fencing_token < top
-    LIMIT 5`);
+    LIMIT 5`,
+    [RW_PREFIX],
+  );
   return rows.map((row) => row.what);
 }

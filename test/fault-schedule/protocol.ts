@@ -44,6 +44,10 @@ export interface ScheduleWorkerConfig {
   stickyOverlap: boolean;
   /** Negative control: `useMultiKeyOrder('skip-last')` — a multi-key run never takes its last key. */
   multiSkipLast: boolean;
+  /** The read-write keys (their prefix is `RW_PREFIX` of checker-read-write.ts): only read-write calls take them. */
+  rwKeys: string[];
+  /** Negative control: `useStatementFaults(…, { readerBesideWriter })` — a reader is let in beside a writer. */
+  readerBesideWriter: boolean;
   maxLifetimeMs: number;
 }
 
@@ -63,6 +67,7 @@ export type OpKind =
   | 'run-hold'
   | 'sticky'
   | 'multi'
+  | 'rw'
   | 'release';
 
 /**
@@ -113,6 +118,19 @@ export type ScheduleMessage =
    * of the keys within that window.
    */
   | { t: 'multi'; keys: string[]; fencingTokens: string[]; startedAt: number; lastHeldAt?: number }
+  /**
+   * A read-write run's work (`run(key, work, { mode })`): its mode, fencing token, when the work began and the last
+   * time its 20 ms sampler saw the lease held (`wall()`; none: never). No writer's window may overlap another holder's
+   * of the key (checker-read-write.ts).
+   */
+  | {
+      t: 'rw';
+      key: string;
+      mode: 'shared' | 'exclusive';
+      fencingToken: string;
+      startedAt: number;
+      lastHeldAt?: number;
+    }
   /**
    * A lease ended here (lost or released): the last time (`Date.now()`) a 50 ms sampler saw its `isHeld()` true,
    * the sample's time taken before the call. Local safety: nobody else may be granted the key before it.

@@ -49,7 +49,10 @@ function faultCell(result: RunResult): string {
   ].join(' · ');
 }
 
-/** Sticky calls that ran, joins by outcome (and how many each join check judged), grants handed over, takeovers. */
+/**
+ * Sticky calls that ran, joins by outcome (and how many each join check judged), grants handed over, takeovers, and
+ * the read-write works, grants and writes judged.
+ */
 function modesCell(result: RunResult): string {
   const m = result.figures.modes;
   const joins = Object.entries(m.joins)
@@ -58,7 +61,8 @@ function modesCell(result: RunResult): string {
     .join(', ');
   const total = Object.values(m.joins).reduce((sum, n) => sum + n, 0);
   const { joinRuns, joinsDrained, takeovers } = m.judged;
-  return `sticky ${m.stickyCalls} · joins ${total}${joins ? ` (${joins})` : ''}, judged: ${joinRuns} by their run, ${joinsDrained} in a drain · handoffs ${m.handoffs} (${m.confirmed} confirmed) · takeovers judged for local safety ${takeovers}`;
+  const rw = result.figures.readWrite;
+  return `sticky ${m.stickyCalls} · joins ${total}${joins ? ` (${joins})` : ''}, judged: ${joinRuns} by their run, ${joinsDrained} in a drain · handoffs ${m.handoffs} (${m.confirmed} confirmed) · takeovers judged for local safety ${takeovers} · read-write works ${rw.works.shared} shared / ${rw.works.exclusive} exclusive, grants ${rw.grants.shared} / ${rw.grants.exclusive}, writes judged ${rw.writesJudged}`;
 }
 
 export function tableOf(runs: readonly JudgedRun[], totalMs: number): string {

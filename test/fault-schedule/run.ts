@@ -4,8 +4,8 @@
  *   --seed N            the schedule (default 1)
  *   --minutes M         run steps for M minutes (default 1; fractions allowed)
  *   --steps K           run exactly K steps instead (a replay: what a failure prints)
- *   --control C         a negative control: fence-off | token-before-lock | sticky-overlap | multi-skip-last
- *                       (must be caught)
+ *   --control C         a negative control: fence-off | token-before-lock | sticky-overlap | multi-skip-last |
+ *                       rw-reader-beside-writer (must be caught)
  *   --schedule V        draw the steps of SCHEDULE_VERSION V (a seed kept with an older version; default the current)
  *   --keep-going        go on after the probe finds a violation
  *   --dry-run           print the steps of the seed (K of them, default 20) and exit
@@ -47,6 +47,7 @@ const CONTROL_SEEDS: Readonly<Record<Control, number>> = {
   'token-before-lock': 134,
   'sticky-overlap': 2,
   'multi-skip-last': 2,
+  'rw-reader-beside-writer': 2,
 };
 /** The invariant each control must trip. */
 const CAUGHT_BY: Readonly<Record<Control, Invariant>> = {
@@ -54,6 +55,7 @@ const CAUGHT_BY: Readonly<Record<Control, Invariant>> = {
   'token-before-lock': 'tokens rising per key',
   'sticky-overlap': 'sticky: one call at a time',
   'multi-skip-last': 'multi-key: no two holders overlap on a key',
+  'rw-reader-beside-writer': 'read-write: a writer overlaps no other holder',
 };
 
 interface Regression {

@@ -17,6 +17,7 @@ import {
 } from '../faults/support/harness.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { multiOverlaps, stickyOverlaps } from './checker-modes.js';
+import { readWriteOverlaps, RW_PREFIX } from './checker-read-write.js';
 import { closeAndCheck } from './close-check.js';
 import { checkRun, type Figures, type Violation } from './checker.js';
 import { armRacepoint, disarmRacepoints, installInstrumentation, probe, sleepingBackends } from './instrumentation.js';
@@ -36,13 +37,21 @@ import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 
 const WORKER_SCRIPT = join(process.cwd(), 'test', 'fault-schedule', 'worker.ts');
 
-export const CONTROLS = ['fence-off', 'token-before-lock', 'sticky-overlap', 'multi-skip-last'] as const;
+export const CONTROLS = [
+  'fence-off',
+  'token-before-lock',
+  'sticky-overlap',
+  'multi-skip-last',
+  'rw-reader-beside-writer',
+] as const;
 export type Control = (typeof CONTROLS)[number];
 
 export const WORKERS = 4;
 const LOOPS = 3;
 const HOT_KEYS = Array.from({ length: 6 }, (_, i) => `h${i}`);
 const BULK_KEYS = Array.from({ length: 48 }, (_, i) => `b${i}`);
+/** Read-write keys: only read-write calls take them (worker-read-write.ts). */
+const RW_KEYS = Array.from({ length: 2 }, (_, i) => `${RW_PREFIX}${i}`);
 /** How long a step waits for its worker to reach the phase it aims at before the fault lands unaimed. */
 const AIM_TIMEOUT_MS = 8_000;
 
@@ -165,6 +174,7 @@ export class ScheduleRun {
           ...(await probe(this.admin)),
           ...stickyOverlaps(this.log).map((o) => `sticky: ${o}`),
           ...multiOverlaps(this.log).map((o) => `multi-key: ${o}`),
+          ...readWriteOverlaps(this.log).map((o) => `read-write: ${o}`),
         ];
         if (found.length && !firstViolation) {
           firstViolation = { step: index, atMs: wall() - stepsFrom, what: found };
@@ -236,6 +246,8 @@ export class ScheduleRun {
         tokenBeforeLock: this.spec.control === 'token-before-lock',
         stickyOverlap: this.spec.control === 'sticky-overlap',
         multiSkipLast: this.spec.control === 'multi-skip-last',
+        rwKeys: RW_KEYS,
+        readerBesideWriter: this.spec.control === 'rw-reader-beside-writer',
         maxLifetimeMs: 60 * 60_000,
       };
       // A start can fail while the server restarts: try again (the same incarnation name, a fresh process).

@@ -125,7 +125,12 @@ export function attach(service: LeaseService, source: DataSource): void {
   leases = service;
   dataSource = source;
   // The negative control: the service's store rebuilds its statements with the fault, before the first call.
-  if (config.tokenBeforeLock) useStatementFaults(service, { tokenBeforeLock: true });
+  if (config.tokenBeforeLock || config.readerBesideWriter) {
+    useStatementFaults(service, {
+      tokenBeforeLock: config.tokenBeforeLock,
+      readerBesideWriter: config.readerBesideWriter,
+    });
+  }
 }
 
 export function op(

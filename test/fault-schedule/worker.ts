@@ -59,6 +59,7 @@ import {
 } from './worker-kit.js';
 import { holdRun, join, JoinController, startSticky, StickyJob } from './worker-modes.js';
 import { multiRun } from './worker-multi.js';
+import { readWriteRun } from './worker-read-write.js';
 
 /** How often each call is drawn. */
 const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> = {
@@ -76,6 +77,8 @@ const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> 
   'run-hold': 5,
   // Its negative control draws them more often: two sets sharing a key then meet within seconds.
   multi: config.multiSkipLast ? 40 : 6,
+  // The same for read-write calls: a reader then meets a writer within seconds.
+  rw: config.readerBesideWriter ? 40 : 6,
 };
 
 /**
@@ -136,6 +139,7 @@ class Loop {
       'http-join': () => join(this.random, 'http', baseUrl),
       'run-hold': () => holdRun(this.random),
       multi: () => multiRun(this.random),
+      rw: () => readWriteRun(this.random),
     };
     while (!closing) {
       const kind = this.random.weighted(CALL_MIX);
