@@ -142,3 +142,15 @@ test('without the fault, the aimed reader is refused while the writer holds', as
   await expect(service.tryAcquire('rw-exclusion-aimed-clean', { mode: 'shared', priority: 1 })).resolves.toBeNull();
   await writer.release();
 });
+
+test('the fault switched on after the statements were prepared takes effect on the same connection', async () => {
+  // One pooled connection: the reader's statement is prepared there before the fault, and sent there after it.
+  const service = (await proc('switched', MODEL_OPTIONS, 1)).service;
+  const key = 'rw-exclusion-switched';
+  await (await service.tryAcquire(key, { mode: 'shared' }))!.release();
+  useStatementFaults(service, { tokenBeforeLock: false, readerBesideWriter: true });
+  const writer = (await service.tryAcquire(key, { mode: 'exclusive' }))!;
+  const reader = await service.tryAcquire(key, { mode: 'shared', priority: 1 });
+  expect(reader).not.toBeNull();
+  await Promise.all([writer.release(), reader!.release()]);
+});

@@ -151,7 +151,8 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     preparedPrefix(options) +
     (settings.timeline === undefined ? '' : `_t${settings.timeline}`) +
     (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`) +
-    (faults.tokenBeforeLock ? '_f' : '');
+    (faults.tokenBeforeLock ? '_f' : '') +
+    (faults.readerBesideWriter ? '_r' : '');
   // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
   // client: there every statement is unnamed.
   const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });
