@@ -9,6 +9,12 @@ import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
  * two sequences (the GRANTs of docs/privileges.md); the tables made by the owner. A role missing a right is told which, at
  * bootstrap.
  */
+/**
+ * Renewals the cases count: a 300 ms heartbeat bounds each to about 450 ms (the test timings' 100 ms bound saw no
+ * renewal land in 10 s at load 9). Nothing here waits for an expiry (the takeover's row is written expired).
+ */
+const ROOMY = { timing: { heartbeatIntervalMs: 300, leaseTimeoutMs: 3_000 } };
+
 describe('least privilege', () => {
   const db = useTestDatabase('privilege');
   const role = `lease_app_${randomBytes(4).toString('hex')}`;
@@ -71,8 +77,9 @@ describe('least privilege', () => {
   });
 
   test('acquire, take over, wait, heartbeat, fenced write, release and list all run with only the GRANTs', async () => {
-    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a' });
+    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a', ...ROOMY });
     const b = await startService(appUrl, {
+      ...ROOMY,
       tables: { createSchema: false },
       owner: 'b',
       connections: { asyncReleaseCommits: true },
@@ -129,7 +136,7 @@ describe('least privilege', () => {
   test('pg_control_system() revoked (as managed services may): heartbeats go on, the timeline decides', async () => {
     // Function rights live in the database's own catalog: this changes only the test's database.
     await db.admin.query('REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC');
-    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a' });
+    const a = await startService(appUrl, { tables: { createSchema: false }, owner: 'a', ...ROOMY });
     try {
       const lost: string[] = [];
       let renewals = 0;
@@ -149,6 +156,7 @@ describe('least privilege', () => {
 
       // The application's role may read it, the heartbeat's (sessionUrl) may not: found out at the first renewal.
       const mixed = await startService(db.url, {
+        ...ROOMY,
         tables: { createSchema: false },
         owner: 'mixed',
         connections: { sessionUrl: appUrl },
