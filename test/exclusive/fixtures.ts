@@ -14,6 +14,9 @@ export async function startApp(
   class TestAppModule {}
   const app = await NestFactory.create(TestAppModule, { logger: ['error'] });
   configure?.(app);
+  // The server keeps an idle connection longer than the client (undici: 4 s), so the client never reuses one the
+  // server is closing (ECONNRESET, seen when a test paused between requests on a loaded machine).
+  (app.getHttpServer() as { keepAliveTimeout: number }).keepAliveTimeout = 60_000;
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address() as { port: number };
   return { app, url: `http://127.0.0.1:${address.port}` };

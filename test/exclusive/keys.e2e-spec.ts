@@ -114,7 +114,14 @@ describe('@Exclusive keys come from the handler arguments after pipes', () => {
     const started = await startApp(
       [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
+        // Roomy leases: a gated handler holds its lease while the test looks (1 s leases were lost under a
+        // loaded machine, and the first answer was a 409). Nothing here waits for an expiry.
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            timing: { heartbeatIntervalMs: 250, leaseTimeoutMs: 5_000 },
+            tables: { createSchema: true },
+          }),
+        ),
       ],
       [KeysController],
     );
@@ -211,7 +218,14 @@ describe('a key template the handler signature cannot fill is refused at bootstr
     @Module({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url, entities: [...leaseEntities] }),
-        LeaseModule.forRoot(mergeLeaseOptions(FAST, { tables: { createSchema: true } })),
+        // Roomy leases: a gated handler holds its lease while the test looks (1 s leases were lost under a
+        // loaded machine, and the first answer was a 409). Nothing here waits for an expiry.
+        LeaseModule.forRoot(
+          mergeLeaseOptions(FAST, {
+            timing: { heartbeatIntervalMs: 250, leaseTimeoutMs: 5_000 },
+            tables: { createSchema: true },
+          }),
+        ),
       ],
       controllers: [controller],
     })
