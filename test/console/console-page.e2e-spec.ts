@@ -176,6 +176,8 @@ describe('the console page over HTTP', () => {
       .then((granted) => granted.release())
       .catch((error: unknown) => error);
     held.push((await leases.tryAcquire('exports', { limit: 3 }))!, (await leases.tryAcquire('exports', { limit: 3 }))!);
+    // A reader of a read-write key: shown with its mode, without the force-release (it frees a key's own row).
+    held.push((await leases.tryAcquire('reports:shared', { mode: 'shared' }))!);
     const leadership = leases.elect('leader:digest');
     await eventually(
       () => leadership.isLeader,
@@ -207,6 +209,10 @@ describe('the console page over HTTP', () => {
     await tab.locator('#slots tr[data-key="exports"][data-held="2"]').waitFor();
     await tab.locator(`#leaders tr[data-key="leader:digest"][data-leader=${JSON.stringify(OWNER)}]`).waitFor();
     expect(await tab.textContent('#leaders tr[data-key="leader:digest"]')).toContain('leads');
+    const reader = tab.locator('#holders tr[data-key="reports:shared"]');
+    await reader.waitFor();
+    expect(await reader.locator('td').first().textContent()).toBe('reports:shared (shared)');
+    expect(await reader.locator('button[data-action="force-release"]').count()).toBe(0);
 
     mkdirSync(join(process.cwd(), 'artifacts'), { recursive: true });
     await tab.screenshot({ path: SCREENSHOT, fullPage: true });
