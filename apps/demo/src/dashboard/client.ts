@@ -108,8 +108,13 @@ function renderControls(): void {
     .join('');
 }
 
+/** The instances' panel as last written: rewritten only when it changes, so a click on its buttons is never lost. */
+let instancesHtml = '';
+
 function render(): void {
-  $('#instances').innerHTML = Object.entries(peers)
+  // A click is a press and a release on one element: rewriting the panel between the two (every refresh) lost the
+  // click on "Kill A" now and then. Unchanged, it is left as it is.
+  const instances = Object.entries(peers)
     .map(([name, url]) => {
       const state = up.get(name);
       const status = state ? 'up' : 'down';
@@ -118,6 +123,7 @@ function render(): void {
         <button class="danger" id="kill-${escape(name)}" data-kill="${escape(name)}"${state ? '' : ' disabled'}>Kill ${escape(name)}</button></span>`;
     })
     .join('');
+  if (instances !== instancesHtml) $('#instances').innerHTML = instancesHtml = instances;
 
   const held = leases.filter((row) => row.state === 'held');
   $('#leases tbody').innerHTML =
