@@ -124,10 +124,12 @@ describe('giving up removes the row before the promise settles', () => {
   test('close() of the service cancels its waiting call and leaves no row', async () => {
     const key = 'giveup:close';
     await heldTarget(key);
-    const waiter = await proc('closing');
+    // Roomy statement bounds (1 s leases bound an enqueue to 900 ms; a loaded CI run once saw no row in 10 s), and a
+    // call that settles instead of queueing fails at once with its cause. Nothing here waits for an expiry.
+    const waiter = await proc('closing', { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 5_000 } });
     const call = track(waiter.service.acquire(key, { priority: 1, onBusy: { wait: { timeoutMs: 30_000 } } }));
     const result = outcome(key, waiter.owner, call.promise);
-    await untilQueued(db.admin, key, waiter.owner);
+    await untilQueued(db.admin, key, waiter.owner, call);
     await waiter.close();
     expect(await rowsOf(db.admin, key, waiter.owner)).toEqual([]);
     const { error, rowsLeft } = await result;
