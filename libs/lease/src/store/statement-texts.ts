@@ -117,8 +117,8 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     release: singleReleaseSql(n, timeline),
     releaseLone: loneReleaseSql(n),
     enqueue: enqueueSql(n, timeline),
-    renew: renewSql(n, true, timeline),
-    renewWithoutSystemId: renewSql(n, false, timeline),
+    renew: renewSql(n, true, timeline, faults),
+    renewWithoutSystemId: renewSql(n, false, timeline, faults),
     renewWaiters: renewWaitersSql(n),
     dequeue: dequeueSql(n, timeline),
     dequeueAll: dequeueAllSql(n, timeline),
@@ -152,7 +152,8 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     (settings.timeline === undefined ? '' : `_t${settings.timeline}`) +
     (purgeAfterMs === PURGE_AFTER_MS ? '' : `_p${purgeAfterMs}`) +
     (faults.tokenBeforeLock ? '_f' : '') +
-    (faults.readerBesideWriter ? '_r' : '');
+    (faults.readerBesideWriter ? '_r' : '') +
+    (faults.renewOneLength ? '_l' : '');
   // Behind a transaction pooler a prepared statement belongs to whichever server connection ran it, not to our
   // client: there every statement is unnamed.
   const named = (statement: string) => (options.pooler === 'transaction' ? {} : { name: `${prefix}_${statement}` });

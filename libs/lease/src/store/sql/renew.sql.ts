@@ -2,6 +2,7 @@
 import { live, type LeaseObjectNames } from './fragments.js';
 import { serverHistorySql } from './fencing-token.js';
 import { forcedFree } from './operator.sql.js';
+import { NO_FAULTS, type StatementFaults } from './statement-faults.js';
 
 /**
  * The renewal statement (see `renew`): `$1` the leases' keys, `$6` their rows' slots, `$2` their lease tokens, `$3`
@@ -13,8 +14,15 @@ import { forcedFree } from './operator.sql.js';
  * carries its waiter's timeout until its confirmation commits (see `confirmGrantSql`) — lives its holder's timeout
  * again from the first renewal, whatever happened to that commit; and one lease's length never becomes another's.
  */
-export function renewSql(n: LeaseObjectNames, readSystemId: boolean, timeline: string): string {
+export function renewSql(
+  n: LeaseObjectNames,
+  readSystemId: boolean,
+  timeline: string,
+  faults: StatementFaults = NO_FAULTS,
+): string {
   const { lease } = n;
+  // The test-only defect renewOneLength (statement-faults.ts): the first lease's timeout for every row.
+  const length = faults.renewOneLength === true ? '($5::int[])[1]' : 'lockable.lease_timeout_ms';
   return `WITH here AS MATERIALIZED (${serverHistorySql(readSystemId, timeline)}),
     mine AS (
       -- Without history ($3 null) the timelines are null: unnest pads a missing array.
@@ -31,7 +39,7 @@ export function renewSql(n: LeaseObjectNames, readSystemId: boolean, timeline: s
       WHERE ${live('l')}
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), renewed AS (
-      UPDATE ${lease} AS l SET updated_at = clock_timestamp(), lease_timeout_ms = lockable.lease_timeout_ms FROM lockable
+      UPDATE ${lease} AS l SET updated_at = clock_timestamp(), lease_timeout_ms = ${length} FROM lockable
       WHERE l.target_id = lockable.target_id AND l.slot = lockable.slot
       RETURNING l.lease_token
     )

@@ -17,7 +17,17 @@ export interface StatementFaults {
    * the key's writer's row is free, and leaves it as it is. The read-write exclusion test must catch it.
    */
   readonly readerBesideWriter?: boolean;
+  /**
+   * One lease's length becomes another's (a lease length per call, docs/configuration.md): the heartbeat's renewal
+   * writes the first renewed lease's timeout to every row it renews, instead of each lease's own. A long lease renewed
+   * beside a shorter one then expires early on the server while its holder still holds it by its own length.
+   */
+  readonly renewOneLength?: boolean;
 }
 
 /** The statements as the library sends them. */
-export const NO_FAULTS: StatementFaults = Object.freeze({ tokenBeforeLock: false, readerBesideWriter: false });
+export const NO_FAULTS: StatementFaults = Object.freeze({
+  tokenBeforeLock: false,
+  readerBesideWriter: false,
+  renewOneLength: false,
+});
