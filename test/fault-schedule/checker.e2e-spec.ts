@@ -60,6 +60,11 @@ const release = (c: pg.Client, key: string) =>
   c.query('UPDATE job_lease SET lease_token = NULL WHERE target_id = $1', [key]);
 const renew = (c: pg.Client, key: string) =>
   c.query('UPDATE job_lease SET updated_at = clock_timestamp() WHERE target_id = $1', [key]);
+/** The row ran out (last renewed 2 s ago, its lease 1.5 s), before another process takes it over (not logged). */
+const expire = (holder: pg.Client, key: string) =>
+  holder.query(`UPDATE job_lease SET updated_at = clock_timestamp() - interval '2 seconds' WHERE target_id = $1`, [
+    key,
+  ]);
 
 /** A committed fenced write of `token` on `key` (the row the workers append), and the worker's report of it. */
 async function write(c: pg.Client, key: string, token: bigint, worker: string): Promise<Received<ScheduleMessage>> {
@@ -135,6 +140,7 @@ test('fenced exclusion: a write of a released lease, and a write of an older tok
   await release(a, 'k');
   const late = await write(a, 'k', 10n, 'w0.1');
   await grant(b, 'q', 20n, 'w1.1');
+  await expire(b, 'q');
   await grant(a, 'q', 21n, 'w0.1'); // a takeover (of an expired lease)
   const stale = await write(b, 'q', 20n, 'w1.1');
   const found = await violations([late, stale]);
@@ -456,6 +462,8 @@ test('local safety: a takeover while the replaced holder still saw its lease hel
   await grant(a, 'r', 30n, 'w0.1');
   const before = Date.now();
   await sleep(50);
+  await expire(a, 'k');
+  await expire(a, 'q');
   await grant(b, 'k', 11n, 'w1.1'); // a takeover by another process
   await grant(b, 'q', 21n, 'w1.1');
   await grant(a, 'r', 31n, 'w1.1'); // a handoff: the holder's own release granted the waiter

@@ -31,8 +31,9 @@
  */
 import type pg from 'pg';
 import { check } from '../faults/support/checker.js';
-import type { Received } from '../faults/support/harness.js';
+import { LEASE, type Received } from '../faults/support/harness.js';
 import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/protocol.js';
+import { checkLengths, type LengthFigures, type LengthInvariant } from './checker-length.js';
 import { checkModes, type ModesContext, type ModesFigures, type ModesInvariant } from './checker-modes.js';
 import {
   checkReadWrite,
@@ -52,7 +53,8 @@ export type Invariant =
   | 'close leaves nothing'
   | 'settled: nothing left'
   | ModesInvariant
-  | ReadWriteInvariant;
+  | ReadWriteInvariant
+  | LengthInvariant;
 
 export const INVARIANTS: readonly Invariant[] = [
   'fenced exclusion',
@@ -71,6 +73,8 @@ export const INVARIANTS: readonly Invariant[] = [
   'read-write: a writer overlaps no other holder',
   "read-write: a writer's token above every earlier grant",
   'read-write: no fenced write beside a writer',
+  'lease length: each lease its own',
+  'lease length: no takeover before it ran out',
 ];
 
 export interface Violation {
@@ -104,11 +108,14 @@ export interface Figures {
   /** Sticky calls that ran, joins by outcome, and grants handed over by a release (and confirmed by their owner). */
   modes: ModesFigures & { handoffs: number; confirmed: number };
   readWrite: ReadWriteFigures;
+  length: LengthFigures;
 }
 
 /** Above the bound of docs/waiting.md (waitTimeoutMs + 1 s for a statement in flight): a loaded machine's event loop. */
 export const LOAD_ALLOWANCE_MS = 1_000;
 const STATEMENT_IN_FLIGHT_MS = 1_000;
+/** The workers' module lease length: a lease whose call asked none has it. */
+const moduleLeaseMs = LEASE.timing!.leaseTimeoutMs!;
 /** A waiter row counts as seen by a grant only if it landed and was last renewed this long before the statement. */
 const VISIBLE_MARGIN_MS = 300;
 /** … and as live only if it still lived this long after the statement began (its check runs a little later). */
@@ -131,6 +138,10 @@ interface LeaseEventRow {
   old_expired_ms: number | null;
   old_held: boolean | null;
   slot: number;
+  lease_ms: number | null;
+  old_lease_ms: number | null;
+  old_left_ms: number | null;
+  handed: boolean;
   waiters: Array<{
     id: string;
     owner: string;
@@ -165,7 +176,9 @@ export async function checkRun(
     await admin.query<LeaseEventRow>(`
       SELECT seq::text, kind, target_id, fencing_token::text, owner, priority, app, txid::text,
         (extract(epoch FROM at) * 1000000)::bigint::text AS at_us, old_owner, old_fencing_token::text, old_expired_ms,
-        waiters, old_held, slot
+        waiters, old_held, slot, lease_ms, old_lease_ms, old_left_ms,
+        -- a grant handed over to a waiter (by its own process too): its waiter row went in the same transaction
+        EXISTS (SELECT 1 FROM sched_waiter_gone g WHERE g.txid = e.txid AND g.waiter_id = e.lease_token) AS handed
       FROM sched_lease_event e ORDER BY e.seq`)
   ).rows;
   const grants = events.filter((e) => e.kind === 'grant');
@@ -402,6 +415,25 @@ export async function checkRun(
     history.map((w) => ({ target: w.target, worker: w.worker, seq: w.seq, at: Number(BigInt(w.at_us)) / 1000 })),
   );
   for (const v of readWrite.violations) flag(v.invariant, v.detail);
+  const lengths = checkLengths(
+    log,
+    events.map((e) => ({
+      seq: BigInt(e.seq),
+      kind: e.kind,
+      key: e.target_id,
+      token: BigInt(e.fencing_token),
+      owner: e.owner,
+      app: e.app,
+      oldOwner: e.old_owner,
+      oldHeld: e.old_held,
+      leaseMs: e.lease_ms,
+      oldLeaseMs: e.old_lease_ms,
+      oldLeftMs: e.old_left_ms,
+      handed: e.handed,
+    })),
+    moduleLeaseMs,
+  );
+  for (const v of lengths.violations) flag(v.invariant, v.detail);
   const { rows: handed } = await admin.query<{ handoffs: number; confirmed: number }>(
     `SELECT count(*)::int AS handoffs, count(confirmed_at)::int AS confirmed FROM sched_handoff`,
   );
@@ -426,6 +458,7 @@ export async function checkRun(
     ),
     modes: { ...modes.figures, ...handed[0] },
     readWrite: readWrite.figures,
+    length: lengths.figures,
   };
   return { violations, figures };
 }

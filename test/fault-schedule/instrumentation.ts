@@ -48,7 +48,12 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       -- a grant: whether the row it replaced still named a holder (a takeover or a handoff, not a free row)
       old_held boolean,
       -- the row of the key: 0 its own (a single holder's), 1 a read-write key's writer's, above a reader's
-      slot int NOT NULL DEFAULT 0);
+      slot int NOT NULL DEFAULT 0,
+      -- the row's lease length after the write and before it (a lease length per call: checker-length.ts), and how
+      -- long the old row still had to live by its own length when the write was made (positive: it was live)
+      lease_ms int, old_lease_ms int, old_left_ms float8,
+      -- the row's lease token after the write (a handed-over grant's is its waiter's id: sched_waiter_gone)
+      lease_token uuid);
     -- Grants made by another process than their owner's: a release (or a waiter leaving) handed the key over. The
     -- owner's first update of the grant is its confirmation.
     CREATE TABLE sched_handoff (target_id text NOT NULL, fencing_token bigint NOT NULL, owner text NOT NULL,
@@ -81,8 +86,11 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
           UPDATE sched_handoff h SET confirmed_at = clock_timestamp()
           WHERE h.target_id = NEW.target_id AND h.fencing_token = NEW.fencing_token AND h.confirmed_at IS NULL;
         END IF;
-        -- A renewal: logged only when it is suspect (someone else's session, or a row expired before it began).
-        IF app = OLD.owner AND expired_ms < 0 THEN RETURN NULL; END IF;
+        -- A renewal: logged only when it is suspect (someone else's session, or a row expired before it began) or
+        -- when it changed the row's lease length (a confirmation of a handed-over grant does; a renewal must not).
+        IF app = OLD.owner AND expired_ms < 0 AND OLD.lease_timeout_ms IS NOT DISTINCT FROM NEW.lease_timeout_ms THEN
+          RETURN NULL;
+        END IF;
         kind := 'renew';
       ELSE
         RETURN NULL;
@@ -102,7 +110,11 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
             'landedMs', extract(epoch FROM statement_timestamp() - l.landed_at) * 1000)), '[]'::jsonb)
           FROM job_lease_waiter w LEFT JOIN sched_waiter_landed l ON l.waiter_id = w.waiter_id
           WHERE w.target_id = NEW.target_id) END,
-        CASE WHEN kind = 'grant' THEN TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL END, NEW.slot);
+        CASE WHEN kind = 'grant' THEN TG_OP = 'UPDATE' AND OLD.lease_token IS NOT NULL END, NEW.slot,
+        NEW.lease_timeout_ms, CASE WHEN TG_OP = 'UPDATE' THEN OLD.lease_timeout_ms END,
+        CASE WHEN TG_OP = 'UPDATE' THEN
+          extract(epoch FROM OLD.updated_at + OLD.lease_timeout_ms ${MS} - clock_timestamp()) * 1000 END,
+        NEW.lease_token);
       RETURN NULL;
     END $$;
 

@@ -15,10 +15,12 @@ import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/prot
  * - `waiting`: a call of this process queued in line (the `waiting` event); not held;
  * - `batch`: just before many acquisitions are made in one turn of the event loop;
  * - `long-holding`: a long holder has its many leases, before it sits on them;
+ * - `length-holding`: a lease with a length of its own (1,000 or 4,000 ms) holds, before its work (worker-length.ts);
  * - `sticky`: a sticky job's call running on its owner (the term's lease), before its work;
  * - `any`: no aim, the fault lands wherever the workload is.
  */
-export type Phase = 'any' | 'holding' | 'inside-fence' | 'releasing' | 'waiting' | 'batch' | 'long-holding' | 'sticky';
+export type Phase =
+  'any' | 'holding' | 'inside-fence' | 'releasing' | 'waiting' | 'batch' | 'long-holding' | 'sticky' | 'length-holding';
 
 export interface ScheduleWorkerConfig {
   /** Also the LeaseService `owner` and the pool's `application_name` (`<name>:heartbeat`, … for the library's own). */
@@ -48,6 +50,11 @@ export interface ScheduleWorkerConfig {
   rwKeys: string[];
   /** Negative control: `useStatementFaults(…, { readerBesideWriter })` — a reader is let in beside a writer. */
   readerBesideWriter: boolean;
+  /**
+   * Negative control: `useStatementFaults(…, { renewOneLength })` — a renewal gives every lease it renews the first
+   * one's length.
+   */
+  renewOneLength: boolean;
   maxLifetimeMs: number;
 }
 
@@ -68,6 +75,7 @@ export type OpKind =
   | 'sticky'
   | 'multi'
   | 'rw'
+  | 'length'
   | 'release';
 
 /**
@@ -131,6 +139,11 @@ export type ScheduleMessage =
       startedAt: number;
       lastHeldAt?: number;
     }
+  /**
+   * A lease with a length of its own (`run(key, work, { leaseTimeoutMs })`, issue 43 item 3), when its work began: its
+   * row must carry that length after every renewal, and no other process may take it over before it ran out.
+   */
+  | { t: 'length'; key: string; fencingToken: string; leaseTimeoutMs: number }
   /**
    * A lease ended here (lost or released): the last time (`Date.now()`) a 50 ms sampler saw its `isHeld()` true,
    * the sample's time taken before the call. Local safety: nobody else may be granted the key before it.

@@ -62,7 +62,11 @@ function modesCell(result: RunResult): string {
   const total = Object.values(m.joins).reduce((sum, n) => sum + n, 0);
   const { joinRuns, joinsDrained, takeovers } = m.judged;
   const rw = result.figures.readWrite;
-  return `sticky ${m.stickyCalls} · joins ${total}${joins ? ` (${joins})` : ''}, judged: ${joinRuns} by their run, ${joinsDrained} in a drain · handoffs ${m.handoffs} (${m.confirmed} confirmed) · takeovers judged for local safety ${takeovers} · read-write works ${rw.works.shared} shared / ${rw.works.exclusive} exclusive, grants ${rw.grants.shared} / ${rw.grants.exclusive}, writes judged ${rw.writesJudged}`;
+  const length = result.figures.length;
+  const asked = Object.entries(length.asked)
+    .map(([ms, n]) => `${n} × ${ms} ms`)
+    .join(', ');
+  return `sticky ${m.stickyCalls} · joins ${total}${joins ? ` (${joins})` : ''}, judged: ${joinRuns} by their run, ${joinsDrained} in a drain · handoffs ${m.handoffs} (${m.confirmed} confirmed) · takeovers judged for local safety ${takeovers} · read-write works ${rw.works.shared} shared / ${rw.works.exclusive} exclusive, grants ${rw.grants.shared} / ${rw.grants.exclusive}, writes judged ${rw.writesJudged} · own lengths ${asked || 'none'}, length changes judged ${length.changesJudged}, takeovers judged by length ${length.takeovers} (${length.takeoversOfOwnLength} of an own length)`;
 }
 
 export function tableOf(runs: readonly JudgedRun[], totalMs: number): string {

@@ -16,6 +16,7 @@ import {
   type WorkerScript,
 } from '../faults/support/harness.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { probeLengths } from './checker-length.js';
 import { multiOverlaps, stickyOverlaps } from './checker-modes.js';
 import { readWriteOverlaps, RW_PREFIX } from './checker-read-write.js';
 import { closeAndCheck } from './close-check.js';
@@ -43,6 +44,7 @@ export const CONTROLS = [
   'sticky-overlap',
   'multi-skip-last',
   'rw-reader-beside-writer',
+  'renew-one-length',
 ] as const;
 export type Control = (typeof CONTROLS)[number];
 
@@ -175,6 +177,7 @@ export class ScheduleRun {
           ...stickyOverlaps(this.log).map((o) => `sticky: ${o}`),
           ...multiOverlaps(this.log).map((o) => `multi-key: ${o}`),
           ...readWriteOverlaps(this.log).map((o) => `read-write: ${o}`),
+          ...(await probeLengths(this.admin, this.log, LEASE.timing!.leaseTimeoutMs!)),
         ];
         if (found.length && !firstViolation) {
           firstViolation = { step: index, atMs: wall() - stepsFrom, what: found };
@@ -248,6 +251,7 @@ export class ScheduleRun {
         multiSkipLast: this.spec.control === 'multi-skip-last',
         rwKeys: RW_KEYS,
         readerBesideWriter: this.spec.control === 'rw-reader-beside-writer',
+        renewOneLength: this.spec.control === 'renew-one-length',
         maxLifetimeMs: 60 * 60_000,
       };
       // A start can fail while the server restarts: try again (the same incarnation name, a fresh process).

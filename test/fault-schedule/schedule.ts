@@ -192,13 +192,38 @@ export interface ScheduleShape {
  * The version of `stepOf`: any change to what it draws (the mix, the ranges, the order of the draws) changes every
  * seed's schedule, so it bumps this, and the seeds kept in regressions.json record the version they were found with.
  */
-export const SCHEDULE_VERSION = 2;
+export const SCHEDULE_VERSION = 3;
 
 /**
  * Step `index` of the schedule of `seed` under `version` (default the current one): a pure function of the three
  * (steps are drawn independently). A seed kept with version 1 replays exactly its steps.
  */
 export function stepOf(seed: number, index: number, shape: ScheduleShape, version = SCHEDULE_VERSION): Step {
+  const step = versionTwoStep(seed, index, shape, version);
+  const modes = step.phase === 'sticky' || step.kind === 'drain' || step.kind === 'handoff-crash';
+  if (version < 3 || modes) return step;
+  return lengthStep(seed, index, step) ?? step;
+}
+
+/**
+ * Version 3 (issue 43, item 3): a lease length per call. A share of version 1's steps (`LENGTH_SHARE`, from a stream
+ * of its own: every other step, the modes' included, is version 2's) aims at a lease with a length of its own (phase `length-holding`,
+ * worker-length.ts: 1,000 or 4,000 ms) a pause or an outage between the two lengths (1,300–3,700 ms), or a kill: the
+ * short lease must be taken over, the long one ridden out — each by its own length, not the module's 1,500 ms.
+ */
+export const LENGTH_SHARE = 0.15;
+const LENGTH_KINDS = ['sigstop', 'sigstop', 'proxy-blackhole', 'sigkill'] as const;
+
+function lengthStep(seed: number, index: number, step: Step): Step | undefined {
+  const random = new Random(deriveSeed(seed, index, 0x1e9, 0x5eed));
+  if (!random.chance(LENGTH_SHARE)) return undefined;
+  const kind = random.pick(LENGTH_KINDS);
+  const base = { index, worker: step.worker, gapMs: step.gapMs, phase: 'length-holding' as const };
+  if (kind === 'sigkill') return { ...base, kind, durationMs: 0, restartAfterMs: random.int(0, 1_500) };
+  return { ...base, kind, durationMs: random.int(1_300, 3_700) };
+}
+
+function versionTwoStep(seed: number, index: number, shape: ScheduleShape, version: number): Step {
   const step = versionOneStep(seed, index, shape);
   if (version < 2) return step;
   const random = new Random(deriveSeed(seed, index, 0x30de5));

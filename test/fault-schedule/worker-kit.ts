@@ -125,10 +125,11 @@ export function attach(service: LeaseService, source: DataSource): void {
   leases = service;
   dataSource = source;
   // The negative control: the service's store rebuilds its statements with the fault, before the first call.
-  if (config.tokenBeforeLock || config.readerBesideWriter) {
+  if (config.tokenBeforeLock || config.readerBesideWriter || config.renewOneLength) {
     useStatementFaults(service, {
       tokenBeforeLock: config.tokenBeforeLock,
       readerBesideWriter: config.readerBesideWriter,
+      renewOneLength: config.renewOneLength,
     });
   }
 }

@@ -59,6 +59,7 @@ import {
 } from './worker-kit.js';
 import { holdRun, join, JoinController, startSticky, StickyJob } from './worker-modes.js';
 import { multiRun } from './worker-multi.js';
+import { lengthRun } from './worker-length.js';
 import { readWriteRun } from './worker-read-write.js';
 
 /** How often each call is drawn. */
@@ -79,6 +80,8 @@ const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> 
   multi: config.multiSkipLast ? 40 : 6,
   // The same for read-write calls: a reader then meets a writer within seconds.
   rw: config.readerBesideWriter ? 40 : 6,
+  // A lease length per call; its control draws them more often too (each renewal beside another lease shows it).
+  length: config.renewOneLength ? 40 : 10,
 };
 
 /**
@@ -140,6 +143,7 @@ class Loop {
       'run-hold': () => holdRun(this.random),
       multi: () => multiRun(this.random),
       rw: () => readWriteRun(this.random),
+      length: () => lengthRun(this.random),
     };
     while (!closing) {
       const kind = this.random.weighted(CALL_MIX);

@@ -1,0 +1,56 @@
+/**
+ * A lease length per call (issue 43, item 3) in a workload process of the fault schedule (`worker.ts`): `run(key,
+ * work, { leaseTimeoutMs })` on a hot key with a length of its own — short (1,000 ms, below the module's 1,500 ms: the
+ * least this module's timing allows is 975 ms) or long (4,000 ms: a SIGSTOP the schedule means to be taken over is
+ * ridden out) — refusing (30 %) or waiting 300–2,000 ms. The work reports its length (`length`), holds 100–2,500 ms after the
+ * `length-holding` phase (several heartbeats; schedule 3's length steps aim there), then makes the fenced writes of
+ * every lease's work.
+ *
+ * Its lease is renewed with the process's other leases in one statement; the checker (checker-length.ts) judges that
+ * every renewal left its row with its own length and that no other process took it over before that length ran out.
+ * The negative control (`renewOneLength`, set by `attach` in worker-kit.ts) gives every lease of a renewal the first
+ * one's length.
+ */
+import type { Lease } from '../../libs/lease/src/index.js';
+import { sleep } from '../support/sleep.js';
+import type { WaitRecord } from './protocol.js';
+import type { Random } from './schedule.js';
+import { config, fencedWrite, leases, op, outcomeOf, phase, send, stalledMs, wall } from './worker-kit.js';
+
+/** The lengths a call asks: shorter and longer than the module's `leaseTimeoutMs` (1,500 ms). */
+export const CALL_LENGTHS_MS = [1_000, 4_000] as const;
+
+export async function lengthRun(random: Random): Promise<void> {
+  const key = random.pick(config.hotKeys);
+  const leaseTimeoutMs = random.pick(CALL_LENGTHS_MS);
+  const priority = random.int(0, 3);
+  const waitTimeoutMs = random.chance(0.7) ? random.int(300, 2_000) : undefined;
+  const startedAt = wall();
+  const stalledFrom = stalledMs;
+  let grantedAt: number | undefined;
+  let stalledAtGrant = 0;
+  const wait = (endedAt: number, stalled: number): WaitRecord | undefined =>
+    waitTimeoutMs === undefined
+      ? undefined
+      : { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt, stalledMs: stalled - stalledFrom };
+  try {
+    const work = async (lease: Lease) => {
+      grantedAt = wall();
+      stalledAtGrant = stalledMs;
+      send({ t: 'length', key, fencingToken: lease.fencingToken.toString(), leaseTimeoutMs });
+      await phase('length-holding', lease);
+      await sleep(random.int(100, 2_500), lease.signal).catch(() => undefined);
+      const writes = random.int(1, 2);
+      for (let i = 0; i < writes; i++) await fencedWrite(lease);
+    };
+    await leases.run(key, work, {
+      leaseTimeoutMs,
+      priority,
+      onBusy: waitTimeoutMs === undefined ? 'throw' : { wait: { timeoutMs: waitTimeoutMs } },
+    });
+    op('length', 'granted', { wait: wait(grantedAt!, stalledAtGrant) });
+  } catch (error) {
+    if (grantedAt !== undefined) op('length', 'work-failed', { error });
+    else op('length', outcomeOf(error), { wait: wait(wall(), stalledMs), error });
+  }
+}
