@@ -5,7 +5,7 @@
  * implementations interleaved round by round. Prints the table and the goals of issue 14, and writes
  * bench/results/latest.json and bench/results/headline.svg (quick mode: quick.json and quick.svg, not committed).
  *
- * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore,read-write,multi-key (a
+ * Flags: --quick, --only=acquire,failed,heartbeat,fenced,handoff,priority,http,semaphore,read-write,multi-key,lease-length (a
  * subset, for development).
  */
 import 'reflect-metadata';
@@ -23,6 +23,7 @@ import { priorityWakeUp } from './scenarios/priority.js';
 import { readWriteHolds } from './scenarios/read-write.js';
 import { semaphoreCycles } from './scenarios/semaphore.js';
 import { multiKeyCycles } from './scenarios/multi-key.js';
+import { leaseLengthCycles } from './scenarios/lease-length.js';
 import { chart } from './support/chart.js';
 import { FILLFACTOR_80_TABLES, openVerrou, seed, UNLOGGED_TABLES } from './support/contenders.js';
 import { BenchDatabase, countStatements } from './support/db.js';
@@ -40,6 +41,7 @@ const SCENARIOS: Record<string, (ctx: BenchContext) => Promise<Row[]>> = {
   semaphore: semaphoreCycles,
   'read-write': readWriteHolds,
   'multi-key': multiKeyCycles,
+  'lease-length': leaseLengthCycles,
 };
 
 async function createTables(db: BenchDatabase): Promise<void> {
