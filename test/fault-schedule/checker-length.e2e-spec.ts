@@ -125,3 +125,25 @@ test('lease length: no takeover before it ran out — by its own length, not the
     ),
   ]);
 });
+
+test('lease length: a grant its call never worked with is judged by the call that asked, while it ran', async () => {
+  const a = await as('w0.1');
+  // k and q: granted with the waiter's 1,500 ms, then confirmed with 4,000 by w0.1, no `length` report (the call's
+  // wait ended first). k's call of w0.1 on k asked 4,000 and ran then: clean. q's call had ended 10 s before: flagged.
+  const now = Date.now();
+  await grant(a, 'k', 10n, 'w0.1', 1_500);
+  await renew(a, 'k', 4_000);
+  await grant(a, 'q', 11n, 'w0.1', 1_500);
+  await renew(a, 'q', 4_000);
+  const call = (id: number, key: string, startedAt: number, endedAt?: number): Received<ScheduleMessage> => ({
+    at: 0,
+    worker: 'w0.1',
+    msg: { t: 'length-call', id, key, leaseTimeoutMs: 4_000, startedAt, endedAt },
+  });
+  const log = [call(1, 'k', now - 500), call(1, 'k', now - 500, now + 500), call(2, 'q', now - 20_000, now - 10_000)];
+  expect(await violations(log)).toEqual([
+    expect.stringMatching(
+      /^lease length: each lease its own: q: the row of token 11 .* a length of 4000 ms, not the 1500 ms/,
+    ),
+  ]);
+});

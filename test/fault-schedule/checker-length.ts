@@ -37,7 +37,18 @@ export interface LengthEvent {
   oldLeftMs: number | null;
   /** A grant handed over to a waiter by a release (its process's own, too): it carries the waiter's timeout. */
   handed: boolean;
+  /** When it was written (database clock, ms). */
+  at: number;
 }
+
+/**
+ * A grant its call never worked with (its wait ended, its process was stopped) has no `length` report: a write of
+ * its process that gave its key a length that a call of that process on that key asked, while that call ran (the
+ * database's clock against the process's, one machine: a second either side, and a statement in flight after the
+ * call ended), is that call's.
+ */
+const CALL_SLACK_MS = 1_000;
+const IN_FLIGHT_MS = 2_000;
 
 export interface LengthFigures {
   /** Leases whose call asked a length of its own (`length` reports), by length. */
@@ -64,6 +75,22 @@ export function checkLengths(
     asked.set(BigInt(msg.fencingToken), msg.leaseTimeoutMs);
     figures.asked[msg.leaseTimeoutMs] = (figures.asked[msg.leaseTimeoutMs] ?? 0) + 1;
   }
+  const calls = new Map<string, { worker: string; key: string; leaseTimeoutMs: number; from: number; to: number }>();
+  for (const { worker, msg } of log) {
+    if (msg.t !== 'length-call') continue;
+    const to = msg.endedAt === undefined ? Infinity : msg.endedAt + IN_FLIGHT_MS + CALL_SLACK_MS;
+    calls.set(`${worker}/${msg.id}`, {
+      worker,
+      key: msg.key,
+      leaseTimeoutMs: msg.leaseTimeoutMs,
+      from: msg.startedAt - CALL_SLACK_MS,
+      to,
+    });
+  }
+  const callAsked = (e: LengthEvent) =>
+    [...calls.values()].some(
+      (c) => c.worker === e.app && c.key === e.key && c.leaseTimeoutMs === e.leaseMs && c.from <= e.at && e.at <= c.to,
+    );
   const lengthOf = (token: bigint) => asked.get(token) ?? moduleLeaseMs;
 
   for (const e of events) {
@@ -75,7 +102,7 @@ export function checkLengths(
     if (!ownGrant && !change) continue;
     if (change) figures.changesJudged++;
     const wanted = lengthOf(e.token);
-    if (e.leaseMs !== wanted) {
+    if (e.leaseMs !== wanted && !(asked.get(e.token) === undefined && callAsked(e))) {
       const what = ownGrant ? `granted to ${e.owner}` : `written by ${e.app} (a renewal or a confirmation)`;
       flag(
         'lease length: each lease its own',
@@ -121,9 +148,10 @@ export async function probeLengths(
     lease_ms: number | null;
     old_lease_ms: number | null;
     old_left_ms: number | null;
+    at_us: string;
   }>(`
     SELECT seq::text, kind, target_id, fencing_token::text, owner, app, old_owner, old_held, lease_ms, old_lease_ms,
-      old_left_ms
+      old_left_ms, (extract(epoch FROM at) * 1000000)::bigint::text AS at_us
     FROM sched_lease_event
     WHERE (kind = 'renew' AND lease_ms IS DISTINCT FROM old_lease_ms)
       OR (kind = 'grant' AND old_held AND app IS DISTINCT FROM old_owner AND old_left_ms > 1)
@@ -141,6 +169,7 @@ export async function probeLengths(
     oldLeaseMs: e.old_lease_ms,
     oldLeftMs: e.old_left_ms,
     handed: false,
+    at: Number(BigInt(e.at_us)) / 1000,
   }));
   return checkLengths(log, events, moduleLeaseMs).violations.map((v) => `${v.invariant}: ${v.detail}`);
 }

@@ -430,6 +430,7 @@ export async function checkRun(
       oldLeaseMs: e.old_lease_ms,
       oldLeftMs: e.old_left_ms,
       handed: e.handed,
+      at: Number(BigInt(e.at_us)) / 1000,
     })),
     moduleLeaseMs,
   );

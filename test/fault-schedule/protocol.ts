@@ -145,6 +145,11 @@ export type ScheduleMessage =
    */
   | { t: 'length'; key: string; fencingToken: string; leaseTimeoutMs: number }
   /**
+   * A call that asked a length of its own, sent when it begins (`endedAt` absent) and again when it ends (`wall()`):
+   * a grant it never got to work with (its wait ended meanwhile, its process was stopped) still carries its length.
+   */
+  | { t: 'length-call'; id: number; key: string; leaseTimeoutMs: number; startedAt: number; endedAt?: number }
+  /**
    * A lease ended here (lost or released): the last time (`Date.now()`) a 50 ms sampler saw its `isHeld()` true,
    * the sample's time taken before the call. Local safety: nobody else may be granted the key before it.
    */

@@ -2,7 +2,7 @@
  * A lease length per call (issue 43, item 3) in a workload process of the fault schedule (`worker.ts`): `run(key,
  * work, { leaseTimeoutMs })` on a hot key with a length of its own — short (1,000 ms, below the module's 1,500 ms: the
  * least this module's timing allows is 975 ms) or long (4,000 ms: a SIGSTOP the schedule means to be taken over is
- * ridden out) — refusing (30 %) or waiting 300–2,000 ms. The work reports its length (`length`), holds 100–2,500 ms after the
+ * ridden out) — refusing (30 %) or waiting 300–2,000 ms. The work reports its length (`length`), holds 100–1,500 ms after the
  * `length-holding` phase (several heartbeats; schedule 3's length steps aim there), then makes the fenced writes of
  * every lease's work.
  *
@@ -20,9 +20,21 @@ import { config, fencedWrite, leases, op, outcomeOf, phase, send, stalledMs, wal
 /** The lengths a call asks: shorter and longer than the module's `leaseTimeoutMs` (1,500 ms). */
 export const CALL_LENGTHS_MS = [1_000, 4_000] as const;
 
+let calls = 0;
+
 export async function lengthRun(random: Random): Promise<void> {
   const key = random.pick(config.hotKeys);
   const leaseTimeoutMs = random.pick(CALL_LENGTHS_MS);
+  const call = { t: 'length-call', id: ++calls, key, leaseTimeoutMs, startedAt: wall() } as const;
+  send(call);
+  try {
+    await lengthCall(random, key, leaseTimeoutMs);
+  } finally {
+    send({ ...call, endedAt: wall() });
+  }
+}
+
+async function lengthCall(random: Random, key: string, leaseTimeoutMs: number): Promise<void> {
   const priority = random.int(0, 3);
   const waitTimeoutMs = random.chance(0.7) ? random.int(300, 2_000) : undefined;
   const startedAt = wall();
@@ -39,7 +51,7 @@ export async function lengthRun(random: Random): Promise<void> {
       stalledAtGrant = stalledMs;
       send({ t: 'length', key, fencingToken: lease.fencingToken.toString(), leaseTimeoutMs });
       await phase('length-holding', lease);
-      await sleep(random.int(100, 2_500), lease.signal).catch(() => undefined);
+      await sleep(random.int(100, 1_500), lease.signal).catch(() => undefined);
       const writes = random.int(1, 2);
       for (let i = 0; i < writes; i++) await fencedWrite(lease);
     };

@@ -80,8 +80,9 @@ const CALL_MIX: Readonly<Record<Exclude<OpKind, 'release' | 'sticky'>, number>> 
   multi: config.multiSkipLast ? 40 : 6,
   // The same for read-write calls: a reader then meets a writer within seconds.
   rw: config.readerBesideWriter ? 40 : 6,
-  // A lease length per call; its control draws them more often too (each renewal beside another lease shows it).
-  length: config.renewOneLength ? 40 : 10,
+  // A lease length per call; its control draws them more often too (each renewal beside another lease shows it). The
+  // token-before-lock control draws none: their holds keep hot keys from the grant-and-release cycles it needs.
+  length: config.renewOneLength ? 40 : config.tokenBeforeLock ? 0 : 8,
 };
 
 /**
