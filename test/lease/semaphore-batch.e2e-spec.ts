@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { LeaseStore, resolveLeaseOptions, type AcquireRequest } from '../../libs/lease/src/internal.js';
 import type { LeaseModuleOptions } from 'nest-pg-lease';
-import { adminClient, useTestDatabase } from '../support/db.js';
+import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 
 function request(targetKey: string, extra: Partial<AcquireRequest> = {}): AcquireRequest {
   return { targetKey, leaseToken: randomUUID(), priority: 0, holdMs: 0, ...extra };
@@ -42,6 +42,16 @@ describe('semaphore slots through group commit', () => {
     await db.admin.query(`CREATE TRIGGER slot_grant_old AFTER UPDATE ON job_lease FOR EACH ROW
       WHEN (NEW.slot > 0 AND NEW.lease_token IS NOT NULL AND OLD.lease_token IS DISTINCT FROM NEW.lease_token)
       EXECUTE FUNCTION log_slot_grant()`);
+    // And every slot release with its statement.
+    await db.admin.query(`CREATE TABLE slot_releases (pid int, started timestamptz, target_id text, slot int)`);
+    await db.admin.query(`CREATE FUNCTION log_slot_release() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO slot_releases VALUES (pg_backend_pid(), statement_timestamp(), NEW.target_id, NEW.slot);
+        RETURN NEW;
+      END $$`);
+    await db.admin.query(`CREATE TRIGGER slot_release AFTER UPDATE ON job_lease FOR EACH ROW
+      WHEN (NEW.slot > 0 AND NEW.lease_token IS NULL AND OLD.lease_token IS NOT NULL)
+      EXECUTE FUNCTION log_slot_release()`);
   });
 
   function store(options: LeaseModuleOptions = {}) {
@@ -49,13 +59,16 @@ describe('semaphore slots through group commit', () => {
   }
 
   /** The statements that granted slots of keys starting with `prefix` (each grant logged with its statement). */
-  async function grantStatements(prefix: string): Promise<number> {
+  async function grantStatements(prefix: string, table = 'slot_grants'): Promise<number> {
     const { rows } = await db.admin.query<{ n: number }>(
-      `SELECT count(DISTINCT (pid, started))::int AS n FROM slot_grants WHERE target_id LIKE $1 || '%'`,
+      `SELECT count(DISTINCT (pid, started))::int AS n FROM ${table} WHERE target_id LIKE $1 || '%'`,
       [prefix],
     );
     return rows[0].n;
   }
+
+  /** The statements that released slots of keys starting with `prefix`. */
+  const releaseStatements = (prefix: string) => grantStatements(prefix, 'slot_releases');
 
   async function maxToken(): Promise<bigint> {
     const { rows } = await db.admin.query<{ max: string | null }>(
@@ -111,7 +124,7 @@ describe('semaphore slots through group commit', () => {
     const outcomes = await Promise.all(requests.map((r) => s.slots.tryAcquire(r, 4)));
     // One statement granted all 20 slots (each alone: 20).
     expect(await grantStatements('turn:')).toBe(1);
-    expect(s.batchStats.slots).toMatchObject({ batches: 1, items: 32, largest: 32 });
+    expect(s.batchStats.slots.acquire).toMatchObject({ batches: 1, items: 32, largest: 32 });
     const byKey = await grantsByKey(requests, outcomes);
     expect([...byKey.keys()].sort()).toEqual(['turn:many:0', 'turn:many:1', 'turn:many:2', 'turn:many:3', 'turn:one']);
     for (const grants of byKey.values()) expect(grants.map((grant) => grant.slot)).toEqual([1, 2, 3, 4]);
@@ -223,7 +236,7 @@ describe('semaphore slots through group commit', () => {
       WHERE target_id = 'takeover:a'`);
     const requests = [request('takeover:a'), request('takeover:a'), request('takeover:a')];
     const outcomes = await Promise.all(requests.map((r) => s.slots.tryAcquire(r, 2)));
-    expect(s.batchStats.slots.largest).toBe(3);
+    expect(s.batchStats.slots.acquire.largest).toBe(3);
     expect(outcomes[0]).toMatchObject({ rowSlot: 1, tookOver: true, previousOwner: 'gone-owner' });
     expect(outcomes[1]).toMatchObject({ rowSlot: 2, tookOver: false, previousOwner: null });
     expect(outcomes[2]).toEqual({ refused: true, holdLeftMs: null, heldLimit: null });
@@ -239,7 +252,7 @@ describe('semaphore slots through group commit', () => {
     const requests = [request('split:a'), request(`bad:${randomUUID()}`), request('split:a'), request('split:b')];
     const settled = await Promise.allSettled(requests.map((r) => s.slots.tryAcquire(r, 2)));
     expect(settled[1]).toMatchObject({ status: 'rejected', reason: { code: 'P0001' } });
-    expect(s.batchStats.slots).toMatchObject({ largest: 4, splits: 1 });
+    expect(s.batchStats.slots.acquire).toMatchObject({ largest: 4, splits: 1 });
     const granted = settled.flatMap((outcome) => {
       if (outcome.status !== 'fulfilled') return [];
       const value = outcome.value;
@@ -267,6 +280,79 @@ describe('semaphore slots through group commit', () => {
     expect(new Set(held.map((lease) => lease.fencingToken)).size).toBe(8);
     expect(await grantStatements('svc:')).toBe(1);
     await Promise.all(held.map((lease) => lease.release()));
+    expect(await releaseStatements('svc:')).toBe(1);
+  });
+
+  test('semaphores’ slot releases in one turn go in one statement, each key waking its line; a stale token frees nothing', async () => {
+    const s = store();
+    const requests = [...[1, 2, 3, 4].map(() => request('free:a')), ...[1, 2].map(() => request('free:b'))];
+    const outcomes = await Promise.all(requests.map((r) => s.slots.tryAcquire(r, 4)));
+    expect(outcomes.every(won)).toBe(true);
+    const listener = await adminClient(db.url);
+    const heard: string[] = [];
+    listener.on('notification', (message) => heard.push(message.payload ?? ''));
+    try {
+      await listener.query('LISTEN job_lease_next');
+      const high = randomUUID();
+      const low = randomUUID();
+      await s.waiters.enqueue('free:a', low, 0, undefined, 10_000);
+      await s.waiters.enqueue('free:a', high, 5, undefined, 10_000);
+      const rows = requests.map((r, i) => ({
+        targetKey: r.targetKey,
+        slot: (outcomes[i] as AcquiredSlot).rowSlot,
+        semaphore: true,
+      }));
+      // Two of free:a's four slots, both of free:b's, and a stale token of free:a's third slot.
+      const released = await Promise.all([
+        ...[0, 1, 4, 5].map((i) => s.release(rows[i], requests[i].leaseToken, 5_000)),
+        s.release(rows[2], randomUUID(), 5_000),
+      ]);
+      expect(released).toEqual([true, true, true, true, false]);
+      expect(await releaseStatements('free:')).toBe(1);
+      expect(s.batchStats.slots.release).toMatchObject({ batches: 1, largest: 5 });
+      expect((await heldRows('free:a')).map((row) => row.slot)).toEqual([3, 4]);
+      expect(await heldRows('free:b')).toEqual([]);
+      // Two slots of free:a free: both of its waiters are named, the higher priority first.
+      await eventually(
+        () => heard.length,
+        (n) => n >= 2,
+        'the wake-ups',
+      );
+      expect(heard).toEqual([`${high} free:a`, `${low} free:a`]);
+      // A row that is not a semaphore's (a read-write lease's: no `semaphore`) is released alone, as before.
+      await Promise.all(
+        [2, 3].map((i) => s.release({ targetKey: 'free:a', slot: rows[i].slot }, requests[i].leaseToken, 5_000)),
+      );
+      expect(await releaseStatements('free:')).toBe(3);
+      expect(s.batchStats.slots.release.batches).toBe(1);
+    } finally {
+      await listener.end();
+    }
+  });
+
+  test('a slot row locked by another transaction costs only its own release: it goes alone and waits', async () => {
+    const s = store();
+    const requests = [request('rlock:a'), request('rlock:a')];
+    const outcomes = (await Promise.all(requests.map((r) => s.slots.tryAcquire(r, 2)))) as AcquiredSlot[];
+    const rows = outcomes.map((outcome) => ({ targetKey: 'rlock:a', slot: outcome.rowSlot, semaphore: true }));
+    const locker = await adminClient(db.url);
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM job_lease WHERE target_id = 'rlock:a' AND slot = $1 FOR UPDATE`, [
+        rows[0].slot,
+      ]);
+      let lockedDone = false;
+      const lockedRelease = s.release(rows[0], requests[0].leaseToken, 5_000).finally(() => (lockedDone = true));
+      const other = await s.release(rows[1], requests[1].leaseToken, 5_000);
+      expect(other).toBe(true);
+      expect(s.batchStats.slots.release.largest).toBe(2);
+      expect(lockedDone).toBe(false);
+      await locker.query('COMMIT');
+      expect(await lockedRelease).toBe(true);
+      expect(await heldRows('rlock:a')).toEqual([]);
+    } finally {
+      await locker.end();
+    }
   });
 
   test('maxBatchSize 1: every slot acquisition goes alone', async () => {

@@ -175,6 +175,23 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
       r.store.slots.tryAcquire(request('c', WAITER_B, { waiterId: WAITER_B, waiterSeq: 7n }), 4),
     ]);
   },
+  'semaphore, batched releases: released, gone, a retry that goes alone; a read-write row alone': async (r) => {
+    r.answer(
+      [{ released: true, woke: 0 }],
+      [
+        { i: 1, outcome: 'released', woke: 1 },
+        { i: 2, outcome: 'gone', woke: 1 },
+        { i: 3, outcome: 'retry', woke: 1 },
+      ],
+      [{ released: true, woke: 0 }],
+    );
+    return Promise.all([
+      r.store.release({ targetKey: 'a', slot: 1, semaphore: true }, TOKEN_A, 1_000),
+      r.store.release({ targetKey: 'a', slot: 2, semaphore: true }, TOKEN_B, 700),
+      r.store.release({ targetKey: 'b', slot: 4, semaphore: true }, TOKEN_C, 900),
+      r.store.release({ targetKey: 'rw', slot: 2 }, WAITER_A, 800),
+    ]);
+  },
   'semaphore: a slot released (release sends slot rows to their statement)': async (r) => {
     r.answer([{ released: true, woke: 1 }]);
     return r.store.release({ targetKey: 'report:1', slot: 3 }, TOKEN_A, 1_000);

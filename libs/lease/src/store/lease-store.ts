@@ -238,7 +238,7 @@ export class LeaseStore {
     this.systemIdReadable = readable;
   }
 
-  /** Batches sent so far and their sizes (tests, benchmarks); `slots`: a semaphore's acquisitions. */
+  /** Batches sent so far and their sizes (tests, benchmarks); `slots`: semaphores' acquisitions and releases. */
   get batchStats() {
     return {
       acquire: { ...this.acquisitions.stats },
@@ -403,7 +403,7 @@ export class LeaseStore {
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
   async release(row: RowRef, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
-    // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
+    // A slot row: its own statements (they wake the key's line; a semaphore's are batched, see SemaphoreStore).
     if (row.slot > 0) return this.slots.release(row, leaseToken, timeoutMs);
     const { targetKey } = row;
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs, lone);

@@ -11,7 +11,13 @@ import { retryingSerializationFailures } from '../database/sessions.js';
 import { EXCLUSIVE_LIMIT, MAX_READERS, SHARED_LIMIT } from '../options/slot-limits.js';
 import { isStatementError } from '../errors/database-errors.js';
 import { GroupCommit, type GroupCommitOptions, type ItemOutcome } from './group-commit.js';
-import { acquireParameters, slotBatchItems, slotBatchOutcomes, type SlotBatchRow } from './rows.js';
+import {
+  acquireParameters,
+  releaseBatchOutcomes,
+  slotBatchItems,
+  slotBatchOutcomes,
+  type SlotBatchRow,
+} from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { LeaseObjectNames } from './sql/fragments.js';
 import type { StatementTexts } from './statement-texts.js';
@@ -44,9 +50,17 @@ interface SlotItem {
   readonly limit: number;
 }
 
+/** One caller of a slot release batch. */
+interface SlotReleaseItem {
+  readonly row: RowRef;
+  readonly leaseToken: string;
+  readonly timeoutMs: number;
+}
+
 export class SemaphoreStore {
-  /** Group commit of newcomers' slot acquisitions (see `tryAcquire`). */
+  /** Group commit of newcomers' slot acquisitions (see `tryAcquire`) and of semaphores' releases (see `release`). */
   private readonly acquisitions: GroupCommit<SlotItem, AcquiredSlot | SlotRefusal | 'raced'>;
+  private readonly releases: GroupCommit<SlotReleaseItem, boolean | 'retry'>;
 
   constructor(
     private readonly run: RunStatement,
@@ -62,11 +76,12 @@ export class SemaphoreStore {
       ...batching,
       splittable: isStatementError,
     });
+    this.releases = new GroupCommit((items) => this.sendReleases(items), { ...batching, splittable: isStatementError });
   }
 
   /** Batches sent so far and their sizes (tests, benchmarks). */
   get batchStats() {
-    return { ...this.acquisitions.stats };
+    return { acquire: { ...this.acquisitions.stats }, release: { ...this.releases.stats } };
   }
 
   /**
@@ -166,9 +181,42 @@ export class SemaphoreStore {
 
   /**
    * Token-guarded soft release of a slot row, as `LeaseStore.release` (which sends slot rows here), waking as many of
-   * the key's waiters as slots are free. Whether our lease was released.
+   * the key's waiters as slots are free. Whether our lease was released. A semaphore's slot (`row.semaphore`) goes
+   * through group commit (`semaphoreBatchReleaseSql`, the same rules); a read-write lease's row, and every release
+   * with `maxBatchSize` 1, alone — as does a slot whose row the batch found locked (a fenced write still finishing):
+   * the single statement waits for it.
    */
   async release(row: RowRef, leaseToken: string, timeoutMs: number): Promise<boolean> {
+    if (row.semaphore !== true || this.options.maxBatchSize === 1) return this.releaseOnce(row, leaseToken, timeoutMs);
+    const outcome = await this.releases.submit({ row, leaseToken, timeoutMs });
+    return outcome === 'retry' ? this.releaseOnce(row, leaseToken, timeoutMs) : outcome;
+  }
+
+  private async sendReleases(items: SlotReleaseItem[]): Promise<Array<ItemOutcome<boolean | 'retry'>>> {
+    if (items.length === 1) {
+      const [{ row, leaseToken, timeoutMs }] = items as [SlotReleaseItem];
+      return [{ ok: true, value: await this.releaseOnce(row, leaseToken, timeoutMs) }];
+    }
+    const batch = items.map(({ row, leaseToken }, index) => ({
+      i: index + 1,
+      target_id: row.targetKey,
+      slot: row.slot,
+      lease_token: leaseToken,
+    }));
+    const { asyncReleaseCommits, agingIntervalMs } = this.options;
+    const { rows } = await retryingSerializationFailures(() =>
+      this.run<{ i: number; outcome: 'released' | 'gone' | 'retry' }>({
+        ...this.named('semaphore_release_batch'),
+        boundMs: Math.min(...items.map((item) => item.timeoutMs)),
+        text: this.sql().semaphoreBatchRelease,
+        values: [JSON.stringify(batch), this.notifyChannel(), asyncReleaseCommits, agingIntervalMs],
+      }),
+    );
+    return releaseBatchOutcomes(items.length, rows);
+  }
+
+  /** The single release statement of a slot: waits for a locked row, within its bound. */
+  private async releaseOnce(row: RowRef, leaseToken: string, timeoutMs: number): Promise<boolean> {
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean }>({
         ...this.named('semaphore_release'),

@@ -268,3 +268,55 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
     LEFT JOIN won w ON w.target_id = a.target_id AND w.slot = a.slot
     ORDER BY r.i`;
 }
+
+/**
+ * The set-based release of semaphores' slots (its contract: `SemaphoreStore.release`): the single slot release's rules
+ * (`semaphoreReleaseSql`) for every caller of a batch, in one statement and one commit. $1 jsonb array of `{ i,
+ * target_id, slot, lease_token }`, $2 the head-only NOTIFY channel (NULL: none), $3 asyncReleaseCommits, $4 aging
+ * interval ms (NULL: off). Rows are locked in key and slot order and never waited for: a row locked by another
+ * transaction (a fenced write of the holder's, say) is `retry`, and that caller alone sends the single statement,
+ * which waits for it. Each key with a slot released wakes as many of its live waiters, in grant order, as slots are
+ * free once they are.
+ */
+export function semaphoreBatchReleaseSql(n: LeaseObjectNames): string {
+  const { lease, waiter } = n;
+  return `WITH req AS (
+      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, slot int, lease_token uuid)
+      ${ONE_ROW_ESTIMATE}
+    ), locked AS MATERIALIZED (
+      SELECT l.target_id, l.slot, l.lease_token, l.slot_limit FROM ${lease} l
+      JOIN (SELECT DISTINCT target_id, slot, lease_token FROM req) p
+        ON l.target_id = p.target_id AND l.slot = p.slot AND l.lease_token = p.lease_token
+      ORDER BY l.target_id, l.slot
+      FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), gone AS (
+      UPDATE ${lease} AS l SET lease_token = NULL FROM locked k
+      WHERE l.target_id = k.target_id AND l.slot = k.slot
+      RETURNING l.target_id
+    ), free AS (
+      -- This statement still sees the slots it frees as taken: as many more.
+      SELECT g.target_id, g.freed + g.lim - (SELECT count(*) FROM ${lease} l
+          WHERE l.target_id = g.target_id AND l.slot BETWEEN 1 AND g.lim AND ${taken('l')}) AS slots
+      FROM (SELECT k.target_id, count(*) AS freed, coalesce(max(k.slot_limit), 1) AS lim
+        FROM locked k GROUP BY k.target_id) g
+    ), heads AS (
+      SELECT f.target_id, h.waiter_id FROM free f CROSS JOIN LATERAL (
+        SELECT w.waiter_id FROM ${waiter} w
+        WHERE w.target_id = f.target_id AND ${liveWaiter('w')} AND EXISTS (SELECT 1 FROM gone)
+        ORDER BY ${aged('w.queued_at', '$4')} DESC, w.seq
+        LIMIT greatest(f.slots, 1)) h
+    ), woke AS (
+      SELECT ${notifyHeadSql('$2', 'h.waiter_id', 'h.target_id')} FROM heads h WHERE $2::text IS NOT NULL
+    )
+    SELECT r.i::int AS i,
+      CASE WHEN EXISTS (SELECT 1 FROM locked k
+            WHERE k.target_id = r.target_id AND k.slot = r.slot AND k.lease_token = r.lease_token)
+          THEN 'released'
+        WHEN EXISTS (SELECT 1 FROM ${lease} l
+            WHERE l.target_id = r.target_id AND l.slot = r.slot AND l.lease_token = r.lease_token)
+          THEN 'retry'
+        ELSE 'gone' END AS outcome,
+      (SELECT count(*) FROM woke) AS woke,
+      CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit
+    FROM req r ORDER BY r.i`;
+}
