@@ -2,8 +2,9 @@
  * Semaphore slots through group commit (issue 40): the slot acquisitions made in one turn of the event loop — several
  * keys, several callers of one key — go in one statement and one commit, each caller with its own slot or its own
  * refusal, under the rules of the slot's single statement (no more than `limit` holders, lowest free slots first, the
- * waiters ahead, another limit refused). The server counts the statements: a row trigger logs the statement (its
- * backend and start) of every slot row given a new lease token.
+ * waiters ahead, another limit refused); so do semaphores' slot releases, each key waking its line. The server counts
+ * the statements: row triggers log the statement (its backend and start) of every slot row given a new lease token,
+ * and of every slot row released.
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';

@@ -51,9 +51,9 @@ export class WaiterLimits {
 }
 
 /**
- * A slot's acquisition statement (`limit` above 1, batched by group commit like a single holder's, which the engine
- * sends to the backend's `attempt` itself; `onBatch` learns the batch's size). A slot refused because another limit holds the key is the caller's
- * `LeaseLimitConflictError`.
+ * A slot's acquisition statement (`limit` above 1; batched by group commit like a single holder's, which the engine
+ * sends to the backend's `attempt` itself; `onBatch` learns the batch's size). A slot refused because another limit
+ * holds the key is the caller's `LeaseLimitConflictError`.
  */
 export async function acquireSlot(
   backend: Pick<LeaseBackend, 'attemptSlot'>,

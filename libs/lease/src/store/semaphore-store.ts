@@ -1,15 +1,15 @@
 /**
  * The statements of semaphores (`limit` above 1): a slot's acquisition and release (see sql/semaphore.sql.ts). Run
  * like every statement of `LeaseStore`: on the statement pool, bounded, hot ones prepared once per connection; a
- * newcomer's slot acquisitions batched by group commit, like a single holder's (see `tryAcquire`).
+ * newcomer's slot acquisitions and a semaphore's releases batched by group commit, like a single holder's (see
+ * `tryAcquire` and `release`).
  */
 import { LeaseConfigError } from '../errors/lease.errors.js';
-import { exhausted, readOnly } from '../errors/database-errors.js';
+import { exhausted, isStatementError, readOnly } from '../errors/database-errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { retryingSerializationFailures } from '../database/sessions.js';
 import { EXCLUSIVE_LIMIT, MAX_READERS, SHARED_LIMIT } from '../options/slot-limits.js';
-import { isStatementError } from '../errors/database-errors.js';
 import { GroupCommit, type GroupCommitOptions, type ItemOutcome } from './group-commit.js';
 import {
   acquireParameters,
