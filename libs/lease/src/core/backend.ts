@@ -165,8 +165,12 @@ export interface LeaseBackend {
   settleAgain(): Promise<void>;
   /** One acquisition attempt for a single holder: a grant, or a refusal (queued as `queueAs` when asked). */
   attempt(request: AcquireRequest, onBatch?: (size: number) => void): Promise<AcquiredRow | Refusal>;
-  /** One attempt on a key with `limit` slots (a semaphore). */
-  attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal>;
+  /** One attempt on a key with `limit` slots (a semaphore; `onBatch` as `attempt`'s). */
+  attemptSlot(
+    request: AcquireRequest,
+    limit: number,
+    onBatch?: (size: number) => void,
+  ): Promise<AcquiredSlot | SlotRefusal>;
   readonly waiters: WaiterBackend;
   /** Renews this process's leases at once, each row keeping its own lease length. */
   renew(

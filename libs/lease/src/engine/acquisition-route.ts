@@ -51,9 +51,9 @@ export class WaiterLimits {
 }
 
 /**
- * A slot's acquisition statement (`limit` above 1; the engine sends a single holder's, `limit` 1, to the backend's
- * `attempt` itself, batched by group commit). A slot refused because another limit holds the key is the caller's
- * `LeaseLimitConflictError`.
+ * A slot's acquisition statement (`limit` above 1; batched by group commit like a single holder's, which the engine
+ * sends to the backend's `attempt` itself; `onBatch` learns the batch's size). A slot refused because another limit
+ * holds the key is the caller's `LeaseLimitConflictError`.
  */
 export async function acquireSlot(
   backend: Pick<LeaseBackend, 'attemptSlot'>,
@@ -61,8 +61,7 @@ export async function acquireSlot(
   limit: number,
   onBatch?: (size: number) => void,
 ): Promise<AcquiredSlot | Refusal> {
-  onBatch?.(1);
-  const row: AcquiredSlot | SlotRefusal = await backend.attemptSlot(request, limit);
+  const row: AcquiredSlot | SlotRefusal = await backend.attemptSlot(request, limit, onBatch);
   if ('refused' in row && row.heldLimit !== null) {
     throw new LeaseLimitConflictError(request.targetKey, limit, row.heldLimit);
   }

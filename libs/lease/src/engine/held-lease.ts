@@ -73,7 +73,8 @@ export class HeldLease implements Lease {
 
   /** The lease row: the key's own, or its slot's (renewals, fences and releases name it). */
   get row(): RowRef {
-    return { targetKey: this.targetKey, slot: this.rowSlot };
+    const { targetKey, rowSlot: slot } = this;
+    return this.mode === undefined && slot > OWN_ROW_SLOT ? { targetKey, slot, semaphore: true } : { targetKey, slot };
   }
 
   get signal(): AbortSignal {

@@ -31,6 +31,8 @@ export function modeOfLimit(limit: number | null | undefined): 'shared' | 'exclu
 export interface RowRef {
   readonly targetKey: string;
   readonly slot: number;
+  /** A semaphore's slot row (`limit` above 1; not a read-write lease's): its release may go in a batch. */
+  readonly semaphore?: boolean;
 }
 
 /** A key's own row (its single holder's). */

@@ -154,6 +154,44 @@ const SCENARIOS: Record<string, (r: ReturnType<typeof recorder>) => Promise<unkn
     r.answer([{ slot: null, fencing_token: null, hold_left_ms: null, held_limit: null, raced: true }], []);
     return r.store.slots.tryAcquire(request('report:1', TOKEN_A), 4);
   },
+  'semaphore, batched: won, refused, raced (sent again alone); a waiter goes alone': async (r) => {
+    const slotRow = { slot: null, fencing_token: null, took_over: null, previous_owner: null };
+    r.answer(
+      [{ ...grant, slot: 2, held_limit: null, raced: null }],
+      [
+        { ...slotRow, i: 1, outcome: 'won', slot: 1, fencing_token: TOKEN_ON_TIMELINE_1, took_over: false },
+        { ...slotRow, i: 2, outcome: 'refused', held_limit: 3, hold_left_ms: null },
+        { ...slotRow, i: 3, outcome: 'raced', held_limit: null, hold_left_ms: null },
+        { ...slotRow, i: 4, outcome: 'refused', held_limit: null, hold_left_ms: 80 },
+      ],
+      [{ ...grant, fencing_token: '1099511627779', slot: 4, held_limit: null, raced: null }],
+    );
+    // Called in one turn of the event loop: the newcomers go as one batch, the waiter alone.
+    return Promise.all([
+      r.store.slots.tryAcquire(request('a', TOKEN_A, { priority: 1, holdMs: 10, leaseTimeoutMs: 9_000 }), 4),
+      r.store.slots.tryAcquire(request('b', TOKEN_B), 4),
+      r.store.slots.tryAcquire(request('a', TOKEN_C), 4),
+      r.store.slots.tryAcquire(request('a', WAITER_A), 2),
+      r.store.slots.tryAcquire(request('c', WAITER_B, { waiterId: WAITER_B, waiterSeq: 7n }), 4),
+    ]);
+  },
+  'semaphore, batched releases: released, gone, a retry that goes alone; a read-write row alone': async (r) => {
+    r.answer(
+      [{ released: true, woke: 0 }],
+      [
+        { i: 1, outcome: 'released', woke: 1 },
+        { i: 2, outcome: 'gone', woke: 1 },
+        { i: 3, outcome: 'retry', woke: 1 },
+      ],
+      [{ released: true, woke: 0 }],
+    );
+    return Promise.all([
+      r.store.release({ targetKey: 'a', slot: 1, semaphore: true }, TOKEN_A, 1_000),
+      r.store.release({ targetKey: 'a', slot: 2, semaphore: true }, TOKEN_B, 700),
+      r.store.release({ targetKey: 'b', slot: 4, semaphore: true }, TOKEN_C, 900),
+      r.store.release({ targetKey: 'rw', slot: 2 }, WAITER_A, 800),
+    ]);
+  },
   'semaphore: a slot released (release sends slot rows to their statement)': async (r) => {
     r.answer([{ released: true, woke: 1 }]);
     return r.store.release({ targetKey: 'report:1', slot: 3 }, TOKEN_A, 1_000);

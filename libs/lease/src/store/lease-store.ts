@@ -130,6 +130,10 @@ export class LeaseStore {
     this.shortBoundMs = shortBoundMs(options);
     this.acquireBounds = { boundMs: acquireBoundMs(options), slackMs: slackMs(options) };
     this.schema = new SchemaStore((statement) => this.run(statement), statements, options);
+    // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
+    // queued behind it: they go in a batch of their own (independence).
+    const stallMs = Math.min(ONE_SECOND_MS, options.heartbeatIntervalMs);
+    const batching = { maxBatch: options.maxBatchSize, maxInFlight: BATCHES_IN_FLIGHT, stallMs };
     this.slots = new SemaphoreStore(
       (statement) => this.run(statement),
       () => this.sql,
@@ -138,6 +142,7 @@ export class LeaseStore {
       (name) => this.statement(name),
       () => this.acquireBounds,
       () => this.notifyChannel,
+      batching,
     );
     this.fence = new FenceStore(
       () => this.sql,
@@ -179,10 +184,6 @@ export class LeaseStore {
       options,
       purgeAfterMs,
     );
-    // A statement stalled past a heartbeat interval (a frozen server, a lost network) no longer holds back the calls
-    // queued behind it: they go in a batch of their own (independence).
-    const stallMs = Math.min(ONE_SECOND_MS, options.heartbeatIntervalMs);
-    const batching = { maxBatch: options.maxBatchSize, maxInFlight: BATCHES_IN_FLIGHT, stallMs };
     this.acquisitions = new GroupCommit((items) => this.sendAcquisitions(items), {
       ...batching,
       splittable: isStatementError,
@@ -237,9 +238,13 @@ export class LeaseStore {
     this.systemIdReadable = readable;
   }
 
-  /** Batches sent so far and their sizes (tests, benchmarks). */
+  /** Batches sent so far and their sizes (tests, benchmarks); `slots`: semaphores' acquisitions and releases. */
   get batchStats() {
-    return { acquire: { ...this.acquisitions.stats }, release: { ...this.releases.stats } };
+    return {
+      acquire: { ...this.acquisitions.stats },
+      release: { ...this.releases.stats },
+      slots: this.slots.batchStats,
+    };
   }
 
   /**
@@ -398,7 +403,7 @@ export class LeaseStore {
    * Idempotent: the engine retries one that failed (see `LeaseEngine.release`).
    */
   async release(row: RowRef, leaseToken: string, timeoutMs: number, lone = false): Promise<boolean> {
-    // A semaphore's slot row: its own statement (it wakes the key's line), never batched.
+    // A slot row: its own statements (they wake the key's line; a semaphore's are batched, see SemaphoreStore).
     if (row.slot > 0) return this.slots.release(row, leaseToken, timeoutMs);
     const { targetKey } = row;
     if (this.options.maxBatchSize === 1) return this.releaseOnce(targetKey, leaseToken, timeoutMs, lone);

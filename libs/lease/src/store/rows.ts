@@ -11,11 +11,13 @@ import type {
   AcquireBatchItem,
   AcquireBatchRow,
   AcquiredRow,
+  AcquiredSlot,
   AcquireRequest,
   LeaseHistory,
   Refusal,
   RenewResult,
   ServerHistory,
+  SlotRefusal,
 } from './store.types.js';
 
 /** The server's history as the history statements (and the renewal) report it. */
@@ -82,6 +84,70 @@ export function acquireBatchOutcomes(
     if (row.outcome === 'refused') return { ok: true, value: { refused: true, holdLeftMs: row.hold_left_ms } };
     const value = {
       fencingToken: BigInt(row.fencing_token!),
+      sentAt,
+      tookOver: row.took_over === true,
+      previousOwner: row.previous_owner,
+    };
+    return { ok: true, value };
+  });
+}
+
+/** One caller of a slot batch (`semaphoreBatchAcquireSql`), as its one jsonb parameter's item (i = 1 … n). */
+export interface SlotBatchItem {
+  i: number;
+  target_id: string;
+  lease_token: string;
+  priority: number;
+  hold_ms: number;
+  /** The call's own lease length; null: the statement's (the module's). */
+  lease_timeout_ms: number | null;
+  slot_limit: number;
+}
+
+/** What each caller of a slot batch gets back, by its position `i` (1-based). */
+export interface SlotBatchRow {
+  i: number;
+  /** `raced`: it passed the pre-check but lost its slot (or asked another limit than the key's in the batch). */
+  outcome: 'won' | 'refused' | 'raced';
+  slot: number | null;
+  fencing_token: string | null;
+  took_over: boolean | null;
+  previous_owner: string | null;
+  held_limit: number | null;
+  hold_left_ms: number | null;
+}
+
+/** The callers of a slot batch (newcomers: no waiter id) as its one jsonb parameter's items. */
+export function slotBatchItems(
+  items: ReadonlyArray<{ readonly request: AcquireRequest; readonly limit: number }>,
+): SlotBatchItem[] {
+  return items.map(({ request, limit }, index) => ({
+    i: index + 1,
+    target_id: request.targetKey,
+    lease_token: request.leaseToken,
+    priority: request.priority,
+    hold_ms: request.holdMs,
+    lease_timeout_ms: request.leaseTimeoutMs ?? null,
+    slot_limit: limit,
+  }));
+}
+
+/** Each caller's outcome of a slot batch, by its position (a row out of order fails that caller: a bug). */
+export function slotBatchOutcomes(
+  count: number,
+  rows: readonly SlotBatchRow[],
+  sentAt: number,
+): Array<ItemOutcome<AcquiredSlot | SlotRefusal | 'raced'>> {
+  return Array.from({ length: count }, (_, index): ItemOutcome<AcquiredSlot | SlotRefusal | 'raced'> => {
+    const row = rows[index];
+    if (row?.i !== index + 1) return { ok: false, error: outOfOrder(index) };
+    if (row.outcome === 'raced') return { ok: true, value: 'raced' };
+    if (row.outcome === 'refused' || row.fencing_token === null || row.slot === null) {
+      return { ok: true, value: { refused: true, holdLeftMs: row.hold_left_ms, heldLimit: row.held_limit } };
+    }
+    const value = {
+      rowSlot: row.slot,
+      fencingToken: BigInt(row.fencing_token),
       sentAt,
       tookOver: row.took_over === true,
       previousOwner: row.previous_owner,

@@ -25,7 +25,12 @@ import { confirmGrantSql } from './sql/handoff.sql.js';
 import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
-import { semaphoreAcquireSql, semaphoreReleaseSql } from './sql/semaphore.sql.js';
+import {
+  semaphoreAcquireSql,
+  semaphoreBatchAcquireSql,
+  semaphoreBatchReleaseSql,
+  semaphoreReleaseSql,
+} from './sql/semaphore.sql.js';
 import { exclusiveAcquireSql, sharedAcquireSql } from './sql/read-write.sql.js';
 import { snapshotSql } from './sql/snapshot.sql.js';
 import { NO_FAULTS, type StatementFaults } from './sql/statement-faults.js';
@@ -65,7 +70,9 @@ export interface StatementTexts {
   readonly missingPrivileges: string;
   readonly mayCreateSchema: string;
   readonly semaphoreAcquire: string;
+  readonly semaphoreBatchAcquire: string;
   readonly semaphoreRelease: string;
+  readonly semaphoreBatchRelease: string;
   readonly sharedAcquire: string;
   readonly exclusiveAcquire: string;
 }
@@ -141,7 +148,9 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     purge: purgeSql(n),
     largestToken: largestTokenSql(n),
     semaphoreAcquire: semaphoreAcquireSql(n, timeline, capMs),
+    semaphoreBatchAcquire: semaphoreBatchAcquireSql(n, timeline, capMs),
     semaphoreRelease: semaphoreReleaseSql(n),
+    semaphoreBatchRelease: semaphoreBatchReleaseSql(n),
     sharedAcquire: sharedAcquireSql(n, timeline, capMs, faults),
     exclusiveAcquire: exclusiveAcquireSql(n, timeline, capMs),
   };

@@ -103,6 +103,16 @@ export interface Refusal {
   readonly place?: WaiterPlace | null;
 }
 
+/** A granted slot: the acquisition, and the slot of its row (1 … limit, see options/slot-limits.ts). */
+export interface AcquiredSlot extends AcquiredRow {
+  readonly rowSlot: number;
+}
+
+/** A refused slot acquisition; `heldLimit`: another limit holds the key (a single holder counts as 1). */
+export interface SlotRefusal extends Refusal {
+  readonly heldLimit: number | null;
+}
+
 export interface WaiterPlace {
   seq: bigint;
   queuedAt: Date;

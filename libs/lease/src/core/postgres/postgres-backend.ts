@@ -140,8 +140,12 @@ export class PostgresBackend implements LeaseBackend {
     return this.checks.settleAgain();
   }
 
-  attemptSlot(request: AcquireRequest, limit: number): Promise<AcquiredSlot | SlotRefusal> {
-    return this.store.slots.tryAcquire(request, limit);
+  attemptSlot(
+    request: AcquireRequest,
+    limit: number,
+    onBatch?: (size: number) => void,
+  ): Promise<AcquiredSlot | SlotRefusal> {
+    return this.store.slots.tryAcquire(request, limit, onBatch);
   }
 
   renew(

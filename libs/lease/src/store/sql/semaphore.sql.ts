@@ -6,7 +6,18 @@
  * key's own line (the waiter table under the key), with the single holder's rules.
  */
 import { notifyHeadSql } from '../../database/head-payload.js';
-import { aged, holding, live, liveWaiter, MS, runCap, taken, type LeaseObjectNames } from './fragments.js';
+import { BATCH_LOCK_WAIT_MS } from '../../options/bounds.js';
+import {
+  aged,
+  holding,
+  live,
+  liveWaiter,
+  MS,
+  ONE_ROW_ESTIMATE,
+  runCap,
+  taken,
+  type LeaseObjectNames,
+} from './fragments.js';
 import { historyToken, sequenceLiteral } from './fencing-token.js';
 import { highWaterToken } from './token-floor.sql.js';
 
@@ -132,4 +143,180 @@ export function semaphoreReleaseSql(n: LeaseObjectNames): string {
         )
         SELECT EXISTS (SELECT 1 FROM gone) AS released, (SELECT count(*) FROM woke) AS woke,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
+}
+
+/**
+ * The set-based acquisition of slots (its contract: `SemaphoreStore.tryAcquire`): the rules of the single slot
+ * statement (`semaphoreAcquireSql`) applied to every caller of a batch, in one statement and one commit, the way
+ * `batchAcquireSql` does for single holders. $1 jsonb array of `SlotBatchItem` (i = 1 … n; newcomers only: a waiter's
+ * attempt goes alone), $2 owner, $3 the module's lease timeout ms (a caller without its own), $4 aging interval ms
+ * (NULL: off). One row per caller, ordered by i.
+ *
+ * - A key's callers are taken in grant order (priority, then their order in the batch); the limit of the key's first
+ *   one is the key's in this batch, and a caller asking another limit is `raced` (sent again alone: the single
+ *   statement answers it).
+ * - The read-only pre-check, per key, as the single statement's: another limit holds the key (`held_limit`: every
+ *   caller of the key refused with it), or the key's k-th caller (from 0) is refused when k + the live waiters ahead
+ *   of it reach the free slots — what the single statement answers each of them in that order. No row lock, no WAL,
+ *   for a key that wins nothing.
+ * - The k-th caller let through aims at the key's k-th lowest free slot: distinct slots, never more than `limit`.
+ *   Free rows are locked in key and slot order, never waited for (SKIP LOCKED), and checked again in their latest
+ *   version; the fencing token is drawn after the lock. A slot that never had a row is inserted (`ON CONFLICT DO
+ *   NOTHING`: no earlier grant of it exists). A caller whose slot was locked, taken or inserted by a concurrent
+ *   statement meanwhile is `raced`: sent again (alone), as the single statement's race.
+ * - The statement waits for no lock (BATCH_LOCK_WAIT_MS, as `batchAcquireSql`): one that meets one fails whole on the
+ *   server, and is split. The dead waiters of the won keys are deleted in the same statement (never waited for).
+ */
+export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: number): string {
+  const { lease, waiter, fencingSequence } = n;
+  const nextval = `nextval(${sequenceLiteral(fencingSequence)})`;
+  const columns =
+    'target_id, slot, lease_token, fencing_token, owner, priority, lease_timeout_ms, acquired_at, updated_at, hold_ms, slot_limit';
+  return `WITH history AS MATERIALIZED (
+      SELECT ${timeline} AS timeline, set_config('lock_timeout', '${BATCH_LOCK_WAIT_MS}', true) AS lock_bound
+    ), req AS MATERIALIZED (
+      SELECT r.*, first_value(r.slot_limit) OVER (PARTITION BY r.target_id ORDER BY r.priority DESC, r.i) AS key_limit
+      FROM jsonb_to_recordset($1::jsonb)
+        AS r(i int, target_id text, lease_token uuid, priority int, hold_ms int, lease_timeout_ms int, slot_limit int)
+      ${ONE_ROW_ESTIMATE}
+    ), keys AS MATERIALIZED (
+      SELECT DISTINCT r.target_id, r.key_limit FROM req r
+    ), key_slots AS MATERIALIZED (
+      -- Every slot row of the batch's keys (whatever limit granted it): another limit shows in any of them.
+      SELECT l.target_id, l.slot, ${taken('l')} AS taken, l.slot_limit
+      FROM keys k JOIN ${lease} l ON l.target_id = k.target_id AND l.slot > 0
+    ), other AS MATERIALIZED (
+      SELECT k.target_id, coalesce(
+        (SELECT s.slot_limit FROM key_slots s
+          WHERE s.target_id = k.target_id AND s.taken AND s.slot_limit IS DISTINCT FROM k.key_limit LIMIT 1),
+        (SELECT 1 FROM ${lease} p WHERE p.target_id = k.target_id AND p.slot = 0 AND ${live('p')})) AS held_limit
+      FROM keys k
+    ), free AS MATERIALIZED (
+      -- Each key's free slots, 1 … its limit, lowest first (rank), and whether each has a row.
+      SELECT k.target_id, g.slot, s.slot IS NOT NULL AS has_row,
+        row_number() OVER (PARTITION BY k.target_id ORDER BY g.slot) AS rank
+      FROM keys k CROSS JOIN LATERAL generate_series(1, k.key_limit) AS g(slot)
+      LEFT JOIN key_slots s ON s.target_id = k.target_id AND s.slot = g.slot
+      WHERE NOT coalesce(s.taken, false)
+    ), line AS MATERIALIZED (
+      SELECT w.target_id, ${aged('w.queued_at', '$4')} AS eff
+      FROM keys k JOIN ${waiter} w ON w.target_id = k.target_id WHERE ${liveWaiter('w')}
+    ), mine AS MATERIALIZED (
+      -- The key's callers of its limit in grant order (rank), and the live waiters ahead of each (a newcomer passes
+      -- only those of a lower effective priority).
+      SELECT r.*, row_number() OVER (PARTITION BY r.target_id ORDER BY r.priority DESC, r.i) AS rank,
+        (SELECT count(*) FROM line a WHERE a.target_id = r.target_id AND a.eff >= r.priority) AS ahead
+      FROM req r WHERE r.slot_limit = r.key_limit
+    ), aim AS MATERIALIZED (
+      SELECT m.*, f.slot, f.has_row
+      FROM mine m JOIN other o ON o.target_id = m.target_id
+        JOIN free f ON f.target_id = m.target_id AND f.rank = m.rank
+      WHERE o.held_limit IS NULL
+        AND m.rank - 1 + m.ahead < (SELECT count(*) FROM free c WHERE c.target_id = m.target_id)
+    ), locked AS MATERIALIZED (
+      SELECT l.target_id, l.slot, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
+      FROM ${lease} l JOIN aim a ON l.target_id = a.target_id AND l.slot = a.slot
+      WHERE a.has_row AND NOT ${taken('l')}
+      ORDER BY l.target_id, l.slot
+      FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), drawn AS MATERIALIZED (
+      -- After the row lock, once per row (see batchAcquireSql).
+      SELECT k.*, ${nextval} AS v FROM locked k
+    ), won_old AS (
+      UPDATE ${lease} AS l SET lease_token = a.lease_token, fencing_token = ${historyToken('x.v', 'l.fencing_token')},
+        owner = $2, priority = a.priority, lease_timeout_ms = coalesce(a.lease_timeout_ms, $3),
+        acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = a.hold_ms, slot_limit = a.slot_limit
+      FROM drawn x JOIN aim a ON a.target_id = x.target_id AND a.slot = x.slot, history h
+      WHERE l.target_id = x.target_id AND l.slot = x.slot
+      RETURNING l.target_id, l.slot, l.fencing_token, x.was_held AS took_over,
+        CASE WHEN x.was_held THEN x.previous_owner END AS previous_owner
+    ), won_new AS (
+      INSERT INTO ${lease} AS l (${columns})
+      SELECT f.target_id, f.slot, f.lease_token, ${historyToken('f.v', highWaterToken(lease))}, $2, f.priority,
+        coalesce(f.lease_timeout_ms, $3), clock_timestamp(), clock_timestamp(), f.hold_ms, f.slot_limit
+      FROM (SELECT a.*, ${nextval} AS v FROM aim a WHERE NOT a.has_row) f, history h
+      ORDER BY f.target_id, f.slot
+      ON CONFLICT (target_id, slot) DO NOTHING
+      RETURNING l.target_id, l.slot, l.fencing_token
+    ), won AS (
+      SELECT target_id, slot, fencing_token, took_over, previous_owner FROM won_old
+      UNION ALL
+      SELECT target_id, slot, fencing_token, false, NULL FROM won_new
+    ), dead AS (
+      -- Dead waiters of the won keys were skipped; no live waiter may be left to evict them. Never waited for.
+      DELETE FROM ${waiter} w USING (
+        SELECT d.target_id, d.waiter_id FROM ${waiter} d
+        WHERE d.target_id IN (SELECT target_id FROM won) AND NOT ${liveWaiter('d')}
+        ORDER BY d.target_id, d.waiter_id
+        FOR UPDATE OF d SKIP LOCKED
+      ) x
+      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
+    )
+    SELECT r.i::int AS i,
+      CASE WHEN w.slot IS NOT NULL THEN 'won' WHEN a.i IS NOT NULL OR r.slot_limit <> r.key_limit THEN 'raced'
+        ELSE 'refused' END AS outcome,
+      w.slot, w.fencing_token::text AS fencing_token, w.took_over, w.previous_owner,
+      CASE WHEN a.i IS NULL AND r.slot_limit = r.key_limit THEN o.held_limit::int END AS held_limit,
+      CASE WHEN a.i IS NULL AND r.slot_limit = r.key_limit THEN (
+        SELECT min(extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
+        FROM ${lease} l WHERE l.target_id = r.target_id AND l.slot BETWEEN 1 AND r.slot_limit
+          AND NOT ${live('l')} AND ${holding('l')}) END AS hold_left_ms,
+      ${runCap(capMs)} AS overran
+    FROM req r
+    JOIN other o ON o.target_id = r.target_id
+    LEFT JOIN aim a ON a.i = r.i
+    LEFT JOIN won w ON w.target_id = a.target_id AND w.slot = a.slot
+    ORDER BY r.i`;
+}
+
+/**
+ * The set-based release of semaphores' slots (its contract: `SemaphoreStore.release`): the single slot release's rules
+ * (`semaphoreReleaseSql`) for every caller of a batch, in one statement and one commit. $1 jsonb array of `{ i,
+ * target_id, slot, lease_token }`, $2 the head-only NOTIFY channel (NULL: none), $3 asyncReleaseCommits, $4 aging
+ * interval ms (NULL: off). Rows are locked in key and slot order and never waited for: a row locked by another
+ * transaction (a fenced write of the holder's, say) is `retry`, and that caller alone sends the single statement,
+ * which waits for it. Each key with a slot released wakes as many of its live waiters, in grant order, as slots are
+ * free once they are.
+ */
+export function semaphoreBatchReleaseSql(n: LeaseObjectNames): string {
+  const { lease, waiter } = n;
+  return `WITH req AS (
+      SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, slot int, lease_token uuid)
+      ${ONE_ROW_ESTIMATE}
+    ), locked AS MATERIALIZED (
+      SELECT l.target_id, l.slot, l.lease_token, l.slot_limit FROM ${lease} l
+      JOIN (SELECT DISTINCT target_id, slot, lease_token FROM req) p
+        ON l.target_id = p.target_id AND l.slot = p.slot AND l.lease_token = p.lease_token
+      ORDER BY l.target_id, l.slot
+      FOR NO KEY UPDATE OF l SKIP LOCKED
+    ), gone AS (
+      UPDATE ${lease} AS l SET lease_token = NULL FROM locked k
+      WHERE l.target_id = k.target_id AND l.slot = k.slot
+      RETURNING l.target_id
+    ), free AS (
+      -- This statement still sees the slots it frees as taken: as many more.
+      SELECT g.target_id, g.freed + g.lim - (SELECT count(*) FROM ${lease} l
+          WHERE l.target_id = g.target_id AND l.slot BETWEEN 1 AND g.lim AND ${taken('l')}) AS slots
+      FROM (SELECT k.target_id, count(*) AS freed, coalesce(max(k.slot_limit), 1) AS lim
+        FROM locked k GROUP BY k.target_id) g
+    ), heads AS (
+      SELECT f.target_id, h.waiter_id FROM free f CROSS JOIN LATERAL (
+        SELECT w.waiter_id FROM ${waiter} w
+        WHERE w.target_id = f.target_id AND ${liveWaiter('w')} AND EXISTS (SELECT 1 FROM gone)
+        ORDER BY ${aged('w.queued_at', '$4')} DESC, w.seq
+        LIMIT greatest(f.slots, 1)) h
+    ), woke AS (
+      SELECT ${notifyHeadSql('$2', 'h.waiter_id', 'h.target_id')} FROM heads h WHERE $2::text IS NOT NULL
+    )
+    SELECT r.i::int AS i,
+      CASE WHEN EXISTS (SELECT 1 FROM locked k
+            WHERE k.target_id = r.target_id AND k.slot = r.slot AND k.lease_token = r.lease_token)
+          THEN 'released'
+        WHEN EXISTS (SELECT 1 FROM ${lease} l
+            WHERE l.target_id = r.target_id AND l.slot = r.slot AND l.lease_token = r.lease_token)
+          THEN 'retry'
+        ELSE 'gone' END AS outcome,
+      (SELECT count(*) FROM woke) AS woke,
+      CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit
+    FROM req r ORDER BY r.i`;
 }

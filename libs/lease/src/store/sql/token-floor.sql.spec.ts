@@ -48,6 +48,7 @@ describe('token floors', () => {
         'preemptTake',
         'release',
         'semaphoreAcquire',
+        'semaphoreBatchAcquire',
         'sharedAcquire',
       ].sort(),
     );
