@@ -257,4 +257,32 @@ describe('the console page over HTTP', () => {
     await waiting;
     await tab.close();
   }, 90_000);
+
+  test('a button pressed across a refresh still gets its click: the page keeps the rows and cells that did not change', async () => {
+    const leases = app!.get(LeaseService);
+    const key = 'report:pressed';
+    held.push((await leases.tryAcquire(key))!);
+    const tab = await context!.newPage();
+    await tab.goto(`${url}/lease-console`);
+    await tab.fill('#credentials input[data-header="x-console-token"]', 'secret');
+    await tab.locator('#credentials input[data-header="x-console-token"]').dispatchEvent('change');
+    const row = `#holders tr[data-key="${key}"]`;
+    await tab.locator(row).waitFor({ timeout: 15_000 });
+    const box = (await tab.locator(`${row} button[data-action="timeline"]`).boundingBox())!;
+    const age = await tab.locator(row).locator('td').nth(3).textContent();
+    // Press, let a refresh redraw the row (its age changes every 2 s), release: one click, as a person makes it.
+    await tab.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await tab.mouse.down();
+    await tab.waitForFunction(
+      ([selector, before]) => document.querySelector(selector)?.querySelectorAll('td')[3]?.textContent !== before,
+      [row, age] as const,
+      { timeout: 15_000 },
+    );
+    await tab.mouse.up();
+    await tab.waitForFunction((picked) => document.getElementById('timeline-key')?.textContent === picked, key, {
+      timeout: 5_000,
+    });
+    await Promise.all(held.splice(0).map((l) => l.release()));
+    await tab.close();
+  }, 60_000);
 });

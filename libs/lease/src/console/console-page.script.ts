@@ -34,10 +34,31 @@ export const CONSOLE_SCRIPT = String.raw`(function () {
     });
     return tr;
   }
+  // A refresh redraws only the rows and cells that changed: a button pressed across a refresh is still the node the
+  // press began on when it is released, so its click lands (a replaced button would lose it).
   function fill(id, rows, columns, empty) {
     var body = $(id).querySelector('tbody');
-    body.replaceChildren.apply(body, rows.length ? rows : [row([empty])]);
-    if (!rows.length) body.firstChild.firstChild.setAttribute('colspan', String(columns));
+    if (!rows.length) {
+      rows = [row([empty])];
+      rows[0].firstChild.setAttribute('colspan', String(columns));
+    }
+    var old = Array.prototype.slice.call(body.children);
+    rows.forEach(function (fresh, i) {
+      var current = old[i];
+      if (!current) return body.appendChild(fresh);
+      if (current.isEqualNode(fresh)) return;
+      if (current.children.length !== fresh.children.length) return body.replaceChild(fresh, current);
+      Array.prototype.slice.call(current.attributes).forEach(function (attribute) {
+        if (!fresh.hasAttribute(attribute.name)) current.removeAttribute(attribute.name);
+      });
+      Array.prototype.slice.call(fresh.attributes).forEach(function (attribute) {
+        current.setAttribute(attribute.name, attribute.value);
+      });
+      Array.prototype.slice.call(fresh.children).forEach(function (cell, j) {
+        if (!current.children[j].isEqualNode(cell)) current.replaceChild(cell, current.children[j]);
+      });
+    });
+    old.slice(rows.length).forEach(function (stale) { body.removeChild(stale); });
   }
   function button(label, action, key, extra) {
     var attributes = { type: 'button', 'data-action': action, 'data-key': key };
