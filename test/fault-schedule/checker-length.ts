@@ -127,6 +127,39 @@ export function checkLengths(
   return { violations, figures };
 }
 
+/** A row of `sched_lease_event` as the checks read it (`handed`: computed by the full check's query). */
+export interface LengthEventRow {
+  seq: string;
+  kind: 'grant' | 'release' | 'renew';
+  target_id: string;
+  fencing_token: string;
+  owner: string | null;
+  app: string;
+  old_owner: string | null;
+  old_held: boolean | null;
+  lease_ms: number | null;
+  old_lease_ms: number | null;
+  old_left_ms: number | null;
+  at_us: string;
+  handed?: boolean;
+}
+
+export const lengthEventOf = (e: LengthEventRow): LengthEvent => ({
+  seq: BigInt(e.seq),
+  kind: e.kind,
+  key: e.target_id,
+  token: BigInt(e.fencing_token),
+  owner: e.owner,
+  app: e.app,
+  oldOwner: e.old_owner,
+  oldHeld: e.old_held,
+  leaseMs: e.lease_ms,
+  oldLeaseMs: e.old_lease_ms,
+  oldLeftMs: e.old_left_ms,
+  handed: e.handed ?? false,
+  at: Number(BigInt(e.at_us)) / 1000,
+});
+
 /**
  * The runner's probe after each step: the same checks on the writes that changed a row's length and on the takeovers
  * of a row that was still live (the only events either check can flag, but a grant's own length: the full check).
@@ -136,40 +169,13 @@ export async function probeLengths(
   log: ReadonlyArray<Received<ScheduleMessage>>,
   moduleLeaseMs: number,
 ): Promise<string[]> {
-  const { rows } = await admin.query<{
-    seq: string;
-    kind: 'grant' | 'renew';
-    target_id: string;
-    fencing_token: string;
-    owner: string | null;
-    app: string;
-    old_owner: string | null;
-    old_held: boolean | null;
-    lease_ms: number | null;
-    old_lease_ms: number | null;
-    old_left_ms: number | null;
-    at_us: string;
-  }>(`
+  const { rows } = await admin.query<LengthEventRow>(`
     SELECT seq::text, kind, target_id, fencing_token::text, owner, app, old_owner, old_held, lease_ms, old_lease_ms,
       old_left_ms, (extract(epoch FROM at) * 1000000)::bigint::text AS at_us
     FROM sched_lease_event
     WHERE (kind = 'renew' AND lease_ms IS DISTINCT FROM old_lease_ms)
       OR (kind = 'grant' AND old_held AND app IS DISTINCT FROM old_owner AND old_left_ms > 1)
     ORDER BY seq`);
-  const events = rows.map((e) => ({
-    seq: BigInt(e.seq),
-    kind: e.kind,
-    key: e.target_id,
-    token: BigInt(e.fencing_token),
-    owner: e.owner,
-    app: e.app,
-    oldOwner: e.old_owner,
-    oldHeld: e.old_held,
-    leaseMs: e.lease_ms,
-    oldLeaseMs: e.old_lease_ms,
-    oldLeftMs: e.old_left_ms,
-    handed: false,
-    at: Number(BigInt(e.at_us)) / 1000,
-  }));
+  const events = rows.map(lengthEventOf);
   return checkLengths(log, events, moduleLeaseMs).violations.map((v) => `${v.invariant}: ${v.detail}`);
 }

@@ -33,7 +33,7 @@ import type pg from 'pg';
 import { check } from '../faults/support/checker.js';
 import { LEASE, type Received } from '../faults/support/harness.js';
 import type { WorkerMessage as FaultWorkerMessage } from '../faults/support/protocol.js';
-import { checkLengths, type LengthFigures, type LengthInvariant } from './checker-length.js';
+import { checkLengths, lengthEventOf, type LengthFigures, type LengthInvariant } from './checker-length.js';
 import { checkModes, type ModesContext, type ModesFigures, type ModesInvariant } from './checker-modes.js';
 import {
   checkReadWrite,
@@ -415,25 +415,7 @@ export async function checkRun(
     history.map((w) => ({ target: w.target, worker: w.worker, seq: w.seq, at: Number(BigInt(w.at_us)) / 1000 })),
   );
   for (const v of readWrite.violations) flag(v.invariant, v.detail);
-  const lengths = checkLengths(
-    log,
-    events.map((e) => ({
-      seq: BigInt(e.seq),
-      kind: e.kind,
-      key: e.target_id,
-      token: BigInt(e.fencing_token),
-      owner: e.owner,
-      app: e.app,
-      oldOwner: e.old_owner,
-      oldHeld: e.old_held,
-      leaseMs: e.lease_ms,
-      oldLeaseMs: e.old_lease_ms,
-      oldLeftMs: e.old_left_ms,
-      handed: e.handed,
-      at: Number(BigInt(e.at_us)) / 1000,
-    })),
-    moduleLeaseMs,
-  );
+  const lengths = checkLengths(log, events.map(lengthEventOf), moduleLeaseMs);
   for (const v of lengths.violations) flag(v.invariant, v.detail);
   const { rows: handed } = await admin.query<{ handoffs: number; confirmed: number }>(
     `SELECT count(*)::int AS handoffs, count(confirmed_at)::int AS confirmed FROM sched_handoff`,
