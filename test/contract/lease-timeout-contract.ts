@@ -114,6 +114,7 @@ export function leaseTimeoutContract(subject: () => ContractSubject): void {
     try {
       const below = await service.run(key, () => 'ran', { leaseTimeoutMs: 649 }).catch((error: unknown) => error);
       expect(below).toBeInstanceOf(LeaseArgumentError);
+      expect((below as LeaseArgumentError).targetKey).toBe(key);
       expect((below as Error).message).toMatch(
         /^leaseTimeoutMs \(649\) must be at least 650 under this module’s timing/,
       );

@@ -50,12 +50,12 @@ export function checkLeaseTimeout(leaseTimeoutMs: number, o: Timing): string | u
  * written; the engine trusts it from there.
  */
 export function leaseTimeoutOf(
-  request: Pick<LeaseRequest, 'leaseTimeoutMs'>,
+  request: Pick<LeaseRequest, 'leaseTimeoutMs'> & { readonly targetKey?: string },
   o: Timing & Pick<EngineSettings, 'leaseTimeoutMs'>,
 ): number {
   if (request.leaseTimeoutMs === undefined) return o.leaseTimeoutMs;
   const message = checkLeaseTimeout(request.leaseTimeoutMs, o);
-  if (message !== undefined) throw new LeaseArgumentError(message);
+  if (message !== undefined) throw new LeaseArgumentError(message, request.targetKey);
   return request.leaseTimeoutMs;
 }
 
