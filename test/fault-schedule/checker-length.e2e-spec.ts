@@ -6,33 +6,12 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { prepareTables, type Received } from '../faults/support/harness.js';
-import { createTestDatabase } from '../support/db.js';
+import type { Received } from '../faults/support/harness.js';
 import { checkRun } from './checker.js';
-import { installInstrumentation } from './instrumentation.js';
 import type { ScheduleMessage } from './protocol.js';
+import { useCheckerDatabase } from './checker-database.js';
 
-let db: { url: string; drop: () => Promise<void> };
-const sessions: pg.Client[] = [];
-
-/** A connection that looks like one of a worker's (its application_name), as the instrumentation tells them apart. */
-async function as(app: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: db.url, application_name: app });
-  await client.connect();
-  sessions.push(client);
-  return client;
-}
-
-beforeEach(async () => {
-  db = await createTestDatabase('schedule_checker_length');
-  await prepareTables(db.url, ['k', 'q']);
-  await installInstrumentation(await as('fault-harness'));
-});
-
-afterEach(async () => {
-  await Promise.all(sessions.splice(0).map((client) => client.end()));
-  await db.drop();
-});
+const { as } = useCheckerDatabase('schedule_checker_length', ['k', 'q']);
 
 /**
  * A grant of `key` to `owner` with a lease of `leaseMs`, as the acquire statement writes it (a takeover when the row

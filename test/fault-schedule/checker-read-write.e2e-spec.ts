@@ -6,34 +6,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { prepareTables, type Received } from '../faults/support/harness.js';
-import { createTestDatabase } from '../support/db.js';
+import type { Received } from '../faults/support/harness.js';
 import { rwTarget } from './checker-read-write.js';
 import { checkRun } from './checker.js';
-import { installInstrumentation } from './instrumentation.js';
 import type { ScheduleMessage } from './protocol.js';
+import { useCheckerDatabase } from './checker-database.js';
 
-let db: { url: string; drop: () => Promise<void> };
-const sessions: pg.Client[] = [];
-
-/** A connection that looks like one of a worker's (its application_name), as the instrumentation tells them apart. */
-async function as(app: string): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: db.url, application_name: app });
-  await client.connect();
-  sessions.push(client);
-  return client;
-}
-
-beforeEach(async () => {
-  db = await createTestDatabase('schedule_checker_rw');
-  await prepareTables(db.url, []);
-  await installInstrumentation(await as('fault-harness'));
-});
-
-afterEach(async () => {
-  await Promise.all(sessions.splice(0).map((client) => client.end()));
-  await db.drop();
-});
+const { as } = useCheckerDatabase('schedule_checker_rw', []);
 
 const WRITER = 1;
 
