@@ -15,6 +15,7 @@ import {
   LeaseWaitTimeoutError,
   type Lease,
   type LeaseService,
+  type RunOptions,
 } from '../../libs/lease/src/index.js';
 import { recordWrite } from '../faults/support/history.js';
 import type { WriteOutcome } from '../faults/support/protocol.js';
@@ -204,4 +205,36 @@ export async function release(lease: Lease): Promise<void> {
   await phase('releasing', lease);
   await lease.release();
   op('release', 'ok');
+}
+
+/**
+ * `leases.run(key, work, …)` refusing (`waitTimeoutMs` undefined) or waiting, reported as one `op` of `kind`: `granted`
+ * when the work ran to its end, `work-failed` when it threw, else the refusal's outcome; a call that waited also
+ * reports its wait (to its grant, or to its end when none came), judged against its bound.
+ */
+export async function reportedRun(
+  kind: OpKind,
+  granted: string,
+  key: string,
+  call: { priority: number; waitTimeoutMs?: number; mode?: 'shared' | 'exclusive'; leaseTimeoutMs?: number },
+  work: (lease: Lease) => Promise<void>,
+): Promise<void> {
+  const { priority, waitTimeoutMs, mode, leaseTimeoutMs } = call;
+  const startedAt = wall();
+  const stalledFrom = stalledMs;
+  let grant: { at: number; stalled: number } | undefined;
+  const wait = (endedAt: number, stalled: number): WaitRecord | undefined =>
+    waitTimeoutMs === undefined
+      ? undefined
+      : { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt, stalledMs: stalled - stalledFrom };
+  const onBusy = waitTimeoutMs === undefined ? 'throw' : { wait: { timeoutMs: waitTimeoutMs } };
+  const options: RunOptions =
+    mode === undefined ? { leaseTimeoutMs, priority, onBusy } : { mode, leaseTimeoutMs, priority, onBusy };
+  try {
+    await leases.run(key, (lease) => ((grant = { at: wall(), stalled: stalledMs }), work(lease)), options);
+    op(kind, granted, { wait: wait(grant!.at, grant!.stalled) });
+  } catch (error) {
+    if (grant) op(kind, 'work-failed', { error });
+    else op(kind, outcomeOf(error), { wait: wait(wall(), stalledMs), error });
+  }
 }

@@ -11,11 +11,9 @@
  * The negative control (`renewOneLength`, set by `attach` in worker-kit.ts) gives every lease of a renewal the first
  * one's length.
  */
-import type { Lease } from '../../libs/lease/src/index.js';
 import { sleep } from '../support/sleep.js';
-import type { WaitRecord } from './protocol.js';
 import type { Random } from './schedule.js';
-import { config, fencedWrite, leases, op, outcomeOf, phase, send, stalledMs, wall } from './worker-kit.js';
+import { config, fencedWrite, phase, reportedRun, send, wall } from './worker-kit.js';
 
 /** The lengths a call asks: shorter and longer than the module's `leaseTimeoutMs` (1,500 ms). */
 export const CALL_LENGTHS_MS = [1_000, 4_000] as const;
@@ -37,32 +35,11 @@ export async function lengthRun(random: Random): Promise<void> {
 async function lengthCall(random: Random, key: string, leaseTimeoutMs: number): Promise<void> {
   const priority = random.int(0, 3);
   const waitTimeoutMs = random.chance(0.7) ? random.int(300, 2_000) : undefined;
-  const startedAt = wall();
-  const stalledFrom = stalledMs;
-  let grantedAt: number | undefined;
-  let stalledAtGrant = 0;
-  const wait = (endedAt: number, stalled: number): WaitRecord | undefined =>
-    waitTimeoutMs === undefined
-      ? undefined
-      : { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt, stalledMs: stalled - stalledFrom };
-  try {
-    const work = async (lease: Lease) => {
-      grantedAt = wall();
-      stalledAtGrant = stalledMs;
-      send({ t: 'length', key, fencingToken: lease.fencingToken.toString(), leaseTimeoutMs });
-      await phase('length-holding', lease);
-      await sleep(random.int(100, 1_500), lease.signal).catch(() => undefined);
-      const writes = random.int(1, 2);
-      for (let i = 0; i < writes; i++) await fencedWrite(lease);
-    };
-    await leases.run(key, work, {
-      leaseTimeoutMs,
-      priority,
-      onBusy: waitTimeoutMs === undefined ? 'throw' : { wait: { timeoutMs: waitTimeoutMs } },
-    });
-    op('length', 'granted', { wait: wait(grantedAt!, stalledAtGrant) });
-  } catch (error) {
-    if (grantedAt !== undefined) op('length', 'work-failed', { error });
-    else op('length', outcomeOf(error), { wait: wait(wall(), stalledMs), error });
-  }
+  await reportedRun('length', 'granted', key, { priority, waitTimeoutMs, leaseTimeoutMs }, async (lease) => {
+    send({ t: 'length', key, fencingToken: lease.fencingToken.toString(), leaseTimeoutMs });
+    await phase('length-holding', lease);
+    await sleep(random.int(100, 1_500), lease.signal).catch(() => undefined);
+    const writes = random.int(1, 2);
+    for (let i = 0; i < writes; i++) await fencedWrite(lease);
+  });
 }

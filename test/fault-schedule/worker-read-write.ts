@@ -19,9 +19,8 @@ import { recordWrite } from '../faults/support/history.js';
 import type { WriteOutcome } from '../faults/support/protocol.js';
 import { sleep } from '../support/sleep.js';
 import { rwTarget } from './checker-read-write.js';
-import type { WaitRecord } from './protocol.js';
 import type { Random } from './schedule.js';
-import { config, leases, op, outcomeOf, phase, send, stalledMs, wall } from './worker-kit.js';
+import { config, phase, reportedRun, send, wall } from './worker-kit.js';
 
 /**
  * A read-write call: a reader 60 % of the time, a writer otherwise; a priority of 0 or 1 (a reader may pass). A call
@@ -32,26 +31,9 @@ export async function readWriteRun(random: Random): Promise<void> {
   const mode = random.chance(0.6) ? 'shared' : 'exclusive';
   const priority = random.int(0, 1);
   const waitTimeoutMs = random.chance(0.6) ? random.int(300, 2_000) : undefined;
-  const startedAt = wall();
-  const stalledFrom = stalledMs;
-  let grantedAt: number | undefined;
-  let stalledAtGrant = 0;
-  const wait = (endedAt: number, stalled: number): WaitRecord | undefined =>
-    waitTimeoutMs === undefined
-      ? undefined
-      : { key, priority, boundMs: waitTimeoutMs, startedAt, endedAt, stalledMs: stalled - stalledFrom };
-  try {
-    const work = (lease: Lease) => ((grantedAt = wall()), (stalledAtGrant = stalledMs), held(lease, mode, random));
-    await leases.run(key, work, {
-      mode,
-      priority,
-      onBusy: waitTimeoutMs === undefined ? 'throw' : { wait: { timeoutMs: waitTimeoutMs } },
-    });
-    op('rw', `${mode}-granted`, { wait: wait(grantedAt!, stalledAtGrant) });
-  } catch (error) {
-    if (grantedAt !== undefined) op('rw', 'work-failed', { error });
-    else op('rw', outcomeOf(error), { wait: wait(wall(), stalledMs), error });
-  }
+  await reportedRun('rw', `${mode}-granted`, key, { priority, waitTimeoutMs, mode }, (lease) =>
+    held(lease, mode, random),
+  );
 }
 
 /** The work of a read-write lease: its held window sampled, a moment of work, one fenced write. */
