@@ -105,6 +105,27 @@ describe('bounds of the library’s statements', () => {
     proxy.thaw();
   }, 20_000);
 
+  test('a statement the network swallows fails at its client bound: the client gives up, it does not hang', async () => {
+    // The server never sees it (the partition holds every byte), so only the client's own bound can end the call:
+    // the acquisition bound (900 ms in the test timings) and its slack.
+    const { proxy, url } = await TcpProxy.inFrontOf(db.url);
+    proxies.push(proxy);
+    const cut = await proc('partitioned', {}, 4, url);
+    const before = await cut.service.tryAcquire('bound:client:warm');
+    await before!.release();
+    proxy.freeze();
+    const started = performance.now();
+    await expect(cut.service.tryAcquire('bound:client')).rejects.toBeInstanceOf(LeaseUnavailableError);
+    const tookMs = performance.now() - started;
+    expect(tookMs).toBeGreaterThanOrEqual(900);
+    expect(tookMs).toBeLessThan(2_500);
+    proxy.thaw();
+    // The connection the swallowed statement was on was dropped, not reused mid-reply: the next call succeeds.
+    const after = await cut.service.tryAcquire('bound:client:after');
+    expect(after?.isHeld()).toBe(true);
+    await after!.release();
+  }, 20_000);
+
   test('a release that times out is retried until it lands, not dropped', async () => {
     // A long lease timeout: the row must be freed by the retried release, not by its expiry.
     const holder = await proc('releaser', { timing: { heartbeatIntervalMs: 200, leaseTimeoutMs: 10_000 } });

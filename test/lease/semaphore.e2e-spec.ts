@@ -29,11 +29,15 @@ function slotAttemptsOf(applicationName: string): { readonly answered: number; s
     const from = (this as { connectionParameters?: { application_name?: string } }).connectionParameters
       ?.application_name;
     const result = (original as (...args: unknown[]) => unknown).call(this, config, ...rest);
-    if (from === applicationName && text?.trimStart().startsWith('WITH key_slots') && result instanceof Promise)
-      result.then(
-        () => counter.answered++,
-        () => undefined,
-      );
+    if (from === applicationName && text?.trimStart().startsWith('WITH key_slots')) {
+      // The library hands pg a query object of its own (answered by its 'end' event); a config object, a promise.
+      if (result instanceof Promise)
+        result.then(
+          () => counter.answered++,
+          () => undefined,
+        );
+      else (result as pg.Query).once('end', () => counter.answered++);
+    }
     return result;
   } as typeof original;
   return counter;

@@ -14,7 +14,7 @@
  * Either way the client gives up a little after the server (`runStatement`), so a statement the client abandoned has
  * already been ended by the server, and committed nothing, unless it was committing at that very moment.
  */
-import type pg from 'pg';
+import pg from 'pg';
 import { isSerializationFailure } from '../errors/database-errors.js';
 import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 
@@ -51,6 +51,29 @@ export interface SessionBounds {
    * 5,000 leases a renewal then outlived its one-second bound on every tick.
    */
   readonly customPlans?: boolean;
+}
+
+/**
+ * Sends one statement on `session`. On a `pg` client it goes as a `pg.Query` of our own, with its name, callback and
+ * client-side timeout set on it: handed a plain config object, `pg` (≥ 8.21) first copies it, property descriptors and
+ * all, and wraps its callback in a promise of its own — per statement, on the lone caller's path.
+ */
+function send<R extends pg.QueryResultRow>(
+  session: Queryable,
+  config: { name?: string; text: string; values?: unknown[]; query_timeout: number },
+): Promise<pg.QueryResult<R>> {
+  if (!(session instanceof pg.Client)) return session.query<R>(config);
+  return new Promise((resolve, reject) => {
+    const query = new pg.Query(config.text, config.values) as unknown as pg.Submittable & {
+      name?: string;
+      query_timeout?: number;
+      callback?: (error: Error | undefined, result: pg.QueryResult<R>) => void;
+    };
+    query.name = config.name;
+    query.query_timeout = config.query_timeout;
+    query.callback = (error, result) => (error ? reject(error) : resolve(result));
+    session.query(query);
+  });
 }
 
 /** A role or server default of `synchronous_commit = off` is raised to `on` (see docs/configuration.md, "Server defaults"). */
@@ -92,8 +115,8 @@ export function framing(bounds: SessionBounds): string {
   ].join('; ');
 }
 
-/** A statement and its bounds. */
-export interface BoundedStatement extends pg.QueryConfig {
+/** A statement (its text, parameters and, when prepared, name) and its bounds. */
+export interface BoundedStatement extends Pick<pg.QueryConfig, 'name' | 'text' | 'values'> {
   /** The server ends the statement after this many ms (its session's bound when that is larger). */
   readonly boundMs: number;
   /** The client gives up this much later than the server: the server's answer (an error) has time to arrive. */
@@ -103,26 +126,38 @@ export interface BoundedStatement extends pg.QueryConfig {
 
 /**
  * Runs one statement on a session of `source`, bounded on the client and the server (see the module note).
- * `sentAt`: the monotonic time it was sent — after waiting for a session and after the framing, so a lease counts
- * from when the database could have written it at the earliest.
+ * A statement without `boundMs` gets `defaultBoundMs`. `sentAt`: the monotonic time it was sent — after waiting for a
+ * session and after the framing, so a lease counts from when the database could have written it at the earliest.
  */
 export function runStatement<R extends pg.QueryResultRow>(
   source: SessionSource,
-  statement: BoundedStatement,
+  statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
+  defaultBoundMs?: number,
 ): Promise<{ rows: R[]; sentAt: number }> {
-  const { boundMs, slackMs = 0, customPlans, ...config } = statement;
+  const { slackMs = 0, customPlans } = statement;
+  const boundMs = statement.boundMs ?? defaultBoundMs;
+  if (boundMs === undefined) return Promise.reject(new TypeError('nest-pg-lease: a statement without a bound (a bug)'));
+  // The statement as `pg` takes it, built once with a fixed shape (no copies of `statement`: on the lone caller's
+  // path every object copy is client CPU paid per call).
+  const config = {
+    name: statement.name,
+    text: statement.text,
+    values: statement.values,
+    query_timeout: 0,
+  };
   return source.withSession(async (session) => {
-    const started = performance.now();
-    const deadline = started + boundMs + slackMs;
+    const deadline = performance.now() + boundMs + slackMs;
     const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
     if (source.boundedMs !== undefined && boundMs <= source.boundedMs) {
       const sentAt = performance.now();
-      const { rows } = await session.query<R>({ ...config, query_timeout: left() });
+      config.query_timeout = Math.max(1, Math.ceil(deadline - sentAt));
+      const { rows } = await send<R>(session, config);
       return { rows, sentAt };
     }
     await session.query({ text: framing({ boundMs, customPlans }), query_timeout: left() });
     const sentAt = performance.now();
-    const { rows } = await session.query<R>({ ...config, query_timeout: left() });
+    config.query_timeout = left();
+    const { rows } = await send<R>(session, config);
     await session.query({ text: 'COMMIT', query_timeout: left() });
     return { rows, sentAt };
   });

@@ -195,7 +195,7 @@ export class LeaseStore {
   private run<R extends pg.QueryResultRow>(
     statement: Omit<BoundedStatement, 'boundMs'> & { boundMs?: number },
   ): Promise<{ rows: R[]; sentAt: number }> {
-    return runStatement<R>(this.db, { boundMs: this.shortBoundMs, ...statement });
+    return runStatement<R>(this.db, statement, this.shortBoundMs);
   }
 
   get channel(): string {

@@ -33,9 +33,12 @@ export class LoneStore {
 
   /** The lean acquisition; `full` when the key has a line (or an expired holder, or changed meanwhile). */
   async acquire(request: AcquireRequest): Promise<AcquiredRow | Refusal | 'full'> {
+    const { boundMs, slackMs } = this.acquireBounds();
+    // Built with a fixed shape, not spread: the lone caller's path pays for every object copy.
     const { rows, sentAt } = await this.run<LoneAcquireRow>({
-      ...this.names.acquire,
-      ...this.acquireBounds(),
+      name: this.names.acquire.name,
+      boundMs,
+      slackMs,
       text: this.sql().acquireLone,
       values: [
         request.targetKey,
@@ -58,7 +61,7 @@ export class LoneStore {
   async release(targetKey: string, leaseToken: string, timeoutMs: number): Promise<boolean | 'line'> {
     const { rows } = await retryingSerializationFailures(() =>
       this.run<{ released: boolean; line: boolean }>({
-        ...this.names.release,
+        name: this.names.release.name,
         boundMs: timeoutMs,
         text: this.sql().releaseLone,
         values: [targetKey, leaseToken, lockWaitMs(timeoutMs), this.options.asyncReleaseCommits],
