@@ -19,6 +19,7 @@
  * phase (`hit`) until the runner says `go`. `close` calls `LeaseService.close()` while the loops are mid-call.
  */
 import 'reflect-metadata';
+import './pg-error-origins.js';
 import { randomUUID } from 'node:crypto';
 import { Controller, HttpCode, type INestApplication, Module, Param, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
