@@ -9,6 +9,9 @@
 import pg from 'pg';
 
 const origins = new WeakMap<object, string>();
+/** Every client connected in this process (weakly), for the sampler below. */
+const clients = new Set<WeakRef<object>>();
+const reported = new WeakSet<object>();
 const proto = pg.Client.prototype as unknown as {
   connect: (...args: unknown[]) => unknown;
   emit: (event: string | symbol, ...args: unknown[]) => boolean;
@@ -21,6 +24,7 @@ proto.connect = function (this: object, ...args: unknown[]) {
   Error.stackTraceLimit = 30;
   origins.set(this, new Error('this pg client was connected here').stack ?? '(no stack)');
   Error.stackTraceLimit = limit;
+  clients.add(new WeakRef(this));
   return connect.apply(this, args);
 };
 
@@ -35,3 +39,31 @@ proto.emit = function (this: typeof proto, event: string | symbol, ...args: unkn
   }
   return emit.call(this, event, ...args);
 };
+
+/**
+ * The window itself, without waiting for an error to fall into it: every 5 ms, a connected client that is not ending
+ * and has no `'error'` listener is reported once, with its origin. A window shorter than a turn of the event loop
+ * cannot be seen here, and cannot crash either: an error reaches a client only from a socket's own turn.
+ */
+interface ClientState {
+  _connected?: boolean;
+  _ending?: boolean;
+  _queryable?: boolean;
+  listenerCount(event: string): number;
+}
+setInterval(() => {
+  for (const ref of clients) {
+    const client = ref.deref() as ClientState | undefined;
+    if (!client) {
+      clients.delete(ref);
+      continue;
+    }
+    if (!client._connected || client._ending || !client._queryable || reported.has(client)) continue;
+    if (client.listenerCount('error') > 0) continue;
+    reported.add(client);
+    process.stderr.write(
+      `[pg-error-origins] a connected pg client has no 'error' listener (an error now would end the process); ` +
+        `${origins.get(client) ?? 'its origin was not recorded'}\n`,
+    );
+  }
+}, 5).unref();
