@@ -146,14 +146,15 @@ export function runStatement<R extends pg.QueryResultRow>(
     query_timeout: 0,
   };
   return source.withSession(async (session) => {
-    const deadline = performance.now() + boundMs + slackMs;
-    const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
     if (source.boundedMs !== undefined && boundMs <= source.boundedMs) {
+      // One statement, sent now: its whole bound is its client timeout (no deadline to share, no closure per call).
       const sentAt = performance.now();
-      config.query_timeout = Math.max(1, Math.ceil(deadline - sentAt));
+      config.query_timeout = Math.max(1, Math.ceil(boundMs + slackMs));
       const { rows } = await send<R>(session, config);
       return { rows, sentAt };
     }
+    const deadline = performance.now() + boundMs + slackMs;
+    const left = () => Math.max(1, Math.ceil(deadline - performance.now()));
     await session.query({ text: framing({ boundMs, customPlans }), query_timeout: left() });
     const sentAt = performance.now();
     config.query_timeout = left();
