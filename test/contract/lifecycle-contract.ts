@@ -244,7 +244,9 @@ export function lifecycleContract(subject: () => ContractSubject): void {
 
   it('aging (agingIntervalMs): a waiter gains one effective priority per interval waited and is served by it', async () => {
     const agingIntervalMs = 100;
-    const { service, close } = await subject().open({ timing: { agingIntervalMs } });
+    // The line's order is under test, not the waiters' liveness: a waiter's timeout well past the test timings' 600 ms,
+    // so a loaded machine that delays a waiter's renewal does not make it dead (no position) in the snapshot.
+    const { service, close } = await subject().open({ timing: { agingIntervalMs, waiterTimeoutMs: 10_000 } });
     const key = freshKey('aging');
     const order: string[] = [];
     const wait = async (name: string, priority: number) => {
