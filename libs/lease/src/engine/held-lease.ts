@@ -57,13 +57,14 @@ export class HeldLease implements Lease {
     readonly targetKey: string,
     readonly token: string,
     readonly fencingToken: bigint,
-    sentAt: number,
+    /** Monotonic time when the acquiring statement was sent (a hold's length counts from it). */
+    readonly acquiredAt: number,
     /** leaseTimeoutMs − safetyMarginMs */
     private readonly localLimitMs: number,
     private readonly engine: LeaseHandleOwner,
     private readonly onDeadline: (lease: HeldLease) => void,
   ) {
-    this.confirmedAt = sentAt;
+    this.confirmedAt = acquiredAt;
     this.armDeadline();
   }
 

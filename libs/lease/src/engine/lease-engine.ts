@@ -24,10 +24,10 @@ import { LeaseContext } from './lease-context.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
-import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import type { LeaseEvent, LeaseEventType, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import { keyTemplateOf, type LeaseRequest } from '../options/call-input.js';
 import { type LeaseCall, preemptGraceOf, waitBoundMs, type WaitingPlan } from '../options/busy-policy.js';
-import { publish } from '../observability/diagnostics.js';
+import { channelHeard, publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing, tracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
 import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
@@ -66,7 +66,6 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
    * in flight (one a call gave up on may still land), releases in flight.
    */
   private readonly inFlight = new Set<Promise<void>>();
-  private readonly acquiredAt = new WeakMap<HeldLease, number>();
   private readonly limits = new WaiterLimits();
   private readonly queue: WaitQueue;
   private closing?: Promise<void>;
@@ -83,7 +82,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** Over PostgreSQL (a DataSource, or the module's reference to one), or over the backend `source` builds. */
   constructor(source: DataSource | LeaseDataSourceRef | BackendFactory, options: LeaseModuleOptions = {}) {
     this.options = resolveLeaseOptions(options);
-    this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs);
+    this.estimates = new RetryAfterEstimates(this.options.leaseTimeoutMs, this.held);
     const track = <T>(work: Promise<T>) => this.track(work);
     void loadTracing();
     this.backend = backendFor(source, this.options, this.logger);
@@ -106,15 +105,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.telemetry = new LeaseTelemetry(this.options, this.backend, (event) => this.emit(event), track);
     this.purges = new PurgeSchedule(this.backend, this.logger, track, () => this.closing !== undefined);
     const lose = this.lose.bind(this);
-    this.heartbeat = new LeaseHeartbeat(
-      this.backend,
-      this.options,
-      this.logger,
-      this.held,
-      lose,
-      (event) => this.emit(event),
-      () => void this.track(this.backend.settleAgain()),
-    );
+    const settleAgain = () => void this.track(this.backend.settleAgain());
+    this.heartbeat = new LeaseHeartbeat(this.backend, this.options, this.logger, this.held, lose, this, settleAgain);
     const releasedBySave = (lease: HeldLease) => void this.release(lease, undefined, true);
     this.fencing = new FencedTransactions(this.backend.fence, lose, releasedBySave);
     this.operator = new OperatorHooks(this.backend.operator, this.options, this.logger, this.events$, track);
@@ -184,14 +176,11 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     while (this.inFlight.size > 0) await Promise.all(this.inFlight);
   }
 
-  /** Tracks `work` for close() (see `inFlight`) and returns it unchanged. */
+  /** Tracks `work` for close() (see `inFlight`; it leaves the set as it settles) and returns it unchanged. */
   private track<T>(work: Promise<T>): Promise<T> {
-    const settled = work.then(
-      () => undefined,
-      () => undefined,
-    );
+    const done = () => void this.inFlight.delete(settled);
+    const settled: Promise<void> = work.then(done, done);
     this.inFlight.add(settled);
-    void settled.then(() => this.inFlight.delete(settled));
     return work;
   }
 
@@ -273,7 +262,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   private async tryOnce(request: LeaseRequest): Promise<HeldLease | null> {
     // Not tracked on its own: the call (`acquiring`) is, and nothing gives up on this statement before it returns.
     const lease = await this.attemptOnce(request, {});
-    if (!lease) {
+    if (!lease && this.hears('busy')) {
       this.emit({ type: 'busy', targetKey: request.targetKey, keyTemplate: request.keyTemplate, at: new Date() });
     }
     return lease;
@@ -316,7 +305,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       if (waiter) this.queue.unreserve(waiter);
       return lease;
     }
-    this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
+    if (this.hears('waiting')) this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const inLine = waiter ?? this.limits.note(this.queue.newWaiter(request), request.limit);
     if (!waiter && graceMs !== undefined) this.preemption.track(inLine, request, graceMs);
     return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
@@ -379,14 +368,15 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   async release(lease: HeldLease, reason?: () => unknown, committed = false): Promise<void> {
     if (!lease.markReleased(reason)) return;
     this.forget(lease);
-    const heldMs = performance.now() - (this.acquiredAt.get(lease) ?? performance.now());
+    const heldMs = performance.now() - lease.acquiredAt;
     // The row expires `leaseTimeoutMs` after its last confirmed renewal, which was sent no earlier than this.
     const until = lease.deadline + this.options.safetyMarginMs;
     await this.telemetry.release(lease, heldMs, async () => {
       let released = false;
       const onReleased = () => {
         released = true;
-        this.emit(releasedEvent(lease, heldMs));
+        this.estimates.released(lease.targetKey, lease.keyTemplate, heldMs);
+        if (this.hears('released')) this.emit(releasedEvent(lease, heldMs));
       };
       await (committed ? onReleased() : this.retries.releaseRow(lease.row, lease.token, until, onReleased, lease.lone));
       return released;
@@ -468,13 +458,15 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     lease.lone = row.lone === true;
     markSlot(lease, row, request.limit);
     this.held.set(leaseToken, lease);
-    this.acquiredAt.set(lease, row.sentAt);
     this.heartbeat.start();
-    if (row.tookOver) {
-      const from = row.previousOwner ?? 'unknown';
-      this.logger.log(`Took over expired lease on "${targetKey}" from ${from} (fencing token ${row.fencingToken})`);
+    this.estimates.granted(targetKey);
+    if (!row.tookOver) {
+      if (this.hears('acquired')) this.emit(grantedEvent(lease, priority, this.options.owner));
+      return lease;
     }
-    this.emit(grantedEvent(lease, priority, this.options.owner, row.tookOver ? row : undefined));
+    const from = row.previousOwner ?? 'unknown';
+    this.logger.log(`Took over expired lease on "${targetKey}" from ${from} (fencing token ${row.fencingToken})`);
+    if (this.hears('taken-over')) this.emit(grantedEvent(lease, priority, this.options.owner, row));
     return lease;
   }
 
@@ -483,7 +475,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.forget(lease);
     this.logger.warn(messages.leaseLost(lease.targetKey, lease.fencingToken, reason, detail));
     lease.holder?.event('lease.lost', { 'lease.reason': reason, 'lease.fencing_token': String(lease.fencingToken) });
-    this.emit(lostEvent(lease, reason, performance.now() - (this.acquiredAt.get(lease) ?? performance.now())));
+    if (this.hears('lost')) this.emit(lostEvent(lease, reason, performance.now() - lease.acquiredAt));
   }
 
   private forget(lease: HeldLease): void {
@@ -491,8 +483,13 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.drain.forgotten();
   }
 
+  /** Whether `events$` or the diagnostics channel of `type` has a listener: events are built only then. */
+  hears(type: LeaseEventType): boolean {
+    return this.events.observed || channelHeard(type);
+  }
+
+  /** Hands `event` to its listeners (callers ask `hears` first). */
   emit(event: LeaseEvent): void {
-    this.estimates.observe(event);
     publish(event);
     if (!this.events.closed) this.events.next(event);
   }

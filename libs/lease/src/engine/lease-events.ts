@@ -2,8 +2,14 @@
  * The events the engine emits about one held lease or one wait (over PostgreSQL or the testing kit's memory backend),
  * built once: what a unit test on the in-memory service observes is what production emits.
  */
-import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
+import type { LeaseEvent, LeaseEventType } from '../interfaces/lease-event.interface.js';
 import type { LeaseLossReason } from '../interfaces/lease-loss-reason.interface.js';
+
+/** Where the engine's parts send events: they ask `hears(type)` first, and build nothing nobody listens to. */
+export interface EventSink {
+  hears(type: LeaseEventType): boolean;
+  emit(event: LeaseEvent): void;
+}
 
 /** What a lease event names of its lease. */
 interface EventLease {

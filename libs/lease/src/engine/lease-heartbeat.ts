@@ -1,12 +1,12 @@
 /**
  * The lease heartbeat of one engine: one batched renewal per tick for every lease held, the server's history checked
  * in the same statement, and each lease confirmed, left to its local deadline, or lost. Collaborators given
- * explicitly: the backend, the options, the logger, the held leases, `lose` and `emit` of the engine.
+ * explicitly: the backend, the options, the logger, the held leases, `lose` and the events of the engine.
  */
 import type { Logger } from '@nestjs/common';
 import { lastValueFrom, type Subscription } from 'rxjs';
 import { errorText } from '../errors/lease.messages.js';
-import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
+import type { EventSink } from './lease-events.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import type { LeaseBackend, RenewResult, ServerHistory } from '../core/backend.js';
 import type { LoseLease } from './fenced-transaction.js';
@@ -29,7 +29,8 @@ export class LeaseHeartbeat {
     private readonly logger: Logger,
     private readonly held: ReadonlyMap<string, HeldLease>,
     private readonly lose: LoseLease,
-    private readonly emit: (event: LeaseEvent) => void,
+    /** The engine's events: built only when `hears` says someone listens. */
+    private readonly events: EventSink,
     /** A renewal found another system identifier (another database cluster): see `BootstrapChecks.settleAgain`. */
     private readonly onNewSystem: () => void = () => undefined,
   ) {}
@@ -95,18 +96,19 @@ export class LeaseHeartbeat {
   }
 
   private onHeartbeat(tick: HeartbeatTick<HeldLease>): void {
-    const at = new Date();
     if (tick.error !== undefined) {
       this.logger.warn(
         `Heartbeat of ${tick.batch.length} lease(s) failed (${errorText(tick.error)}); retrying next tick`,
       );
-      this.emit({
-        type: 'renew-failed',
-        leases: tick.batch.length,
-        error: errorText(tick.error),
-        latencyMs: tick.latencyMs,
-        at,
-      });
+      if (this.events.hears('renew-failed')) {
+        this.events.emit({
+          type: 'renew-failed',
+          leases: tick.batch.length,
+          error: errorText(tick.error),
+          latencyMs: tick.latencyMs,
+          at: new Date(),
+        });
+      }
       for (const lease of tick.batch) {
         lease.holder?.event('lease.renew_failed', {
           'lease.error': errorText(tick.error),
@@ -116,6 +118,8 @@ export class LeaseHeartbeat {
       }
       return;
     }
+    // One Date for the tick's events, and none when nobody hears them (a renewal of 5,000 leases builds no event).
+    const at = this.events.hears('renewed') ? new Date() : undefined;
     for (const lease of tick.batch) {
       if (!lease.active) continue;
       if (tick.preempted?.has(lease.token)) {
@@ -123,14 +127,16 @@ export class LeaseHeartbeat {
         this.lose(lease, 'preempted');
       } else if (tick.kept?.has(lease.token)) {
         lease.confirm(tick.sentAt);
-        this.emit({
-          type: 'renewed',
-          targetKey: lease.targetKey,
-          keyTemplate: lease.keyTemplate,
-          fencingToken: lease.fencingToken,
-          latencyMs: tick.latencyMs,
-          at,
-        });
+        if (at) {
+          this.events.emit({
+            type: 'renewed',
+            targetKey: lease.targetKey,
+            keyTemplate: lease.keyTemplate,
+            fencingToken: lease.fencingToken,
+            latencyMs: tick.latencyMs,
+            at,
+          });
+        }
       } else if (tick.skipped?.has(lease.token)) {
         // Its row is locked (a fenced transaction of ours, usually): not renewed, not lost; the local deadline decides.
       } else if (tick.failover?.has(lease.token)) {

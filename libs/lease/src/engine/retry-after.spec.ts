@@ -1,4 +1,3 @@
-import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import {
   estimateRetryAfterMs,
   RETRY_AFTER_DEFAULT_MS,
@@ -6,7 +5,7 @@ import {
   RetryAfterEstimates,
 } from './retry-after.js';
 
-/** The rule of docs/errors-and-http.md ("Retry-After"), case by case, and the estimates an engine's events feed. */
+/** The rule of docs/errors-and-http.md ("Retry-After"), case by case, and the estimates the engine feeds. */
 describe('estimateRetryAfterMs', () => {
   const timeout = 120_000;
   const none = { localAgesMs: [], holdMs: 0 };
@@ -33,36 +32,16 @@ describe('estimateRetryAfterMs', () => {
 });
 
 describe('RetryAfterEstimates', () => {
-  const at = new Date();
-  const granted = (targetKey: string, fencingToken: bigint, keyTemplate = 'job:{id}'): LeaseEvent => ({
-    type: 'acquired',
-    targetKey,
-    keyTemplate,
-    fencingToken,
-    priority: 0,
-    owner: 'me',
-    at,
-  });
-  const released = (targetKey: string, fencingToken: bigint, heldMs: number, keyTemplate = 'job:{id}'): LeaseEvent => ({
-    type: 'released',
-    targetKey,
-    keyTemplate,
-    fencingToken,
-    heldMs,
-    at,
-  });
+  /** The engine's held leases, by lease token (a refusal looks its key's holders up there). */
+  const nothingHeld = new Map<string, { targetKey: string; acquiredAt: number }>();
   const request = (targetKey: string, keyTemplate = 'job:{id}', holdMs = 0) => ({ targetKey, keyTemplate, holdMs });
 
   it("the median of the key's recent holds, else its template's, else the default", () => {
-    const estimates = new RetryAfterEstimates(120_000);
+    const estimates = new RetryAfterEstimates(120_000, nothingHeld);
     expect(estimates.estimate(request('job:1'))).toBe(RETRY_AFTER_DEFAULT_MS);
-    for (const [token, heldMs] of [
-      [1n, 2_000],
-      [2n, 9_000],
-      [3n, 3_000],
-    ] as const) {
-      estimates.observe(granted('job:1', token));
-      estimates.observe(released('job:1', token, heldMs));
+    for (const heldMs of [2_000, 9_000, 3_000]) {
+      estimates.granted('job:1');
+      estimates.released('job:1', 'job:{id}', heldMs);
     }
     expect(estimates.estimate(request('job:1'))).toBe(3_000);
     // Another key of the template: the template's holds.
@@ -71,26 +50,42 @@ describe('RetryAfterEstimates', () => {
     expect(estimates.estimate(request('other', '(none)'))).toBe(RETRY_AFTER_DEFAULT_MS);
   });
 
-  it('a loss is no hold length; a grant in this process counts its age; a hold tail refusal is used once fresh', () => {
-    const estimates = new RetryAfterEstimates(120_000);
-    estimates.observe(granted('job:1', 1n));
-    estimates.observe({ ...released('job:1', 1n, 50_000), type: 'lost', reason: 'taken-over' } as LeaseEvent);
-    expect(estimates.estimate(request('job:1'))).toBe(RETRY_AFTER_DEFAULT_MS);
-    estimates.observe(granted('job:1', 2n));
-    estimates.observe(released('job:1', 2n, 4_000));
-    estimates.observe(granted('job:1', 3n));
-    const held = estimates.estimate(request('job:1'));
-    expect(held).toBeGreaterThan(3_900);
-    expect(held).toBeLessThanOrEqual(4_000);
+  it('keeps the last 8 holds of a key, and the 1,000 keys most recently released', () => {
+    const estimates = new RetryAfterEstimates(120_000, nothingHeld);
+    for (const heldMs of [90_000, 90_000, 90_000, 2_000, 2_000, 2_000, 2_000, 2_000, 2_000, 2_000, 2_000]) {
+      estimates.released('job:1', '(none)', heldMs);
+    }
+    // The three long holds fell out of the window of eight.
+    expect(estimates.estimate(request('job:1', '(none)'))).toBe(2_000);
+    for (let i = 0; i < 1_000; i++) estimates.released(`other:${i}`, '(none)', 7_000);
+    // 1,000 keys released since: job:1 made room (its holds forgotten), the last of them are kept.
+    expect(estimates.estimate(request('job:1', '(none)'))).toBe(RETRY_AFTER_DEFAULT_MS);
+    expect(estimates.estimate(request('other:999', '(none)'))).toBe(7_000);
+    expect(estimates.estimate(request('other:0', '(none)'))).toBe(7_000);
+  });
+
+  it("a holder in this process counts its age; a hold tail refusal is used until the key's next grant", () => {
+    const held = new Map<string, { targetKey: string; acquiredAt: number }>();
+    const estimates = new RetryAfterEstimates(120_000, held);
+    estimates.released('job:1', 'job:{id}', 4_000);
+    held.set('token-1', { targetKey: 'job:1', acquiredAt: performance.now() });
+    held.set('token-2', { targetKey: 'job:2', acquiredAt: performance.now() - 3_500 });
+    const left = estimates.estimate(request('job:1'));
+    expect(left).toBeGreaterThan(3_900);
+    expect(left).toBeLessThanOrEqual(4_000);
+    // job:2's holder, 3.5 s into the template's typical 4 s: half a second left, answered as the shortest answer.
+    expect(estimates.estimate(request('job:2'))).toBe(RETRY_AFTER_MIN_MS);
+    held.delete('token-1');
+    expect(estimates.estimate(request('job:1'))).toBe(4_000);
     estimates.refused('job:9', 2_000);
     expect(estimates.estimate(request('job:9'))).toBeLessThanOrEqual(2_000);
-    // A grant of the key ends what the refusal said.
-    estimates.observe(granted('job:9', 4n));
-    expect(estimates.estimate(request('job:9'))).toBeGreaterThan(2_000);
+    // A grant of the key ends what the refusal said: the template's typical hold again.
+    estimates.granted('job:9');
+    expect(estimates.estimate(request('job:9'))).toBe(4_000);
   });
 
   it("the call's own retryAfterMs: a number as is; a function of the estimate; an unusable answer leaves it", () => {
-    const estimates = new RetryAfterEstimates(120_000);
+    const estimates = new RetryAfterEstimates(120_000, nothingHeld);
     expect(estimates.answer(request('k'), 42)).toBe(42);
     expect(estimates.answer(request('k'), ({ estimatedMs }) => estimatedMs * 2)).toBe(10_000);
     for (const bad of [NaN, -1, Infinity, '7' as unknown as number]) {

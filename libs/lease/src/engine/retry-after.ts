@@ -1,9 +1,9 @@
 /**
  * When a refused caller may try again (`LeaseBusyError.retryAfterMs`, sent as `Retry-After`): an estimate of when the
  * key is free, from what this process knows of it (docs/errors-and-http.md, "Retry-After"), or the call's own
- * `retryAfterMs`. Both engines keep one, fed by their own events; nothing here touches the database.
+ * `retryAfterMs`. The engine tells it its grants and releases as they happen (not through its events: those are
+ * built only when someone listens); nothing here touches the database.
  */
-import type { LeaseEvent } from '../interfaces/lease-event.interface.js';
 import type { RetryAfter } from '../interfaces/refusable-call.interface.js';
 import { NO_KEY_TEMPLATE } from '../options/call-input.js';
 
@@ -24,12 +24,17 @@ interface Refusal {
 
 /** Newest last, at most `HOLDS_KEPT`; the map keeps its `limit` most recently touched names. */
 function remember(map: Map<string, number[]>, name: string, heldMs: number, limit: number): void {
-  const holds = map.get(name) ?? [];
+  const holds = map.get(name);
+  if (holds === undefined) {
+    // A name not seen lately (every call of a key per call): the least recently touched one makes room.
+    if (map.size >= limit) map.delete(map.keys().next().value!);
+    map.set(name, [heldMs]);
+    return;
+  }
   map.delete(name);
   holds.push(heldMs);
   if (holds.length > HOLDS_KEPT) holds.shift();
   map.set(name, holds);
-  if (map.size > limit) map.delete(map.keys().next().value!);
 }
 
 function median(values: readonly number[]): number {
@@ -69,35 +74,34 @@ export function estimateRetryAfterMs(
   return bounded(leftMs > 0 ? leftMs : RETRY_AFTER_DEFAULT_MS);
 }
 
-/** What this process knows of each key's holds, from its engine's events, and the answers built from it. */
+/**
+ * What this process knows of each key's holds, as its engine tells it, and the answers built from it. This process's
+ * own holders of a key (their ages) are asked of the engine when an answer is built: a refusal pays for that lookup,
+ * not every grant.
+ */
 export class RetryAfterEstimates {
   private readonly byKey = new Map<string, number[]>();
   private readonly byTemplate = new Map<string, number[]>();
-  /** This process's holders by key: fencing token → when the grant was seen (performance.now()). */
-  private readonly holders = new Map<string, Map<bigint, number>>();
   private readonly refusals = new Map<string, Refusal>();
 
-  constructor(private readonly leaseTimeoutMs: number) {}
+  constructor(
+    private readonly leaseTimeoutMs: number,
+    /** This process's held leases (the engine's, by lease token): a semaphore's several slots of a key, say. */
+    private readonly held: ReadonlyMap<string, { readonly targetKey: string; readonly acquiredAt: number }>,
+  ) {}
 
-  /** Feeds an engine event: grants start a holder; a release records its hold; a loss ends it unrecorded. */
-  observe(event: LeaseEvent): void {
-    if (event.type === 'acquired' || event.type === 'taken-over') {
-      const holders = this.holders.get(event.targetKey) ?? new Map<bigint, number>();
-      holders.set(event.fencingToken, performance.now());
-      this.holders.set(event.targetKey, holders);
-      this.refusals.delete(event.targetKey);
-    } else if (event.type === 'released' || event.type === 'lost') {
-      const holders = this.holders.get(event.targetKey);
-      holders?.delete(event.fencingToken);
-      if (holders?.size === 0) this.holders.delete(event.targetKey);
-      // A loss says how long the holder held before something else ended it, not how long its work takes.
-      if (event.type === 'released') {
-        remember(this.byKey, event.targetKey, event.heldMs, KEYS_KEPT);
-        if (event.keyTemplate !== NO_KEY_TEMPLATE) {
-          remember(this.byTemplate, event.keyTemplate, event.heldMs, TEMPLATES_KEPT);
-        }
-      }
-    }
+  /** A grant of `targetKey` here: what an earlier refusal said of its hold tail is over. */
+  granted(targetKey: string): void {
+    if (this.refusals.size > 0) this.refusals.delete(targetKey);
+  }
+
+  /**
+   * A release of a lease held `heldMs`: a hold of its key and of its template. A loss is not told: it says how long
+   * the holder held before something else ended it, not how long its work takes.
+   */
+  released(targetKey: string, keyTemplate: string, heldMs: number): void {
+    remember(this.byKey, targetKey, heldMs, KEYS_KEPT);
+    if (keyTemplate !== NO_KEY_TEMPLATE) remember(this.byTemplate, keyTemplate, heldMs, TEMPLATES_KEPT);
   }
 
   /** A refused attempt on `targetKey` that reported the hold tail left (the key free but for it). */
@@ -117,12 +121,19 @@ export class RetryAfterEstimates {
     return estimateRetryAfterMs(
       {
         holdLeftMs: refusal && refusal.holdLeftMs - (now - refusal.at),
-        localAgesMs: [...(this.holders.get(targetKey)?.values() ?? [])].map((since) => now - since),
+        localAgesMs: this.localAgesMs(targetKey, now),
         typicalMs: holds && median(holds),
         holdMs,
       },
       this.leaseTimeoutMs,
     );
+  }
+
+  /** The ages of this process's holders of `targetKey`: looked up when an answer is built, not kept per grant. */
+  private localAgesMs(targetKey: string, now: number): number[] {
+    const ages: number[] = [];
+    for (const lease of this.held.values()) if (lease.targetKey === targetKey) ages.push(now - lease.acquiredAt);
+    return ages;
   }
 
   /** The answer for a refused call: its own `retryAfterMs` when it has one, else the estimate. */

@@ -4,7 +4,7 @@
  * only: the doors never depend on how an engine keeps its leases.
  */
 import type { Observable } from 'rxjs';
-import type { LeaseEvent, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
+import type { LeaseEvent, LeaseEventType, LeaseSnapshot } from '../interfaces/lease-event.interface.js';
 import type { LeaseCall, WaitingPlan } from '../options/busy-policy.js';
 import type { LeaseRequest } from '../options/call-input.js';
 import type { EngineSettings } from '../options/engine-settings.js';
@@ -45,4 +45,6 @@ export interface ServiceEngine {
   waitingCount(): number;
   /** Publishes an event on `events$` (and its diagnostics channel): leader election's `elected` / `revoked`. */
   emit(event: LeaseEvent): void;
+  /** Whether an event of `type` has a listener: a frequent one (a sticky call's `busy`) is built only then. */
+  hears(type: LeaseEventType): boolean;
 }

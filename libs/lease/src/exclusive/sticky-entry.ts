@@ -34,7 +34,7 @@ export async function stickyEntry(
   if (!owner) throw new LeaseShutdownError(targetKey);
   await owner.firstAttempt;
   const busy = (owned: boolean) => {
-    engine.emit({ type: 'busy', targetKey, keyTemplate, at: new Date() });
+    if (engine.hears('busy')) engine.emit({ type: 'busy', targetKey, keyTemplate, at: new Date() });
     const error = new LeaseBusyError(targetKey, engine.options.heartbeatIntervalMs);
     if (!owned) Object.defineProperty(error, NOT_OWNER, { value: true });
     return error;

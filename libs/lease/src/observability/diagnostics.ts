@@ -8,9 +8,19 @@ import { LEASE_CHANNELS } from '../lease.constants.js';
 
 const channels = new Map<LeaseEventType, diagnostics.Channel>();
 
+function channelOf(type: LeaseEventType): diagnostics.Channel {
+  let channel = channels.get(type);
+  if (!channel) channels.set(type, (channel = diagnostics.channel(LEASE_CHANNELS[type])));
+  return channel;
+}
+
+/** Whether someone subscribes to the channel of `type` (so an event of it is worth building). */
+export function channelHeard(type: LeaseEventType): boolean {
+  return channelOf(type).hasSubscribers;
+}
+
 /** Publishes `event` on its channel when someone subscribes. */
 export function publish(event: LeaseEvent): void {
-  let channel = channels.get(event.type);
-  if (!channel) channels.set(event.type, (channel = diagnostics.channel(LEASE_CHANNELS[event.type])));
+  const channel = channelOf(event.type);
   if (channel.hasSubscribers) channel.publish(event);
 }

@@ -51,6 +51,59 @@ describe('telemetry of an acquisition, paid only when someone listens', () => {
   });
 });
 
+/**
+ * Lease events are built only for someone: a grant, a refusal, a renewal and a release with nobody listening hand the
+ * engine's `emit` nothing; one listener of one channel gets its own type only.
+ */
+describe('lease events, built only when someone listens', () => {
+  let leases: MemoryLeases;
+  let emit: jest.SpiedFunction<(event: LeaseEvent) => void>;
+
+  beforeEach(async () => {
+    leases = new MemoryLeases({});
+    await leases.engine.init();
+    emit = jest.spyOn(leases.engine, 'emit');
+  });
+  afterEach(() => leases.engine.close());
+
+  const lifetime = async (key: string) => {
+    const lease = await leases.engine.tryAcquire(request(key));
+    expect(await leases.engine.tryAcquire(request(key))).toBeNull();
+    await leases.engine.renewNow();
+    await lease?.release();
+  };
+
+  it('emits nothing for nobody', async () => {
+    await lifetime('quiet:2');
+    expect(emit).not.toHaveBeenCalled();
+  });
+
+  it("emits each type for its channel's subscriber only, and everything for an events$ subscriber", async () => {
+    const seen: unknown[] = [];
+    const listen = (message: unknown) => seen.push(message);
+    diagnostics.subscribe(LEASE_CHANNELS.released, listen);
+    try {
+      await lifetime('channel:2');
+    } finally {
+      diagnostics.unsubscribe(LEASE_CHANNELS.released, listen);
+    }
+    expect(emit.mock.calls.map(([event]) => event.type)).toEqual(['released']);
+    expect(seen).toEqual([expect.objectContaining({ type: 'released', targetKey: 'channel:2' })]);
+    emit.mockClear();
+    const subscription = leases.engine.events$.subscribe(() => undefined);
+    await lifetime('heard:2');
+    subscription.unsubscribe();
+    expect(emit.mock.calls.map(([event]) => event.type)).toEqual([
+      'acquired',
+      'acquire-ended',
+      'busy',
+      'acquire-ended',
+      'renewed',
+      'released',
+    ]);
+  });
+});
+
 function request(targetKey: string) {
   return { targetKey, priority: 0, holdMs: 0, keyTemplate: targetKey, limit: 1 };
 }
