@@ -18,12 +18,35 @@ describe('GroupCommit', () => {
     expect(group.stats).toEqual({ batches: 1, items: 2, largest: 2, splits: 0 });
   });
 
-  it('a lone call goes alone, at the end of its turn', async () => {
+  it('a lone call goes alone', async () => {
     const send = jest.fn(async (items: string[]) => items.map(ok));
     const group = new GroupCommit(send, options);
     await expect(group.submit('a')).resolves.toBe('a');
     await expect(group.submit('b')).resolves.toBe('b');
     expect(send.mock.calls).toEqual([[['a']], [['b']]]);
+  });
+
+  it("a lone caller's next call goes at once, without waiting for the turn; a burst then queues behind it", async () => {
+    const send = jest.fn(async (items: string[]) => items.map(ok));
+    const group = new GroupCommit(send, options);
+    // The first call of a group waits for its turn (a burst at start-up goes together).
+    const first = group.submit('a');
+    expect(send).not.toHaveBeenCalled();
+    await first;
+    // The last batch was a single call, nothing is in flight or queued: the next call is sent before submit returns.
+    const second = group.submit('b');
+    expect(send.mock.calls).toEqual([[['a']], [['b']]]);
+    await second;
+    // A burst after a lone call: its first call goes at once, the others of the turn together behind it.
+    const burst = ['c', 'd', 'e'].map((item) => group.submit(item));
+    expect(send.mock.calls.slice(2)).toEqual([[['c']]]);
+    await expect(Promise.all(burst)).resolves.toEqual(['c', 'd', 'e']);
+    expect(send.mock.calls.slice(2)).toEqual([[['c']], [['d', 'e']]]);
+    // After a batch of two, the next call waits for the turn again (a burst's rhythm, not a lone caller's).
+    const after = group.submit('f');
+    expect(send.mock.calls).toHaveLength(4);
+    await after;
+    expect(send.mock.calls.slice(4)).toEqual([[['f']]]);
   });
 
   it('calls queued behind a batch in flight go in the next batch, at most maxBatch at a time', async () => {

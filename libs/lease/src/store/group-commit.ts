@@ -5,7 +5,9 @@
  * While a batch is in flight, further calls queue; when it returns, everything queued (up to `maxBatch`) goes in the
  * next batch: one statement, one commit. An idle queue sends at the end of the current turn of the event loop (no
  * timer): the calls made in that turn go together — typically the callers of the batch that just returned, each moving
- * on to its next step — and a lone call goes alone, with no wait worth the name. Each caller gets its own result or its own error:
+ * on to its next step. A lone caller's rhythm (the last batch a single call, nothing in flight or queued) skips even
+ * that turn: its call goes at once, as it would with no group commit, and a burst arriving meanwhile queues behind it
+ * and goes as the next batch. Each caller gets its own result or its own error:
  * - the batch function returns one outcome per item (a refusal is a result, not an error);
  * - a batch that fails as a whole with a statement error (PostgreSQL rolled it back: nothing was written) is split,
  *   every item sent again alone, so a bad row fails only its own caller;
@@ -65,6 +67,8 @@ export class GroupCommit<I, O> {
   private watchdog?: NodeJS.Timeout;
   /** A pump is due at the end of this turn of the event loop (see submit). */
   private scheduled = false;
+  /** The size of the last batch sent (0: none yet): 1 is a lone caller's rhythm (see submit). */
+  private lastBatch = 0;
   readonly stats: GroupCommitStats = { batches: 0, items: 0, largest: 0, splits: 0 };
 
   constructor(
@@ -85,7 +89,10 @@ export class GroupCommit<I, O> {
       // callers of the batch that just returned, moving on to their next step) go together. No timer: nothing waits
       // when there is nothing to group.
       if (this.inFlight >= this.options.maxInFlight) this.arm();
-      else if (!this.scheduled) {
+      else if (this.lastBatch === 1 && this.inFlight === 0 && this.queue.length === 1 && !this.scheduled) {
+        // A lone caller's next call (the last batch was a single call, nothing else in flight or queued): at once.
+        this.pump();
+      } else if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => {
           this.scheduled = false;
@@ -98,14 +105,16 @@ export class GroupCommit<I, O> {
   private pump(): void {
     while (this.inFlight < this.options.maxInFlight && this.queue.length > 0) {
       const batch = this.queue.splice(0, this.options.maxBatch);
+      this.lastBatch = batch.length;
       const flight: InFlight = { startedAt: performance.now(), counted: true };
       this.running.add(flight);
       this.inFlight++;
       this.stats.batches++;
       this.stats.items += batch.length;
       this.stats.largest = Math.max(this.stats.largest, batch.length);
-      // Never rejects: every outcome is handed to its caller inside run().
-      void this.run(batch).finally(() => {
+      // Never rejects: every outcome is handed to its caller inside run(), once the flight has landed (no longer in
+      // flight, the queue pumped): a caller moving on at once finds the group as it is, not a batch still counted.
+      void this.run(batch, () => {
         this.running.delete(flight);
         if (flight.counted) this.inFlight--;
         this.pump();
@@ -139,7 +148,11 @@ export class GroupCommit<I, O> {
     this.watchdog.unref();
   }
 
-  private async run(batch: Array<Entry<I, O>>): Promise<void> {
+  /**
+   * Sends `batch` and hands each caller its outcome; `landed` as soon as no statement of the batch is in flight: before
+   * the outcomes (a split batch's items, each sent alone, deliver their own first).
+   */
+  private async run(batch: Array<Entry<I, O>>, landed: () => void = () => undefined): Promise<void> {
     for (const entry of batch) entry.onBatch?.(batch.length);
     let outcomes: Array<ItemOutcome<O>>;
     try {
@@ -149,11 +162,14 @@ export class GroupCommit<I, O> {
         // The statement wrote nothing: each item alone tells which one was bad, and the others still succeed.
         this.stats.splits++;
         await Promise.all(batch.map((entry) => this.run([entry])));
+        landed();
         return;
       }
+      landed();
       for (const entry of batch) entry.reject(error);
       return;
     }
+    landed();
     batch.forEach((entry, index) => {
       const outcome = outcomes[index];
       if (!outcome) entry.reject(new Error('nest-pg-lease: a batch returned no outcome for this call (a bug)'));
