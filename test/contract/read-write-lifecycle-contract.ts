@@ -9,18 +9,18 @@ import { type ContractSubject, freshKey, until, waitingRows } from './lease-cont
 const shared = { mode: 'shared' } as const;
 const exclusive = { mode: 'exclusive' } as const;
 
-/** Short leases, renewed often: past three lease lengths, only the heartbeat can have kept a lease. */
+/** Short leases, renewed often: past two lease lengths, only the heartbeat can have kept a lease. */
 const TIMING = { timing: { heartbeatIntervalMs: 100, leaseTimeoutMs: 1_000, waiterTimeoutMs: 600 } };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function readWriteLifecycleContract(subject: () => ContractSubject): void {
-  it('the heartbeat keeps two readers, then a writer, held past three lease lengths; each still writes', async () => {
+  it('the heartbeat keeps two readers, then a writer, held past two lease lengths; each still writes', async () => {
     const { service, close } = await subject().open(TIMING);
     try {
       const key = freshKey('rw-heartbeat');
       const readers = [(await service.tryAcquire(key, shared))!, (await service.tryAcquire(key, shared))!];
-      await sleep(3_000);
+      await sleep(2_000);
       for (const reader of readers) {
         expect({ held: reader.isHeld(), aborted: reader.signal.aborted }).toEqual({ held: true, aborted: false });
         await expect(reader.fenced(async () => 'read')).resolves.toBe('read');
@@ -29,7 +29,7 @@ export function readWriteLifecycleContract(subject: () => ContractSubject): void
       expect(await service.tryAcquire(key, exclusive)).toBeNull();
       await Promise.all(readers.map((reader) => reader.release()));
       const writer = (await service.tryAcquire(key, exclusive))!;
-      await sleep(3_000);
+      await sleep(2_000);
       expect({ held: writer.isHeld(), aborted: writer.signal.aborted }).toEqual({ held: true, aborted: false });
       expect(await service.tryAcquire(key, shared)).toBeNull();
       await expect(writer.fenced(async () => 'wrote')).resolves.toBe('wrote');
