@@ -54,7 +54,8 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     const b = await db.open({ owner: 'b' });
     // Grants drawn high, then the sequence set back below them (as on a new server that received the rows).
     await setSequence(HIGH);
-    const keys = ['floor:lone', 'floor:single', 'floor:batch:0', 'floor:batch:1', 'floor:batch:2', 'floor:purged'];
+    const burst = ['floor:batch:first', 'floor:batch:0', 'floor:batch:1', 'floor:batch:2'];
+    const keys = ['floor:lone', 'floor:single', ...burst, 'floor:purged'];
     for (const key of keys) await (await a.service.tryAcquire(key))!.release();
     const slots = [
       (await a.service.tryAcquire('floor:sem', { limit: 2 }))!,
@@ -84,12 +85,16 @@ describe('tokens on a server whose sequences stand below its tables', () => {
       b.service.acquire('floor:single', { priority: 1, onBusy: { wait: { timeoutMs: 5_000 } } }),
     );
     check(single.join(), 'floor:single', before.get('floor:single')!, singleLease.fencingToken);
-    // The set-based statement (calls of one turn of the event loop go together).
+    // The set-based statement: after a lone caller's call, a burst's first call goes at once, alone (the lone
+    // statement), and the other calls of its turn of the event loop together.
     const { names: batched, result: batch } = await sent(() =>
-      Promise.all(['floor:batch:0', 'floor:batch:1', 'floor:batch:2'].map((key) => a.service.tryAcquire(key))),
+      Promise.all(burst.map((key) => a.service.tryAcquire(key))),
     );
-    for (const lease of batch)
-      check(batched.join(), lease!.targetKey, before.get(lease!.targetKey)!, lease!.fencingToken);
+    expect(batched).toEqual(['acquire_lone', 'acquire_batch']);
+    for (const lease of batch) {
+      const path = lease!.targetKey === burst[0] ? "acquire_lone (a burst's first)" : 'acquire_batch';
+      check(path, lease!.targetKey, before.get(lease!.targetKey)!, lease!.fencingToken);
+    }
     // A purged key: its first row again, floored at the high-water mark the purge left.
     const { names: purged, result: purgedLease } = await sent(() => a.service.tryAcquire('floor:purged'));
     check(`${purged.join()} (purged)`, 'floor:purged', before.get('floor:purged')!, purgedLease!.fencingToken);
@@ -121,6 +126,7 @@ describe('tokens on a server whose sequences stand below its tables', () => {
     expect(paths.map(({ path }) => path)).toEqual([
       'acquire_lone',
       'acquire_or_queue',
+      "acquire_lone (a burst's first)",
       'acquire_batch',
       'acquire_batch',
       'acquire_batch',
