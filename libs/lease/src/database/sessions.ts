@@ -6,7 +6,9 @@
  *   set up once when it opens (`sessionSetup`): `statement_timeout`, `lock_timeout` and
  *   `idle_in_transaction_session_timeout` bound every statement on it on the server, its default isolation is
  *   READ COMMITTED, and `synchronous_commit = off` (a role default some deployments choose) is raised to `on`. A
- *   single statement there needs no transaction around it: one round trip.
+ *   single statement there needs no transaction around it: one round trip. Its plans read the lease tables by index
+ *   (`enable_seqscan = off`): a prepared statement's generic plan, made while a table was nearly empty, would
+ *   otherwise scan it whole on every run once it has grown.
  * - A session shared with others (a transaction pooler hands each transaction any server connection) keeps no
  *   session state: each statement is framed in a short transaction that sets the same bounds with `SET LOCAL`
  *   (`framing`), so nothing outlives it.
@@ -93,6 +95,8 @@ export function sessionSetup(bounds: SessionBounds): string {
     `SET lock_timeout = ${ms}`,
     `SET idle_in_transaction_session_timeout = ${ms}`,
     `SET default_transaction_isolation = 'read committed'`,
+    // Every statement of the library finds its rows by key: a scan is never the plan to keep (see the module note).
+    'SET enable_seqscan = off',
     ...(bounds.customPlans ? ['SET plan_cache_mode = force_custom_plan'] : []),
     DURABLE(false),
   ].join('; ');
