@@ -1,6 +1,6 @@
 import { leaseEntities, LeaseError, LeaseLostError, type LeaseModuleOptions } from 'nest-pg-lease';
 import pg from 'pg';
-import { EntitySchema } from 'typeorm';
+import { EntitySchema, type EntityManager } from 'typeorm';
 import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
 import { openService } from '../support/lease-service.js';
 import { adminClient, FAST, ISOLATIONS, useTestDatabase } from '../support/db.js';
@@ -24,19 +24,20 @@ const Trip = new EntitySchema<TripRow>({
 
 /** Records every statement sent by any pg client of this process until `stop()`. */
 function recordStatements() {
-  const sent: Array<{ client: unknown; text: string }> = [];
+  const sent: Array<{ client: unknown; text: string; values: string }> = [];
   const query = pg.Client.prototype.query;
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    const config = args[0] as string | { text?: string };
+    const config = args[0] as string | { text?: string; values?: unknown[] };
     const text = typeof config === 'string' ? config : config?.text;
-    if (typeof text === 'string') sent.push({ client: this, text });
+    const values = typeof config === 'string' ? args[1] : config?.values;
+    if (typeof text === 'string') sent.push({ client: this, text, values: JSON.stringify(values ?? []) });
     return (query as (...a: unknown[]) => unknown).apply(this, args);
   } as typeof query;
   return {
     stop: () => (pg.Client.prototype.query = query),
-    /** The statements sent on the connection that sent `marker` (the fenced transaction's), in order. */
+    /** The statements sent on the connection that sent `marker` (in a text or a value: the fenced transaction's). */
     on: (marker: string) => {
-      const client = sent.find((one) => one.text.includes(marker))?.client;
+      const client = sent.find((one) => one.text.includes(marker) || one.values.includes(marker))?.client;
       if (!client) throw new Error(`no statement sent with ${marker}`);
       return sent.filter((one) => one.client === client).map((one) => one.text.trim());
     },
@@ -103,6 +104,71 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
       expect(lease.isHeld()).toBe(false);
       const row = await db.admin.query(`SELECT lease_token FROM job_lease WHERE target_id = 'trips:release'`);
       expect(row.rows[0].lease_token).toBeNull();
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('the lock and the release are prepared on the connection: planned once per connection, not per call', async () => {
+    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
+      applicationName: 'trips-prepared',
+      entities: [...leaseEntities, Trip],
+      poolSize: 1,
+    });
+    try {
+      // What the transaction's own connection has prepared, and how often each was executed there (PostgreSQL 14+).
+      const prepared = async (manager: EntityManager) =>
+        Object.fromEntries(
+          (
+            await manager.query<Array<{ name: string; runs: number }>>(
+              `SELECT regexp_replace(name, '^.*_(fence_[a-z_]+)$', '\\1') AS name,
+                 (generic_plans + custom_plans)::int AS runs
+               FROM pg_prepared_statements WHERE name LIKE '%fence%'`,
+            )
+          ).map((row) => [row.name, row.runs]),
+        );
+      const lease = (await a.service.tryAcquire('trips:prepared'))!;
+      const seen: Array<Record<string, number>> = [];
+      for (let call = 0; call < 3; call++)
+        await lease.fenced(async (manager) => void seen.push(await prepared(manager)));
+      await lease.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('prepared')`), {
+        release: true,
+      });
+      const again = (await a.service.tryAcquire('trips:prepared'))!;
+      await again.fenced(async (manager) => void seen.push(await prepared(manager)), { release: true });
+      // One connection: the lock parsed on the first call and run again by the next ones, the release once prepared.
+      expect(seen).toEqual([
+        { fence_lock: 1 },
+        { fence_lock: 2 },
+        { fence_lock: 3 },
+        { fence_lock: 5, fence_release: 1 },
+      ]);
+      expect(await notes()).toEqual(['prepared']);
+    } finally {
+      await a.close();
+    }
+  });
+
+  test("the work runs with the connection's own planner settings (the lock is planned with scans off, then not)", async () => {
+    const setting = async (manager: EntityManager) =>
+      (await manager.query<Array<{ enable_seqscan: string }>>('SHOW enable_seqscan'))[0].enable_seqscan;
+    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
+      applicationName: 'trips-planner',
+      entities: [...leaseEntities, Trip],
+      poolSize: 1,
+    });
+    try {
+      const lease = (await a.service.tryAcquire('trips:planner'))!;
+      const seen: string[] = [];
+      // Past the five custom plans: the lock's generic plan is made, and used, by the last calls.
+      for (let call = 0; call < 7; call++)
+        await lease.fenced(async (manager) => void seen.push(await setting(manager)));
+      // The one connection's session turns scans off (a plain SET, kept after the commit): the next work sees it.
+      await lease.fenced((manager) => manager.query('SET enable_seqscan = off'));
+      const sessionOff = await lease.fenced(setting);
+      await lease.fenced((manager) => manager.query('RESET enable_seqscan'));
+      expect([...new Set(seen), sessionOff]).toEqual(['on', 'off']);
+      await lease.release();
     } finally {
       await a.close();
     }
@@ -223,7 +289,7 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
         recording.stop();
       }
       expect(ran).toBe(false);
-      expect(recording.on("'trips:locked'")).toEqual([BEGIN_AND_LOCK, 'ROLLBACK']);
+      expect(recording.on('trips:locked')).toEqual([BEGIN_AND_LOCK, 'ROLLBACK']);
     } finally {
       await blocker.query('ROLLBACK').catch(() => undefined);
       await blocker.end();
@@ -251,7 +317,7 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
         recording.stop();
       }
       expect(ran).toBe(false);
-      expect(recording.on("'trips:stale'")).toEqual([BEGIN_AND_LOCK, 'ROLLBACK']);
+      expect(recording.on('trips:stale')).toEqual([BEGIN_AND_LOCK, 'ROLLBACK']);
       expect(await notes()).toEqual([]);
     } finally {
       await a.close();

@@ -14,9 +14,12 @@ function recordStatements() {
   const sent: Array<{ client: unknown; text: string }> = [];
   const query = pg.Client.prototype.query;
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-    const config = args[0] as string | { text?: string };
+    // A statement's parameters (the fenced lock's rows, bound off a pooler) follow its text.
+    const config = args[0] as string | { text?: string; values?: unknown[] };
     const text = typeof config === 'string' ? config : config?.text;
-    if (typeof text === 'string') sent.push({ client: this, text });
+    const values = typeof config === 'string' ? undefined : config?.values;
+    if (typeof text === 'string')
+      sent.push({ client: this, text: values?.length ? `${text} ${JSON.stringify(values)}` : text });
     return (query as (...a: unknown[]) => unknown).apply(this, args);
   } as typeof query;
   return {

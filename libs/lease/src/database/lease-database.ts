@@ -11,6 +11,7 @@ import { settleBy } from '../util/settle-by.js';
 import { StatementPool } from './statement-pool.js';
 import { messages } from '../errors/lease.messages.js';
 import { adoptCommittedTransaction, adoptOpenedTransaction } from './typeorm-transaction.js';
+import { canExchange, exchange, SCANS_OFF, type BoundStatement } from './exchange.js';
 
 /** The isolation levels a DataSource's `isolationLevel` may name (TypeORM's for PostgreSQL). */
 const ISOLATION_LEVELS: ReadonlySet<string> = new Set([
@@ -19,6 +20,27 @@ const ISOLATION_LEVELS: ReadonlySet<string> = new Set([
   'REPEATABLE READ',
   'SERIALIZABLE',
 ]);
+
+/**
+ * `statements` in one round trip, their rows in order: one exchange when a statement is prepared (it has a name) and
+ * the client speaks the protocol itself — the prepared ones planned with scans off (`SCANS_OFF`, sent just before the
+ * first of them) — else one simple-query message, each statement's values written in as literals. Either way the
+ * server skips what follows a failed statement.
+ */
+async function together(
+  client: pg.ClientBase,
+  statements: readonly BoundStatement[],
+): Promise<Array<Array<Record<string, unknown>>>> {
+  const first = statements.findIndex((statement) => statement.name);
+  if (first >= 0 && canExchange(client)) {
+    const rows = await exchange(client, [...statements.slice(0, first), SCANS_OFF, ...statements.slice(first)]);
+    rows.splice(first, 1);
+    return rows;
+  }
+  const text = statements.map((statement) => (statement.values ? statement.inline!() : statement.text)).join('; ');
+  const results: unknown = await client.query(text);
+  return (results as pg.QueryResult[]).map((one) => one.rows);
+}
 
 /** Where the lease engine gets its DataSource: a given one, or one resolved (or created) at bootstrap. */
 export interface LeaseDataSourceRef {
@@ -132,17 +154,21 @@ export class LeaseDatabase {
   }
 
   /**
-   * Runs `work` in a transaction of the application's DataSource that `opening` opens: `BEGIN; <opening>` in one
-   * simple-query message (one round trip; the statement's values written in it as literals), `work` given the manager
-   * and the opening's rows. `work` may hand back a `closing` statement: it travels with the COMMIT
-   * (`<closing>; COMMIT`). TypeORM is told of the transaction (`typeorm-transaction.ts`): the work's saves open none of
-   * their own, a nested `manager.transaction()` is a savepoint, an error of the work rolls it all back. An error of the
-   * opening message goes through `openingFailed`, the work not run. Getting the connection is bounded
-   * (`connectBoundMs`): a connection that arrives after the caller gave up is given back unused.
+   * Runs `work` in a transaction of the application's DataSource that `opening` opens: BEGIN and the opening in one
+   * round trip — one exchange of prepared statements (`exchange.ts`) when the opening has a name and the connection is
+   * `pg`'s own, else `BEGIN; <opening>` in one simple-query message with its values written in as literals — `work`
+   * given the manager and the opening's rows. `work` may hand back a `closing` statement: it travels with the COMMIT,
+   * the same way. TypeORM is told of the transaction (`typeorm-transaction.ts`): the work's saves open none of their
+   * own, a nested `manager.transaction()` is a savepoint, an error of the work rolls it all back. An error of the
+   * opening goes through `openingFailed`, the work not run. Getting the connection is bounded (`connectBoundMs`): a
+   * connection that arrives after the caller gave up is given back unused.
    */
   async transaction<T>(
-    opening: () => string,
-    work: (manager: EntityManager, opened: Array<Record<string, unknown>>) => Promise<{ result: T; closing?: string }>,
+    opening: () => BoundStatement,
+    work: (
+      manager: EntityManager,
+      opened: Array<Record<string, unknown>>,
+    ) => Promise<{ result: T; closing?: BoundStatement }>,
     openingFailed: (error: unknown) => unknown = (error) => error,
   ): Promise<T> {
     const runner = this.requireDataSource().createQueryRunner();
@@ -169,8 +195,7 @@ export class LeaseDatabase {
       adoptOpenedTransaction(runner);
       let opened: Array<Record<string, unknown>>;
       try {
-        const results: unknown = await client.query(`${this.begin()}; ${opening()}`);
-        opened = (results as pg.QueryResult[])[1].rows;
+        opened = (await together(client, [{ text: this.begin() }, opening()]))[1];
       } catch (error) {
         throw openingFailed(error);
       }
@@ -178,8 +203,8 @@ export class LeaseDatabase {
       if (closing === undefined) {
         await runner.commitTransaction();
       } else {
-        // If `closing` fails, COMMIT does not run (the rest of a simple-query message is skipped): rolled back below.
-        await client.query(`${closing}; COMMIT`);
+        // If `closing` fails, COMMIT does not run (the rest of the message is skipped): rolled back below.
+        await together(client, [closing, { text: 'COMMIT' }]);
         adoptCommittedTransaction(runner);
       }
       return result;

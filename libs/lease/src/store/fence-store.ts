@@ -1,11 +1,13 @@
 /**
  * The statements of a fenced transaction, sent on the transaction's own connection (the caller's manager), never on
  * the statement pool: the lock that opens it, and the release that may close it (`fenced(work, { release: true })`).
- * Both travel in a message with another statement (BEGIN, COMMIT), where the protocol binds no parameters: their
- * values are written in as literals (`sql/literals.ts`).
+ * Both travel with another statement (BEGIN, COMMIT): as one exchange of prepared statements (`database/exchange.ts`)
+ * where they have a name, else in one simple-query message with their values written in as literals
+ * (`sql/literals.ts`; behind a transaction pooler, where a prepared statement is no client's).
  */
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { FenceLock } from '../core/backend.js';
+import type { BoundStatement } from '../database/exchange.js';
 import { readOnly } from '../errors/database-errors.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { inlineParameters, type LiteralValue } from './sql/literals.js';
@@ -21,12 +23,18 @@ interface LockedRow {
   preempt_of: string | null;
 }
 
+/** A statement of a fenced transaction: prepared under `name` where it has one, else sent with its values inlined. */
+function bound(text: string, values: readonly LiteralValue[], named: { name?: string }): BoundStatement {
+  return { text, values, ...named, inline: () => inlineParameters(text, values) };
+}
+
 export class FenceStore {
   constructor(
     private readonly sql: () => StatementTexts,
     private readonly options: EngineSettings,
     private readonly notifyChannel: () => string | null,
     private readonly slots?: SemaphoreStore,
+    private readonly named: (statement: string) => { name?: string } = () => ({}),
   ) {}
 
   /**
@@ -38,25 +46,27 @@ export class FenceStore {
    * lease whose token is gone lost it that way. `preemptOf`: the lease token a preempting caller asked to stop
    * (docs/preemption.md); a lease it names is lost, its token still there or not.
    */
-  lockStatement(row: RowRef, lockWaitMs: number): string {
-    return inlineParameters(this.sql().lockForFence, [
+  lockStatement(row: RowRef, lockWaitMs: number): BoundStatement {
+    const values = [
       row.targetKey,
       String(this.options.fencedIdleTimeoutMs),
       String(Math.max(1, Math.ceil(lockWaitMs))),
       row.slot,
-    ]);
+    ];
+    return bound(this.sql().lockForFence, values, this.named('fence_lock'));
   }
 
   /**
    * First statement of a fenced transaction over several leases (`MultiLease.fenced()`): locks `rows` in the order
    * given (the multi-key run's global key order) and reads each one's token; bounds as `lockStatement`.
    */
-  lockManyStatement(rows: readonly RowRef[], lockWaitMs: number): string {
-    return inlineParameters(this.sql().lockManyForFence, [
+  lockManyStatement(rows: readonly RowRef[], lockWaitMs: number): BoundStatement {
+    const values = [
       JSON.stringify(rows.map((row) => [row.targetKey, row.slot])),
       String(this.options.fencedIdleTimeoutMs),
       String(Math.max(1, Math.ceil(lockWaitMs))),
-    ]);
+    ];
+    return bound(this.sql().lockManyForFence, values, this.named('fence_lock_many'));
   }
 
   /** What the lock step over several rows read: one lock per row, in the order asked. */
@@ -86,7 +96,8 @@ export class FenceStore {
    */
   async lockForFence(manager: EntityManager | QueryRunner, row: RowRef, lockWaitMs: number): Promise<FenceLock> {
     try {
-      return this.locked(await manager.query(this.lockStatement(row, lockWaitMs)));
+      const { text, values } = this.lockStatement(row, lockWaitMs);
+      return this.locked(await manager.query(text, values as unknown[]));
     } catch (error) {
       throw this.lockFailed(error, row);
     }
@@ -97,13 +108,13 @@ export class FenceStore {
    * COMMIT: the row is released (and the head of its line notified) by the transaction's own COMMIT, with the work's
    * writes. Never with `asyncReleaseCommits`: that would make the work's commit non-durable too.
    */
-  releaseStatement(row: RowRef, leaseToken: string): string {
+  releaseStatement(row: RowRef, leaseToken: string): BoundStatement {
     if (this.slots && row.slot > 0) {
       // A semaphore's slot: its release wakes the key's line (the row lock is ours: the bound is never waited on).
       const values = this.slots.releaseValues(row, leaseToken, false, this.options.leaseTimeoutMs);
-      return inlineParameters(this.sql().semaphoreRelease, values as LiteralValue[]);
+      return bound(this.sql().semaphoreRelease, values as LiteralValue[], this.named('fence_slot_release'));
     }
-    return inlineParameters(this.sql().release, [
+    const values = [
       row.targetKey,
       leaseToken,
       this.notifyChannel(),
@@ -111,6 +122,7 @@ export class FenceStore {
       this.options.agingIntervalMs,
       // The row is locked by this transaction already: the lock bound is never waited on.
       String(Math.max(1, Math.floor(this.options.leaseTimeoutMs))),
-    ]);
+    ];
+    return bound(this.sql().release, values, this.named('fence_release'));
   }
 }

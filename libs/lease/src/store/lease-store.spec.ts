@@ -10,6 +10,7 @@ import { LeaseStore } from './lease-store.js';
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import { resolveLeaseOptions } from '../options/resolve-lease-options.js';
 import { ownRow } from '../options/slot-limits.js';
+import type { BoundStatement } from '../database/exchange.js';
 import type { Queryable, SessionSource } from '../database/sessions.js';
 import { mergeLeaseOptions } from '../internal.js';
 
@@ -392,7 +393,7 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
     expect({ sent: r.log, result: pinned(result) }).toMatchSnapshot();
   });
 
-  it('the fenced transaction’s lock and release (sent with BEGIN and with COMMIT: values as literals)', async () => {
+  it('the fenced transaction’s lock and release (prepared off a pooler, sent with BEGIN and with COMMIT)', async () => {
     const r = recorder(configuration);
     const sent: Array<{ text: string; values: unknown[] }> = [];
     const manager = {
@@ -402,8 +403,10 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
       },
     } as unknown as EntityManager;
     const result = await r.store.fence.lockForFence(manager, { targetKey: `report:'1'`, slot: 2 }, 1_234.5);
-    const release = r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 0 }, TOKEN_A);
-    const slotRelease = r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 2 }, TOKEN_A);
+    // Each as prepared (its name, text and values) and as sent in a simple-query message (inlined).
+    const shown = ({ inline, ...statement }: BoundStatement) => ({ ...statement, inlined: inline?.() });
+    const release = shown(r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 0 }, TOKEN_A));
+    const slotRelease = shown(r.store.fence.releaseStatement({ targetKey: `report:'1'`, slot: 2 }, TOKEN_A));
     expect(r.log).toEqual([]);
     expect({ sent, result, release, slotRelease }).toMatchSnapshot();
   });
@@ -414,7 +417,8 @@ describe.each(Object.keys(CONFIGURATIONS))('LeaseStore statements: %s', (configu
       { targetKey: `account:'7'`, slot: 0 },
       { targetKey: 'invoice:9', slot: 0 },
     ];
-    const text = r.store.fence.lockManyStatement(rows, 1_234.5);
+    const { inline, ...statement } = r.store.fence.lockManyStatement(rows, 1_234.5);
+    const text = { ...statement, inlined: inline?.() };
     const locked = r.store.fence.lockedMany([
       { lease_token: TOKEN_A, timeline: '1', forced: false, preempt_of: null },
       { lease_token: null, timeline: '1', forced: true, preempt_of: null },

@@ -149,6 +149,7 @@ export class LeaseStore {
       options,
       () => this.notifyChannel,
       this.slots,
+      (name) => this.statement(name),
     );
     this.preempt = new PreemptStore(
       (statement) => this.run(statement),

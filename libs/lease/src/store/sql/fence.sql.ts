@@ -1,6 +1,14 @@
 /** The first statement of a fenced transaction. */
 import type { LeaseObjectNames } from './fragments.js';
 import { forcedFree } from './operator.sql.js';
+import { SAVED_SEQSCAN } from '../../database/exchange.js';
+
+/**
+ * Puts back the `enable_seqscan` an exchange saved before the lock was planned (a no-op when none was: a simple-query
+ * message, behind a transaction pooler), so the work's statements run with the application's settings.
+ */
+const restoreScans = `set_config('enable_seqscan',
+            coalesce(nullif(current_setting('${SAVED_SEQSCAN}', true), ''), current_setting('enable_seqscan')), true)`;
 
 /**
  * First statement of a fenced transaction, sent in BEGIN's message with its values written in as literals (see
@@ -25,6 +33,7 @@ export function lockForFenceSql(n: LeaseObjectNames, timeline: string): string {
           set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
           CASE WHEN current_setting('synchronous_commit') = 'off'
             THEN set_config('synchronous_commit', 'on', true) END AS durable,
+          ${restoreScans} AS scans,
           ${timeline}::text AS timeline
         FROM prior p LEFT JOIN locked k ON true`;
 }
@@ -54,7 +63,8 @@ export function lockManyForFenceSql(n: LeaseObjectNames, timeline: string): stri
           SELECT set_config('lock_timeout', p.lock_timeout, true) AS restored,
             set_config('idle_in_transaction_session_timeout', $2, true) AS idle_bound,
             CASE WHEN current_setting('synchronous_commit') = 'off'
-              THEN set_config('synchronous_commit', 'on', true) END AS durable
+              THEN set_config('synchronous_commit', 'on', true) END AS durable,
+            ${restoreScans} AS scans
           FROM prior p WHERE (SELECT count(*) FROM locked) >= 0
         )
         SELECT k.lease_token, k.forced IS TRUE AS forced, k.preempt_of, r.restored, ${timeline}::text AS timeline
