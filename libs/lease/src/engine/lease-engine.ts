@@ -425,8 +425,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       this.estimates.refused(targetKey, row.holdLeftMs);
       if (waiter) waiter.holdLeftMs = row.holdLeftMs ?? undefined;
       if (queueAs && row.place) {
-        queueAs.place = row.place;
-        queueAs.holdLeftMs = row.holdLeftMs ?? undefined;
+        Object.assign(queueAs, { place: row.place, holdLeftMs: row.holdLeftMs ?? undefined, queuedBehind: row.behind });
       }
       return null;
     }

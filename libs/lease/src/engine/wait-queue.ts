@@ -47,6 +47,8 @@ export interface Waiter {
    * attempt confirms it instead of acquiring. Its lease token is the waiter id.
    */
   granted?: bigint;
+  /** Set by a first attempt that queued it behind a live waiter (see `inLine`: no second look then). */
+  queuedBehind?: boolean;
 }
 
 /** A head-only wake-up as the NOTIFY brought it; `deliver()` does what it does by default (tests may hold it back). */
@@ -67,8 +69,14 @@ export type AttemptAsWaiter = (waiter: Waiter) => Promise<HeldLease | null>;
  */
 export class WaitQueue {
   private readonly waiters = new Map<string, Waiter>();
-  /** Ids of waiters whose first attempt is in flight, each holding a room in the line (see `reserve`). */
-  private readonly reserved = new Set<string>();
+  /**
+   * Waiters whose first attempt is in flight, each holding a room in the line (see `reserve`); a wake-up for one
+   * (its NOTIFY may come before it waits) is kept on it as `pending`.
+   */
+  private readonly reserved = new Map<string, Waiter>();
+  /** Reserved while this process was listening: a NOTIFY naming them after their first attempt reaches them. */
+  private readonly heard = new WeakSet<Waiter>();
+  private listening = false;
   private readonly byTarget = new Map<string, Set<Waiter>>();
   private notifier?: Wakeups;
   private heartbeat?: Subscription;
@@ -113,7 +121,8 @@ export class WaitQueue {
   reserve(request: WaiterRequest): Waiter | null {
     if (this.closed || this.occupied() >= this.options.maxWaitersPerProcess) return null;
     const waiter = this.newWaiter(request);
-    this.reserved.add(waiter.id);
+    this.reserved.set(waiter.id, waiter);
+    if (this.listening) this.heard.add(waiter);
     return waiter;
   }
 
@@ -211,6 +220,7 @@ export class WaitQueue {
       // Listening before the first queued attempt means no release is missed in between; but a LISTEN connection
       // that cannot open must not hold the wait past its deadline (the poll covers it).
       await settleBy(this.notifier.start(), cutoff, stop, timeout);
+      this.listening = true;
     }
     // Checked with no await before register(): calls arriving while the LISTEN connection opens must count too, and
     // so must the rooms reserved by first attempts in flight (this waiter's own, if any, is its room).
@@ -219,12 +229,23 @@ export class WaitQueue {
       throw new LeaseQueueFullError(targetKey, this.retryAfterOf(waiter), messages.processLineFull(others));
     }
     this.register(waiter);
+    // Queued behind a live waiter by its first attempt, while this process listened, with no wake-up since: it sleeps
+    // at once. A release that ran beside that attempt and missed its row handed the key to a waiter ahead; its own turn
+    // comes with a NOTIFY naming it (or a grant watch, or the poll). The head of the line looks once more instead (a
+    // release that missed it freed the key, and no NOTIFY says so).
+    let look = !(waiter.queuedBehind === true && this.heard.has(waiter) && waiter.granted === undefined);
     let lastError: unknown;
     try {
       while (true) {
         stop.throwIfAborted();
         const remaining = until - performance.now();
         if (remaining <= 0) throw new LeaseWaitTimeoutError(targetKey, waitTimeoutMs);
+        if (!look && !waiter.pending) {
+          look = true;
+          await this.pause(waiter, remaining, stop);
+          continue;
+        }
+        look = true;
         waiter.pending = false;
         try {
           if ((!waiter.place || waiter.evicted) && waiter.granted === undefined) {
@@ -258,10 +279,7 @@ export class WaitQueue {
           lastError = unavailableOr(error, targetKey, 'wait in line for');
           this.logger.warn(`Waiting for "${targetKey}": attempt failed (${String(error)}); retrying`);
         }
-        const jitter = 0.5 + Math.random() * 0.5;
-        // A hold's tail ends with no NOTIFY: wake for its end (a few ms after, the database clock decides).
-        const holdEnds = waiter.holdLeftMs === undefined ? Infinity : waiter.holdLeftMs + 5;
-        await this.sleep(waiter, Math.min(remaining, this.options.waitPollIntervalMs * jitter, holdEnds), stop);
+        await this.pause(waiter, remaining, stop);
       }
     } catch (error) {
       if (error instanceof LeaseWaitTimeoutError && lastError) {
@@ -274,6 +292,7 @@ export class WaitQueue {
   /** A NOTIFY (or anything else) says the line for `targetKey` may have moved. */
   wakeTarget(targetKey: string): void {
     for (const waiter of this.byTarget.get(targetKey) ?? []) this.wakeOne(waiter);
+    for (const waiter of this.reserved.values()) if (waiter.targetKey === targetKey) this.wakeOne(waiter);
   }
 
   /**
@@ -282,7 +301,7 @@ export class WaitQueue {
    */
   wakeWaiter(waiterId: string, targetKey?: string, grant?: bigint): void {
     if (grant !== undefined && targetKey !== undefined) this.watchGrant(targetKey, waiterId);
-    const waiter = this.waiters.get(waiterId);
+    const waiter = this.waiters.get(waiterId) ?? this.reserved.get(waiterId);
     if (!waiter) return;
     if (grant !== undefined) waiter.granted = grant;
     this.wakeOne(waiter);
@@ -312,6 +331,7 @@ export class WaitQueue {
 
   wakeAll(): void {
     for (const waiter of this.waiters.values()) this.wakeOne(waiter);
+    for (const waiter of this.reserved.values()) this.wakeOne(waiter);
   }
 
   /**
@@ -393,6 +413,14 @@ export class WaitQueue {
       this.heartbeat?.unsubscribe();
       this.heartbeat = undefined;
     }
+  }
+
+  /** Sleeps until a wake-up, the jittered poll, the end of a hold's tail or the wait's end, whichever comes first. */
+  private pause(waiter: Waiter, remainingMs: number, signal: AbortSignal): Promise<void> {
+    const jitter = 0.5 + Math.random() * 0.5;
+    // A hold's tail ends with no NOTIFY: wake for its end (a few ms after, the database clock decides).
+    const holdEnds = waiter.holdLeftMs === undefined ? Infinity : waiter.holdLeftMs + 5;
+    return this.sleep(waiter, Math.min(remainingMs, this.options.waitPollIntervalMs * jitter, holdEnds), signal);
   }
 
   private sleep(waiter: Waiter, ms: number, signal?: AbortSignal): Promise<void> {

@@ -93,13 +93,16 @@ describe('store rows', () => {
       queued_at: null,
     };
     expect(acquireOutcome(undefined, 1, false)).toEqual({ refused: true, holdLeftMs: null });
-    expect(acquireOutcome(undefined, 1, true)).toEqual({ refused: true, holdLeftMs: null, place: null });
+    expect(acquireOutcome(undefined, 1, true)).toEqual({ refused: true, holdLeftMs: null, place: null, behind: false });
     const at = new Date(0);
     expect(acquireOutcome({ ...row, seq: '5', queued_at: at }, 1, true)).toEqual({
       refused: true,
       holdLeftMs: null,
       place: { seq: 5n, queuedAt: at },
+      behind: false,
     });
+    // Queued behind a live waiter: the wait sends nothing more until its turn (see WaitQueue).
+    expect(acquireOutcome({ ...row, seq: '6', queued_at: at, behind: true }, 1, true)).toMatchObject({ behind: true });
     expect(acquireOutcome({ ...row, fencing_token: '3', took_over: false }, 9, false)).toEqual({
       fencingToken: 3n,
       sentAt: 9,

@@ -164,6 +164,7 @@ export interface AcquireRow {
   hold_left_ms: number | null;
   seq: string | null;
   queued_at: Date | null;
+  behind?: boolean | null;
 }
 
 /** The single acquisition's outcome: a grant, or a refusal (with the caller's place when it was to be queued). */
@@ -172,7 +173,7 @@ export function acquireOutcome(row: AcquireRow | undefined, sentAt: number, queu
     const refusal = { refused: true as const, holdLeftMs: row?.hold_left_ms ?? null };
     if (!queued) return refusal;
     const place = row?.seq ? { seq: BigInt(row.seq), queuedAt: row.queued_at! } : null;
-    return { ...refusal, place };
+    return { ...refusal, place, behind: row?.behind === true };
   }
   return {
     fencingToken: BigInt(row.fencing_token),

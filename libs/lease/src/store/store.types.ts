@@ -101,6 +101,8 @@ export interface Refusal {
   readonly holdLeftMs: number | null;
   /** With `queueAs`: the caller's place in line, or null when the line was full (`maxWaitersPerTarget`). */
   readonly place?: WaiterPlace | null;
+  /** With a place: a live waiter was ahead of the caller when it was queued (unknown: treated as false). */
+  readonly behind?: boolean;
 }
 
 /** A granted slot: the acquisition, and the slot of its row (1 … limit, see options/slot-limits.ts). */

@@ -22,7 +22,8 @@ import { highWaterToken } from './token-floor.sql.js';
  *
  * With `queue` (the first attempt of a call that will wait in line), a refused caller is queued by the same
  * statement: $10 its new waiter id, $11 waiter timeout, $12 maxWaitersPerTarget. Its place comes back in `seq`,
- * `queued_at` (null when the line is full). The row is an ordinary one (it lives a waiter timeout from when it is
+ * `queued_at` (null when the line is full), and `behind`: a live waiter of the line was ahead of it (its priority at
+ * least the caller's), so a release that missed the new row handed the key to that one (see `WaitQueue`). The row is an ordinary one (it lives a waiter timeout from when it is
  * written): the server ends the statement before its caller gives it up (see `tryAcquire`), so the caller hears of
  * every row this statement writes — and gives it back if it no longer waits.
  *
@@ -51,8 +52,8 @@ export function singleAcquireSql(
     ? `INSERT INTO ${waiter} (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
           SELECT $1, $10::uuid, $3, $4, $11, clock_timestamp(), ${historyOrdered(waiterSequence, timeline)}, clock_timestamp()
           WHERE NOT EXISTS (SELECT 1 FROM won) AND (SELECT count(*) FROM line WHERE line.live) < $12
-          RETURNING seq, queued_at`
-    : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at WHERE false';
+          RETURNING seq, queued_at, EXISTS (SELECT 1 FROM line a WHERE a.live AND a.eff >= $4::bigint) AS behind`
+    : 'SELECT NULL::bigint AS seq, NULL::timestamptz AS queued_at, NULL::boolean AS behind WHERE false';
   return `WITH held AS (
           -- Any row of the key: its own (slot 0), or a live slot of a semaphore or read-write holder (a plain call on
           -- their key is busy while they hold it, never granted beside them).
@@ -125,12 +126,13 @@ export function singleAcquireSql(
           ${queued}
         )
         SELECT won.fencing_token::text AS fencing_token, won.took_over, won.previous_owner,
-          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at, ${runCap(capMs)} AS overran
+          NULL::float8 AS hold_left_ms, NULL AS seq, NULL::timestamptz AS queued_at, NULL::boolean AS behind,
+          ${runCap(capMs)} AS overran
         FROM won
         UNION ALL
         -- Refused: its place in line when it was queued, and, with no live holder left and only a hold's tail in the
         -- way, when that tail ends (no NOTIFY will say so).
-        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at, NULL
+        SELECT NULL, NULL, NULL, r.hold_left_ms, q.seq::text, q.queued_at, q.behind, NULL
         FROM (SELECT (SELECT (extract(epoch FROM l.acquired_at + l.hold_ms ${MS} - clock_timestamp()) * 1000)::float8
             FROM ${lease} l WHERE l.target_id = $1 AND l.slot = 0 AND NOT ${live('l')} AND ${holding('l')}) AS hold_left_ms) r
         LEFT JOIN queued q ON true
