@@ -149,6 +149,25 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
     }
   });
 
+  test("a DataSource in pg's pipeline mode: fenced() goes as simple-query messages, the release riding on COMMIT", async () => {
+    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
+      applicationName: 'trips-pipeline',
+      entities: [...leaseEntities, Trip],
+      extra: { pipeline: true },
+    });
+    try {
+      const lease = (await a.service.tryAcquire('trips:pipeline'))!;
+      await lease.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('pipelined')`));
+      await lease.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('pipelined-last')`), {
+        release: true,
+      });
+      expect(await notes()).toEqual(['pipelined', 'pipelined-last']);
+      expect(lease.isHeld()).toBe(false);
+    } finally {
+      await a.close();
+    }
+  });
+
   test("the work runs with the connection's own planner settings (the lock is planned with scans off, then not)", async () => {
     const setting = async (manager: EntityManager) =>
       (await manager.query<Array<{ enable_seqscan: string }>>('SHOW enable_seqscan'))[0].enable_seqscan;

@@ -13,6 +13,8 @@ export interface DataSourceShape {
   entities?: unknown[];
   /** `application_name` of its pooled connections (how the database tells "processes" apart); unset by default. */
   applicationName?: string;
+  /** More `pg` pool settings of the DataSource (its `extra`), e.g. `{ pipeline: true }`. */
+  extra?: Record<string, unknown>;
 }
 
 export function makeDataSource(url: string, shape: DataSourceShape = {}): DataSource {
@@ -23,6 +25,7 @@ export function makeDataSource(url: string, shape: DataSourceShape = {}): DataSo
     extra: {
       max: shape.poolSize ?? 10,
       ...(shape.applicationName === undefined ? {} : { application_name: shape.applicationName }),
+      ...shape.extra,
     },
   });
 }

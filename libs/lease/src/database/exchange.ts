@@ -11,7 +11,8 @@
  *
  * Written against `pg`'s submittable interface (what `pg-cursor` uses): `submit(connection)` writes the messages, the
  * client hands the answers to the `handle…` methods. A client without the JavaScript protocol (`pg-native`) has no
- * such connection: `canExchange` says so and the caller sends a simple-query message instead.
+ * such connection, and `pg`'s pipeline mode takes none: `canExchange` says so and the caller sends a simple-query
+ * message instead.
  */
 import pg from 'pg';
 
@@ -70,10 +71,18 @@ interface ServerError extends Error {
   code?: string;
 }
 
-/** Whether `client` speaks the protocol itself (`pg`'s JavaScript client), so an exchange can be sent on it. */
+/**
+ * Whether an exchange can be sent on `client`: `pg`'s JavaScript client (it speaks the protocol itself), not in its
+ * pipeline mode (`pipeline: true`), which refuses a submittable of its own.
+ */
 export function canExchange(client: pg.ClientBase): boolean {
-  const connection = (client as unknown as { connection?: Partial<ProtocolConnection> }).connection;
-  return typeof connection?.parse === 'function' && typeof connection.parsedStatements === 'object';
+  const { connection, pipeline } = client as unknown as {
+    connection?: Partial<ProtocolConnection>;
+    pipeline?: boolean;
+  };
+  return (
+    pipeline !== true && typeof connection?.parse === 'function' && typeof connection.parsedStatements === 'object'
+  );
 }
 
 /** What a statement's parameter is sent as: text, the way `pg` sends an untyped parameter (`null` for NULL). */
