@@ -2,7 +2,7 @@ import { leaseEntities, LeaseError, LeaseLostError, type LeaseModuleOptions } fr
 import pg from 'pg';
 import { EntitySchema, type EntityManager } from 'typeorm';
 import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
-import { openService } from '../support/lease-service.js';
+import { openService, type DataSourceShape } from '../support/lease-service.js';
 import { adminClient, FAST, ISOLATIONS, useTestDatabase } from '../support/db.js';
 
 /**
@@ -50,10 +50,12 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
   const db = useTestDatabase('fenced_trips', isolation, (admin) =>
     admin.query('CREATE TABLE fenced_trip (id serial PRIMARY KEY, note text NOT NULL)'),
   );
-  const open = (name: string, options: LeaseModuleOptions = {}) =>
+  /** A service named `name`; `shape`: more of its DataSource (one connection, `pg` settings). */
+  const open = (name: string, options: LeaseModuleOptions = {}, shape: Omit<DataSourceShape, 'applicationName'> = {}) =>
     openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST, options), {
       applicationName: name,
       entities: [...leaseEntities, Trip],
+      ...shape,
     });
   const notes = async () =>
     (await db.admin.query<{ note: string }>('SELECT note FROM fenced_trip ORDER BY id')).rows.map((row) => row.note);
@@ -110,11 +112,7 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
   });
 
   test('the lock and the release are prepared on the connection: planned once per connection, not per call', async () => {
-    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
-      applicationName: 'trips-prepared',
-      entities: [...leaseEntities, Trip],
-      poolSize: 1,
-    });
+    const a = await open('trips-prepared', {}, { poolSize: 1 });
     try {
       // What the transaction's own connection has prepared, and how often each was executed there (PostgreSQL 14+).
       const prepared = async (manager: EntityManager) =>
@@ -150,11 +148,7 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
   });
 
   test("a DataSource in pg's pipeline mode: fenced() goes as simple-query messages, the release riding on COMMIT", async () => {
-    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
-      applicationName: 'trips-pipeline',
-      entities: [...leaseEntities, Trip],
-      extra: { pipeline: true },
-    });
+    const a = await open('trips-pipeline', {}, { extra: { pipeline: true } });
     try {
       const lease = (await a.service.tryAcquire('trips:pipeline'))!;
       await lease.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('pipelined')`));
@@ -171,11 +165,7 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
   test("the work runs with the connection's own planner settings (the lock is planned with scans off, then not)", async () => {
     const setting = async (manager: EntityManager) =>
       (await manager.query<Array<{ enable_seqscan: string }>>('SHOW enable_seqscan'))[0].enable_seqscan;
-    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
-      applicationName: 'trips-planner',
-      entities: [...leaseEntities, Trip],
-      poolSize: 1,
-    });
+    const a = await open('trips-planner', {}, { poolSize: 1 });
     try {
       const lease = (await a.service.tryAcquire('trips:planner'))!;
       const seen: string[] = [];
