@@ -2,6 +2,7 @@
 import { BATCH_LOCK_WAIT_MS } from '../../options/bounds.js';
 import {
   aged,
+  byKeys,
   holding,
   live,
   liveWaiter,
@@ -87,7 +88,7 @@ export function singleAcquireSql(
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $9
           FROM drawn x, (SELECT ${timeline} AS timeline) h
-          WHERE l.target_id = x.target_id AND l.slot = 0
+          WHERE l.target_id = $1 AND l.slot = 0
           RETURNING l.fencing_token, x.was_held AS took_over, CASE WHEN x.was_held THEN x.previous_owner END
             AS previous_owner
         ), won_new AS (
@@ -190,7 +191,7 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
     ), locked AS MATERIALIZED (
       SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
       FROM ${lease} l JOIN open o ON o.target_id = l.target_id AND l.slot = 0
-      WHERE o.has_row AND NOT ${taken('l')}
+      WHERE o.has_row AND NOT ${taken('l')} AND ${byKeys('l', 'open')}
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), drawn AS MATERIALIZED (
@@ -202,7 +203,7 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
         owner = $2, priority = o.priority, lease_timeout_ms = coalesce(o.lease_timeout_ms, $3), acquired_at = clock_timestamp(),
         updated_at = clock_timestamp(), hold_ms = o.hold_ms
       FROM drawn x JOIN open o ON o.target_id = x.target_id, history h
-      WHERE l.target_id = x.target_id AND l.slot = 0
+      WHERE l.target_id = x.target_id AND l.slot = 0 AND ${byKeys('l', 'drawn')}
       RETURNING l.target_id, l.fencing_token, x.was_held, x.previous_owner
     ), won_new AS (
       INSERT INTO ${lease} AS l
@@ -221,16 +222,16 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
       SELECT target_id, fencing_token, false, NULL FROM won_new
     ), granted AS (
       DELETE FROM ${waiter} w USING won, open o
-      WHERE w.target_id = won.target_id AND o.target_id = won.target_id AND w.waiter_id = o.waiter_id
+      WHERE w.target_id = won.target_id AND o.target_id = won.target_id AND w.waiter_id = o.waiter_id AND ${byKeys('w', 'won')}
     ), dead AS (
       -- Dead waiters of the won keys were skipped; no live waiter may be left to evict them. Never waited for.
       DELETE FROM ${waiter} w USING (
         SELECT d.target_id, d.waiter_id FROM ${waiter} d JOIN won ON d.target_id = won.target_id
-        WHERE NOT ${liveWaiter('d')}
+        WHERE NOT ${liveWaiter('d')} AND ${byKeys('d', 'won')}
         ORDER BY d.target_id, d.waiter_id
         FOR UPDATE OF d SKIP LOCKED
       ) x
-      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
+      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id AND ${byKeys('w', 'won')}
     )
     SELECT m.i::int AS i,
       CASE WHEN w.target_id IS NOT NULL THEN 'won'
@@ -289,7 +290,7 @@ export function loneAcquireSql(n: LeaseObjectNames, timeline: string, capMs: num
             priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
             hold_ms = $6
           FROM drawn x, (SELECT ${timeline} AS timeline) h
-          WHERE l.target_id = x.target_id AND l.slot = 0
+          WHERE l.target_id = $1 AND l.slot = 0
           RETURNING l.fencing_token
         ), won_new AS (
           INSERT INTO ${lease} AS l

@@ -74,6 +74,16 @@ export function bornWithin(timeout: string, bound: string): string {
 export const ONE_ROW_ESTIMATE = 'WHERE r.i BETWEEN 1 AND 100000';
 
 /**
+ * Restricts `alias` (a lease or waiter row) to the keys of `source` (a CTE or relation with a `target_id` column), as an
+ * index condition: `target_id = ANY` of an array the statement computes once. Every join of a table to a CTE on the
+ * key carries it: a generic plan made while the table was nearly empty may put the table on the outer side of the
+ * join, and without it that side walks the whole primary key (`test/lease/grown-table.e2e-spec.ts`).
+ */
+export function byKeys(alias: string, source: string): string {
+  return `${alias}.target_id = ANY (ARRAY(SELECT target_id FROM ${source}))`;
+}
+
+/**
  * The next waiter of each target in `targets` (a relation with a `target_id` column): the one the next acquire
  * statement would let through — highest effective priority, then first queued, live, not `except`. $aging is the
  * aging interval parameter.

@@ -4,7 +4,7 @@
  * grant. Pure: SQL text only.
  */
 import { notifyGrantSql, notifyHeadSql } from '../../database/head-payload.js';
-import { aged, headOf, holding, live, liveWaiter, type LeaseObjectNames } from './fragments.js';
+import { aged, byKeys, headOf, holding, live, liveWaiter, type LeaseObjectNames } from './fragments.js';
 import { historyToken, sequenceLiteral } from './fencing-token.js';
 
 export interface HandoffParameters {
@@ -54,14 +54,16 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
         priority = x.priority, lease_timeout_ms = x.timeout_ms,
         acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = 0
       FROM drawn x, (SELECT ${p.timeline} AS timeline) h
-      WHERE l.target_id = x.target_id AND l.slot = 0
+      WHERE l.target_id = x.target_id AND l.slot = 0 AND ${byKeys('l', 'drawn')}
       RETURNING l.target_id, x.waiter_id, l.fencing_token
     ), freed AS (
       UPDATE ${lease} AS l SET lease_token = NULL FROM ${locked} k
-      WHERE l.target_id = k.target_id AND l.slot = 0 AND NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)
+      WHERE l.target_id = k.target_id AND l.slot = 0 AND ${byKeys('l', locked)}
+        AND NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)
       RETURNING l.target_id
     ), taken AS (
-      DELETE FROM ${waiter} w USING handed x WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
+      DELETE FROM ${waiter} w USING handed x
+      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id AND ${byKeys('w', 'handed')}
     ), woke AS (
       SELECT ${notifyGrantSql(p.channel, 'x.waiter_id', 'x.fencing_token', 'x.target_id')}
       FROM handed x WHERE ${p.channel}::text IS NOT NULL

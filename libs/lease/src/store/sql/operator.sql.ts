@@ -29,7 +29,7 @@ export function forceReleaseSql(n: LeaseObjectNames): string {
       FOR UPDATE OF l
     ), forced AS (
       UPDATE ${n.lease} l SET lease_token = NULL, owner = '${FORCED_OWNER}', hold_ms = 0
-      FROM old WHERE l.target_id = old.target_id AND l.slot = 0
+      FROM old WHERE l.target_id = $1 AND l.slot = 0
       RETURNING old.owner, old.fencing_token, old.live
     ), audit AS (
       INSERT INTO ${n.audit} (action, kind, subject, actor, reason, fencing_token, holder)

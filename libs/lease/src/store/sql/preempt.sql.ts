@@ -41,7 +41,7 @@ export function preemptAskSql(n: LeaseObjectNames): string {
       WHERE l.target_id = $1 AND l.slot = 0 AND ${live('l')} AND l.priority < $2 AND NOT ${ahead}
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), marked AS (
-      UPDATE ${n.lease} l SET preempt_of = a.lease_token FROM asked a WHERE l.target_id = a.target_id AND l.slot = 0
+      UPDATE ${n.lease} l SET preempt_of = a.lease_token FROM asked a WHERE l.target_id = $1 AND l.slot = 0
       RETURNING 1
     )
     SELECT a.lease_token::text AS lease_token, a.fencing_token::text AS fencing_token, a.owner, a.priority
@@ -76,7 +76,7 @@ export function preemptTakeSql(n: LeaseObjectNames, timeline: string, capMs: num
         priority = $4, lease_timeout_ms = $5, acquired_at = clock_timestamp(), updated_at = clock_timestamp(),
         hold_ms = $9
       FROM drawn x, (SELECT ${timeline} AS timeline) h
-      WHERE l.target_id = x.target_id AND l.slot = 0
+      WHERE l.target_id = $1 AND l.slot = 0
       RETURNING l.fencing_token, x.previous_owner, x.previous_token, x.previous_priority
     ), granted AS (
       DELETE FROM ${n.waiter} w

@@ -3,7 +3,7 @@
  * one and the set-based one of a batch (soft: the row keeps its fencing token), each handing the target to the head
  * of its line in the same commit (see handoff.sql.ts).
  */
-import { ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
+import { byKeys, ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
 import { givenUp, handoffCtes } from './handoff.sql.js';
 
 /**
@@ -39,6 +39,7 @@ export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
       SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
       JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
         ON l.target_id = p.target_id AND l.slot = 0 AND l.lease_token = p.lease_token
+      WHERE ${byKeys('l', 'req')}
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), ${handoffCtes(n, 'locked', { timeline, aging: '$4', channel: '$2' })}

@@ -9,6 +9,7 @@ import { notifyHeadSql } from '../../database/head-payload.js';
 import { BATCH_LOCK_WAIT_MS } from '../../options/bounds.js';
 import {
   aged,
+  byKeys,
   holding,
   live,
   liveWaiter,
@@ -184,7 +185,7 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
     ), key_slots AS MATERIALIZED (
       -- Every slot row of the batch's keys (whatever limit granted it): another limit shows in any of them.
       SELECT l.target_id, l.slot, ${taken('l')} AS taken, l.slot_limit
-      FROM keys k JOIN ${lease} l ON l.target_id = k.target_id AND l.slot > 0
+      FROM keys k JOIN ${lease} l ON l.target_id = k.target_id AND l.slot > 0 AND ${byKeys('l', 'keys')}
     ), other AS MATERIALIZED (
       SELECT k.target_id, coalesce(
         (SELECT s.slot_limit FROM key_slots s
@@ -200,7 +201,7 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
       WHERE NOT coalesce(s.taken, false)
     ), line AS MATERIALIZED (
       SELECT w.target_id, ${aged('w.queued_at', '$4')} AS eff
-      FROM keys k JOIN ${waiter} w ON w.target_id = k.target_id WHERE ${liveWaiter('w')}
+      FROM keys k JOIN ${waiter} w ON w.target_id = k.target_id WHERE ${liveWaiter('w')} AND ${byKeys('w', 'keys')}
     ), mine AS MATERIALIZED (
       -- The key's callers of its limit in grant order (rank), and the live waiters ahead of each (a newcomer passes
       -- only those of a lower effective priority).
@@ -216,7 +217,7 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
     ), locked AS MATERIALIZED (
       SELECT l.target_id, l.slot, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
       FROM ${lease} l JOIN aim a ON l.target_id = a.target_id AND l.slot = a.slot
-      WHERE a.has_row AND NOT ${taken('l')}
+      WHERE a.has_row AND NOT ${taken('l')} AND ${byKeys('l', 'aim')}
       ORDER BY l.target_id, l.slot
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), drawn AS MATERIALIZED (
@@ -227,7 +228,7 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
         owner = $2, priority = a.priority, lease_timeout_ms = coalesce(a.lease_timeout_ms, $3),
         acquired_at = clock_timestamp(), updated_at = clock_timestamp(), hold_ms = a.hold_ms, slot_limit = a.slot_limit
       FROM drawn x JOIN aim a ON a.target_id = x.target_id AND a.slot = x.slot, history h
-      WHERE l.target_id = x.target_id AND l.slot = x.slot
+      WHERE l.target_id = x.target_id AND l.slot = x.slot AND ${byKeys('l', 'drawn')}
       RETURNING l.target_id, l.slot, l.fencing_token, x.was_held AS took_over,
         CASE WHEN x.was_held THEN x.previous_owner END AS previous_owner
     ), won_new AS (
@@ -246,11 +247,11 @@ export function semaphoreBatchAcquireSql(n: LeaseObjectNames, timeline: string, 
       -- Dead waiters of the won keys were skipped; no live waiter may be left to evict them. Never waited for.
       DELETE FROM ${waiter} w USING (
         SELECT d.target_id, d.waiter_id FROM ${waiter} d
-        WHERE d.target_id IN (SELECT target_id FROM won) AND NOT ${liveWaiter('d')}
+        WHERE ${byKeys('d', 'won')} AND NOT ${liveWaiter('d')}
         ORDER BY d.target_id, d.waiter_id
         FOR UPDATE OF d SKIP LOCKED
       ) x
-      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
+      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id AND ${byKeys('w', 'won')}
     )
     SELECT r.i::int AS i,
       CASE WHEN w.slot IS NOT NULL THEN 'won' WHEN a.i IS NOT NULL OR r.slot_limit <> r.key_limit THEN 'raced'
@@ -287,11 +288,12 @@ export function semaphoreBatchReleaseSql(n: LeaseObjectNames): string {
       SELECT l.target_id, l.slot, l.lease_token, l.slot_limit FROM ${lease} l
       JOIN (SELECT DISTINCT target_id, slot, lease_token FROM req) p
         ON l.target_id = p.target_id AND l.slot = p.slot AND l.lease_token = p.lease_token
+      WHERE ${byKeys('l', 'req')}
       ORDER BY l.target_id, l.slot
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), gone AS (
       UPDATE ${lease} AS l SET lease_token = NULL FROM locked k
-      WHERE l.target_id = k.target_id AND l.slot = k.slot
+      WHERE l.target_id = k.target_id AND l.slot = k.slot AND ${byKeys('l', 'locked')}
       RETURNING l.target_id
     ), free AS (
       -- This statement still sees the slots it frees as taken: as many more.
