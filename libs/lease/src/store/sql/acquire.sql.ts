@@ -190,8 +190,8 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
               OR (${aged('w.queued_at', '$4')} = c.eff AND w.seq < coalesce(c.waiter_seq, 9223372036854775807))))
     ), locked AS MATERIALIZED (
       SELECT l.target_id, l.lease_token IS NOT NULL AS was_held, l.owner AS previous_owner
-      FROM ${lease} l JOIN open o ON o.target_id = l.target_id AND l.slot = 0
-      WHERE o.has_row AND NOT ${taken('l')} AND ${byKeys('l', 'open')}
+      FROM ${lease} l
+      WHERE l.target_id = ANY (ARRAY(SELECT target_id FROM open WHERE has_row)) AND l.slot = 0 AND NOT ${taken('l')}
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), drawn AS MATERIALIZED (

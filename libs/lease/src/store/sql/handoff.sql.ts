@@ -57,9 +57,9 @@ export function handoffCtes(n: LeaseObjectNames, locked: string, p: HandoffParam
       WHERE l.target_id = x.target_id AND l.slot = 0 AND ${byKeys('l', 'drawn')}
       RETURNING l.target_id, x.waiter_id, l.fencing_token
     ), freed AS (
-      UPDATE ${lease} AS l SET lease_token = NULL FROM ${locked} k
-      WHERE l.target_id = k.target_id AND l.slot = 0 AND ${byKeys('l', locked)}
-        AND NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)
+      UPDATE ${lease} AS l SET lease_token = NULL
+      WHERE l.slot = 0 AND l.target_id = ANY (ARRAY(SELECT k.target_id FROM ${locked} k
+        WHERE NOT EXISTS (SELECT 1 FROM head hd WHERE hd.target_id = k.target_id)))
       RETURNING l.target_id
     ), taken AS (
       DELETE FROM ${waiter} w USING handed x

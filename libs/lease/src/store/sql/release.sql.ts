@@ -36,10 +36,10 @@ export function batchReleaseSql(n: LeaseObjectNames, timeline: string): string {
   return `WITH req AS (
       SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, lease_token uuid) ${ONE_ROW_ESTIMATE}
     ), locked AS MATERIALIZED (
+      -- A lease token is drawn for one grant and lives on that one row: a row of the keys that carries one of the
+      -- tokens carries its own caller's. Arrays, not a join: the plan probes the keys whatever it was made for.
       SELECT ${givenUp('l')}, l.lease_token FROM ${lease} l
-      JOIN (SELECT DISTINCT target_id, lease_token FROM req) p
-        ON l.target_id = p.target_id AND l.slot = 0 AND l.lease_token = p.lease_token
-      WHERE ${byKeys('l', 'req')}
+      WHERE ${byKeys('l', 'req')} AND l.slot = 0 AND l.lease_token = ANY (ARRAY(SELECT lease_token FROM req))
       ORDER BY l.target_id
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), ${handoffCtes(n, 'locked', { timeline, aging: '$4', channel: '$2' })}

@@ -285,15 +285,14 @@ export function semaphoreBatchReleaseSql(n: LeaseObjectNames): string {
       SELECT * FROM jsonb_to_recordset($1::jsonb) AS r(i int, target_id text, slot int, lease_token uuid)
       ${ONE_ROW_ESTIMATE}
     ), locked AS MATERIALIZED (
+      -- A slot's lease token lives on that one row (see batchReleaseSql): arrays, not a join.
       SELECT l.target_id, l.slot, l.lease_token, l.slot_limit FROM ${lease} l
-      JOIN (SELECT DISTINCT target_id, slot, lease_token FROM req) p
-        ON l.target_id = p.target_id AND l.slot = p.slot AND l.lease_token = p.lease_token
-      WHERE ${byKeys('l', 'req')}
+      WHERE ${byKeys('l', 'req')} AND l.slot > 0 AND l.lease_token = ANY (ARRAY(SELECT lease_token FROM req))
       ORDER BY l.target_id, l.slot
       FOR NO KEY UPDATE OF l SKIP LOCKED
     ), gone AS (
-      UPDATE ${lease} AS l SET lease_token = NULL FROM locked k
-      WHERE l.target_id = k.target_id AND l.slot = k.slot AND ${byKeys('l', 'locked')}
+      UPDATE ${lease} AS l SET lease_token = NULL
+      WHERE ${byKeys('l', 'locked')} AND l.slot > 0 AND l.lease_token = ANY (ARRAY(SELECT lease_token FROM locked))
       RETURNING l.target_id
     ), free AS (
       -- This statement still sees the slots it frees as taken: as many more.
