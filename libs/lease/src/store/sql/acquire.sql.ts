@@ -222,16 +222,16 @@ export function batchAcquireSql(n: LeaseObjectNames, timeline: string, capMs: nu
       SELECT target_id, fencing_token, false, NULL FROM won_new
     ), granted AS (
       DELETE FROM ${waiter} w USING won, open o
-      WHERE w.target_id = won.target_id AND o.target_id = won.target_id AND w.waiter_id = o.waiter_id AND ${byKeys('w', 'won')}
+      WHERE w.target_id = won.target_id AND o.target_id = won.target_id AND w.waiter_id = o.waiter_id
     ), dead AS (
       -- Dead waiters of the won keys were skipped; no live waiter may be left to evict them. Never waited for.
       DELETE FROM ${waiter} w USING (
         SELECT d.target_id, d.waiter_id FROM ${waiter} d JOIN won ON d.target_id = won.target_id
-        WHERE NOT ${liveWaiter('d')} AND ${byKeys('d', 'won')}
+        WHERE NOT ${liveWaiter('d')}
         ORDER BY d.target_id, d.waiter_id
         FOR UPDATE OF d SKIP LOCKED
       ) x
-      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id AND ${byKeys('w', 'won')}
+      WHERE w.target_id = x.target_id AND w.waiter_id = x.waiter_id
     )
     SELECT m.i::int AS i,
       CASE WHEN w.target_id IS NOT NULL THEN 'won'
