@@ -75,9 +75,11 @@ export const ONE_ROW_ESTIMATE = 'WHERE r.i BETWEEN 1 AND 100000';
 
 /**
  * Restricts `alias` (a lease or waiter row) to the keys of `source` (a CTE or relation with a `target_id` column), as an
- * index condition: `target_id = ANY` of an array the statement computes once. Every join of a table to a CTE on the
- * key carries it: a generic plan made while the table was nearly empty may put the table on the outer side of the
- * join, and without it that side walks the whole primary key (`test/lease/grown-table.e2e-spec.ts`).
+ * index condition: `target_id = ANY` of an array the statement computes once. The joins of the lease table to a CTE on
+ * the key carry it: a generic plan made while the table was nearly empty may put the table on the outer side of the
+ * join, and without it that side walks the whole primary key (`test/lease/grown-table.e2e-spec.ts`). Where a statement
+ * needs only the keys, an array replaces the join; the batched acquisition's deletes of waiter rows keep a plain join
+ * (the condition cost more than it saved there: docs/performance.md, "Plans that probe by key").
  */
 export function byKeys(alias: string, source: string): string {
   return `${alias}.target_id = ANY (ARRAY(SELECT target_id FROM ${source}))`;
