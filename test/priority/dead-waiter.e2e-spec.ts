@@ -58,7 +58,9 @@ test.each(['SIGSTOP', 'SIGKILL'] as const)(
   'a waiter process that stops heartbeating (%s) is skipped after waiterTimeoutMs and its row removed',
   async (signal) => {
     const key = `dead:${signal}`;
-    const holder = await proc('holder');
+    // The holder keeps the key while the child starts (seconds under load): a lease roomy enough that a stalled
+    // renewal never hands the key to the child, which would then hold it instead of queueing (seen once in CI).
+    const holder = await proc('holder', { timing: { leaseTimeoutMs: 10_000 } });
     const held = (await holder.service.tryAcquire(key))!;
 
     const dead = spawnWaiter(key, 5, `child-${signal}`);
