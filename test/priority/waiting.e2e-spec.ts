@@ -77,10 +77,14 @@ describe('place in line', () => {
 });
 
 describe('giving up removes the row before the promise settles', () => {
+  // The removal is awaited for a grace of one heartbeat interval (at most 1 s) and finished in the background past it:
+  // FAST's 100 ms was once too short for the dequeue and release under a loaded CI run (the row was left to expire).
+  const ROOMY = { timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 5_000 } };
+
   test('waitTimeoutMs → LeaseWaitTimeoutError', async () => {
     const key = 'giveup:timeout';
     await heldTarget(key);
-    const waiter = await proc('timeout');
+    const waiter = await proc('timeout', ROOMY);
     const events: LeaseEvent[] = [];
     waiter.service.events$.subscribe((event) => events.push(event));
     const started = performance.now();
@@ -99,7 +103,7 @@ describe('giving up removes the row before the promise settles', () => {
   test('abort via signal → rejects with the signal reason', async () => {
     const key = 'giveup:abort';
     await heldTarget(key);
-    const waiter = await proc('abort');
+    const waiter = await proc('abort', ROOMY);
     const controller = new AbortController();
     const reason = new Error('the user went away');
     const result = outcome(
