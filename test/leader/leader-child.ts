@@ -16,7 +16,15 @@ interface ChildConfig {
 }
 
 const config = JSON.parse(process.env.LEADER_CHILD ?? '{}') as ChildConfig;
-const send = (message: Record<string, unknown>) => process.send?.(message);
+/**
+ * Resolves once the message is handed to the IPC channel: a SIGTERM'd child closes its app and Nest then raises the
+ * signal again, killing the process, so a report sent during shutdown is awaited by the callback that sends it.
+ */
+const send = (message: Record<string, unknown>) =>
+  new Promise<void>((resolve) => {
+    if (!process.send) return resolve();
+    process.send(message, undefined, undefined, () => resolve());
+  });
 process.on('disconnect', () => process.exit(0));
 setTimeout(() => process.exit(3), 180_000).unref();
 
@@ -30,12 +38,13 @@ type Lease = import('nest-pg-lease').Lease;
 @Injectable()
 class Role {
   onElected(lease: Lease): void {
-    send({ type: 'elected', token: String(lease.fencingToken), at: Date.now() });
+    void send({ type: 'elected', token: String(lease.fencingToken), at: Date.now() });
     void this.write(lease);
   }
 
-  onRevoked(reason: string): void {
-    send({ type: 'revoked', reason, at: Date.now() });
+  /** Awaited by the library (within shutdownGraceMs at a stop): the report is out before the process ends. */
+  onRevoked(reason: string): Promise<void> {
+    return send({ type: 'revoked', reason, at: Date.now() });
   }
 
   /** Fenced writes until one is refused: after a loss, the first write tells whether the fence holds. */
@@ -51,7 +60,7 @@ class Role {
           ]),
         );
       } catch (error) {
-        send({ type: 'refused', token: String(lease.fencingToken), error: String(error), at: Date.now() });
+        void send({ type: 'refused', token: String(lease.fencingToken), error: String(error), at: Date.now() });
         return;
       }
       await new Promise((resolve) => setTimeout(resolve, 50));
@@ -70,4 +79,4 @@ class ChildModule {}
 
 const app = await NestFactory.createApplicationContext(ChildModule, { logger: ['error', 'warn'] });
 app.enableShutdownHooks();
-send({ type: 'ready' });
+void send({ type: 'ready' });
