@@ -6,7 +6,8 @@
  *   judged by the fenced-exclusion checks like every lease's;
  * - **join: the run it waited for** — a join settles with the outcome of a run that held the key while it waited: the
  *   fencing token it reports was granted on that key before the join ended, and that run ended (released, or the key
- *   granted to the next) after the join began (system clock against the database's, within JOIN_CLOCK_SLACK_MS);
+ *   granted to the next: when that write committed) after the join began (system clock against the database's,
+ *   within JOIN_CLOCK_SLACK_MS);
  * - **join: refused on a drained key** — a join that began once the drain had reached its process (the drain's
  *   commit, or the process's start if later, plus the 1 s refresh of docs/console.md, a statement in flight, LOAD_ALLOWANCE_MS
  *   and the time the process could not run meanwhile) and ended before the undrain was asked settled with
@@ -57,6 +58,8 @@ export interface ModesEvent {
   oldHeld: boolean | null;
   app: string;
   at: number;
+  /** When its transaction committed: other sessions saw the row as it was before until then. */
+  committedAt: number;
 }
 
 export interface ModesFigures {
@@ -134,17 +137,19 @@ export function checkModes(
   for (const detail of stickyOverlaps(log)) flag('sticky: one call at a time', detail);
   for (const detail of multiOverlaps(log)) flag('multi-key: no two holders overlap on a key', detail);
 
-  // Each grant's run: from its grant to its end — its release, or the key's next grant (a takeover, a handoff).
+  // Each grant's run: from its grant to its end — its release, or the key's next grant (a takeover, a handoff) — as
+  // other sessions saw it: the end is when that write committed, which a held-back Sync or COMMIT can put long after
+  // the statement (a joiner reading meanwhile still finds the run holding the key, and its outcome).
   const runs = new Map<bigint, { key: string; owner: string; from: number; to: number }>();
   const current = new Map<string, bigint>();
   for (const e of events) {
     if (e.kind === 'release' && e.oldToken !== null) {
       const run = runs.get(e.oldToken);
-      if (run && run.to === Infinity) run.to = e.at;
+      if (run && run.to === Infinity) run.to = e.committedAt;
     } else if (e.kind === 'grant') {
       const before = current.get(e.key);
       const run = before === undefined ? undefined : runs.get(before);
-      if (run && run.to === Infinity) run.to = e.at;
+      if (run && run.to === Infinity) run.to = e.committedAt;
       runs.set(e.token, { key: e.key, owner: e.owner ?? '?', from: e.at, to: Infinity });
       current.set(e.key, e.token);
     }

@@ -395,6 +395,21 @@ test('join: the run it waited for: a run that ended before the join, one granted
   ]);
 });
 
+test('join: the run it waited for: a run ends when its release commits, not when the release statement ran', async () => {
+  // A Sync or COMMIT the network held back: the release's row is written, and other sessions still see the run
+  // holding the key (a joiner reading then finds it, with its outcome) until the transaction commits.
+  const a = await as('w0.1');
+  await grant(a, 'late', 30n, 'w0.1');
+  await a.query('BEGIN');
+  await release(a, 'late');
+  await sleep(300);
+  const stillHeld = Date.now();
+  await sleep(50);
+  await a.query('COMMIT');
+  const log = [granted('w0.1', 'late', 30n), joined('w2.1', 'late', stillHeld, stillHeld + 20, 'joined', 30n)];
+  expect(await violations(log)).toEqual([]);
+});
+
 test('join: refused on a drained key: a join settled otherwise once the drain reached its process is flagged', async () => {
   const a = await as('w0.1');
   await grant(a, 'k', 10n, 'w0.1'); // a holder keeps its lease through a drain: its run is there to join

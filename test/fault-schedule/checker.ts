@@ -133,6 +133,8 @@ interface LeaseEventRow {
   app: string;
   txid: string;
   at_us: string;
+  /** When the event's transaction committed (visible to others from then on). */
+  committed_us: string;
   old_owner: string | null;
   old_fencing_token: string | null;
   old_expired_ms: number | null;
@@ -175,7 +177,8 @@ export async function checkRun(
   const events = (
     await admin.query<LeaseEventRow>(`
       SELECT seq::text, kind, target_id, fencing_token::text, owner, priority, app, txid::text,
-        (extract(epoch FROM at) * 1000000)::bigint::text AS at_us, old_owner, old_fencing_token::text, old_expired_ms,
+        (extract(epoch FROM at) * 1000000)::bigint::text AS at_us,
+        (extract(epoch FROM coalesce(committed_at, at)) * 1000000)::bigint::text AS committed_us, old_owner, old_fencing_token::text, old_expired_ms,
         waiters, old_held, slot, lease_ms, old_lease_ms, old_left_ms,
         -- a grant handed over to a waiter (by its own process too): its waiter row went in the same transaction
         EXISTS (SELECT 1 FROM sched_waiter_gone g WHERE g.txid = e.txid AND g.waiter_id = e.lease_token) AS handed
@@ -394,6 +397,7 @@ export async function checkRun(
       oldHeld: e.old_held,
       app: e.app,
       at: Number(BigInt(e.at_us)) / 1000,
+      committedAt: Number(BigInt(e.committed_us)) / 1000,
     })),
     context,
     pauses,

@@ -53,7 +53,10 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
       -- long the old row still had to live by its own length when the write was made (positive: it was live)
       lease_ms int, old_lease_ms int, old_left_ms float8,
       -- the row's lease token after the write (a handed-over grant's is its waiter's id: sched_waiter_gone)
-      lease_token uuid);
+      lease_token uuid,
+      -- when its transaction committed (sched_event_committed): others see the write from then on, which can be long
+      -- after at — a statement whose Sync or COMMIT the network held back, a framed statement's COMMIT
+      committed_at timestamptz);
     -- Grants made by another process than their owner's: a release (or a waiter leaving) handed the key over. The
     -- owner's first update of the grant is its confirmation.
     CREATE TABLE sched_handoff (target_id text NOT NULL, fencing_token bigint NOT NULL, owner text NOT NULL,
@@ -117,6 +120,15 @@ export async function installInstrumentation(admin: pg.Client): Promise<void> {
         NEW.lease_token);
       RETURN NULL;
     END $$;
+
+    -- A deferred constraint trigger runs as its transaction commits: it stamps the event with that time.
+    CREATE FUNCTION sched_event_committed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      UPDATE sched_lease_event SET committed_at = clock_timestamp() WHERE seq = NEW.seq;
+      RETURN NULL;
+    END $$;
+    CREATE CONSTRAINT TRIGGER sched_event_committed AFTER INSERT ON sched_lease_event
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sched_event_committed();
 
     CREATE TABLE sched_waiter_landed (waiter_id uuid PRIMARY KEY, landed_at timestamptz NOT NULL);
     CREATE TABLE sched_waiter_gone (txid bigint NOT NULL, target_id text NOT NULL, waiter_id uuid NOT NULL,
