@@ -45,6 +45,12 @@ const CI_MAX_REPLAY_STEPS = 20;
  * catch takes seconds, not a minute, on a loaded machine. Any seed catches them in time (seed 1: 5-60 s). The sticky
  * control needs no fault: its owner's calls overlap from its first ticks (caught by the probe after step #0).
  */
+/**
+ * A control not caught on its seed runs once more on this one, and fails CI only if not caught there either: a catch
+ * needs a race between workers (token-before-lock: another grant of the key while the first insert stalls), and seed
+ * 134 once ran 92 s of steps without one (2026-12-05, one CI run in nine).
+ */
+const CONTROL_RETRY_SEED = 1;
 const CONTROL_SEEDS: Readonly<Record<Control, number>> = {
   'fence-off': 20,
   'token-before-lock': 134,
@@ -217,7 +223,8 @@ async function main(): Promise<void> {
   const server = await startPostgres();
   const judged: JudgedRun[] = [];
   try {
-    for (const { label, expectation, spec } of plan) {
+    for (let i = 0; i < plan.length; i++) {
+      const { label, expectation, spec } = plan[i];
       const budget = spec.steps === undefined ? `${spec.minutes} min` : `${spec.steps} steps`;
       console.log(
         `[schedule] ${label}: ${budget}, ${WORKERS} workers${spec.control ? `, control ${spec.control}` : ''}`,
@@ -230,6 +237,16 @@ async function main(): Promise<void> {
       if (result.figures.waits.worst[0])
         console.log(`  the wait most over its bound: ${result.figures.waits.worst[0]}`);
       if (!run.passed || (expectation === 'clean' && result.violations.length)) console.log(failureReport(run));
+      if (!run.passed && flag('ci') && spec.control && !spec.retry && result.harnessErrors.length === 0) {
+        // Judged as missed above; the run fails only if the retry misses too (see CONTROL_RETRY_SEED).
+        run.passed = true;
+        run.verdict += ` — retried on seed ${CONTROL_RETRY_SEED}`;
+        plan.splice(i + 1, 0, {
+          label: `${label} (retry)`,
+          expectation,
+          spec: { ...spec, seed: CONTROL_RETRY_SEED, retry: true },
+        });
+      }
     }
   } finally {
     await server.destroy();

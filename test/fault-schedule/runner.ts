@@ -68,6 +68,8 @@ export interface RunSpec {
   control?: Control;
   /** Go on after the probe finds a violation (default: settle and check at once). */
   keepGoing?: boolean;
+  /** A control's second run in CI (run.ts, CONTROL_RETRY_SEED): judged on its own, never retried. */
+  retry?: boolean;
 }
 
 export interface StepRecord {
