@@ -222,7 +222,14 @@ async function main(): Promise<void> {
     type: 'postgres',
     url: config.url,
     entities: [...leaseEntities],
-    extra: { max: config.poolSize, application_name: config.name },
+    extra: {
+      max: config.poolSize,
+      application_name: config.name,
+      // The unfenced control's writes run in the application's own transactions: bounded while idle like the fenced
+      // ones (whose sessions the library bounds), so a leader paused between its counter's UPDATE and COMMIT does not
+      // hold that row lock, and the next leader's first write behind it, until it is let go again.
+      ...(config.unfenced ? { idle_in_transaction_session_timeout: config.lease.timing?.leaseTimeoutMs ?? 2_000 } : {}),
+    },
   });
   await dataSource.initialize();
   const leases = new LeaseService(dataSource, config.lease);
