@@ -99,6 +99,35 @@ async function observed(real: Real): Promise<string> {
   return `${keys.join(' ')} running:${running.sort().join(',')}`;
 }
 
+/** Every order of `items` (a finish frees at most 3 keys: at most 6 orders). */
+function orders<T>(items: readonly T[]): T[][] {
+  if (items.length <= 1) return [[...items]];
+  return items.flatMap((item, i) =>
+    orders([...items.slice(0, i), ...items.slice(i + 1)]).map((rest) => [item, ...rest]),
+  );
+}
+
+function copyOf(model: Model): Model {
+  return {
+    holder: new Map(model.holder),
+    line: new Map([...model.line].map(([key, procs]) => [key, [...procs]])),
+    calls: new Map([...model.calls].map(([proc, call]) => [proc, { ...call, keys: [...call.keys] }])),
+  };
+}
+
+/** Waits until the real system shows the state of one of `models`, and returns that one. */
+async function settledInOne(models: Model[], real: Real, step: string): Promise<Model> {
+  const wanted = models.map((model) => expected(model, real));
+  const got = await eventually(
+    () => observed(real),
+    (state) => wanted.includes(state),
+    `${step}: the state of the model, ${[...new Set(wanted)].join(' or ')}`,
+    real.settleMs,
+  );
+  expect(real.overlaps).toEqual([]);
+  return models[wanted.indexOf(got)];
+}
+
 async function settled(model: Model, real: Real, step: string): Promise<void> {
   const want = expected(model, real);
   await eventually(
@@ -171,16 +200,27 @@ class FinishCommand implements fc.AsyncCommand<Model, Real> {
     const { keys } = model.calls.get(proc)!;
     model.calls.delete(proc);
     // Each freed key goes to the head of its line, which goes on to its next keys.
+    const grantees: number[] = [];
     for (const key of keys) {
       model.holder.set(key, undefined);
       const next = model.line.get(key)!.shift();
       if (next !== undefined) {
         model.holder.set(key, next);
         model.calls.get(next)!.taken += 1;
-        advance(model, next);
+        grantees.push(next);
       }
     }
-    await settled(model, real, this.toString());
+    // The grantees go on at once, each in its own process: two that reach the same free key race for it, and either
+    // may win (neither was in its line). Every order is a state the real system may settle in; it must reach one.
+    const outcomes = orders(grantees).map((order) => {
+      const next = copyOf(model);
+      for (const grantee of order) advance(next, grantee);
+      return next;
+    });
+    const reached = await settledInOne(outcomes, real, this.toString());
+    model.holder = reached.holder;
+    model.line = reached.line;
+    model.calls = reached.calls;
   }
   toString = () => `finish(#${this.index})`;
 }
