@@ -1,5 +1,5 @@
-import pg from 'pg';
 import { eventually, useTestDatabase } from '../support/db.js';
+import { recordNamedStatements } from '../support/named-statements.js';
 
 /**
  * What a waiting call sends, counted on the wire side of `pg` by the connection's application name: its first attempt
@@ -14,24 +14,7 @@ describe('the statements of a wait', () => {
   const SLOW_POLL = { timing: { waitPollIntervalMs: 30_000, defaultWaitTimeoutMs: 20_000 } };
 
   /** The acquisition statements sent by each application's connections, by statement kind, in order. */
-  function recordAcquisitions() {
-    const sent = new Map<string, string[]>();
-    const query = pg.Client.prototype.query;
-    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-      const config = args[0] as { name?: string } | undefined;
-      const kind = /_(acquire|acquire_or_queue|confirm_grant)$/.exec(config?.name ?? '')?.[1];
-      const app = (this as unknown as { connectionParameters: { application_name?: string } }).connectionParameters
-        .application_name;
-      // The library's connections are named `<application>:<role>`.
-      const owner = app?.split(':')[0];
-      if (kind && owner) sent.set(owner, [...(sent.get(owner) ?? []), kind]);
-      return (query as (...a: unknown[]) => unknown).apply(this, args);
-    } as typeof query;
-    return {
-      stop: () => (pg.Client.prototype.query = query),
-      of: (app: string) => sent.get(app) ?? [],
-    };
-  }
+  const recordAcquisitions = () => recordNamedStatements(/_(acquire|acquire_or_queue|confirm_grant)$/);
 
   const waiters = async (key: string) =>
     Number((await db.admin.query('SELECT count(*) FROM job_lease_waiter WHERE target_id = $1', [key])).rows[0].count);

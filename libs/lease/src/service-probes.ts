@@ -13,7 +13,7 @@ const pgEngineOf = (service: LeaseService) => engineOf(service) as LeaseEngine;
 
 /** Whether the service's lease heartbeat is running (it stops at its first tick with no lease held, and at close). */
 export function heartbeatRunning(service: LeaseService): boolean {
-  return pgEngineOf(service).heartbeatRunning;
+  return pgEngineOf(service).heartbeat.running;
 }
 
 /** How many calls of `targetKey` wait for another run's outcome (`onBusy: 'join'`) in this service now. */
@@ -27,12 +27,17 @@ export function joinersWaiting(service: LeaseService, targetKey: string): number
  * notification, or hold it back and deliver it later.
  */
 export function interceptHeadWakeups(service: LeaseService, onHead: (wakeup: HeadWakeup) => void): void {
-  pgEngineOf(service).interceptHeadWakeups(onHead);
+  pgEngineOf(service).queue.onHead = onHead;
+}
+
+/** Sets the park window of `service` (`PARK_WINDOW_MS`: a parked place's wait for a call, see engine/parked-places.ts). */
+export function useParkWindow(service: LeaseService, ms: number): void {
+  pgEngineOf(service).queue.parked.windowMs = ms;
 }
 
 /** Runs the engine's purge of free rows now (it runs by itself every `PURGE_INTERVAL_MS`); the count deleted. */
 export function purgeFreeRows(service: LeaseService): Promise<number | null> {
-  return pgEngineOf(service).purgeNow();
+  return pgEngineOf(service).purges.now();
 }
 
 /**
@@ -41,7 +46,7 @@ export function purgeFreeRows(service: LeaseService): Promise<number | null> {
  * argument. Call it before the service's first acquisition.
  */
 export function useStatementFaults(service: LeaseService, faults: StatementFaults): void {
-  pgEngineOf(service).useStatementFaults(faults);
+  pgEngineOf(service).backend.useStatementFaults?.(faults);
 }
 
 /**

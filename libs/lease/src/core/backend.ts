@@ -17,6 +17,8 @@ import type {
   AcquiredRow,
   AcquireRequest,
   LeaseHistory,
+  ParkedRelease,
+  ParkRequest,
   Refusal,
   RenewedRow,
   RenewResult,
@@ -34,6 +36,8 @@ export type {
   AcquiredSlot,
   AskedGrant,
   LeaseHistory,
+  ParkedRelease,
+  ParkRequest,
   PreemptedRow,
   Preemptor,
   Refusal,
@@ -181,6 +185,12 @@ export interface LeaseBackend {
   ): Promise<RenewResult>;
   /** Token-guarded release (idempotent); whether the row was released now. */
   release(row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean): Promise<boolean>;
+  /**
+   * The release of a key's own row that, when it hands the key to a waiter, also queues `park` for this process at the
+   * end of its priority, in the same commit (the hot key's re-queue, see `WaitQueue.parkFor`). Part of direct handoff: a
+   * backend without it (the testing kit's memory) has none, and the core never parks there.
+   */
+  releaseAndPark?(targetKey: string, leaseToken: string, timeoutMs: number, park: ParkRequest): Promise<ParkedRelease>;
   readonly fence: FenceBackend;
   readonly preempt: PreemptBackend;
   /** Other processes' outcomes for `onBusy: 'join'`; none: joins within this process only. */

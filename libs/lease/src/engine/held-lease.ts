@@ -39,6 +39,8 @@ export class HeldLease implements Lease {
   tookOver = false;
   /** Acquired by the lone caller's statement (see `AcquiredRow.lone`). */
   lone = false;
+  /** Granted to a waiting call of this process in the key's line: its release may park a place (see `LeaseEngine`). */
+  throughLine = false;
   /**
    * Its release is in a fenced transaction's COMMIT now (`fenced(work, { release: true })`): a renewal that finds the
    * row gone meanwhile is that release, not a takeover.

@@ -30,11 +30,12 @@ import { type LeaseCall, preemptGraceOf, waitBoundMs, type WaitingPlan } from '.
 import { channelHeard, publish } from '../observability/diagnostics.js';
 import { activeSpanSetter, loadTracing, tracing } from '../observability/tracing.js';
 import { boundedStep, settleBy } from '../util/settle-by.js';
-import { confirmGrant, type HeadWakeup, type Waiter, WaitQueue } from './wait-queue.js';
+import { confirmGrant, type Waiter, WaitQueue } from './wait-queue.js';
+import { Parking } from './parked-places.js';
 import { acquireSlot, busyError, markSlot, rowOf, WaiterLimits } from './acquisition-route.js';
 import { RetryAfterEstimates } from './retry-after.js';
 import type { LeaseEntry, ServiceEngine } from './service-engine.js';
-import type { AcquiredRow, BackendFactory, LeaseBackend, StatementFaults } from '../core/backend.js';
+import type { AcquiredRow, BackendFactory, LeaseBackend } from '../core/backend.js';
 import { backendFor, type LeaseDataSourceRef } from '../core/postgres/postgres-backend.js';
 
 /** What a failing acquisition could not do (its `LeaseUnavailableError`'s message). */
@@ -67,17 +68,22 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
    */
   private readonly inFlight = new Set<Promise<void>>();
   private readonly limits = new WaiterLimits();
-  private readonly queue: WaitQueue;
+  /** The priority line of this process (its head wake-ups and park window: tests, through `internal.ts`). */
+  readonly queue: WaitQueue;
   private closing?: Promise<void>;
-  private readonly heartbeat: LeaseHeartbeat;
+  /** The batched lease heartbeat (`running`: tests, through `internal.ts`). */
+  readonly heartbeat: LeaseHeartbeat;
   readonly fencing: FencedTransactions;
   private readonly retries: ReleaseRetries;
-  private readonly purges: PurgeSchedule;
+  /** The purge of free rows (`now()`: tests, through `internal.ts`). */
+  readonly purges: PurgeSchedule;
   private readonly telemetry: LeaseTelemetry;
   /** Drains and the journal (the operator's console); `LeaseOperator` uses them. */
   readonly operator: OperatorHooks;
   /** When a refused caller may retry (`LeaseBusyError.retryAfterMs`), from this engine's events and refusals. */
   private readonly estimates: RetryAfterEstimates;
+  /** The hot key's re-queue riding on its release (see parked-places.ts). */
+  private readonly parking: Parking;
 
   /** Over PostgreSQL (a DataSource, or the module's reference to one), or over the backend `source` builds. */
   constructor(source: DataSource | LeaseDataSourceRef | BackendFactory, options: LeaseModuleOptions = {}) {
@@ -103,7 +109,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     });
     this.joins = new JoinRuns(this, this.backend.joins);
     this.telemetry = new LeaseTelemetry(this.options, this.backend, (event) => this.emit(event), track);
-    this.purges = new PurgeSchedule(this.backend, this.logger, track, () => this.closing !== undefined);
+    const closing = () => this.closing !== undefined;
+    this.purges = new PurgeSchedule(this.backend, this.logger, track, closing);
     const lose = this.lose.bind(this);
     const settleAgain = () => void this.track(this.backend.settleAgain());
     this.heartbeat = new LeaseHeartbeat(this.backend, this.options, this.logger, this.held, lose, this, settleAgain);
@@ -111,6 +118,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.fencing = new FencedTransactions(this.backend.fence, lose, releasedBySave);
     this.operator = new OperatorHooks(this.backend.operator, this.options, this.logger, this.events$, track);
     this.retries = new ReleaseRetries(this.backend, this.options, this.logger, track, () => this.drain.ended);
+    this.parking = new Parking(this.queue.parked, this.backend, this.retries, this.operator.drains, track, closing);
   }
 
   /** Checks the DataSource and the tables (creating them when `createSchema` is set). Nest calls it at bootstrap. */
@@ -119,16 +127,6 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     this.heartbeat.systemId = systemId;
     await this.operator.start();
     this.purges.start();
-  }
-
-  /** One purge of free rows now (see `PurgeSchedule`; tests, through `internal.ts`). */
-  purgeNow(): Promise<number | null> {
-    return this.purges.now();
-  }
-
-  /** Test-only defects of the statements (the fault schedule's negative controls; through `internal.ts`). */
-  useStatementFaults(faults: StatementFaults): void {
-    this.backend.useStatementFaults?.(faults);
   }
 
   async onModuleInit(): Promise<void> {
@@ -187,16 +185,6 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
   /** One renewal of the held leases now (the testing kit's controls: a loss is heard at once). */
   renewNow(): Promise<void> {
     return this.heartbeat.renewNow();
-  }
-
-  /** Whether the lease heartbeat runs (tests, through `internal.ts`). */
-  get heartbeatRunning(): boolean {
-    return this.heartbeat.running;
-  }
-
-  /** Replaces the wake-up of the waiter a head-only NOTIFY names (tests, through `internal.ts`). */
-  interceptHeadWakeups(onHead: (wakeup: HeadWakeup) => void): void {
-    this.queue.onHead = onHead;
   }
 
   /** The lease of the surrounding `run` / `@Exclusive` call (innermost), if any. */
@@ -278,11 +266,14 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     signal?: AbortSignal,
     graceMs?: number,
   ): Promise<Lease> {
-    const { targetKey, priority, keyTemplate } = request;
+    const { targetKey } = request;
     const until = performance.now() + waitTimeoutMs;
     // The first attempt queues the caller in the same statement when it is refused (one round trip less per wait);
     // a slot's does not (a semaphore's waiter queues on its own, see semaphore.ts).
     const queues = waitTimeoutMs > 0 && request.limit === 1;
+    // A hot key's call takes over the place its process's release queued, if any: no statement (parked-places.ts).
+    const adopted = queues && graceMs === undefined ? this.parking.adopt(request) : null;
+    if (adopted) return this.waitAs(adopted, request, until, waitTimeoutMs, signal);
     const waiter = queues ? this.queue.reserve(request) : null;
     if (waiter && graceMs !== undefined) this.preemption.track(waiter, request, graceMs);
     const first = () => this.attempt(request, { queueAs: waiter ?? undefined });
@@ -305,10 +296,16 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       if (waiter) this.queue.unreserve(waiter);
       return lease;
     }
-    if (this.hears('waiting')) this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
     const inLine = waiter ?? this.limits.note(this.queue.newWaiter(request), request.limit);
     if (!waiter && graceMs !== undefined) this.preemption.track(inLine, request, graceMs);
-    return this.telemetry.wait(request, inLine, () => this.queue.wait(inLine, until, waitTimeoutMs, signal), signal);
+    return this.waitAs(inLine, request, until, waitTimeoutMs, signal);
+  }
+
+  /** The wait in line of `waiter` (a `waiting` event, then `WaitQueue.wait`, traced). */
+  private waitAs(waiter: Waiter, request: LeaseRequest, until: number, waitTimeoutMs: number, signal?: AbortSignal) {
+    const { targetKey, keyTemplate, priority } = request;
+    if (this.hears('waiting')) this.emit({ type: 'waiting', targetKey, keyTemplate, priority, at: new Date() });
+    return this.telemetry.wait(request, waiter, () => this.queue.wait(waiter, until, waitTimeoutMs, signal), signal);
   }
 
   /** Runs `work` with `lease` as the current lease of its call chain. */
@@ -378,7 +375,10 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
         this.estimates.released(lease.targetKey, lease.keyTemplate, heldMs);
         if (this.hears('released')) this.emit(releasedEvent(lease, heldMs));
       };
-      await (committed ? onReleased() : this.retries.releaseRow(lease.row, lease.token, until, onReleased, lease.lone));
+      // A hot key's release may queue this process again in its own statement (see parked-places.ts).
+      const parking = committed ? null : this.parking.release(lease, until, onReleased);
+      if (committed) onReleased();
+      else await (parking ?? this.retries.releaseRow(lease.row, lease.token, until, onReleased, lease.lone));
       return released;
     });
   }
@@ -429,11 +429,12 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       }
       return null;
     }
-    return this.adopt({ targetKey, priority, holdMs, keyTemplate, limit, leaseTimeoutMs }, leaseToken, row);
+    const call = { targetKey, priority, holdMs, keyTemplate, limit, leaseTimeoutMs };
+    return this.adopt(call, leaseToken, row, waiter !== undefined);
   }
 
-  /** The lease of a grant: given back when shutdown began or its answer came too late; else held and renewed. */
-  private async adopt(request: LeaseRequest, leaseToken: string, row: AcquiredRow): Promise<HeldLease> {
+  /** The lease of a grant (`throughLine`: to a waiter): given back at shutdown or past its deadline; else held. */
+  private async adopt(request: LeaseRequest, leaseToken: string, row: AcquiredRow, throughLine = false) {
     const { targetKey, priority, keyTemplate } = request;
     const leaseTimeoutMs = request.leaseTimeoutMs ?? this.options.leaseTimeoutMs; // its row's (see lease-timeout.ts)
     if (this.closing) {
@@ -455,6 +456,7 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     lease.leaseTimeoutMs = leaseTimeoutMs;
     lease.tookOver = row.tookOver;
     lease.lone = row.lone === true;
+    lease.throughLine = throughLine;
     markSlot(lease, row, request.limit);
     this.held.set(leaseToken, lease);
     this.heartbeat.start();

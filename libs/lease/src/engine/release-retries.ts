@@ -10,7 +10,7 @@ import type { Logger } from '@nestjs/common';
 import { errorText } from '../errors/lease.messages.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { shortBoundMs } from '../options/bounds.js';
-import type { LeaseBackend, RowRef } from '../core/backend.js';
+import type { LeaseBackend, ParkRequest, RowRef, WaiterPlace } from '../core/backend.js';
 
 /** A release that failed, retried until it lands (see the module note). */
 interface Unreleased {
@@ -27,7 +27,7 @@ export class ReleaseRetries {
   private readonly unreleased = new Map<string, Unreleased>();
 
   constructor(
-    private readonly backend: Pick<LeaseBackend, 'release'>,
+    private readonly backend: Pick<LeaseBackend, 'release' | 'releaseAndPark'>,
     private readonly options: EngineSettings,
     private readonly logger: Logger,
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
@@ -45,6 +45,33 @@ export class ReleaseRetries {
           if (released) onReleased?.();
         },
         (error: unknown) => this.retryRelease({ row, token, until, delayMs: 50 }, error, onReleased),
+      ),
+    );
+  }
+
+  /**
+   * `releaseRow` by the release that also queues `park` when it hands the key over (`LeaseBackend.releaseAndPark`;
+   * the backend has it). Resolves with the parked place, null when none was queued, or `unknown` when the statement
+   * failed (its commit may have landed with the place: the caller removes it) — the release is then retried as
+   * `releaseRow`'s. Never rejects.
+   */
+  releaseParking(
+    row: RowRef,
+    token: string,
+    until: number,
+    park: ParkRequest,
+    onReleased?: () => void,
+  ): Promise<WaiterPlace | null | 'unknown'> {
+    return this.track(
+      this.backend.releaseAndPark!(row.targetKey, token, shortBoundMs(this.options), park).then(
+        ({ released, place }) => {
+          if (released) onReleased?.();
+          return place;
+        },
+        (error: unknown) => {
+          this.retryRelease({ row, token, until, delayMs: 50 }, error, onReleased);
+          return 'unknown' as const;
+        },
       ),
     );
   }

@@ -16,40 +16,11 @@ import type { EngineSettings } from '../options/engine-settings.js';
 import type { AcquiredRow, LeaseBackend, Refusal, WaiterPlace, Wakeups } from '../core/backend.js';
 import { longTimeout, settleBy } from '../util/settle-by.js';
 import { ONE_SECOND_MS } from '../options/limits.js';
+import { ParkedPlaces } from './parked-places.js';
+import type { Waiter, WaiterRequest } from './waiter.js';
 import { ownRow } from '../options/slot-limits.js';
-import type { LeaseRequest } from '../options/call-input.js';
 
-/** What a waiter is made of: its call's request. */
-type WaiterRequest = Pick<LeaseRequest, 'targetKey' | 'priority' | 'holdMs' | 'keyTemplate' | 'leaseTimeoutMs'>;
-
-/** One waiting call of this process. */
-export interface Waiter {
-  readonly id: string;
-  readonly targetKey: string;
-  readonly priority: number;
-  /** holdAtLeastMs of the lease it waits for. */
-  readonly holdAtLeastMs: number;
-  /** The call's key template (traces, metrics). */
-  readonly keyTemplate?: string;
-  /** The call's own lease length (absent: the module's): its grant's row and its lease keep it. */
-  readonly leaseTimeoutMs?: number;
-  place?: WaiterPlace;
-  /** Set by a refused attempt when only a hold's tail is in the way: it ends in this many ms (no NOTIFY then). */
-  holdLeftMs?: number;
-  /** Set when a heartbeat found the row gone (evicted as dead while this process was slow): re-queue at `place`. */
-  evicted: boolean;
-  /** A wake-up arrived (NOTIFY, eviction, reconnect) since the last attempt. */
-  pending: boolean;
-  /** Ends the current sleep, if any. */
-  wake?: () => void;
-  /**
-   * The fencing token of a grant a release handed this waiter (direct handoff: the NOTIFY carried it); the next
-   * attempt confirms it instead of acquiring. Its lease token is the waiter id.
-   */
-  granted?: bigint;
-  /** Set by a first attempt that queued it behind a live waiter (see `inLine`: no second look then). */
-  queuedBehind?: boolean;
-}
+export type { Waiter, WaiterRequest } from './waiter.js';
 
 /** A head-only wake-up as the NOTIFY brought it; `deliver()` does what it does by default (tests may hold it back). */
 export interface HeadWakeup {
@@ -87,8 +58,25 @@ export class WaitQueue {
   private readonly grantWatches = new Map<string, NodeJS.Timeout>();
   /** Aborted by close(): every wait in flight gives up its statement at once. */
   private readonly shutdown = new AbortController();
-  /** Settles when each waiting call has settled (its row removed or granted). */
+  /** Settles when each waiting call has settled (its row removed or granted), and each parked place left. */
   private readonly inFlight = new Set<Promise<void>>();
+  /** Waiters with no call yet, queued by this process's releases of hot keys (see parked-places.ts). */
+  readonly parked: ParkedPlaces = new ParkedPlaces({
+    listening: () => this.listening,
+    closed: () => this.closed,
+    reserve: (request) => this.reserve(request),
+    unreserve: (waiter) => this.unreserve(waiter),
+    register: (waiter) => this.register(waiter),
+    unregister: (waiter) => this.unregister(waiter),
+    handOver: (parked, taker) => {
+      this.waiters.delete(parked.id);
+      this.byTarget.get(parked.targetKey)?.delete(parked);
+      this.reserved.set(taker.id, taker);
+      this.heard.add(taker);
+    },
+    newWaiter: (request) => this.newWaiter(request),
+    leave: (waiter) => this.leave(waiter),
+  });
 
   constructor(
     private readonly backend: LeaseBackend,
@@ -99,8 +87,9 @@ export class WaitQueue {
     private readonly retryAfterOf: (waiter: Waiter) => number = () => options.heartbeatIntervalMs,
   ) {}
 
+  /** Waiting calls (a parked place, placed and not adopted, is no call). */
   get size(): number {
-    return this.waiters.size;
+    return this.waiters.size - this.parked.placed;
   }
 
   /**
@@ -175,12 +164,7 @@ export class WaitQueue {
       // is born dead, and any other dies with its heartbeat.
       if (enqueueing) {
         const sent = enqueueing;
-        // Then a release by its waiter id: a grant handed to it before the row went is passed on, whatever the
-        // dequeue's snapshot saw (a no-op without one).
-        const gone = sent
-          .catch(() => undefined)
-          .then(() => this.backend.waiters.dequeue(targetKey, waiter.id))
-          .then(() => this.backend.release(ownRow(targetKey), waiter.id, this.graceMs));
+        const gone = sent.catch(() => undefined).then(() => this.removeRow(waiter));
         const giveUp = () => new Error(`no answer within ${this.graceMs} ms`);
         await settleBy(gone, performance.now() + this.graceMs, undefined, giveUp).catch((dequeueError: unknown) => {
           this.logger.warn(
@@ -304,6 +288,11 @@ export class WaitQueue {
     const waiter = this.waiters.get(waiterId) ?? this.reserved.get(waiterId);
     if (!waiter) return;
     if (grant !== undefined) waiter.granted = grant;
+    // A parked place with no call to take the grant passes it on at once (still reserved: when its release answers).
+    if (grant !== undefined && this.parked.holds(waiter)) {
+      void this.parked.unpark(waiter);
+      return;
+    }
     this.wakeOne(waiter);
   }
 
@@ -335,6 +324,26 @@ export class WaitQueue {
   }
 
   /**
+   * Removes a waiter's row, then releases by its id: a grant handed to it before the row went is passed on, whatever
+   * the dequeue's snapshot saw (a no-op without one).
+   */
+  private async removeRow({ targetKey, id }: Waiter): Promise<void> {
+    await this.backend.waiters.dequeue(targetKey, id);
+    await this.backend.release(ownRow(targetKey), id, this.graceMs);
+  }
+
+  /** `removeRow` for a waiter with no call (a parked place), tracked for close(); never rejects. */
+  private leave(waiter: Waiter): Promise<void> {
+    const gone = this.removeRow(waiter).catch((error: unknown) => {
+      const expiry = `it expires within ${this.options.waiterTimeoutMs} ms`;
+      this.logger.warn(`Parked place for "${waiter.targetKey}" not removed (${String(error)}); ${expiry}`);
+    });
+    this.inFlight.add(gone);
+    void gone.then(() => this.inFlight.delete(gone));
+    return gone;
+  }
+
+  /**
    * Cancels every wait of this process and removes its rows (shutdown). Bounded whatever the network does: each wait
    * gives up its statement at once and spends at most the grace on removing its row.
    */
@@ -344,6 +353,9 @@ export class WaitQueue {
     const queued = [...this.waiters.values()].filter((waiter) => waiter.place);
     for (const timer of this.grantWatches.values()) clearTimeout(timer);
     this.grantWatches.clear();
+    // Parked places are among `queued` (their rows go with the others'); one whose release is still in flight leaves
+    // when it answers (see `parked`).
+    this.parked.close();
     this.wakeAll();
     this.heartbeat?.unsubscribe();
     this.heartbeat = undefined;

@@ -27,3 +27,13 @@ export const SERIALIZATION_ATTEMPTS = 10;
  * `store/sql/fencing-token.ts` and `tokenLayoutStatement`).
  */
 export const SEQUENCE_FLOOR = 1n << 40n;
+
+/**
+ * The parked place's window (see `WaitQueue.parkFor`): a process that asked for a key again within this long after
+ * releasing it has its next release of the key queue it again in the same statement, and a place nobody adopts within
+ * this long leaves.
+ */
+export const PARK_WINDOW_MS = 250;
+
+/** How many keys the engine remembers for the parked place (recent releases, hot keys); past it, it forgets them all. */
+export const PARKED_KEYS_MAX = 1_024;

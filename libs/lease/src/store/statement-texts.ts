@@ -22,7 +22,7 @@ import type { LeaseObjectNames } from './sql/fragments.js';
 import { largestTokenSql, purgeSql } from './sql/purge.sql.js';
 import { raiseSequencesSql } from './sql/token-floor.sql.js';
 import { confirmGrantSql } from './sql/handoff.sql.js';
-import { batchReleaseSql, loneReleaseSql, singleReleaseSql } from './sql/release.sql.js';
+import { batchReleaseSql, loneReleaseSql, parkingReleaseSql, singleReleaseSql } from './sql/release.sql.js';
 import { preemptAskSql, preemptTakeSql } from './sql/preempt.sql.js';
 import { renewSql } from './sql/renew.sql.js';
 import {
@@ -44,6 +44,7 @@ export interface StatementTexts {
   readonly batchAcquire: string;
   readonly batchRelease: string;
   readonly release: string;
+  readonly releaseAndPark: string;
   readonly releaseLone: string;
   readonly enqueue: string;
   readonly renew: string;
@@ -122,6 +123,7 @@ export function buildStatements(options: EngineSettings, settings: StatementSett
     batchAcquire: batchAcquireSql(n, timeline, capMs),
     batchRelease: batchReleaseSql(n, timeline),
     release: singleReleaseSql(n, timeline),
+    releaseAndPark: parkingReleaseSql(n, timeline),
     releaseLone: loneReleaseSql(n),
     enqueue: enqueueSql(n, timeline),
     renew: renewSql(n, true, timeline, faults),

@@ -120,6 +120,18 @@ export interface WaiterPlace {
   queuedAt: Date;
 }
 
+/** The waiter a release queues for its own process when it hands the key over (see `LeaseStore.releaseAndPark`). */
+export interface ParkRequest {
+  readonly waiterId: string;
+  readonly priority: number;
+}
+
+/** A release that may have queued its caller: whether it released, and the parked place (null: none). */
+export interface ParkedRelease {
+  readonly released: boolean;
+  readonly place: WaiterPlace | null;
+}
+
 export interface SnapshotRow {
   state: 'held' | 'waiting';
   target_id: string;

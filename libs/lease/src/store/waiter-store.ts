@@ -10,7 +10,8 @@ import type { EngineSettings } from '../options/engine-settings.js';
 import { type DequeueAllRow, dequeueAllTaken } from './rows.js';
 import type { RunStatement } from './schema-store.js';
 import type { StatementTexts } from './statement-texts.js';
-import type { AcquiredRow, WaiterPlace } from './store.types.js';
+import type { AcquiredRow, ParkedRelease, ParkRequest, WaiterPlace } from './store.types.js';
+import { lockWaitMs } from './lone-store.js';
 
 /** What the line needs of the lease store it belongs to. */
 export interface WaiterLine {
@@ -37,6 +38,45 @@ export class WaiterStore {
     private readonly named: (statement: string) => { name?: string },
     private readonly line: WaiterLine,
   ) {}
+
+  /**
+   * The single release (see `LeaseStore.release`), which also queues `park` for this process when it hands the key to
+   * a waiter (`parkingReleaseSql`): the re-queue of a caller about to ask again, in the release's own commit. Never
+   * batched; waits for a locked row within its bound, as the single release does.
+   */
+  async releaseAndPark(
+    targetKey: string,
+    leaseToken: string,
+    timeoutMs: number,
+    park: ParkRequest,
+  ): Promise<ParkedRelease> {
+    const { options } = this;
+    const { rows } = await retryingSerializationFailures(() =>
+      this.run<{ released: boolean; parked_seq: string | null; parked_at: Date | null }>({
+        ...this.named('release_and_park'),
+        boundMs: timeoutMs,
+        text: this.sql().releaseAndPark,
+        values: [
+          targetKey,
+          leaseToken,
+          this.line.notifyChannel(),
+          options.asyncReleaseCommits,
+          options.agingIntervalMs,
+          lockWaitMs(timeoutMs),
+          park.waiterId,
+          options.owner,
+          park.priority,
+          options.waiterTimeoutMs,
+          options.maxWaitersPerTarget,
+        ],
+      }),
+    ).catch((error: unknown) => {
+      throw exhausted(error, 'seq', this.line.waiterSequence) ?? error;
+    });
+    const row = rows[0];
+    const place = row?.parked_seq ? { seq: BigInt(row.parked_seq), queuedAt: row.parked_at! } : null;
+    return { released: row?.released === true, place };
+  }
 
   /**
    * Queues a waiter, or refreshes it when it is already queued. `place` re-queues an evicted waiter at its old place.

@@ -13,6 +13,7 @@ import type { EngineSettings } from '../../options/engine-settings.js';
 import { JoinResults } from '../../store/remote-joins.js';
 import { LeaseStore } from '../../store/lease-store.js';
 import { OperatorStore } from '../../store/operator-store.js';
+import type { WaiterStore } from '../../store/waiter-store.js';
 import { timelineOf } from '../../store/sql/fencing-token.js';
 import type { StatementFaults } from '../../store/sql/statement-faults.js';
 import type { LeaseHistory } from '../../store/store.types.js';
@@ -127,10 +128,12 @@ export class PostgresBackend implements LeaseBackend {
     // Every call's two statements: the store's own methods, no forwarding frame in between.
     this.attempt = this.store.tryAcquire.bind(this.store);
     this.release = this.store.release.bind(this.store);
+    this.releaseAndPark = this.store.waiters.releaseAndPark.bind(this.store.waiters);
   }
 
   readonly attempt: (request: AcquireRequest, onBatch?: (size: number) => void) => Promise<AcquiredRow | Refusal>;
   readonly release: (row: RowRef, leaseToken: string, timeoutMs: number, lone?: boolean) => Promise<boolean>;
+  readonly releaseAndPark: WaiterStore['releaseAndPark'];
 
   open(): Promise<string | null> {
     return this.checks.run();

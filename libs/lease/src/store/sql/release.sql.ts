@@ -3,8 +3,9 @@
  * one and the set-based one of a batch (soft: the row keeps its fencing token), each handing the target to the head
  * of its line in the same commit (see handoff.sql.ts).
  */
-import { byKeys, ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
+import { byKeys, liveWaiter, ONE_ROW_ESTIMATE, type LeaseObjectNames } from './fragments.js';
 import { givenUp, handoffCtes } from './handoff.sql.js';
+import { historyOrdered } from './fencing-token.js';
 
 /**
  * The single release statement (its contract: `LeaseStore.release`). $1 target, $2 lease token, $3 head-only NOTIFY
@@ -13,15 +14,44 @@ import { givenUp, handoffCtes } from './handoff.sql.js';
  * The row is locked first, so a grant's token is drawn after every earlier write of the key committed.
  */
 export function singleReleaseSql(n: LeaseObjectNames, timeline: string): string {
+  return `${singleReleaseCtes(n, timeline)}
+        -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
+        SELECT EXISTS (SELECT 1 FROM gave_up) AS released, (SELECT count(*) FROM woke) AS woke,
+          CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
+}
+
+/** The CTEs of the single release ($1–$6 as `singleReleaseSql`'s), up to `gave_up` (see `handoffCtes`). */
+function singleReleaseCtes(n: LeaseObjectNames, timeline: string): string {
   return `WITH bound AS MATERIALIZED (
           SELECT set_config('lock_timeout', $6::text, true) AS lock_timeout
         ), mine AS MATERIALIZED (
           SELECT ${givenUp('l')} FROM ${n.lease} l
           WHERE l.target_id = $1 AND l.slot = 0 AND l.lease_token = $2::uuid AND EXISTS (SELECT 1 FROM bound)
           FOR NO KEY UPDATE OF l
-        ), ${handoffCtes(n, 'mine', { timeline, aging: '$5', channel: '$3' })}
-        -- With asyncReleaseCommits, only this statement's commit skips the WAL flush (a lost release only delays).
+        ), ${handoffCtes(n, 'mine', { timeline, aging: '$5', channel: '$3' })}`;
+}
+
+/**
+ * The single release that also queues its caller again (its contract: `LeaseStore.releaseAndPark`): $1–$6 as
+ * `singleReleaseSql`'s, $7 the new waiter id, $8 owner, $9 priority, $10 waiter timeout, $11 maxWaitersPerTarget. When
+ * the release hands the key to a waiter (and only then: a key left free needs no line), a waiter row of the caller's
+ * is inserted at the end of its priority, in the same commit — the re-queue a caller that asks again at once would
+ * send as a statement of its own. The place is drawn like an enqueue's (see `enqueueSql`); the line's bound counts
+ * the live waiters this statement's snapshot sees, the grantee's row (which the handoff deletes) among them. No place
+ * (`parked_seq` NULL): nothing was handed, or the line was full.
+ */
+export function parkingReleaseSql(n: LeaseObjectNames, timeline: string): string {
+  const { waiter, waiterSequence } = n;
+  return `${singleReleaseCtes(n, timeline)}, parked AS (
+          INSERT INTO ${waiter} AS w (target_id, waiter_id, owner, priority, timeout_ms, queued_at, seq, heartbeat_at)
+          SELECT x.target_id, $7::uuid, $8, $9, $10, clock_timestamp(), ${historyOrdered(waiterSequence, timeline)},
+            clock_timestamp()
+          FROM handed x
+          WHERE (SELECT count(*) FROM ${waiter} c WHERE c.target_id = $1 AND ${liveWaiter('c')}) <= $11
+          RETURNING w.seq::text AS seq, w.queued_at
+        )
         SELECT EXISTS (SELECT 1 FROM gave_up) AS released, (SELECT count(*) FROM woke) AS woke,
+          (SELECT seq FROM parked) AS parked_seq, (SELECT queued_at FROM parked) AS parked_at,
           CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) END AS async_commit`;
 }
 

@@ -47,6 +47,7 @@ describe('token floors', () => {
         'exclusiveAcquire',
         'preemptTake',
         'release',
+        'releaseAndPark',
         'semaphoreAcquire',
         'semaphoreBatchAcquire',
         'sharedAcquire',
@@ -59,6 +60,8 @@ describe('token floors', () => {
     expect(count(sql.acquireLone, highWaterToken(names.lease))).toBe(2);
     expect(sql.acquireLone).toContain('l.fencing_token + 1');
     expect(sql.enqueue).not.toContain('greatest((h.timeline << 47)');
+    // The parked place of a release is a waiter place: one floored draw (the grant's), the place's not floored.
+    expect(count(sql.releaseAndPark, 'greatest((h.timeline << 47)')).toBe(1);
   });
 
   it('the high-water mark is one primary-key probe of the row of the one slot no key has (-1)', () => {
