@@ -52,13 +52,15 @@ async function side(url: string, name: string, options: LeaseModuleOptions): Pro
 
 /**
  * Resolves once `waiter` has queued and made its first attempt as a queued waiter: its row exists and the backend of
- * its statement pool is idle after the acquire statement (a wait runs attempt, enqueue, attempt on that one backend).
+ * its statement pool is idle after the acquire statement (a wait runs attempt, enqueue, attempt on that one backend)
+ * — or after its own release, which queued it again (the parked place, docs/group-commit.md: its call sends nothing).
  */
 async function untilAsleep(probe: pg.Client, waiter: Side): Promise<void> {
   for (;;) {
     const { rows } = await probe.query<{ queued: boolean; asleep: boolean }>(
       `SELECT EXISTS (SELECT 1 FROM job_lease_waiter WHERE target_id = $1 AND owner = $2) AS queued,
-         coalesce(bool_and(state = 'idle' AND ltrim(query) LIKE 'WITH held AS%'), false) AS asleep
+         coalesce(bool_and(state = 'idle' AND (ltrim(query) LIKE 'WITH held AS%' OR ltrim(query) LIKE 'WITH bound AS%')),
+           false) AS asleep
        FROM pg_stat_activity WHERE application_name = $2 || ':statements'`,
       [KEY, waiter.name],
     );

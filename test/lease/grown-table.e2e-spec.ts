@@ -1,4 +1,4 @@
-import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
+import { mergeLeaseOptions, useParkWindow } from '../../libs/lease/src/internal.js';
 import { openService } from '../support/lease-service.js';
 import { eventually, FAST, useTestDatabase } from '../support/db.js';
 
@@ -35,11 +35,13 @@ describe('lease tables grown under plans made while they were empty', () => {
       )
     ).rows[0];
 
-  test('acquisitions, releases, slots, preemptions, handoffs and fenced writes read grown tables by key', async () => {
+  test('acquisitions, releases, slots, preemptions, handoffs, parked places and fenced writes read grown tables by key', async () => {
     // One connection for the statements: every call runs on the session whose plans are cached.
     const options = mergeLeaseOptions({ tables: { createSchema: true } }, FAST);
     const a = await openService(db.url, options, { poolSize: 1 });
     const b = await openService(db.url, options, { poolSize: 1 });
+    // a's releases park whatever the machine's load (see docs/group-commit.md, the parked place).
+    useParkWindow(a.service, 10_000);
     try {
       await db.admin.query('ALTER TABLE job_lease SET (autovacuum_enabled = false)');
       await db.admin.query('ALTER TABLE job_lease_waiter SET (autovacuum_enabled = false)');
@@ -73,6 +75,35 @@ describe('lease tables grown under plans made while they were empty', () => {
         await held.release();
         await (await waiting).release();
       };
+      // A hot key: a took it through the line and asked again at once after releasing it, so its next release hands
+      // the key to b and queues a in the same statement (the parked place), and a's next call takes that place over.
+      const parked = async () => {
+        const key = `grown:parked:${burst++}`;
+        const wait = { onBusy: { wait: { timeoutMs: 10_000 } } } as const;
+        const queued = (what: string) =>
+          eventually(
+            async () => (await db.admin.query('SELECT 1 FROM job_lease_waiter WHERE target_id = $1', [key])).rowCount,
+            (rows) => rows === 1,
+            what,
+          );
+        for (let take = 0; take < 2; take++) {
+          const theirs = (await b.service.tryAcquire(key))!;
+          const mine = a.service.acquire(key, wait);
+          await queued('a queued');
+          await theirs.release();
+          const lease = await mine;
+          if (take === 0) {
+            await lease.release();
+            continue;
+          }
+          const next = b.service.acquire(key, wait);
+          await queued('b queued');
+          await lease.release();
+          const again = a.service.acquire(key, wait);
+          await (await next).release();
+          await (await again).release();
+        }
+      };
       // Semaphores' slots, taken in one batch and released in one.
       const slots = async () => {
         const prefix = `grown:slots:${burst++}`;
@@ -97,6 +128,7 @@ describe('lease tables grown under plans made while they were empty', () => {
         await slots();
         await preempt();
         await handoff();
+        await parked();
       };
       // Ten rounds on the nearly empty tables: each statement has run past the five custom plans.
       for (let i = 0; i < 10; i++) await round();
@@ -114,17 +146,17 @@ describe('lease tables grown under plans made while they were empty', () => {
       );
       const before = await eventually(
         counters,
-        (now) => now.ins >= 10 * 16 + FILLER,
+        (now) => now.ins >= 10 * 17 + FILLER,
         'the filler rows counted',
         STATS_MS,
       );
       for (let i = 0; i < 5; i++) await round();
-      // Per round 16 rows inserted (lone, batch, fenced, slots, preempted and handed-over keys) and at least 20
-      // updated (releases, the grant and its confirmation, the preemption's request and takeover): the statistics of
-      // all five rounds, of both services' sessions, are in once these are.
+      // Per round 17 rows inserted (lone, batch, fenced, slots, preempted, handed-over and parked keys) and at least 27
+      // updated (releases, the grants and their confirmations, the preemption's request and takeover): the statistics
+      // of all five rounds, of both services' sessions, are in once these are.
       const after = await eventually(
         counters,
-        (now) => now.ins >= before.ins + 5 * 16 && now.upd >= before.upd + 5 * 20,
+        (now) => now.ins >= before.ins + 5 * 17 && now.upd >= before.upd + 5 * 27,
         'the five rounds counted',
         STATS_MS,
       );
