@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { LeaseWaitTimeoutError } from 'nest-pg-lease';
 import { eventually, openLeaseService, type OpenedService, type TestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
+import { mergeLeaseOptions, useParkWindow } from '../../libs/lease/src/internal.js';
 
 export interface Proc extends OpenedService {
   readonly name: string;
@@ -231,7 +231,12 @@ export const MODEL_OPTIONS = {
   timing: { heartbeatIntervalMs: 500, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000, waitPollIntervalMs: 1_000 },
 };
 
-/** A participant of a model run: a "process" (`startProc`), behind a proxy of its own when it may crash. */
+/**
+ * A participant of a model run: a "process" (`startProc`), behind a proxy of its own when it may crash. The models
+ * order the line by when each call asks; a process that asks again within the park window of its own release is
+ * queued by that release instead (the parked place, docs/group-commit.md, pinned by parked-place.e2e-spec.ts), so
+ * their participants park nothing (`modelParticipant`).
+ */
 export async function startParticipant(
   db: TestDatabase,
   name: string,
@@ -239,10 +244,14 @@ export async function startParticipant(
 ): Promise<{ proc: Proc; proxy?: TcpProxy }> {
   const proxy = proxied ? TcpProxy.forUrl(db.url) : undefined;
   const url = proxy ? await proxy.start(db.url) : db.url;
-  return {
-    proc: await startProc(url, name, mergeLeaseOptions(MODEL_OPTIONS, { tables: { createSchema: false } }), 2),
-    proxy,
-  };
+  const proc = await startProc(url, name, mergeLeaseOptions(MODEL_OPTIONS, { tables: { createSchema: false } }), 2);
+  return { proc: modelParticipant(proc), proxy };
+}
+
+/** `opened` with a park window of 0: no release of it queues it again (see `startParticipant`). */
+export function modelParticipant<T extends OpenedService>(opened: T): T {
+  useParkWindow(opened.service, 0);
+  return opened;
 }
 
 /** A wait that had to time out did: `LeaseWaitTimeoutError`, and its waiter row gone before the rejection. */

@@ -19,6 +19,7 @@ import fc from 'fast-check';
 import { LeaseBusyError, type LeaseService } from 'nest-pg-lease';
 import { useMultiKeyOrder } from '../../libs/lease/src/internal.js';
 import { eventually, useTestDatabase } from '../support/db.js';
+import { modelParticipant } from './helpers.js';
 
 const db = useTestDatabase('multi_model');
 const KEYS = ['mk:a', 'mk:b', 'mk:c', 'mk:d'];
@@ -258,7 +259,9 @@ async function property(settleMs: number, numRuns: number, seed?: number): Promi
       };
       const opened = [];
       // One at a time: the first creates the tables.
-      for (let proc = 0; proc < PROCS; proc++) opened.push(await db.open({ owner: `p${proc}-${suffix}` }));
+      for (let proc = 0; proc < PROCS; proc++) {
+        opened.push(modelParticipant(await db.open({ owner: `p${proc}-${suffix}` })));
+      }
       real.services = opened.map((one) => one.service);
       real.owners = real.services.map((service) => service.options.owner);
       const model: Model = {
