@@ -76,6 +76,39 @@ describe('close() at the seams', () => {
     await next!.release();
   });
 
+  test('a wait aborted while its queueing statement is in flight, then close(): no waiter row once close() resolves', async () => {
+    // A leader candidate's stop: its wait's signal aborts beside close(), the statement that queues it still running.
+    const holder = await proc('holder');
+    const lease = await holder.service.tryAcquire('close:aborted');
+    const waiter = await proc('aborting', {
+      timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 },
+    });
+    const removeStall = await slowEnqueues(db.admin, 'aborting', 0.3);
+    try {
+      const stop = new AbortController();
+      const waiting = track(
+        waiter.service.acquire('close:aborted', { signal: stop.signal, onBusy: { wait: { timeoutMs: 10_000 } } }),
+      );
+      await eventually(
+        () => sleepingIn(db.admin, waiter.owner),
+        (n) => n === 1,
+        'the queueing statement in flight',
+      );
+      stop.abort(new Error('stopped'));
+      await waiter.service.close();
+      const { rows } = await db.admin.query(
+        `SELECT 1 FROM job_lease_waiter WHERE owner = $1
+         AND heartbeat_at + timeout_ms * interval '1 ms' > clock_timestamp()`,
+        [waiter.owner],
+      );
+      expect(rows).toEqual([]);
+      expect(waiting.settled()).toBe(true);
+    } finally {
+      await removeStall();
+    }
+    await lease!.release();
+  });
+
   test('close() ends on a network that drops every byte', async () => {
     const { proxy, url } = await proxied();
     const cut = await proc('cut-off', {}, 4, url);

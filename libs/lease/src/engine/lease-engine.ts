@@ -286,7 +286,8 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
       () => new LeaseWaitTimeoutError(targetKey, waitTimeoutMs),
       (late) => {
         if (late) void late.release();
-        else if (waiter?.place) void this.backend.waiters.dequeue(targetKey, waiter.id).catch(() => undefined);
+        // Tracked: a close() beside an abort (a leader candidate's stop) waits for the row to go.
+        else if (waiter?.place) void this.track(this.queue.leave(waiter));
       },
     ).catch((error: unknown) => {
       if (waiter) this.queue.unreserve(waiter);

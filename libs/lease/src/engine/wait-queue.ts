@@ -332,11 +332,14 @@ export class WaitQueue {
     await this.backend.release(ownRow(targetKey), id, this.graceMs);
   }
 
-  /** `removeRow` for a waiter with no call (a parked place), tracked for close(); never rejects. */
-  private leave(waiter: Waiter): Promise<void> {
+  /**
+   * `removeRow` for a waiter no call waits on any more (a parked place; a first attempt that queued its caller after
+   * it gave up), tracked for close(); never rejects (a failure is logged: the row expires by itself).
+   */
+  leave(waiter: Waiter): Promise<void> {
     const gone = this.removeRow(waiter).catch((error: unknown) => {
       const expiry = `it expires within ${this.options.waiterTimeoutMs} ms`;
-      this.logger.warn(`Parked place for "${waiter.targetKey}" not removed (${String(error)}); ${expiry}`);
+      this.logger.warn(`Waiter row for "${waiter.targetKey}" not removed (${String(error)}); ${expiry}`);
     });
     this.inFlight.add(gone);
     void gone.then(() => this.inFlight.delete(gone));
