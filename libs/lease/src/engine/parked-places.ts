@@ -17,6 +17,8 @@ import type { Waiter, WaiterRequest } from './waiter.js';
 
 /** What the parked places need of the wait queue they belong to. */
 export interface ParkingLine {
+  /** Whether a call of this process waits in the key's line (or is about to: its first attempt in flight). */
+  waitsFor(targetKey: string): boolean;
   /** Whether the queue listens for wake-ups (a grant to a place reaches it only then). */
   listening(): boolean;
   closed(): boolean;
@@ -52,11 +54,14 @@ export class ParkedPlaces {
   /**
    * A waiter for a release of `targetKey` to queue this process at, at `priority`: reserved before the release is sent,
    * so a NOTIFY naming it (the grant of a later release) is caught. Null when the queue does not listen (no direct
-   * handoff, so nothing to queue behind), its line is full or shut down, or the key has a parked place already.
+   * handoff, so nothing to queue behind), its line is full or shut down, the key has a parked place already, or a call
+   * of this process waits for it.
    * `placed` settles it once the release answered.
    */
   reserve(targetKey: string, priority: number, keyTemplate: string): Waiter | null {
-    if (!this.line.listening() || this.places.has(targetKey)) return null;
+    // A call of this process already waits for the key: the key comes back to it anyway, and a place behind it would
+    // be handed the key when that call releases it, with no call of this process left to take it.
+    if (!this.line.listening() || this.places.has(targetKey) || this.line.waitsFor(targetKey)) return null;
     const waiter = this.line.reserve({ targetKey, priority, holdMs: 0, keyTemplate });
     if (waiter) this.places.set(targetKey, { waiter });
     return waiter;

@@ -62,6 +62,9 @@ export class WaitQueue {
   private readonly inFlight = new Set<Promise<void>>();
   /** Waiters with no call yet, queued by this process's releases of hot keys (see parked-places.ts). */
   readonly parked: ParkedPlaces = new ParkedPlaces({
+    waitsFor: (targetKey) =>
+      (this.byTarget.get(targetKey)?.size ?? 0) > 0 ||
+      [...this.reserved.values()].some((waiter) => waiter.targetKey === targetKey),
     listening: () => this.listening,
     closed: () => this.closed,
     reserve: (request) => this.reserve(request),
