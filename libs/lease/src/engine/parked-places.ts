@@ -55,8 +55,7 @@ export class ParkedPlaces {
    * A waiter for a release of `targetKey` to queue this process at, at `priority`: reserved before the release is sent,
    * so a NOTIFY naming it (the grant of a later release) is caught. Null when the queue does not listen (no direct
    * handoff, so nothing to queue behind), its line is full or shut down, the key has a parked place already, or a call
-   * of this process waits for it.
-   * `placed` settles it once the release answered.
+   * of this process waits for it. `settle` settles it once the release answered.
    */
   reserve(targetKey: string, priority: number, keyTemplate: string): Waiter | null {
     // A call of this process already waits for the key: the key comes back to it anyway, and a place behind it would
