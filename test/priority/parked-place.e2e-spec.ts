@@ -187,6 +187,8 @@ describe('the parked place: a hot key re-queues with its release', () => {
     expect(await rowsOf(db.admin, key, a.owner)).toHaveLength(1);
     await a.close();
     expect(await rowsOf(db.admin, key, a.owner)).toHaveLength(0);
+    // Nothing of it is left in the process either: no call waits.
+    expect(a.service.waitingCount()).toBe(0);
     await (await bWaits.promise).release();
   });
 

@@ -122,14 +122,15 @@ export class ParkedPlaces {
   }
 
   /**
-   * Shutdown: forgets the placed ones (registered, their rows go with the line's); one whose release is in flight
-   * leaves when it answers (`settle`).
+   * Shutdown: forgets the placed ones and takes them out of the line (their rows go with the line's, which it listed
+   * before); one whose release is in flight leaves when it answers (`settle`).
    */
   close(): void {
     for (const [key, entry] of this.places) {
       if (!entry.timer) continue;
       clearTimeout(entry.timer);
       this.places.delete(key);
+      this.line.unregister(entry.waiter);
     }
   }
 }

@@ -360,7 +360,7 @@ export class WaitQueue {
     for (const timer of this.grantWatches.values()) clearTimeout(timer);
     this.grantWatches.clear();
     // Parked places are among `queued` (their rows go with the others'); one whose release is still in flight leaves
-    // when it answers (see `parked`).
+    // when it answers (see `ParkedPlaces.settle`).
     this.parked.close();
     this.wakeAll();
     this.heartbeat?.unsubscribe();
