@@ -4,7 +4,7 @@
  * process leaves nothing behind — no live lease row, no live waiter row, no server connection — and `close()` itself
  * always ends.
  */
-import type { LeaseService } from 'nest-pg-lease';
+import type { AcquireOptions, LeaseService } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { procsOf, sleepingIn, slowEnqueues, track } from '../priority/helpers.js';
@@ -41,30 +41,47 @@ describe('close() at the seams', () => {
     return front;
   }
 
-  test('a wait whose queueing statement is in flight leaves no waiter row once close() resolves', async () => {
+  /**
+   * A process `name` whose wait for `key` (held by another process) has its queueing statement stalled inside
+   * PostgreSQL for 0.3 s, sent with `options`; `removeStall` drops the stall.
+   */
+  async function queueingInFlight(key: string, name: string, options: AcquireOptions) {
     const holder = await proc('holder');
-    const lease = await holder.service.tryAcquire('close:queued');
+    const lease = await holder.service.tryAcquire(key);
     // close() waits up to one heartbeat interval (1 s) for statements in flight; this one lands within it.
-    const waiter = await proc('closing', {
+    const waiter = await proc(name, {
       timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 },
     });
-    const removeStall = await slowEnqueues(db.admin, 'closing', 0.3);
-    try {
-      const waiting = track(
-        waiter.service.acquire('close:queued', { priority: 1, onBusy: { wait: { timeoutMs: 10_000 } } }),
-      );
-      await eventually(
-        () => sleepingIn(db.admin, waiter.owner),
-        (n) => n === 1,
-        'the queueing statement in flight',
-      );
-      await waiter.service.close();
-      const { rows } = await db.admin.query(
+    const removeStall = await slowEnqueues(db.admin, name, 0.3);
+    const waiting = track(waiter.service.acquire(key, { ...options, onBusy: { wait: { timeoutMs: 10_000 } } }));
+    await eventually(
+      () => sleepingIn(db.admin, waiter.owner),
+      (n) => n === 1,
+      'the queueing statement in flight',
+    ).catch(async (error: unknown) => {
+      await removeStall();
+      throw error;
+    });
+    return { holder, lease, waiter, waiting, removeStall };
+  }
+
+  /** The live waiter rows of `owner`. */
+  const liveWaiterRows = async (owner: string) =>
+    (
+      await db.admin.query(
         `SELECT 1 FROM job_lease_waiter WHERE owner = $1
          AND heartbeat_at + timeout_ms * interval '1 ms' > clock_timestamp()`,
-        [waiter.owner],
-      );
-      expect(rows).toEqual([]);
+        [owner],
+      )
+    ).rows;
+
+  test('a wait whose queueing statement is in flight leaves no waiter row once close() resolves', async () => {
+    const { holder, lease, waiter, waiting, removeStall } = await queueingInFlight('close:queued', 'closing', {
+      priority: 1,
+    });
+    try {
+      await waiter.service.close();
+      expect(await liveWaiterRows(waiter.owner)).toEqual([]);
       await eventually(() => waiting.settled(), Boolean, 'the wait settled');
     } finally {
       await removeStall();
@@ -78,30 +95,14 @@ describe('close() at the seams', () => {
 
   test('a wait aborted while its queueing statement is in flight, then close(): no waiter row once close() resolves', async () => {
     // A leader candidate's stop: its wait's signal aborts beside close(), the statement that queues it still running.
-    const holder = await proc('holder');
-    const lease = await holder.service.tryAcquire('close:aborted');
-    const waiter = await proc('aborting', {
-      timing: { heartbeatIntervalMs: 1_000, leaseTimeoutMs: 10_000, waiterTimeoutMs: 3_000 },
+    const stop = new AbortController();
+    const { lease, waiter, waiting, removeStall } = await queueingInFlight('close:aborted', 'aborting', {
+      signal: stop.signal,
     });
-    const removeStall = await slowEnqueues(db.admin, 'aborting', 0.3);
     try {
-      const stop = new AbortController();
-      const waiting = track(
-        waiter.service.acquire('close:aborted', { signal: stop.signal, onBusy: { wait: { timeoutMs: 10_000 } } }),
-      );
-      await eventually(
-        () => sleepingIn(db.admin, waiter.owner),
-        (n) => n === 1,
-        'the queueing statement in flight',
-      );
       stop.abort(new Error('stopped'));
       await waiter.service.close();
-      const { rows } = await db.admin.query(
-        `SELECT 1 FROM job_lease_waiter WHERE owner = $1
-         AND heartbeat_at + timeout_ms * interval '1 ms' > clock_timestamp()`,
-        [waiter.owner],
-      );
-      expect(rows).toEqual([]);
+      expect(await liveWaiterRows(waiter.owner)).toEqual([]);
       expect(waiting.settled()).toBe(true);
     } finally {
       await removeStall();
