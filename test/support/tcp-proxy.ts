@@ -14,6 +14,10 @@
  *   busy server's fork and authentication), while established ones keep working;
  * - `holdRepliesAfterReady()`: new connections complete their startup (the server's first ReadyForQuery gets
  *   through), then every later reply to them is held until `thaw()`: a session whose first statement never answers.
+ * - `joinStartupOf(applicationName)`: new connections of that `application_name` get their startup's replies up to
+ *   its ReadyForQuery; from it on, the server's bytes and its end are kept, and `deliverJoined()` writes them to the
+ *   client as one chunk (so its driver reads them in one read), then ends it: the server ending a session in the same
+ *   read as the connection's completion.
  * The failover suite's SwitchableProxy (re-pointing a connection at a promoted standby) stays its own: see its file.
  */
 import { createServer, type Server, Socket } from 'node:net';
@@ -26,6 +30,8 @@ interface Pair {
   broken: boolean;
   /** Replies to this connection are held from its first ReadyForQuery on (see `holdRepliesAfterReady`). */
   holdAfterReady?: { ready: boolean; pending: Buffer };
+  /** Replies to this connection are kept from its first ReadyForQuery on, for one write (see `joinStartupOf`). */
+  joined?: { ready: boolean; pending: Buffer; kept: Buffer; serverEnded: boolean };
 }
 
 export class TcpProxy {
@@ -36,6 +42,7 @@ export class TcpProxy {
   private stallingNew = false;
   private holdingAfterReady = false;
   private newConnectionDelayMs = 0;
+  private joining?: string;
   private readonly stalled: Array<() => void> = [];
   /** When the last delayed chunk to each socket goes out: later chunks never overtake it. */
   private readonly due = new WeakMap<Socket, number>();
@@ -112,6 +119,28 @@ export class TcpProxy {
     this.holdingAfterReady = true;
   }
 
+  /** New connections of `applicationName` keep their replies from ReadyForQuery on (see the module note). */
+  joinStartupOf(applicationName: string): void {
+    this.joining = applicationName;
+  }
+
+  /** Connections whose ReadyForQuery is kept, and whether the server has ended each since. */
+  get joinedStartups(): Array<{ serverEnded: boolean }> {
+    return [...this.pairs].flatMap((pair) => (pair.joined?.ready ? [{ serverEnded: pair.joined.serverEnded }] : []));
+  }
+
+  /** Writes each joined connection's kept bytes as one chunk, then ends it if its server did; stops joining. */
+  deliverJoined(): void {
+    this.joining = undefined;
+    for (const pair of this.pairs) {
+      const joined = pair.joined;
+      if (!joined?.ready) continue;
+      pair.joined = undefined;
+      pair.client.write(joined.kept);
+      if (joined.serverEnded) pair.client.end(() => this.close(pair));
+    }
+  }
+
   get connections(): number {
     return this.pairs.size;
   }
@@ -144,7 +173,15 @@ export class TcpProxy {
     const pair: Pair = { client, server, broken: false };
     if (this.holdingAfterReady) pair.holdAfterReady = { ready: false, pending: Buffer.alloc(0) };
     this.pairs.add(pair);
-    client.on('data', (chunk) => this.forward(pair, server, chunk, false));
+    let startup = true;
+    client.on('data', (chunk) => {
+      const first = startup;
+      startup = false;
+      if (first && this.joining !== undefined && applicationNameOf(chunk) === this.joining) {
+        pair.joined = { ready: false, pending: Buffer.alloc(0), kept: Buffer.alloc(0), serverEnded: false };
+      }
+      this.forward(pair, server, chunk, false);
+    });
     server.on('data', (chunk) => this.forward(pair, client, chunk, true));
     // The client's end of a session crosses a partition no more than its bytes do: a socket ended or destroyed in a
     // blackhole gets no answer (no FIN, no RST back) until the partition heals.
@@ -153,7 +190,11 @@ export class TcpProxy {
     client.on('end', clientGone);
     client.on('close', clientGone);
     // The server's end of a session crosses a partition no more than its bytes do.
-    const serverGone = () => (this.mode === 'blackhole' ? this.held.push(() => this.close(pair)) : this.close(pair));
+    const serverGone = () => {
+      if (pair.joined?.ready) pair.joined.serverEnded = true;
+      else if (this.mode === 'blackhole') this.held.push(() => this.close(pair));
+      else this.close(pair);
+    };
     server.on('error', serverGone);
     server.on('close', serverGone);
     const connect = () => {
@@ -171,6 +212,10 @@ export class TcpProxy {
   }
 
   private forward(pair: Pair, to: Socket, chunk: Buffer, reply: boolean): void {
+    if (reply && pair.joined) {
+      chunk = this.keepFromReady(pair.joined, chunk);
+      if (chunk.length === 0) return;
+    }
     if (reply && pair.holdAfterReady) {
       chunk = this.untilReady(pair.holdAfterReady, to, chunk);
       if (chunk.length === 0) return;
@@ -227,9 +272,40 @@ export class TcpProxy {
     return data.subarray(0, offset);
   }
 
+  /** Of a reply chunk to a joined connection: forwards (returns) what comes before its first ReadyForQuery. */
+  private keepFromReady(state: NonNullable<Pair['joined']>, chunk: Buffer): Buffer {
+    if (state.ready) {
+      state.kept = Buffer.concat([state.kept, chunk]);
+      return Buffer.alloc(0);
+    }
+    const data = Buffer.concat([state.pending, chunk]);
+    let offset = 0;
+    while (offset + 5 <= data.length) {
+      const length = data.readUInt32BE(offset + 1);
+      if (offset + 1 + length > data.length) break;
+      if (String.fromCharCode(data[offset]) === 'Z') {
+        state.ready = true;
+        state.kept = data.subarray(offset);
+        return data.subarray(0, offset);
+      }
+      offset += 1 + length;
+    }
+    state.pending = data.subarray(offset);
+    return data.subarray(0, offset);
+  }
+
   private close(pair: Pair): void {
     if (!this.pairs.delete(pair)) return;
     pair.client.destroy();
     pair.server.destroy();
   }
+}
+
+/** The `application_name` of a client's startup message (its first chunk), if it is one and names one. */
+function applicationNameOf(chunk: Buffer): string | undefined {
+  // Length, protocol 3.0, then name/value C strings up to an empty name.
+  if (chunk.length < 8 || chunk.readUInt32BE(4) !== 196_608) return undefined;
+  const fields = chunk.subarray(8, chunk.readUInt32BE(0)).toString('utf8').split('\0');
+  const at = fields.indexOf('application_name');
+  return at >= 0 && at % 2 === 0 ? fields[at + 1] : undefined;
 }
