@@ -8,6 +8,7 @@ import { closeStepMs, connectBoundMs, statementPoolBoundMs } from '../options/bo
 import type { LeaseModuleOptions } from '../interfaces/lease-module-options.interface.js';
 import type { EngineSettings } from '../options/engine-settings.js';
 import { settleBy } from '../util/settle-by.js';
+import { listenToNewClients } from './sockets.js';
 import { StatementPool } from './statement-pool.js';
 import { messages } from '../errors/lease.messages.js';
 import { adoptCommittedTransaction, adoptOpenedTransaction } from './typeorm-transaction.js';
@@ -151,6 +152,8 @@ export class LeaseDatabase {
       throw notPostgres(dataSource.options.type, 'give LeaseModule (or LeaseService) a PostgreSQL DataSource');
     }
     if (!dataSource.isInitialized) await dataSource.initialize();
+    // `fenced()` checks out the application's connections: a failover must not end the process through one of them.
+    listenToNewClients(this.pgPool());
   }
 
   /**

@@ -81,3 +81,20 @@ export function connectClient(client: pg.Client): Promise<void> {
     );
   });
 }
+
+const listened = new WeakSet<pg.Pool>();
+
+/**
+ * Gives each new connection of `pool` an error listener that stays (once per pool, whoever's pool it is). pg-pool
+ * gives a client none while it connects and takes its own away when it hands the client out; the caller (TypeORM's
+ * query runner: one promise step later) adds its own after that. An error read in between — the server ending the
+ * session in the same read as the connection's completion, as a failover does — would be emitted with nobody listening
+ * and end the process. The listener does nothing: the client is not queryable afterwards, so its first statement
+ * fails and it is released as broken; pg-pool's and TypeORM's own listeners still run when theirs are attached.
+ */
+export function listenToNewClients(pool: pg.Pool): void {
+  if (listened.has(pool)) return;
+  listened.add(pool);
+  // pg-pool emits 'connect' before it removes its own listener and before the caller hears of the client.
+  pool.on('connect', (client) => client.on('error', () => undefined));
+}

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { isUnsupportedSetting } from '../errors/database-errors.js';
 import { type PoolLike, poolSessions, type Queryable, type SessionBounds, sessionSetup } from './sessions.js';
-import { SocketRegistry } from './sockets.js';
+import { listenToNewClients, SocketRegistry } from './sockets.js';
 
 /** How long the server may take to notice that the client of a statement went away (see `StatementPool`). */
 const CLIENT_CHECK_MS = 1_000;
@@ -116,7 +116,7 @@ export class StatementPool implements PoolLike {
       // (then the statement in flight fails with it, and the client is released as broken): pg-pool removes the
       // client, and the next statement gets a fresh one.
       pool.on('error', () => undefined);
-      pool.on('connect', (client) => client.on('error', () => undefined));
+      listenToNewClients(pool);
       this.pool = pool;
     }
     return this.pool;
