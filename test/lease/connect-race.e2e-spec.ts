@@ -12,7 +12,7 @@
  */
 import type pg from 'pg';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
-import { LeaseError } from 'nest-pg-lease';
+import { LeaseError, LeaseService } from 'nest-pg-lease';
 import { eventually, openLeaseService, useTestDatabase } from '../support/db.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -76,5 +76,19 @@ describe('a DataSource connection ended in the same read as its completion', () 
     for (const runner of busy) await runner.release();
     expect(await lease.fenced((manager) => manager.query('SELECT 2 AS two'))).toEqual([{ two: 2 }]);
     await lease.release();
+  });
+
+  it('is one listener per pool, however many services share the DataSource', async () => {
+    const opened = await openLeaseService(db.url, {}, { applicationName: 'connect-race-shared' });
+    db.beforeDrop(() => opened.close());
+    const pool = (opened.dataSource.driver as PostgresDriver).master as pg.Pool;
+    const listeners = pool.listenerCount('connect');
+    const more = Array.from(
+      { length: 3 },
+      () => new LeaseService(opened.dataSource, { tables: { createSchema: true } }),
+    );
+    for (const service of more) await service.init();
+    expect(pool.listenerCount('connect')).toBe(listeners);
+    for (const service of more) await service.close();
   });
 });
