@@ -119,9 +119,9 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
         Object.fromEntries(
           (
             await manager.query<Array<{ name: string; runs: number }>>(
-              `SELECT regexp_replace(name, '^.*_(fence_[a-z_]+)$', '\\1') AS name,
+              `SELECT regexp_replace(name, '^.*_(fence_[a-z_]+|scans_off)$', '\\1') AS name,
                  (generic_plans + custom_plans)::int AS runs
-               FROM pg_prepared_statements WHERE name LIKE '%fence%'`,
+               FROM pg_prepared_statements WHERE name LIKE '%fence%' OR name = 'nest_pg_lease_scans_off'`,
             )
           ).map((row) => [row.name, row.runs]),
         );
@@ -134,12 +134,13 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
       });
       const again = (await a.service.tryAcquire('trips:prepared'))!;
       await again.fenced(async (manager) => void seen.push(await prepared(manager)), { release: true });
-      // One connection: the lock parsed on the first call and run again by the next ones, the release once prepared.
+      // One connection: the lock parsed on the first call and run again by the next ones, the release once prepared;
+      // the statement that turns scans off before them (exchange.ts) too, run once per exchange.
       expect(seen).toEqual([
-        { fence_lock: 1 },
-        { fence_lock: 2 },
-        { fence_lock: 3 },
-        { fence_lock: 5, fence_release: 1 },
+        { fence_lock: 1, scans_off: 1 },
+        { fence_lock: 2, scans_off: 2 },
+        { fence_lock: 3, scans_off: 3 },
+        { fence_lock: 5, fence_release: 1, scans_off: 6 },
       ]);
       expect(await notes()).toEqual(['prepared']);
     } finally {

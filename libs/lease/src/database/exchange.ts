@@ -29,9 +29,11 @@ export const SAVED_SEQSCAN = 'nest_pg_lease.enable_seqscan';
  * Sent before the prepared statements of an exchange: they are planned with sequential scans off, as on the library's
  * own sessions (sessions.ts), so a generic plan made while the lease table was nearly empty does not scan it whole on
  * every later run. The transaction's own setting is saved first; the fenced lock puts it back for the work
- * (`SAVED_SEQSCAN`), and a release is followed by COMMIT.
+ * (`SAVED_SEQSCAN`), and a release is followed by COMMIT. Prepared like the statements it precedes: parsed and
+ * planned once per connection (a text parsed and planned on every call cost the server more than the lock itself).
  */
 export const SCANS_OFF: BoundStatement = {
+  name: 'nest_pg_lease_scans_off',
   text: `WITH saved AS MATERIALIZED (
           SELECT set_config('${SAVED_SEQSCAN}', current_setting('enable_seqscan'), true) AS setting
         ) SELECT set_config('enable_seqscan', 'off', true) AS scans FROM saved`,
