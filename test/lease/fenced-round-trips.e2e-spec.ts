@@ -1,4 +1,10 @@
-import { leaseEntities, LeaseError, LeaseLostError, type LeaseModuleOptions } from 'nest-pg-lease';
+import {
+  leaseEntities,
+  LeaseError,
+  LeaseLostError,
+  LeaseUnavailableError,
+  type LeaseModuleOptions,
+} from 'nest-pg-lease';
 import pg from 'pg';
 import { EntitySchema, type EntityManager } from 'typeorm';
 import { mergeLeaseOptions } from '../../libs/lease/src/internal.js';
@@ -143,6 +149,47 @@ describe.each(ISOLATIONS)('fenced() round trips (default_transaction_isolation =
         { fence_lock: 5, fence_release: 1, scans_off: 6 },
       ]);
       expect(await notes()).toEqual(['prepared']);
+    } finally {
+      await a.close();
+    }
+  });
+
+  test('the application deallocates its prepared statements: the next fenced() prepares them again and commits', async () => {
+    const a = await open('trips-deallocated', {}, { poolSize: 1 });
+    try {
+      // The lock and the release prepared on the one connection.
+      const first = (await a.service.tryAcquire('trips:deallocated'))!;
+      await first.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('before')`), {
+        release: true,
+      });
+      // That connection forgets every prepared statement (an application's DEALLOCATE ALL, or DISCARD ALL): the
+      // lock step fails on the first name it binds, and the release must not fail on the next.
+      for (const reset of ['DEALLOCATE ALL', 'DISCARD ALL']) {
+        const lease = (await a.service.tryAcquire('trips:deallocated'))!;
+        await a.dataSource.query(reset);
+        await lease.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ($1)`, [reset]), {
+          release: true,
+        });
+        expect(lease.isHeld()).toBe(false);
+      }
+      expect(await notes()).toEqual(['before', 'DEALLOCATE ALL', 'DISCARD ALL']);
+      // Dropped by the work itself, after the lock step: the release riding on COMMIT fails, and all rolls back.
+      const inside = (await a.service.tryAcquire('trips:deallocated'))!;
+      await expect(
+        inside.fenced(
+          async (manager) => {
+            await manager.query(`INSERT INTO fenced_trip (note) VALUES ('inside')`);
+            await manager.query('DEALLOCATE ALL');
+          },
+          { release: true },
+        ),
+      ).rejects.toBeInstanceOf(LeaseUnavailableError);
+      expect(await notes()).toEqual(['before', 'DEALLOCATE ALL', 'DISCARD ALL']);
+      // The next one prepares them again.
+      await inside.fenced((manager) => manager.query(`INSERT INTO fenced_trip (note) VALUES ('after')`), {
+        release: true,
+      });
+      expect(await notes()).toEqual(['before', 'DEALLOCATE ALL', 'DISCARD ALL', 'after']);
     } finally {
       await a.close();
     }

@@ -88,6 +88,31 @@ describe.each(ISOLATIONS)('fenced() of several keys (default_transaction_isolati
     }
   });
 
+  test('the application deallocates its prepared statements: the next fenced() of several keys prepares them again', async () => {
+    // One connection: the application's DEALLOCATE ALL runs on the connection the lock was prepared on.
+    const a = await openService(db.url, mergeLeaseOptions({ tables: { createSchema: true } }, FAST), {
+      applicationName: 'multi-fence-deallocated',
+      entities: [...leaseEntities],
+      poolSize: 1,
+    });
+    const keys = [`${isolation}:deallocated:1`, `${isolation}:deallocated:2`];
+    const notes = [`${isolation}:prepared`, `${isolation}:again`];
+    try {
+      await a.service.run(keys, async (lease) => {
+        await lease.fenced((manager) => manager.query(`INSERT INTO multi_trip (note) VALUES ($1)`, [notes[0]]));
+        await a.dataSource.query('DEALLOCATE ALL');
+        await lease.fenced((manager) => manager.query(`INSERT INTO multi_trip (note) VALUES ($1)`, [notes[1]]));
+      });
+      const { rows } = await db.admin.query<{ note: string }>(
+        'SELECT note FROM multi_trip WHERE note = ANY($1) ORDER BY id',
+        [notes],
+      );
+      expect(rows.map((row) => row.note)).toEqual(notes);
+    } finally {
+      await a.close();
+    }
+  });
+
   test('a nested fenced() of one of the leases joins the open transaction; the other way round is refused', async () => {
     const a = await open('multi-fence-nested');
     const keys = [`${isolation}:nested:a`, `${isolation}:nested:b`];

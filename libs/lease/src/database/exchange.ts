@@ -87,6 +87,12 @@ export function canExchange(client: pg.ClientBase): boolean {
   );
 }
 
+/**
+ * The names the exchanges prepared on each connection. A `DEALLOCATE ALL` or `DISCARD ALL` of the application drops
+ * them all at once; the first exchange to meet one missing forgets them all (never a name `pg` prepared for others).
+ */
+const preparedOn = new WeakMap<ProtocolConnection, Set<string>>();
+
 /** What a statement's parameter is sent as: text, the way `pg` sends an untyped parameter (`null` for NULL). */
 function textOf(value: ParameterValue): string | null {
   return value === null || value === undefined ? null : String(value);
@@ -176,7 +182,8 @@ class Exchange {
   handleError(error: ServerError): void {
     if (this.settled) return;
     this.settled = true;
-    // A prepared statement the server no longer knows (a `DEALLOCATE` on this connection): parsed again next time.
+    // A prepared statement the server no longer knows (a `DEALLOCATE` or `DISCARD ALL` on this connection): every
+    // name the exchanges prepared there is parsed again next time, not only this exchange's.
     if (error.code === '26000' && this.connection) this.forget(this.connection);
     this.callback?.(error);
     this.reject(error);
@@ -187,13 +194,21 @@ class Exchange {
     this.settled = true;
     // Every named statement of the exchange was parsed (or was already): only now is it known on this connection.
     const connection = this.connection!;
-    for (const { text, name } of this.statements) if (name) connection.parsedStatements[name] = text;
+    let prepared = preparedOn.get(connection);
+    for (const { text, name } of this.statements) {
+      if (!name) continue;
+      connection.parsedStatements[name] = text;
+      if (!prepared) preparedOn.set(connection, (prepared = new Set()));
+      prepared.add(name);
+    }
     this.callback?.(null, this.results);
     this.resolve(this.results);
   }
 
   private forget(connection: ProtocolConnection): void {
     for (const { name } of this.statements) if (name) delete connection.parsedStatements[name];
+    for (const name of preparedOn.get(connection) ?? []) delete connection.parsedStatements[name];
+    preparedOn.delete(connection);
   }
 
   handlePortalSuspended(): void {

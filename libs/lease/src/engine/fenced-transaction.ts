@@ -5,7 +5,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { EntityManager } from 'typeorm';
-import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
+import { isLockStepRetryable, unavailableOr } from '../errors/database-errors.js';
 import { LeaseArgumentError, LeaseLostError } from '../errors/lease.errors.js';
 import { messages } from '../errors/lease.messages.js';
 import type { FencedOptions } from '../interfaces/lease.interface.js';
@@ -66,7 +66,8 @@ export class FencedTransactions {
     }
     // Under a serializable (or repeatable read) server default, locking a row a heartbeat has just renewed fails with
     // 40001; nothing of `work` has run yet, so the transaction simply starts again.
-    // Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
+    // So is a lock step whose prepared statements the application deallocated on that connection (they are prepared
+    // again). Only the lock step is retried: a serialization failure inside the user's work is the user's to handle.
     for (let attempt = 1; ; attempt++) {
       const step: FenceStep = { locked: false, inWork: false };
       try {
@@ -75,8 +76,8 @@ export class FencedTransactions {
         if (release) this.releasedBySave(lease);
         return result;
       } catch (error) {
-        // A serialization failure before the row is locked can only be the lock step's.
-        if (step.locked || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
+        // A serialization failure (or a forgotten statement) before the row is locked can only be the lock step's.
+        if (step.locked || attempt >= SERIALIZATION_ATTEMPTS || !isLockStepRetryable(error)) {
           // The database failing around the work (its connection, BEGIN and the lock, COMMIT) is the library's 503;
           // what the work itself throws is the work's, unchanged.
           const operation = step.locked ? 'run the fenced transaction of' : 'lock the lease of';

@@ -5,7 +5,7 @@
  * single lease's `fenced()` refuses: `LeaseLostError`, nothing written, the lease lost.
  */
 import type { EntityManager } from 'typeorm';
-import { isSerializationFailure, unavailableOr } from '../errors/database-errors.js';
+import { isLockStepRetryable, unavailableOr } from '../errors/database-errors.js';
 import { LeaseLostError } from '../errors/lease.errors.js';
 import { SERIALIZATION_ATTEMPTS } from '../options/limits.js';
 import type { FenceBackend, FenceLock } from '../core/backend.js';
@@ -39,7 +39,8 @@ function check(host: FenceHost, lease: HeldLease, locked: FenceLock | undefined)
 
 /**
  * Runs `work` in a transaction holding every row's lock, each token checked. `leases` are in the run's key order.
- * Only the lock step is retried on a serialization failure (nothing of `work` has run then), as for a single lease.
+ * Only the lock step is retried on a serialization failure or a forgotten prepared statement (nothing of `work` has
+ * run then), as for a single lease.
  */
 export async function fencedAll<T>(
   host: FenceHost,
@@ -76,7 +77,7 @@ export async function fencedAll<T>(
         },
       );
     } catch (error) {
-      if (step.locked || attempt >= SERIALIZATION_ATTEMPTS || !isSerializationFailure(error)) {
+      if (step.locked || attempt >= SERIALIZATION_ATTEMPTS || !isLockStepRetryable(error)) {
         const operation = step.locked ? 'run the fenced transaction of' : 'lock the leases of';
         throw step.inWork ? error : unavailableOr(error, first, operation);
       }

@@ -27,6 +27,23 @@ export function isSerializationFailure(error: unknown): boolean {
 }
 
 /**
+ * A prepared statement the server no longer knows (26000): the application ran `DEALLOCATE` or `DISCARD ALL` on a
+ * connection of its DataSource where a fenced transaction had prepared its statements. The exchange that met it has
+ * forgotten the library's names on that connection (database/exchange.ts): sent again, they are prepared again.
+ */
+export function isForgottenStatement(error: unknown): boolean {
+  return sqlState(error) === '26000';
+}
+
+/**
+ * Whether the first step of a fenced transaction (BEGIN with the row lock, before any statement of the work) may
+ * simply start again: a serialization failure or deadlock, or a prepared statement the server no longer knows.
+ */
+export function isLockStepRetryable(error: unknown): boolean {
+  return isSerializationFailure(error) || isForgottenStatement(error);
+}
+
+/**
  * A statement error after which the statement provably wrote nothing and can be sent again in parts: PostgreSQL
  * answered with an ERROR (it has a SQLSTATE) other than the connection and operator classes (08, 57: the outcome of a
  * COMMIT may be unknown there). Client-side timeouts and network errors have no SQLSTATE: never split.
