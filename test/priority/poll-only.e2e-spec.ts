@@ -7,6 +7,7 @@
  */
 import type { Lease, LeaseModuleOptions } from 'nest-pg-lease';
 import { eventually, useTestDatabase } from '../support/db.js';
+import { acquiredAtMs, watchExpiry } from '../support/row-expiry.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { type Proc, procsOf, startProc, track, untilAsleep, untilQueued } from './helpers.js';
 
@@ -134,34 +135,15 @@ describe('poll-only mode (notify: false)', () => {
       // The holder's process stops answering: no renewal, no release, no NOTIFY (there is none in this mode anyway).
       proxy.freeze();
       const frozen = performance.now();
-      // When the dead holder's row expires, by the server's clock: its last renewal (one sent before the freeze may
-      // still commit after it) plus its lease timeout, read until the key changes hands.
-      let expiresAtMs = -Infinity;
-      let granted = false;
-      const watching = (async () => {
-        while (!granted) {
-          const { rows } = await db.admin.query<{ expires_ms: number }>(
-            `SELECT extract(epoch FROM updated_at + lease_timeout_ms * interval '1 millisecond') * 1000 AS expires_ms
-             FROM job_lease WHERE target_id = $1 AND slot = 0 AND fencing_token = $2`,
-            [key, String(held.fencingToken)],
-          );
-          if (rows.length > 0) expiresAtMs = Math.max(expiresAtMs, Number(rows[0].expires_ms));
-          await new Promise((resolve) => setTimeout(resolve, 20));
-        }
-      })();
+      // When the dead holder's row expires, by the server's clock, read until the key changes hands.
+      const expiry = watchExpiry(db.admin, key, held.fencingToken);
       const lease = await call.promise;
       const afterMs = performance.now() - frozen;
-      granted = true;
-      await watching;
+      const expiresAtMs = await expiry.stop();
       expect(lease.fencingToken).toBeGreaterThan(held.fencingToken);
       // Not before the row expired: the grant's own time on the server, against the expiry read above.
-      const { rows } = await db.admin.query<{ acquired_ms: number }>(
-        `SELECT extract(epoch FROM acquired_at) * 1000 AS acquired_ms FROM job_lease
-         WHERE target_id = $1 AND slot = 0 AND fencing_token = $2`,
-        [key, String(lease.fencingToken)],
-      );
       expect(Number.isFinite(expiresAtMs)).toBe(true);
-      expect(Number(rows[0].acquired_ms)).toBeGreaterThanOrEqual(expiresAtMs);
+      expect(await acquiredAtMs(db.admin, key, lease.fencingToken)).toBeGreaterThanOrEqual(expiresAtMs);
       expect(afterMs).toBeLessThan(1_000 + POLL_MS + 2_000);
       // The dead holder finds out by itself, at its local deadline.
       await eventually(() => held.signal.aborted, Boolean, 'the dead holder told', 5_000);
