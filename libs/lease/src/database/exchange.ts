@@ -117,6 +117,8 @@ class Exchange {
   private current: RowReader;
   private connection?: ProtocolConnection;
   private settled = false;
+  /** The names this exchange parses (usually none: a connection parses each once). */
+  private parsing?: string[];
   /** Set by `pg` when it times the query (`query_timeout`): told of the end, so its timer stops. */
   callback?: (error: unknown, rows?: unknown) => void;
 
@@ -143,7 +145,10 @@ class Exchange {
       for (const { text, values = [], name } of this.statements) {
         if (!name || connection.parsedStatements[name] !== text) {
           // A name left half-known by an earlier failed exchange is closed first (no error if it does not exist).
-          if (name) connection.close({ type: 'S', name });
+          if (name) {
+            connection.close({ type: 'S', name });
+            (this.parsing ??= []).push(name);
+          }
           connection.parse({ text, name, types: [] });
         }
         connection.bind({ statement: name, values: values.map(textOf) });
@@ -194,12 +199,11 @@ class Exchange {
     this.settled = true;
     // Every named statement of the exchange was parsed (or was already): only now is it known on this connection.
     const connection = this.connection!;
-    let prepared = preparedOn.get(connection);
-    for (const { text, name } of this.statements) {
-      if (!name) continue;
-      connection.parsedStatements[name] = text;
-      if (!prepared) preparedOn.set(connection, (prepared = new Set()));
-      prepared.add(name);
+    for (const { text, name } of this.statements) if (name) connection.parsedStatements[name] = text;
+    if (this.parsing) {
+      const prepared = preparedOn.get(connection) ?? new Set<string>();
+      for (const name of this.parsing) prepared.add(name);
+      preparedOn.set(connection, prepared);
     }
     this.callback?.(null, this.results);
     this.resolve(this.results);
