@@ -245,6 +245,23 @@ describe('the parked place: a hot key re-queues with its release', () => {
     await new LeaseOperator(a.service).undrain(key, { by: 'ops', reason: 'done' });
   });
 
+  test('after a quiet spell, a drain made in another process: no place parked, the call asking again is refused', async () => {
+    const key = 'park:quiet-drained';
+    const { a, b, lease, bWaits } = await hotFor(key);
+    // a attempts nothing for longer than the drain refresh period (1 s): its view of the drains is not current, and
+    // b drains the key meanwhile.
+    await sleep(2_500);
+    await new LeaseOperator(b.service).drain(key, { by: 'ops', reason: 'maintenance' });
+    recording = recordStatements();
+    await lease.release();
+    await expect(a.service.acquire(key)).rejects.toBeInstanceOf(LeaseDrainedError);
+    // A plain release: a place parked on that view would be adopted by the call, which would wait for its grant.
+    expect(recording.of(a)).toEqual(['release']);
+    await bWaits.promise.catch(() => undefined);
+    expect(await rowsOf(db.admin, key, a.owner)).toHaveLength(0);
+    await new LeaseOperator(b.service).undrain(key, { by: 'ops', reason: 'done' });
+  });
+
   test('a semaphore slot parks nothing', async () => {
     const key = 'park:slots';
     const a = await proc('a-slots', SLOW_POLL, 2);

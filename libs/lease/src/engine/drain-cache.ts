@@ -1,9 +1,12 @@
 /**
  * The drains in force, as this process knows them (docs/console.md). Checked before every acquisition
  * from memory — the acquire statement is unchanged and pays nothing — and re-read from the drain table every
- * `DRAIN_REFRESH_MS`, so a drain made in another process takes effect here within that bound plus one statement; the
- * process that drains applies it at once (`LeaseOperator` calls `refresh`). A refresh that fails keeps the last view
- * (logged); with the operator's tables missing there are no drains.
+ * `DRAIN_REFRESH_MS` while the process attempts acquisitions, so a drain made in another process takes effect here
+ * within that bound plus one statement; the process that drains applies it at once (`LeaseOperator` calls `refresh`).
+ * A process that attempts nothing for a refresh period (it holds and renews leases, or is idle) stops reading: its
+ * next attempt reads the drains first (`ready`), so a quiet spell never leaves it an old view, and drains cost
+ * nothing where nothing is acquired. A refresh that fails keeps the last view (logged); with the operator's tables
+ * missing there are no drains.
  */
 import type { Logger } from '@nestjs/common';
 import { LeaseDrainedError } from '../errors/lease.errors.js';
@@ -17,6 +20,15 @@ export class DrainCache {
    * drain (nearly always) makes no call for it.
    */
   active = false;
+  /**
+   * Whether the view is kept fresh by the refresh timer (the process attempted acquisitions within the last period):
+   * `active` can be trusted without a read. False once a period passed without an attempt, or after `stop()`.
+   */
+  current = false;
+  /** An attempt since the last refresh: the timer reads again (else it stops, and `current` turns false). */
+  private attempted = false;
+  /** The read a quiet process's next attempt waits for (one for every attempt that arrives meanwhile). */
+  private waking?: Promise<void>;
   private keys = new Map<string, DrainEntry>();
   private templates = new Map<string, DrainEntry>();
   private timer?: NodeJS.Timeout;
@@ -42,7 +54,22 @@ export class DrainCache {
 
   stop(): void {
     this.stopped = true;
+    this.current = false;
     clearTimeout(this.timer);
+  }
+
+  /**
+   * Called by every acquisition attempt before `check`: the view is current, or is read now (the first attempt after a
+   * quiet period waits for one statement; the attempts that arrive meanwhile wait for the same one), and the timer
+   * keeps it current while attempts go on. Never rejects (a failed read keeps the last view, as a refresh does).
+   */
+  ready(): Promise<void> | undefined {
+    this.attempted = true;
+    if (this.current || this.stopped) return undefined;
+    return (this.waking ??= this.refresh().finally(() => {
+      this.waking = undefined;
+      this.schedule();
+    }));
   }
 
   /** Refuses an acquisition of a drained key, or of a key whose template is drained (needed only when `active`). */
@@ -77,9 +104,16 @@ export class DrainCache {
     );
   }
 
+  /** The next refresh in a period, if an attempt comes meanwhile; else the view stops being current. */
   private schedule(): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => void this.refresh().finally(() => this.schedule()), DRAIN_REFRESH_MS);
+    this.current = true;
+    this.attempted = false;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      if (this.attempted) void this.refresh().finally(() => this.schedule());
+      else this.current = false;
+    }, DRAIN_REFRESH_MS);
     this.timer.unref();
   }
 }

@@ -26,7 +26,7 @@ export interface JoinHost {
   enter(call: LeaseCall): Promise<LeaseEntry>;
   within<T>(lease: Lease, work: () => T): T;
   /** The drains every attempt is checked against (`LeaseDrainedError`); absent, there are none. */
-  readonly operator?: { check(targetKey: string, keyTemplate: string): void };
+  readonly operator?: { admit(targetKey: string, keyTemplate: string): Promise<void> | undefined };
   /** Whether the call chain holds `targetKey` already (a reentrant call); absent, `enter` alone tells. */
   holdsInChain?(targetKey: string): boolean;
 }
@@ -120,7 +120,8 @@ export class JoinRuns {
     for (;;) {
       signal?.throwIfAborted();
       // A drained target refuses a join at once, as any call: never a stored outcome, never a wait for none.
-      this.host.operator?.check(targetKey, keyTemplate);
+      const admitting = this.host.operator?.admit(targetKey, keyTemplate);
+      if (admitting) await admitting;
       const running = this.running.get(targetKey);
       if (running) {
         const outcome = await this.joined(targetKey, settleBy(running, until, signal, onTimeout));

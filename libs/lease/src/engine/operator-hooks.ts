@@ -40,8 +40,18 @@ export class OperatorHooks {
     await this.journal?.stop();
   }
 
-  /** Refuses an attempt on a drained key or template (`LeaseDrainedError`). */
-  check(targetKey: string, keyTemplate: string): void {
+  /**
+   * Refuses a call on a drained key or template (`LeaseDrainedError`). Synchronous while the view of the drains is
+   * current; else the drains are read first, and the promise rejects with the refusal (drain-cache.ts).
+   */
+  admit(targetKey: string, keyTemplate: string): Promise<void> | undefined {
+    const reading = this.drains.ready();
+    if (reading) return reading.then(() => this.check(targetKey, keyTemplate));
+    this.check(targetKey, keyTemplate);
+    return undefined;
+  }
+
+  private check(targetKey: string, keyTemplate: string): void {
     if (this.drains.active) this.drains.check(targetKey, keyTemplate);
   }
 

@@ -177,7 +177,7 @@ export class Parking {
     private readonly places: ParkedPlaces,
     private readonly backend: Pick<LeaseBackend, 'releaseAndPark'>,
     private readonly retries: ReleaseRetries,
-    private readonly drains: Pick<DrainCache, 'active' | 'check'>,
+    private readonly drains: Pick<DrainCache, 'active' | 'current' | 'check'>,
     /** Tracks work for close() (the engine's `track`). */
     private readonly track: <T>(work: Promise<T>) => Promise<T>,
     /** Whether the engine is shutting down. */
@@ -187,25 +187,28 @@ export class Parking {
   /**
    * A waiting call (a single holder's, not preempting): marks its key hot when it asks within the window of this
    * process's release of it, and takes over the place such a release parked for its priority, if any. A drained key
-   * is refused first, as an attempt would be.
+   * is refused first, as an attempt would be; with a view of the drains that is not current, the call attempts instead.
    */
   adopt(request: WaiterRequest): Waiter | null {
     if (!this.hot.asked(request.targetKey, request.priority)) return null;
     if (this.closing()) throw new LeaseShutdownError(request.targetKey);
+    // A view of the drains not kept current (no attempt for a refresh period): the call attempts, which reads it.
+    if (!this.drains.current) return null;
     if (this.drains.active) this.drains.check(request.targetKey, request.keyTemplate);
     return this.places.adopt(request);
   }
 
   /**
    * The release of `lease` by the statement that also parks a place for this process's next call, when it should:
-   * a key's own row granted through the line (a single holder that waited) of a hot key, with no drain in force, the
-   * service open and a backend that parks. Null when it does not (the caller releases as usual).
+   * a key's own row granted through the line (a single holder that waited) of a hot key, with no drain in force (in a
+   * current view: a call could not adopt the place otherwise), the service open and a backend that parks. Null when
+   * it does not (the caller releases as usual).
    */
   release(lease: HeldLease, until: number, onReleased: () => void): Promise<void> | null {
     if (!lease.throughLine) return null;
     const priority = this.hot.released(lease.targetKey);
     const plain = lease.mode === undefined && lease.rowSlot === OWN_ROW_SLOT && !lease.lone;
-    if (priority === undefined || !plain || this.closing() || this.drains.active) return null;
+    if (priority === undefined || !plain || this.closing() || this.drains.active || !this.drains.current) return null;
     const park = this.backend.releaseAndPark && this.places.reserve(lease.targetKey, priority, lease.keyTemplate);
     if (!park) return null;
     const parked = { waiterId: park.id, priority };

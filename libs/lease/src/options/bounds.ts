@@ -109,8 +109,9 @@ export const PURGE_BATCH_ROWS = 1_000;
 /** How often a process runs the purge (and once at bootstrap), ± a tenth at random so processes spread out. */
 export const PURGE_INTERVAL_MS = 600_000;
 
-/** How often each process re-reads the drains in force (docs/console.md): a drain made in another process
- * takes effect here within this, plus one statement. The process that drains applies it at once. */
+/** How often each process re-reads the drains in force while it attempts acquisitions (docs/console.md): a drain
+ * made in another process takes effect here within this, plus one statement. The process that drains applies it at
+ * once; a process that attempted nothing for this long reads them before its next attempt. */
 export const DRAIN_REFRESH_MS = 1_000;
 
 /** The journal's batching (see `journal`): a flush every interval, at most this many rows buffered, per statement. */
