@@ -2,6 +2,7 @@ import { LeaseDrainedError, LeaseOperator } from 'nest-pg-lease';
 import pg from 'pg';
 import { useTestDatabase } from '../support/db.js';
 import { sleep } from '../support/sleep.js';
+import { DRAIN_REFRESH_MS } from '../../libs/lease/src/internal.js';
 
 // What the drains cost a process, and how fresh its view of them is (docs/console.md, "Cost and bound"): a process
 // reads the drain table while it attempts acquisitions (about once a second, never once per attempt), reads nothing
@@ -29,8 +30,7 @@ async function countDrainReads<T>(name: string, body: (reads: () => number) => P
   }
 }
 
-/** The drain refresh period (DRAIN_REFRESH_MS). */
-const REFRESH_MS = 1_000;
+const REFRESH_MS = DRAIN_REFRESH_MS;
 
 describe('the drain view of a process', () => {
   const db = useTestDatabase('drain-refresh');

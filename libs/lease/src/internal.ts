@@ -6,6 +6,7 @@ export { LeaseStore } from './store/lease-store.js';
 export type { AcquireRequest, AcquiredRow, Refusal, RowRef } from './store/store.types.js';
 export { ownRow } from './options/slot-limits.js';
 export { PARK_WINDOW_MS } from './options/limits.js';
+export { DRAIN_REFRESH_MS } from './options/bounds.js';
 export { resolveLeaseOptions } from './options/resolve-lease-options.js';
 export { mergeLeaseOptions } from './options/option-groups.js';
 export { columnCheckName, schemaStatements, slotColumnStatements } from './schema/lease-schema.js';
