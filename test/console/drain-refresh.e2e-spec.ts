@@ -1,6 +1,6 @@
-import { LeaseDrainedError, LeaseOperator } from 'nest-pg-lease';
+import { LeaseDrainedError, LeaseOperator, LeaseShutdownError } from 'nest-pg-lease';
 import pg from 'pg';
-import { useTestDatabase } from '../support/db.js';
+import { adminClient, eventually, useTestDatabase } from '../support/db.js';
 import { sleep } from '../support/sleep.js';
 import { DRAIN_REFRESH_MS } from '../../libs/lease/src/internal.js';
 
@@ -84,6 +84,68 @@ describe('the drain view of a process', () => {
     await expect(joined).rejects.toBeInstanceOf(LeaseDrainedError);
     await expect(running).resolves.toBe('ran');
     await new LeaseOperator(a.service).undrain('quiet:join', { by: 'ops', reason: 'done' });
+  });
+
+  test('a lock another session holds on the drain table: the first attempt after a quiet spell waits for it, bounded like any statement; a cancelled one ends at once and leaves nothing', async () => {
+    const a = await db.open({}, 'locked-out');
+    await sleep(2.5 * REFRESH_MS);
+    const locker = await adminClient(db.url);
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE job_lease_drain IN ACCESS EXCLUSIVE MODE');
+      // A waiting call cancelled while the drain read waits for the lock: it rejects at once.
+      const controller = new AbortController();
+      const cancelled = a.service.acquire('locked:1', { signal: controller.signal });
+      cancelled.catch(() => undefined);
+      setTimeout(() => controller.abort(new Error('the caller is gone')), 300);
+      const started = performance.now();
+      await expect(cancelled).rejects.toThrow('the caller is gone');
+      expect(performance.now() - started).toBeLessThan(REFRESH_MS);
+      // A tryAcquire waits for the read (a drain committed before the lock must not be missed), then is granted.
+      let settled = false;
+      const trying = a.service.tryAcquire('locked:2').finally(() => (settled = true));
+      await sleep(500);
+      expect(settled).toBe(false);
+      await locker.query('ROLLBACK');
+      const lease = await trying;
+      expect(lease).not.toBeNull();
+      await lease!.release();
+    } finally {
+      await locker.end();
+    }
+    // What the cancelled call's attempt got once the lock was gone is given back: no lease, no waiter row.
+    await eventually(
+      () =>
+        db.admin.query<{ n: number }>(
+          `SELECT (SELECT count(*) FROM job_lease WHERE target_id = 'locked:1' AND lease_token IS NOT NULL)
+                + (SELECT count(*) FROM job_lease_waiter WHERE target_id = 'locked:1') AS n`,
+        ),
+      (result) => Number(result.rows[0].n) === 0,
+      'the cancelled call left nothing',
+    );
+  });
+
+  test('close() while the first attempt after a quiet spell waits for its drain read: the call is refused as shut down, nothing is left', async () => {
+    const a = await db.open({}, 'closing');
+    await sleep(2.5 * REFRESH_MS);
+    const locker = await adminClient(db.url);
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE job_lease_drain IN ACCESS EXCLUSIVE MODE');
+      const trying = a.service.tryAcquire('closing:1');
+      trying.catch(() => undefined);
+      await sleep(300);
+      const closing = a.close();
+      await sleep(300);
+      await locker.query('ROLLBACK');
+      await expect(trying).rejects.toBeInstanceOf(LeaseShutdownError);
+      await closing;
+    } finally {
+      await locker.end();
+    }
+    const { rows } = await db.admin.query(`SELECT count(*)::int AS n FROM job_lease WHERE target_id = 'closing:1'
+      AND lease_token IS NOT NULL`);
+    expect(rows[0].n).toBe(0);
   });
 
   test('a process that keeps attempting refreshes its view about once a second, not once per attempt', async () => {
