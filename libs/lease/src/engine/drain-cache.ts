@@ -25,8 +25,11 @@ export class DrainCache {
    * `active` can be trusted without a read. False once a period passed without an attempt, or after `stop()`.
    */
   current = false;
-  /** An attempt since the last refresh: the timer reads again (else it stops, and `current` turns false). */
-  private attempted = false;
+  /**
+   * An attempt since the last refresh: the timer reads again (else it stops, and `current` turns false). Set by every
+   * attempt — a field, so that an attempt with a current view calls nothing here (`ready` when it is not).
+   */
+  attempted = false;
   /** The read a quiet process's next attempt waits for (one for every attempt that arrives meanwhile). */
   private waking?: Promise<void>;
   private keys = new Map<string, DrainEntry>();

@@ -398,10 +398,10 @@ export class LeaseEngine implements ServiceEngine, LeaseHandleOwner, OnModuleIni
     { waiter, queueAs }: { waiter?: Waiter; queueAs?: Waiter },
   ): Promise<HeldLease | null> {
     if (this.closing) throw new LeaseShutdownError(targetKey);
-    // A drained key or template is refused (`LeaseDrainedError`): a lookup in memory, after a read of the drains only
-    // when this process attempted nothing for a refresh period (drain-cache.ts; a shutdown meanwhile: see `adopt`).
-    const admitting = this.operator.admit(targetKey, keyTemplate);
-    if (admitting) await admitting;
+    // A drained key or template is refused; the drains are read first only after a quiet spell (drain-cache.ts).
+    if (this.operator.drains.current) this.operator.drains.attempted = true;
+    else await this.operator.drains.ready();
+    if (this.operator.drains.active) this.operator.drains.check(targetKey, keyTemplate);
     // A waiter's lease token is its id: a release can hand it a grant it recognises (direct handoff).
     const leaseToken = waiter?.id ?? randomUUID();
     const request = {
