@@ -62,9 +62,10 @@ export class DrainCache {
   }
 
   /**
-   * Called by every acquisition attempt before `check`: the view is current, or is read now (the first attempt after a
-   * quiet period waits for one statement; the attempts that arrive meanwhile wait for the same one), and the timer
-   * keeps it current while attempts go on. Never rejects (a failed read keeps the last view, as a refresh does).
+   * Before `check`, for an attempt whose view is not current (the engine only sets `attempted` otherwise) and for a
+   * join: the drains are read now (the first attempt after a quiet period waits for one statement; the attempts that
+   * arrive meanwhile wait for the same one), and the timer keeps the view current while attempts go on. Never rejects
+   * (a failed read keeps the last view, as a refresh does).
    */
   ready(): Promise<void> | undefined {
     this.attempted = true;
