@@ -40,12 +40,12 @@ describe('the drain view of a process', () => {
     const held = await Promise.all([1, 2, 3].map((i) => a.service.tryAcquire(`quiet:${i}`)));
     expect(held.every(Boolean)).toBe(true);
     // The attempts above keep the view fresh for one more refresh at most; then the process is quiet.
-    await sleep(2.5 * REFRESH_MS);
+    await sleep(2 * REFRESH_MS);
     const reads = await countDrainReads('quiet', async (reads) => {
-      await sleep(2.5 * REFRESH_MS);
+      await sleep(2 * REFRESH_MS);
       return reads();
     });
-    // Before: one read a second whatever the process did (2 or 3 here).
+    // Before: one read a second whatever the process did (2 here).
     expect(reads).toBe(0);
     expect(held.every((lease) => !lease!.signal.aborted)).toBe(true);
     await Promise.all(held.map((lease) => lease!.release()));
@@ -54,7 +54,7 @@ describe('the drain view of a process', () => {
   test('the first attempt after a quiet spell sees a drain made meanwhile in another process, at once', async () => {
     const a = await db.open({}, 'drainer');
     const b = await db.open({}, 'resumer');
-    await sleep(2.5 * REFRESH_MS);
+    await sleep(2 * REFRESH_MS);
     await new LeaseOperator(a.service).drain('quiet:drained', { by: 'ops', reason: 'maintenance' });
     // Before: b's view was up to a second old, and this attempt was granted.
     const reads = await countDrainReads('resumer', async (reads) => {
@@ -74,9 +74,9 @@ describe('the drain view of a process', () => {
       () => new Promise<string>((resolve) => (finish = () => resolve('ran'))),
       { onBusy: 'join' },
     );
-    await sleep(2.5 * REFRESH_MS);
+    await sleep(2 * REFRESH_MS);
     await new LeaseOperator(a.service).drain('quiet:join', { by: 'ops', reason: 'maintenance' });
-    // Before: b's view was the one of its last attempt, 2.5 s old, and the call joined the run.
+    // Before: b's view was the one of its last attempt, 2 s old, and the call joined the run.
     const joined = b.service.run('quiet:join', () => 'joined', { onBusy: 'join' });
     joined.catch(() => undefined);
     // The run ends a moment later: a call that joined it would resolve with its result.
@@ -88,7 +88,7 @@ describe('the drain view of a process', () => {
 
   test('a lock another session holds on the drain table: the first attempt after a quiet spell waits for it, bounded like any statement; a cancelled one ends at once and leaves nothing', async () => {
     const a = await db.open({}, 'locked-out');
-    await sleep(2.5 * REFRESH_MS);
+    await sleep(2 * REFRESH_MS);
     const locker = await adminClient(db.url);
     try {
       await locker.query('BEGIN');
@@ -127,7 +127,7 @@ describe('the drain view of a process', () => {
 
   test('close() while the first attempt after a quiet spell waits for its drain read: the call is refused as shut down, nothing is left', async () => {
     const a = await db.open({}, 'closing');
-    await sleep(2.5 * REFRESH_MS);
+    await sleep(2 * REFRESH_MS);
     const locker = await adminClient(db.url);
     try {
       await locker.query('BEGIN');
@@ -153,7 +153,7 @@ describe('the drain view of a process', () => {
     const b = await db.open({}, 'busy-drainer');
     const { attempts, reads } = await countDrainReads('busy:', async (reads) => {
       let attempts = 0;
-      const until = performance.now() + 2.5 * REFRESH_MS;
+      const until = performance.now() + 2 * REFRESH_MS;
       while (performance.now() < until) {
         const lease = await a.service.tryAcquire(`busy:${attempts++ % 4}`);
         await lease?.release();
