@@ -26,7 +26,13 @@ describe('a DataSource connection ended in the same read as its completion', () 
   it('fails the fenced() call that asked for it (LeaseUnavailableError), no uncaught error; the next one works', async () => {
     const { proxy, url } = await TcpProxy.inFrontOf(db.url);
     proxies.push(proxy);
-    const opened = await openLeaseService(url, {}, { applicationName: APP, poolSize: 4 });
+    // A lease that outlives a loaded machine's pauses: what is tested is the connection, not the renewals (with the
+    // suites' 1 s lease, a CI run under load lost it before the last fenced() call).
+    const opened = await openLeaseService(
+      url,
+      { timing: { leaseTimeoutMs: 10_000 } },
+      { applicationName: APP, poolSize: 4 },
+    );
     db.beforeDrop(() => opened.close());
     const { service, dataSource } = opened;
     const lease = await service.acquire('connect-race');
