@@ -120,7 +120,8 @@ export class WaiterStore {
 
   /**
    * Renews this process's waiters in one statement and removes dead waiters (not ours) of the same targets, waking
-   * the targets whose line moved. Returns the waiter ids still queued.
+   * the targets whose line moved, and names (NOTIFY) each of ours that heads the line of a key left free (see
+   * `renewWaitersSql`). Returns the waiter ids still queued.
    */
   async renew(targetKeys: string[], waiterIds: string[], timeoutMs: number): Promise<Set<string>> {
     const { rows } = await this.runOnHeartbeat<{ waiter_id: string | null }>({

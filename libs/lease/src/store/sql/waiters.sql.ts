@@ -20,9 +20,15 @@ export function enqueueSql(n: LeaseObjectNames, timeline: string): string {
         RETURNING w.seq::text AS seq, w.queued_at`;
 }
 
-/** The enqueue, renew-waiters, dequeue, dequeue-all and snapshot texts (see their methods). */
+/**
+ * The waiter heartbeat (its contract: `WaiterStore.renew`): $1 targets, $2 this process's waiter ids, $3 head-only
+ * channel, $4 aging. Besides the renewal and the removal of dead waiters, it names (head-only NOTIFY) each of this
+ * process's waiters that heads the line of a key left free: a release whose snapshot was taken before that waiter's
+ * row committed frees the key and names nobody, and the waiter — queued behind one granted and done meanwhile —
+ * sleeps until a NOTIFY names it. Found here, it looks again within a waiter heartbeat, not at its poll.
+ */
 export function renewWaitersSql(n: LeaseObjectNames): string {
-  const { waiter } = n;
+  const { lease, waiter } = n;
   return `WITH mine AS (
           SELECT * FROM unnest($1::text[], $2::uuid[]) AS m(target_id, waiter_id)
         ), dead AS (
@@ -41,9 +47,15 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
           UPDATE ${waiter} AS w SET heartbeat_at = clock_timestamp()
           FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
           RETURNING w.waiter_id::text AS waiter_id
+        ), stranded AS (
+          -- This process's head of a line whose key no row takes (no holder, no grant, no hold's tail).
+          SELECT ${notifyHeadSql('$3', 'm.waiter_id', 'm.target_id')}
+          FROM mine m
+          WHERE $3::text IS NOT NULL AND m.waiter_id = ${headOf(n, 'm.target_id', '$4')}
+            AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = m.target_id AND ${taken('l')})
         )
-        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branch whatever the renewal returns.
-        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke`;
+        -- UNION ALL makes PostgreSQL evaluate the NOTIFY branches whatever the renewal returns.
+        SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke UNION ALL SELECT NULL FROM stranded`;
 }
 
 /**
