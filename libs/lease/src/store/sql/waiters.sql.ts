@@ -48,11 +48,13 @@ export function renewWaitersSql(n: LeaseObjectNames): string {
           FROM mine WHERE w.target_id = mine.target_id AND w.waiter_id = mine.waiter_id
           RETURNING w.waiter_id::text AS waiter_id
         ), stranded AS (
-          -- This process's head of a line whose key no row takes (no holder, no grant, no hold's tail).
-          SELECT ${notifyHeadSql('$3', 'm.waiter_id', 'm.target_id')}
-          FROM mine m
-          WHERE $3::text IS NOT NULL AND m.waiter_id = ${headOf(n, 'm.target_id', '$4')}
-            AND NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = m.target_id AND ${taken('l')})
+          -- This process's head of a line whose key no row takes (no holder, no grant, no hold's tail): the head is
+          -- looked up once per such key, none for a key that is taken.
+          SELECT ${notifyHeadSql('$3', 'h.waiter_id', 'h.target_id')}
+          FROM (SELECT f.target_id, ${headOf(n, 'f.target_id', '$4')} AS waiter_id
+            FROM (SELECT DISTINCT m.target_id FROM mine m
+              WHERE NOT EXISTS (SELECT 1 FROM ${lease} l WHERE l.target_id = m.target_id AND ${taken('l')})) f) h
+          WHERE $3::text IS NOT NULL AND h.waiter_id IN (SELECT waiter_id FROM mine)
         )
         -- UNION ALL makes PostgreSQL evaluate the NOTIFY branches whatever the renewal returns.
         SELECT waiter_id FROM renewed UNION ALL SELECT NULL FROM woke UNION ALL SELECT NULL FROM stranded`;
